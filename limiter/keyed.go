@@ -1,0 +1,402 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Clock returns the current time in Unix nanoseconds. Tests inject a fake;
+// production uses [SystemClock].
+type Clock interface {
+	Now() int64
+}
+
+// SystemClock reads time.Now.
+type SystemClock struct{}
+
+// Now implements [Clock].
+func (SystemClock) Now() int64 { return time.Now().UnixNano() }
+
+// Keyed defaults.
+const (
+	DefaultMaxKeys        = 1 << 20
+	DefaultShards         = 64
+	DefaultIdempotencyTTL = time.Minute
+	DefaultMaxRequestIDs  = 1 << 17
+	evictionSample        = 8
+)
+
+// Keyed runs an [Algorithm] per key. It is safe for concurrent use: keys are
+// spread over shards by hash, each shard behind its own mutex, so there is
+// no lock shared across shards and a hot key contends only with its shard.
+//
+// Bounded memory. At most MaxKeys keys are kept (spread evenly over the
+// shards). Creating a key in a full shard evicts the least recently used of
+// a random sample of 8 of its keys (approximate LRU, O(1)). An evicted key
+// that was not yet back to fresh (a bucket not full, a window not empty) is
+// remembered in the shard's tombstone table: a fixed array of int64 slots,
+// one per key the shard can hold, where the key's hash picks two slots and
+// each keeps the latest "fresh again at" time written to it. A key created
+// again reads the earlier of its two slots and starts at least as exhausted
+// as a state that is fresh only then, so eviction can never hand a key a
+// free full bucket. The table has no false negatives; a hash collision can
+// only make a new key start more restricted, never less, until that time.
+//
+// Parameter changes. A call with different parameters of the same algorithm
+// settles the key under the old parameters up to now, then converts and
+// clamps it to the new ones (editing a limit keeps the count). A call with
+// another algorithm restarts the key as exhausted until the old state would
+// have been fresh.
+//
+// Idempotency. A call with a non-empty request id whose (key, id) was seen
+// within IdempotencyTTL returns the first answer again and charges nothing.
+// At most MaxRequestIDs ids are remembered; when full, expired ids are swept
+// and, if still full, arbitrary ids are forgotten first.
+type Keyed struct {
+	clock     Clock
+	seed      maphash.Seed
+	mask      uint64
+	shards    []shard
+	perShard  int
+	idemTTL   int64
+	idemMax   int
+	evictions atomic.Uint64
+}
+
+type shard struct {
+	mu sync.Mutex
+	// keys is indexed by the key's 64-bit hash, which the shard choice needs
+	// anyway, so a lookup hashes the key once; the rare second key with the
+	// same hash lives in spill.
+	keys  map[uint64]*entry
+	spill map[string]*entry
+	idem  map[idemKey]idemEntry
+	tombs []int64 // "fresh again at" per slot; allocated on first eviction
+	_     [40]byte
+}
+
+type entry struct {
+	key  string
+	alg  Algorithm
+	st   State
+	used int64
+}
+
+type idemKey struct{ key, id string }
+
+type idemEntry struct {
+	d       Decision
+	err     error
+	expires int64
+}
+
+// Option configures [NewKeyed].
+type Option interface{ apply(*keyedConfig) }
+
+type keyedConfig struct {
+	maxKeys, shards, maxIDs int
+	idemTTL                 time.Duration
+	clock                   Clock
+}
+
+type optionFunc func(*keyedConfig)
+
+func (f optionFunc) apply(c *keyedConfig) { f(c) }
+
+// WithMaxKeys bounds the number of keys kept (default [DefaultMaxKeys]).
+func WithMaxKeys(n int) Option { return optionFunc(func(c *keyedConfig) { c.maxKeys = n }) }
+
+// WithShards sets the number of lock shards, a power of two (default
+// [DefaultShards]).
+func WithShards(n int) Option { return optionFunc(func(c *keyedConfig) { c.shards = n }) }
+
+// WithClock sets the clock that Allow reads (default [SystemClock]).
+func WithClock(clk Clock) Option { return optionFunc(func(c *keyedConfig) { c.clock = clk }) }
+
+// WithIdempotency sets how long a request id is remembered and how many
+// are remembered at most (defaults [DefaultIdempotencyTTL],
+// [DefaultMaxRequestIDs]).
+func WithIdempotency(ttl time.Duration, maxIDs int) Option {
+	return optionFunc(func(c *keyedConfig) { c.idemTTL, c.maxIDs = ttl, maxIDs })
+}
+
+// NewKeyed returns an empty Keyed.
+func NewKeyed(opts ...Option) (*Keyed, error) {
+	c := keyedConfig{maxKeys: DefaultMaxKeys, shards: DefaultShards, maxIDs: DefaultMaxRequestIDs,
+		idemTTL: DefaultIdempotencyTTL, clock: SystemClock{}}
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	switch {
+	case c.shards <= 0 || c.shards&(c.shards-1) != 0:
+		return nil, fmt.Errorf("limiter: shards %d: must be a power of two", c.shards)
+	case c.maxKeys < c.shards:
+		return nil, fmt.Errorf("limiter: max keys %d: must be at least the shard count %d", c.maxKeys, c.shards)
+	case c.idemTTL < 0 || c.maxIDs < 0:
+		return nil, errors.New("limiter: idempotency ttl and max ids must not be negative")
+	case c.clock == nil:
+		return nil, errors.New("limiter: nil clock")
+	}
+	k := &Keyed{clock: c.clock, seed: maphash.MakeSeed(), mask: uint64(c.shards - 1),
+		shards: make([]shard, c.shards), perShard: c.maxKeys / c.shards,
+		idemTTL: int64(c.idemTTL), idemMax: max(c.maxIDs/c.shards, 1)}
+	for i := range k.shards {
+		k.shards[i].keys = make(map[uint64]*entry)
+	}
+	return k, nil
+}
+
+// Allow decides cost for key at the clock's current time. See [Keyed.AllowAt].
+func (k *Keyed) Allow(key string, alg Algorithm, cost int64, requestID string) (Decision, error) {
+	return k.AllowAt(key, alg, k.clock.Now(), cost, requestID)
+}
+
+// AllowAt decides cost for key at now under alg. It allocates only when it
+// creates a key or remembers a request id. To avoid an allocation per call,
+// pass alg as an interface value built once (or a pointer), not a fresh
+// struct literal.
+func (k *Keyed) AllowAt(key string, alg Algorithm, now, cost int64, requestID string) (d Decision, err error) {
+	h := maphash.String(k.seed, key)
+	sh := &k.shards[h&k.mask]
+	sh.mu.Lock()
+	if requestID != "" && sh.idem != nil {
+		if r, ok := sh.idem[idemKey{key, requestID}]; ok && r.expires > now {
+			sh.mu.Unlock()
+			return r.d, r.err
+		}
+	}
+	e := sh.keys[h]
+	if e != nil && e.key != key {
+		e = sh.spill[key]
+	}
+	if e == nil || e.alg != alg {
+		if err := alg.Validate(); err != nil {
+			sh.mu.Unlock()
+			return Decision{RetryAfter: Never}, err
+		}
+		if e == nil {
+			e = k.create(sh, key, h, alg, now)
+		} else {
+			change(e, alg, now)
+		}
+	}
+	// decide fills d in place: returning a Decision built field by field
+	// through every layer made the compiler copy it with wide loads that
+	// miss store forwarding, which cost more than the algorithm itself.
+	err = decide(alg, &e.st, now, cost, &d)
+	if now > e.used {
+		e.used = now
+	}
+	if requestID != "" && k.idemTTL > 0 {
+		k.remember(sh, idemKey{key, requestID}, idemEntry{d: d, err: err, expires: now + k.idemTTL}, now)
+	}
+	sh.mu.Unlock()
+	return d, err
+}
+
+// change moves e to alg: settle and adopt within one algorithm, restart as
+// exhausted across algorithms.
+func change(e *entry, alg Algorithm, now int64) {
+	if sameKind(e.alg, alg) {
+		e.alg.settle(&e.st, now)
+		alg.adopt(&e.st, e.alg, now)
+	} else {
+		idle := e.alg.idleAt(&e.st)
+		e.st = State{}
+		alg.restore(&e.st, idle, now)
+	}
+	e.alg = alg
+}
+
+// decide dispatches on the concrete type so that escape analysis sees a
+// static call and d stays on the caller's stack (an interface call would
+// move it to the heap: one allocation per decision).
+func decide(alg Algorithm, s *State, now, cost int64, d *Decision) error {
+	switch a := alg.(type) {
+	case TokenBucket:
+		return a.decide(s, now, cost, d)
+	case GCRA:
+		return a.decide(s, now, cost, d)
+	case LeakyBucket:
+		return a.decide(s, now, cost, d)
+	case FixedWindow:
+		return a.decide(s, now, cost, d)
+	case SlidingWindow:
+		return a.decide(s, now, cost, d)
+	case SlidingLog:
+		return a.decide(s, now, cost, d)
+	}
+	return &ParamError{Algorithm: fmt.Sprintf("%T", alg), Field: "type", Reason: "is not an algorithm of this package"}
+}
+
+func sameKind(a, b Algorithm) bool {
+	switch a.(type) {
+	case TokenBucket:
+		_, ok := b.(TokenBucket)
+		return ok
+	case GCRA:
+		_, ok := b.(GCRA)
+		return ok
+	case LeakyBucket:
+		_, ok := b.(LeakyBucket)
+		return ok
+	case FixedWindow:
+		_, ok := b.(FixedWindow)
+		return ok
+	case SlidingWindow:
+		_, ok := b.(SlidingWindow)
+		return ok
+	case SlidingLog:
+		_, ok := b.(SlidingLog)
+		return ok
+	}
+	return false
+}
+
+// create adds key to a shard (requires sh.mu held), evicting first if the
+// shard is full, and starts it from its tombstone if it has one.
+func (k *Keyed) create(sh *shard, key string, h uint64, alg Algorithm, now int64) *entry {
+	if sh.len() >= k.perShard {
+		k.evict(sh, now)
+	}
+	e := &entry{key: strings.Clone(key), alg: alg, used: now}
+	if sh.tombs != nil {
+		i, j := tombSlots(h, len(sh.tombs))
+		if t := min(sh.tombs[i], sh.tombs[j]); t > now {
+			alg.restore(&e.st, t, now)
+		}
+	}
+	if _, taken := sh.keys[h]; !taken {
+		sh.keys[h] = e
+	} else {
+		if sh.spill == nil {
+			sh.spill = make(map[string]*entry)
+		}
+		sh.spill[e.key] = e
+	}
+	return e
+}
+
+// len counts sh's keys (requires sh.mu held).
+func (sh *shard) len() int { return len(sh.keys) + len(sh.spill) }
+
+// remove deletes e from sh (requires sh.mu held).
+func (sh *shard) remove(h uint64, e *entry) {
+	if sh.keys[h] == e {
+		delete(sh.keys, h)
+	} else {
+		delete(sh.spill, e.key)
+	}
+}
+
+// evict removes the least recently used of a sample of sh's keys (requires
+// sh.mu held), remembering it in the tombstones unless it was fresh.
+func (k *Keyed) evict(sh *shard, now int64) {
+	var victim uint64
+	var ve *entry
+	n := 0
+	for h, e := range sh.keys { // map iteration starts at a random place
+		if ve == nil || e.used < ve.used {
+			victim, ve = h, e
+		}
+		if n++; n == evictionSample {
+			break
+		}
+	}
+	if ve == nil {
+		return
+	}
+	if idle := ve.alg.idleAt(&ve.st); idle > now {
+		if sh.tombs == nil {
+			sh.tombs = make([]int64, tombSize(k.perShard))
+		}
+		i, j := tombSlots(victim, len(sh.tombs))
+		sh.tombs[i] = max(sh.tombs[i], idle)
+		sh.tombs[j] = max(sh.tombs[j], idle)
+	}
+	sh.remove(victim, ve)
+	k.evictions.Add(1)
+}
+
+func tombSize(n int) int {
+	s := 64
+	for s < n {
+		s <<= 1
+	}
+	return s
+}
+
+func tombSlots(h uint64, n int) (int, int) {
+	m := uint64(n - 1)
+	return int((h >> 17) & m), int((h >> 41) & m)
+}
+
+// remember stores a request id's answer (requires sh.mu held).
+func (k *Keyed) remember(sh *shard, key idemKey, r idemEntry, now int64) {
+	if sh.idem == nil {
+		sh.idem = make(map[idemKey]idemEntry)
+	}
+	if len(sh.idem) >= k.idemMax {
+		for ik, v := range sh.idem {
+			if v.expires <= now {
+				delete(sh.idem, ik)
+			}
+		}
+		for ik := range sh.idem {
+			if len(sh.idem) < k.idemMax {
+				break
+			}
+			delete(sh.idem, ik)
+		}
+	}
+	sh.idem[idemKey{strings.Clone(key.key), strings.Clone(key.id)}] = r
+}
+
+// Sweep removes every key that is back to fresh at now (it holds no
+// information) and expired request ids, one shard at a time. Run it
+// periodically to return the memory of idle keys early.
+func (k *Keyed) Sweep(now int64) (removed int) {
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.mu.Lock()
+		for h, e := range sh.keys {
+			if e.alg.idleAt(&e.st) <= now {
+				delete(sh.keys, h)
+				removed++
+			}
+		}
+		for key, e := range sh.spill {
+			if e.alg.idleAt(&e.st) <= now {
+				delete(sh.spill, key)
+				removed++
+			}
+		}
+		for ik, v := range sh.idem {
+			if v.expires <= now {
+				delete(sh.idem, ik)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return removed
+}
+
+// Len returns the number of keys held.
+func (k *Keyed) Len() int {
+	n := 0
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.mu.Lock()
+		n += sh.len()
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Evictions returns how many keys were evicted to stay within MaxKeys.
+func (k *Keyed) Evictions() uint64 { return k.evictions.Load() }
