@@ -139,7 +139,7 @@ func (b TokenBucket) AllowAt(s *State, now, cost int64) (d Decision, err error) 
 }
 
 func (b TokenBucket) decide(s *State, now, cost int64, d *Decision) error {
-	if err := checkCost(cost, b.Capacity, d); err != nil {
+	if err := checkCost(now, cost, b.Capacity, d); err != nil {
 		return err
 	}
 	bucketAllow(s, b.Capacity, b.Refill, now, cost, d)
@@ -197,7 +197,7 @@ func (b LeakyBucket) AllowAt(s *State, now, cost int64) (d Decision, err error) 
 }
 
 func (b LeakyBucket) decide(s *State, now, cost int64, d *Decision) error {
-	if err := checkCost(cost, b.Capacity, d); err != nil {
+	if err := checkCost(now, cost, b.Capacity, d); err != nil {
 		return err
 	}
 	// The shared core keeps free room; the level is Capacity − room.

@@ -67,10 +67,22 @@ func (e *ParamError) Error() string {
 // Is makes errors.Is(err, ErrInvalidParams) true.
 func (e *ParamError) Is(target error) bool { return target == ErrInvalidParams }
 
-// checkCost validates cost against limit, filling d with the refusal to
-// give when the cost can never fit.
-func checkCost(cost, limit int64, d *Decision) error {
+// MaxTime is the latest time AllowAt accepts (Unix nanoseconds, 2^62: the
+// year 2116). Times are checked against [0, MaxTime] so that a state plus
+// the longest span (100 years) can never overflow int64.
+const MaxTime = int64(1) << 62
+
+// ErrTimeRange is returned for a time outside [0, MaxTime].
+var ErrTimeRange = errors.New("limiter: time outside [0, MaxTime]")
+
+// checkCost validates now and cost against limit, filling d with the
+// refusal to give when the request can never fit.
+func checkCost(now, cost, limit int64, d *Decision) error {
 	d.Limit = limit
+	if uint64(now) > uint64(MaxTime) {
+		d.RetryAfter = Never
+		return ErrTimeRange
+	}
 	if cost < 0 {
 		d.RetryAfter = Never
 		return ErrNegativeCost

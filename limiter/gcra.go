@@ -40,7 +40,7 @@ func (g GCRA) AllowAt(s *State, now, cost int64) (d Decision, err error) {
 }
 
 func (g GCRA) decide(s *State, now, cost int64, d *Decision) error {
-	if err := checkCost(cost, g.Burst, d); err != nil {
+	if err := checkCost(now, cost, g.Burst, d); err != nil {
 		return err
 	}
 	tat, frac := g.tat(s, now)

@@ -99,4 +99,3 @@ func (r Rate) valid(allowZero bool) bool {
 // span returns ceil(n·Period/Tokens), the time n tokens take, and whether it
 // fits in maxSpan.
 func (r Rate) span(n int64) (int64, bool) { return r.wait(n, 0) }
-

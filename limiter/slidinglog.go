@@ -61,7 +61,7 @@ func (l SlidingLog) AllowAt(s *State, now, cost int64) (d Decision, err error) {
 }
 
 func (l SlidingLog) decide(s *State, now, cost int64, d *Decision) error {
-	if err := checkCost(cost, l.Limit, d); err != nil {
+	if err := checkCost(now, cost, l.Limit, d); err != nil {
 		return err
 	}
 	W := int64(l.Window)
@@ -69,9 +69,12 @@ func (l SlidingLog) decide(s *State, now, cost int64, d *Decision) error {
 		s.log = &slog{}
 	}
 	g := s.log
-	if g.head < len(g.ts) && now < g.newest() {
-		now = g.newest() // a clock behind the log: time stands still
+	// s.at is the latest time the log was expired at; a clock behind it
+	// stands still there, so nothing expired is ever counted again.
+	if s.set && now < s.at {
+		now = s.at
 	}
+	s.set, s.at = true, now
 	g.expire(now, W)
 	if g.sum <= l.Limit-cost {
 		d.Allowed = true
@@ -79,7 +82,6 @@ func (l SlidingLog) decide(s *State, now, cost int64, d *Decision) error {
 			g.ts, g.cost = append(g.ts, now), append(g.cost, cost)
 			g.sum += cost
 		}
-		s.set = true
 	} else {
 		// the oldest entries must expire until cost fits
 		free := l.Limit - g.sum
@@ -97,7 +99,8 @@ func (l SlidingLog) decide(s *State, now, cost int64, d *Decision) error {
 }
 
 func (l SlidingLog) settle(s *State, now int64) {
-	if s.log != nil {
+	if s.log != nil && now > s.at {
+		s.at = now
 		s.log.expire(now, int64(l.Window))
 	}
 }
@@ -123,5 +126,5 @@ func (l SlidingLog) restore(s *State, idleAt, now int64) {
 	if at > now {
 		at = now
 	}
-	s.set, s.log = true, &slog{ts: []int64{at}, cost: []int64{l.Limit}, sum: l.Limit}
+	s.set, s.at, s.log = true, now, &slog{ts: []int64{at}, cost: []int64{l.Limit}, sum: l.Limit}
 }

@@ -1,6 +1,9 @@
 package limiter
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // windowStart returns the start of the window of length w containing now,
 // aligned to the Unix epoch (as Envoy's ratelimit service aligns to the unit).
@@ -60,18 +63,17 @@ func (f FixedWindow) AllowAt(s *State, now, cost int64) (d Decision, err error) 
 }
 
 func (f FixedWindow) decide(s *State, now, cost int64, d *Decision) error {
-	d.Limit = f.Limit
-	if cost < 0 {
-		d.RetryAfter = Never
-		return ErrNegativeCost
+	// Under ChargeDenied a cost above the limit is still counted.
+	err := checkCost(now, cost, f.Limit, d)
+	if err != nil && !(f.ChargeDenied && errors.Is(err, ErrCostExceedsLimit)) {
+		return err
 	}
 	start, count := f.current(s, now)
 	end := start + int64(f.Window)
 	d.ResetAfter = dur(end - now)
-	var err error
 	switch {
-	case cost > f.Limit:
-		d.RetryAfter, err = Never, &CostError{Cost: cost, Limit: f.Limit}
+	case err != nil:
+		d.RetryAfter = Never
 	case count <= f.Limit-cost:
 		d.Allowed = true
 	default:
@@ -168,7 +170,7 @@ func (w SlidingWindow) AllowAt(s *State, now, cost int64) (d Decision, err error
 }
 
 func (w SlidingWindow) decide(s *State, now, cost int64, d *Decision) error {
-	if err := checkCost(cost, w.Limit, d); err != nil {
+	if err := checkCost(now, cost, w.Limit, d); err != nil {
 		return err
 	}
 	W := int64(w.Window)
