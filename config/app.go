@@ -1,0 +1,218 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// App is the process configuration: listeners, backends, rule paths and
+// timings. Every field has a default, so a process starts with no file.
+type App struct {
+	// InstanceID names this process in events and metrics; default: the
+	// host name. A per-start nonce is added where identity must be unique.
+	InstanceID string `yaml:"instance_id"`
+	// Rules are rule files or directories; empty means the built-in example
+	// rules (velvetrope dev only).
+	Rules       []string      `yaml:"rules"`
+	RulesReload time.Duration `yaml:"rules_reload"` // poll interval of the rules watcher
+
+	HTTP       HTTPConfig       `yaml:"http"`
+	GRPC       GRPCConfig       `yaml:"grpc"`
+	Redis      RedisConfig      `yaml:"redis"`
+	Kafka      KafkaConfig      `yaml:"kafka"`
+	ClickHouse ClickHouseConfig `yaml:"clickhouse"`
+	Limiter    LimiterConfig    `yaml:"limiter"`
+}
+
+// HTTPConfig is the one HTTP listener of a process.
+type HTTPConfig struct {
+	Addr         string        `yaml:"addr"`
+	MaxBodyBytes int64         `yaml:"max_body_bytes"`
+	ReadTimeout  time.Duration `yaml:"read_timeout"`
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+}
+
+// GRPCConfig is the Envoy rate limit service listener.
+type GRPCConfig struct {
+	Addr string `yaml:"addr"`
+}
+
+// RedisConfig addresses the counter store: one address for a standalone
+// server, several for a cluster.
+type RedisConfig struct {
+	Addrs      []string `yaml:"addrs"`
+	Password   string   `yaml:"password"`
+	DB         int      `yaml:"db"`
+	MasterName string   `yaml:"master_name"` // Sentinel
+}
+
+// KafkaConfig addresses the event bus.
+type KafkaConfig struct {
+	Brokers       []string `yaml:"brokers"`
+	Topic         string   `yaml:"topic"`
+	DeferredTopic string   `yaml:"deferred_topic"`
+}
+
+// ClickHouseConfig addresses the analytics store; an empty Addr disables it.
+type ClickHouseConfig struct {
+	Addr     string `yaml:"addr"`
+	Database string `yaml:"database"`
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+}
+
+// LimiterConfig bounds the in-process limiter.
+type LimiterConfig struct {
+	MaxKeys        int           `yaml:"max_keys"`
+	IdempotencyTTL time.Duration `yaml:"idempotency_ttl"`
+}
+
+// DefaultApp returns the defaults every process starts from.
+func DefaultApp() App {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "velvetrope"
+	}
+	return App{
+		InstanceID:  host,
+		RulesReload: 5 * time.Second,
+		HTTP:        HTTPConfig{Addr: ":8080", MaxBodyBytes: 1 << 20, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second},
+		GRPC:        GRPCConfig{Addr: ":8081"},
+		Kafka:       KafkaConfig{Topic: "velvetrope.deltas", DeferredTopic: "velvetrope.deferred"},
+		ClickHouse:  ClickHouseConfig{Database: "velvetrope", Username: "default"},
+		Limiter:     LimiterConfig{MaxKeys: 1 << 20, IdempotencyTTL: time.Minute},
+	}
+}
+
+// Env lists the environment overrides, applied after the file.
+var Env = []string{"VELVETROPE_INSTANCE_ID", "VELVETROPE_RULES", "VELVETROPE_HTTP_ADDR", "VELVETROPE_GRPC_ADDR",
+	"VELVETROPE_REDIS_ADDRS", "VELVETROPE_KAFKA_BROKERS", "VELVETROPE_CLICKHOUSE_ADDR"}
+
+// LoadApp reads the YAML file at path (none when path is ""), applies the
+// environment overrides read through getenv (os.LookupEnv in production),
+// and validates the result. Errors name the file and line, or the variable.
+func LoadApp(path string, getenv func(string) (string, bool)) (App, error) {
+	a := DefaultApp()
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return a, fmt.Errorf("config: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&a); err != nil && !errors.Is(err, io.EOF) { // an empty file is the defaults
+			return a, appYAMLError(path, err)
+		}
+	}
+	if getenv == nil {
+		getenv = os.LookupEnv
+	}
+	list := func(v string) []string {
+		var out []string
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	if v, ok := getenv("VELVETROPE_INSTANCE_ID"); ok {
+		a.InstanceID = v
+	}
+	if v, ok := getenv("VELVETROPE_RULES"); ok {
+		a.Rules = list(v)
+	}
+	if v, ok := getenv("VELVETROPE_HTTP_ADDR"); ok {
+		a.HTTP.Addr = v
+	}
+	if v, ok := getenv("VELVETROPE_GRPC_ADDR"); ok {
+		a.GRPC.Addr = v
+	}
+	if v, ok := getenv("VELVETROPE_REDIS_ADDRS"); ok {
+		a.Redis.Addrs = list(v)
+	}
+	if v, ok := getenv("VELVETROPE_KAFKA_BROKERS"); ok {
+		a.Kafka.Brokers = list(v)
+	}
+	if v, ok := getenv("VELVETROPE_CLICKHOUSE_ADDR"); ok {
+		a.ClickHouse.Addr = v
+	}
+	return a, a.Validate()
+}
+
+func appYAMLError(path string, err error) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		// "line 3: field foo not found in type config.App"
+		var lines []string
+		for _, m := range te.Errors {
+			lines = append(lines, yamlError(path, errors.New("yaml: "+m)).Error())
+		}
+		return errors.New(strings.Join(lines, "\n"))
+	}
+	return yamlError(path, err)
+}
+
+// Validate reports the first invalid field by its YAML path.
+func (a App) Validate() error {
+	var errs []string
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Sprintf("config: %s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if a.InstanceID == "" || strings.ContainsAny(a.InstanceID, " \t\n/|") {
+		bad("instance_id (VELVETROPE_INSTANCE_ID)", "must be non-empty without spaces, '/' or '|', got %q", a.InstanceID)
+	}
+	if a.RulesReload <= 0 {
+		bad("rules_reload", "must be > 0, got %v", a.RulesReload)
+	}
+	checkAddr := func(field, addr string, allowEmpty bool) {
+		if addr == "" && allowEmpty {
+			return
+		}
+		if _, port, err := net.SplitHostPort(addr); err != nil {
+			bad(field, "want host:port, got %q (%v)", addr, err)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			bad(field, "bad port in %q", addr)
+		}
+	}
+	checkAddr("http.addr (VELVETROPE_HTTP_ADDR)", a.HTTP.Addr, false)
+	checkAddr("grpc.addr (VELVETROPE_GRPC_ADDR)", a.GRPC.Addr, true)
+	for _, r := range a.Redis.Addrs {
+		checkAddr("redis.addrs (VELVETROPE_REDIS_ADDRS)", r, false)
+	}
+	for _, b := range a.Kafka.Brokers {
+		checkAddr("kafka.brokers (VELVETROPE_KAFKA_BROKERS)", b, false)
+	}
+	checkAddr("clickhouse.addr (VELVETROPE_CLICKHOUSE_ADDR)", a.ClickHouse.Addr, true)
+	if a.HTTP.MaxBodyBytes <= 0 {
+		bad("http.max_body_bytes", "must be > 0, got %d", a.HTTP.MaxBodyBytes)
+	}
+	if a.HTTP.ReadTimeout <= 0 || a.HTTP.WriteTimeout <= 0 {
+		bad("http.read_timeout/write_timeout", "must be > 0")
+	}
+	if a.Kafka.Topic == "" {
+		bad("kafka.topic", "must not be empty")
+	}
+	if a.ClickHouse.Database == "" || strings.ContainsAny(a.ClickHouse.Database, " .`'\"") {
+		bad("clickhouse.database", "must be a plain identifier, got %q", a.ClickHouse.Database)
+	}
+	if a.Limiter.MaxKeys < 64 {
+		bad("limiter.max_keys", "must be at least 64, got %d", a.Limiter.MaxKeys)
+	}
+	if a.Limiter.IdempotencyTTL < 0 {
+		bad("limiter.idempotency_ttl", "must not be negative")
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "\n"))
+	}
+	return nil
+}

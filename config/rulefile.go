@@ -1,0 +1,575 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Unit is the time unit of a rate limit, as in Envoy's ratelimit service.
+type Unit int
+
+// Units, with Envoy's lengths: a month is 30 days, a year 365 days.
+const (
+	Second Unit = iota + 1
+	Minute
+	Hour
+	Day
+	Week
+	Month
+	Year
+)
+
+var unitNames = map[string]Unit{"second": Second, "minute": Minute, "hour": Hour, "day": Day,
+	"week": Week, "month": Month, "year": Year}
+
+// String returns the lowercase unit name used in rule files.
+func (u Unit) String() string {
+	for n, v := range unitNames {
+		if v == u {
+			return n
+		}
+	}
+	return "unknown"
+}
+
+// Duration returns the length of one unit.
+func (u Unit) Duration() time.Duration {
+	d := 24 * time.Hour
+	switch u {
+	case Second:
+		return time.Second
+	case Minute:
+		return time.Minute
+	case Hour:
+		return time.Hour
+	case Day:
+		return d
+	case Week:
+		return 7 * d
+	case Month:
+		return 30 * d
+	case Year:
+		return 365 * d
+	}
+	return 0
+}
+
+// Position is where a node was read.
+type Position struct {
+	File         string
+	Line, Column int
+}
+
+func (p Position) String() string { return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Column) }
+
+// RateLimit is a descriptor's rate_limit block. As in Envoy's service,
+// name and replaces live here: a matched rule whose replaces lists another
+// matched rule's name drops that rule for the request.
+type RateLimit struct {
+	Name            string
+	Unit            Unit
+	RequestsPerUnit int64 // 0 without an algorithm: refuse everything (Envoy's block)
+	Unlimited       bool
+	Replaces        []string
+}
+
+// Throttle is the velvetrope throttle extension.
+type Throttle struct {
+	Type           string // hard | soft | elastic
+	OveragePercent int64  // soft: admit up to limit × (1 + OveragePercent/100)
+	Pool           string // elastic: the capacity pool borrowed from
+	MaxMultiplier  int64  // elastic: never above limit × MaxMultiplier
+}
+
+// Descriptor is one node of a rule file's descriptor tree, as written.
+type Descriptor struct {
+	Key, Value     string
+	RateLimit      *RateLimit
+	ShadowMode     bool
+	DetailedMetric bool
+	ShareThreshold bool
+	Descriptors    []*Descriptor
+
+	// velvetrope extensions; empty means the default.
+	Algorithm string
+	Burst     int64
+	Throttle  Throttle
+	OnExceed  string
+	Mode      string
+	NearLimit string
+	Failure   string
+	Shards    int64
+
+	Pos Position
+}
+
+// File is one parsed rule file.
+type File struct {
+	Path        string
+	Domain      string
+	Descriptors []*Descriptor
+	Pos         Position
+}
+
+// parser walks a yaml.Node tree and collects every error with its position.
+type parser struct {
+	path string
+	errs ErrorList
+}
+
+func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
+	e := &Error{File: p.path, Msg: fmt.Sprintf(format, args...)}
+	if n != nil {
+		e.Line, e.Column = n.Line, n.Column
+	}
+	p.errs = append(p.errs, e)
+}
+
+func (p *parser) pos(n *yaml.Node) Position { return Position{p.path, n.Line, n.Column} }
+
+// ParseRules parses one rule file's bytes; path names it in errors.
+func ParseRules(path string, data []byte) (*File, error) {
+	p := &parser{path: path}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		p.errs = append(p.errs, yamlError(path, err))
+		return nil, p.errs
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		p.errorf(nil, "empty rule file: want a mapping with domain and descriptors")
+		return nil, p.errs
+	}
+	f := p.file(doc.Content[0])
+	return f, p.errs.err()
+}
+
+// yamlError turns a YAML syntax error ("yaml: line 3: ...") into a
+// positioned Error.
+func yamlError(path string, err error) *Error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	e := &Error{File: path, Msg: msg}
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if i := strings.IndexByte(rest, ':'); i > 0 {
+			if n, perr := strconv.Atoi(rest[:i]); perr == nil {
+				e.Line, e.Column, e.Msg = n, 1, strings.TrimSpace(rest[i+1:])
+			}
+		}
+	}
+	return e
+}
+
+// fields checks that n is a mapping with unique, known keys and calls fn
+// for each key/value pair.
+func (p *parser) fields(n *yaml.Node, what string, known []string, fn func(key string, k, v *yaml.Node)) bool {
+	n = resolve(n)
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "%s: want a mapping, got %s", what, kindName(n))
+		return false
+	}
+	seen := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], resolve(n.Content[i+1])
+		if prev, dup := seen[k.Value]; dup {
+			p.errorf(k, "%s: duplicate key %q (first at line %d)", what, k.Value, prev.Line)
+			continue
+		}
+		seen[k.Value] = k
+		if !slices.Contains(known, k.Value) {
+			p.errorf(k, "%s: unknown field %q (known: %s)", what, k.Value, strings.Join(known, ", "))
+			continue
+		}
+		fn(k.Value, k, v)
+	}
+	return true
+}
+
+func resolve(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "nothing"
+}
+
+func (p *parser) str(n *yaml.Node, field string) string {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		p.errorf(n, "%s: want a string, got %s", field, kindName(n))
+		return ""
+	}
+	return n.Value
+}
+
+func (p *parser) boolean(n *yaml.Node, field string) bool {
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
+		p.errorf(n, "%s: want true or false, got %s", field, kindName(n))
+	}
+	return b
+}
+
+func (p *parser) integer(n *yaml.Node, field string) int64 {
+	var v int64
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil {
+		p.errorf(n, "%s: want an integer, got %s", field, kindName(n))
+		return 0
+	}
+	return v
+}
+
+func (p *parser) file(n *yaml.Node) *File {
+	f := &File{Path: p.path, Pos: p.pos(n)}
+	var domainNode *yaml.Node
+	p.fields(n, "rule file", []string{"domain", "descriptors"}, func(key string, _, v *yaml.Node) {
+		switch key {
+		case "domain":
+			domainNode, f.Domain = v, p.str(v, "domain")
+		case "descriptors":
+			f.Descriptors = p.descriptors(v, "descriptors")
+		}
+	})
+	if domainNode == nil && n.Kind == yaml.MappingNode {
+		p.errorf(n, "rule file: missing domain")
+	} else if domainNode != nil && f.Domain == "" {
+		p.errorf(domainNode, "domain: must not be empty")
+	}
+	return f
+}
+
+var descriptorFields = []string{"key", "value", "rate_limit", "shadow_mode", "detailed_metric",
+	"share_threshold", "value_to_metric", "descriptors", "algorithm", "burst", "throttle", "on_exceed", "mode", "near_limit",
+	"failure", "shards"}
+
+func (p *parser) descriptors(n *yaml.Node, where string) []*Descriptor {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, "%s: want a list, got %s", where, kindName(n))
+		return nil
+	}
+	out := make([]*Descriptor, 0, len(n.Content))
+	seen := map[[2]string]*Descriptor{}
+	for _, item := range n.Content {
+		d := p.descriptor(resolve(item))
+		if d == nil {
+			continue
+		}
+		id := [2]string{d.Key, d.Value}
+		if prev, dup := seen[id]; dup {
+			what := "key " + strconv.Quote(d.Key)
+			if d.Value != "" {
+				what += " with value " + strconv.Quote(d.Value)
+			}
+			p.errorf(item, "duplicate descriptor: %s is already defined at line %d", what, prev.Pos.Line)
+			continue
+		}
+		seen[id] = d
+		out = append(out, d)
+	}
+	return out
+}
+
+func (p *parser) descriptor(n *yaml.Node) *Descriptor {
+	d := &Descriptor{Pos: p.pos(n)}
+	hasKey := false
+	ok := p.fields(n, "descriptor", descriptorFields, func(key string, _, v *yaml.Node) {
+		switch key {
+		case "key":
+			d.Key, hasKey = p.str(v, "key"), true
+		case "value":
+			d.Value = p.str(v, "value")
+		case "rate_limit":
+			d.RateLimit = p.rateLimit(v)
+		case "shadow_mode":
+			d.ShadowMode = p.boolean(v, "shadow_mode")
+		case "detailed_metric":
+			d.DetailedMetric = p.boolean(v, "detailed_metric")
+		case "share_threshold":
+			d.ShareThreshold = p.boolean(v, "share_threshold")
+		case "value_to_metric": // Envoy's metrics option; accepted, metrics carry values anyway
+			p.boolean(v, "value_to_metric")
+		case "descriptors":
+			d.Descriptors = p.descriptors(v, "descriptors")
+		case "algorithm":
+			d.Algorithm = p.enum(v, "algorithm", algorithms)
+		case "burst":
+			if d.Burst = p.integer(v, "burst"); d.Burst <= 0 {
+				p.errorf(v, "burst: must be > 0, got %s", v.Value)
+			}
+		case "throttle":
+			p.throttle(v, &d.Throttle)
+		case "on_exceed":
+			d.OnExceed = p.enum(v, "on_exceed", []string{"deny", "defer"})
+		case "mode":
+			d.Mode = p.enum(v, "mode", []string{"async", "sync", "local"})
+		case "near_limit":
+			d.NearLimit = p.enum(v, "near_limit", []string{"sync", "async"})
+		case "failure":
+			d.Failure = p.enum(v, "failure", []string{"open", "closed", "local_budget"})
+		case "shards":
+			if d.Shards = p.integer(v, "shards"); d.Shards < 1 || d.Shards > MaxShards {
+				p.errorf(v, "shards: must be between 1 and %d, got %s", MaxShards, v.Value)
+			}
+		}
+	})
+	if !ok {
+		return nil
+	}
+	if !hasKey || d.Key == "" {
+		p.errorf(n, "descriptor: missing key")
+	}
+	p.checkDescriptor(n, d)
+	return d
+}
+
+// MaxShards bounds the shards extension.
+const MaxShards = 64
+
+var algorithms = []string{"fixed_window", "sliding_window", "token_bucket", "gcra", "leaky_bucket", "sliding_log"}
+
+func (p *parser) enum(n *yaml.Node, field string, allowed []string) string {
+	s := p.str(n, field)
+	if s != "" && !slices.Contains(allowed, s) {
+		p.errorf(n, "%s: unknown value %q (want one of %s)", field, s, strings.Join(allowed, ", "))
+		return ""
+	}
+	return s
+}
+
+func (p *parser) rateLimit(n *yaml.Node) *RateLimit {
+	rl := &RateLimit{}
+	var unitNode, rpuNode *yaml.Node
+	p.fields(n, "rate_limit", []string{"unit", "requests_per_unit", "unlimited", "name", "replaces"}, func(key string, _, v *yaml.Node) {
+		switch key {
+		case "unit":
+			unitNode = v
+			s := strings.ToLower(p.str(v, "unit"))
+			if u, ok := unitNames[s]; ok {
+				rl.Unit = u
+			} else if s != "" {
+				p.errorf(v, "unit: unknown unit %q (want second, minute, hour, day, week, month or year)", v.Value)
+			}
+		case "requests_per_unit":
+			rpuNode, rl.RequestsPerUnit = v, p.integer(v, "requests_per_unit")
+		case "unlimited":
+			rl.Unlimited = p.boolean(v, "unlimited")
+		case "name":
+			rl.Name = p.str(v, "name")
+		case "replaces":
+			rl.Replaces = p.replaces(v)
+		}
+	})
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	switch {
+	case rl.Unlimited && unitNode != nil:
+		p.errorf(unitNode, "rate_limit: unit must not be set when unlimited is true")
+	case rl.Unlimited && rpuNode != nil:
+		p.errorf(rpuNode, "rate_limit: requests_per_unit must not be set when unlimited is true")
+	case rl.Unlimited:
+	case unitNode == nil:
+		p.errorf(n, "rate_limit: missing unit")
+	case rpuNode == nil:
+		p.errorf(n, "rate_limit: missing requests_per_unit")
+	case rl.RequestsPerUnit < 0:
+		p.errorf(rpuNode, "requests_per_unit: must not be negative, got %s", rpuNode.Value)
+	}
+	for _, r := range rl.Replaces {
+		if r == rl.Name {
+			p.errorf(n, "rate_limit: replaces must not name the rate limit itself (%q)", r)
+		}
+	}
+	return rl
+}
+
+func (p *parser) replaces(n *yaml.Node) []string {
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, "replaces: want a list of {name: ...}, got %s", kindName(n))
+		return nil
+	}
+	var names []string
+	for _, item := range n.Content {
+		name := ""
+		p.fields(item, "replaces", []string{"name"}, func(_ string, _, v *yaml.Node) { name = p.str(v, "name") })
+		if name == "" {
+			p.errorf(item, "replaces: missing name")
+			continue
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+func (p *parser) throttle(n *yaml.Node, t *Throttle) {
+	var overage, pool, mult *yaml.Node
+	p.fields(n, "throttle", []string{"type", "overage_percent", "pool", "max_multiplier"}, func(key string, _, v *yaml.Node) {
+		switch key {
+		case "type":
+			t.Type = p.enum(v, "throttle.type", []string{"hard", "soft", "elastic"})
+		case "overage_percent":
+			overage, t.OveragePercent = v, p.integer(v, "throttle.overage_percent")
+		case "pool":
+			pool, t.Pool = v, p.str(v, "throttle.pool")
+		case "max_multiplier":
+			mult, t.MaxMultiplier = v, p.integer(v, "throttle.max_multiplier")
+		}
+	})
+	if n.Kind != yaml.MappingNode {
+		return
+	}
+	switch t.Type {
+	case "", "hard":
+		for _, x := range []*yaml.Node{overage, pool, mult} {
+			if x != nil {
+				p.errorf(x, "throttle: overage_percent, pool and max_multiplier need type soft or elastic")
+				break
+			}
+		}
+	case "soft":
+		if overage == nil || t.OveragePercent <= 0 || t.OveragePercent > 1000 {
+			p.errorf(n, "throttle: type soft needs overage_percent between 1 and 1000")
+		}
+		if pool != nil || mult != nil {
+			p.errorf(n, "throttle: pool and max_multiplier belong to type elastic")
+		}
+	case "elastic":
+		if t.Pool == "" {
+			p.errorf(n, "throttle: type elastic needs a pool")
+		}
+		if mult == nil {
+			t.MaxMultiplier = 2
+		} else if t.MaxMultiplier < 2 || t.MaxMultiplier > 100 {
+			p.errorf(mult, "throttle.max_multiplier: must be between 2 and 100, got %d", t.MaxMultiplier)
+		}
+		if overage != nil {
+			p.errorf(overage, "throttle: overage_percent belongs to type soft")
+		}
+	}
+}
+
+// checkDescriptor reports extensions that contradict each other.
+func (p *parser) checkDescriptor(n *yaml.Node, d *Descriptor) {
+	ext := d.Algorithm != "" || d.Burst != 0 || d.Throttle.Type != "" || d.OnExceed != "" || d.Mode != "" ||
+		d.NearLimit != "" || d.Failure != "" || d.Shards != 0
+	if d.RateLimit == nil {
+		if ext {
+			p.errorf(n, "descriptor %q: limit extensions (algorithm, burst, throttle, ...) need a rate_limit", d.Key)
+		}
+		if d.ShadowMode {
+			p.errorf(n, "descriptor %q: shadow_mode needs a rate_limit", d.Key)
+		}
+		return
+	}
+	if d.RateLimit.Unlimited && ext {
+		p.errorf(n, "descriptor %q: an unlimited rate_limit takes no limit extensions", d.Key)
+		return
+	}
+	mode := d.Mode
+	if mode == "" {
+		mode = "async"
+	}
+	if d.RateLimit.RequestsPerUnit == 0 && !d.RateLimit.Unlimited && ext {
+		p.errorf(n, "descriptor %q: requests_per_unit 0 (refuse everything, as in Envoy) takes no limit extensions; set a limit > 0", d.Key)
+		return
+	}
+	switch {
+	case d.Algorithm == "sliding_log" && mode == "async":
+		p.errorf(n, "descriptor %q: algorithm sliding_log needs mode sync or local (async counters cannot keep a log)", d.Key)
+	case d.Algorithm == "sliding_log" && d.RateLimit.RequestsPerUnit > 1<<20:
+		p.errorf(n, "descriptor %q: sliding_log keeps one entry per request: requests_per_unit must be at most 1048576", d.Key)
+	}
+	if d.Burst != 0 && !slices.Contains([]string{"token_bucket", "gcra", "leaky_bucket"}, d.Algorithm) {
+		p.errorf(n, "descriptor %q: burst needs algorithm token_bucket, gcra or leaky_bucket", d.Key)
+	}
+	if d.NearLimit != "" && mode != "async" {
+		p.errorf(n, "descriptor %q: near_limit applies to mode async only", d.Key)
+	}
+	if d.Shards != 0 && mode == "local" {
+		p.errorf(n, "descriptor %q: shards apply to shared counters, not mode local", d.Key)
+	}
+	if d.Failure != "" && mode == "local" {
+		p.errorf(n, "descriptor %q: failure policies apply to shared counters, not mode local", d.Key)
+	}
+	if d.OnExceed == "defer" && d.ShadowMode {
+		p.errorf(n, "descriptor %q: on_exceed defer and shadow_mode contradict (shadow never refuses)", d.Key)
+	}
+	if d.Throttle.Type == "soft" && d.RateLimit.RequestsPerUnit > math.MaxInt64/1100 {
+		p.errorf(n, "descriptor %q: requests_per_unit too large for a soft overage", d.Key)
+	}
+}
+
+// ReadRuleFiles parses each path: a file, or a directory whose *.yaml and
+// *.yml files (recursively, in lexical order) are read.
+func ReadRuleFiles(paths ...string) ([]*File, error) {
+	var errs ErrorList
+	var files []*File
+	for _, root := range paths {
+		names, err := ruleFileNames(root)
+		if err != nil {
+			errs = append(errs, &Error{File: root, Msg: err.Error()})
+			continue
+		}
+		for _, name := range names {
+			data, err := os.ReadFile(name)
+			if err != nil {
+				errs = append(errs, &Error{File: name, Msg: err.Error()})
+				continue
+			}
+			f, err := ParseRules(name, data)
+			if err != nil {
+				errs = append(errs, err.(ErrorList)...)
+				continue
+			}
+			files = append(files, f)
+		}
+	}
+	return files, errs.err()
+}
+
+func ruleFileNames(root string) ([]string, error) {
+	info, err := os.Stat(root)
+	if err != nil {
+		return nil, err
+	}
+	if !info.IsDir() {
+		return []string{root}, nil
+	}
+	var names []string
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != root && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir // e.g. the ..data links of a Kubernetes ConfigMap
+		}
+		if ext := filepath.Ext(path); !d.IsDir() && (ext == ".yaml" || ext == ".yml") {
+			names = append(names, path)
+		}
+		return nil
+	})
+	if err == nil && len(names) == 0 {
+		err = fmt.Errorf("no *.yaml or *.yml rule files in directory")
+	}
+	slices.Sort(names)
+	return names, err
+}

@@ -1,0 +1,332 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/velvetrope/velvetrope/limiter"
+)
+
+// Entry is one key=value pair of a request descriptor.
+type Entry struct {
+	Key, Value string
+}
+
+// Rule is a compiled limit: what one matched descriptor path is held to.
+// Rules are immutable once in a RuleSet.
+type Rule struct {
+	// ID is the rule's stable identity: domain ":" path, the path being the
+	// descriptor keys (and values where the rule names one) joined by "/",
+	// e.g. "api:tenant/route=/export". Counters are keyed by it, not by
+	// the limit, so editing a limit keeps the count.
+	ID     string
+	Domain string
+	Name   string // rate_limit.name, the target of other rules' replaces
+	Path   []Entry
+
+	Unlimited      bool
+	Limit          int64 // requests_per_unit; 0 refuses every request (Envoy's block)
+	Unit           Unit
+	Window         time.Duration // Unit.Duration()
+	Shadow         bool
+	DetailedMetric bool
+	Replaces       []string
+	// Shared[i] is true where entry i is a wildcard with share_threshold:
+	// every matching value counts against one counter.
+	Shared []bool
+
+	// Algorithm is "" for Envoy's semantics (fixed window aligned to the
+	// unit, every call charged), or the extension's name.
+	Algorithm string
+	Burst     int64
+	Throttle  Throttle
+	OnExceed  string // deny | defer
+	Mode      string // async | sync | local
+	NearLimit string // sync | async
+	Failure   string // open | closed | local_budget
+	Shards    int64
+
+	// Limiter is the exact in-process algorithm for this rule, built once
+	// (an interface value, so passing it allocates nothing). A soft
+	// throttle's ceiling is part of it. Nil for unlimited rules and for
+	// Limit 0.
+	Limiter limiter.Algorithm
+	Pos     Position
+}
+
+// Ceiling is the most the rule admits per window: the limit, raised by a
+// soft throttle's overage.
+func (r *Rule) Ceiling() int64 {
+	if r.Throttle.Type == "soft" {
+		return r.Limit + (r.Limit*r.Throttle.OveragePercent+99)/100
+	}
+	return r.Limit
+}
+
+// Capacity is the bucket size for bucket algorithms (burst, else the limit)
+// and the ceiling for windows.
+func (r *Rule) Capacity() int64 {
+	if r.Burst > 0 {
+		return r.Burst
+	}
+	return r.Ceiling()
+}
+
+func (r *Rule) buildLimiter() limiter.Algorithm {
+	rate := limiter.Rate{Tokens: r.Limit, Period: r.Window}
+	switch r.Algorithm {
+	case "":
+		return limiter.FixedWindow{Limit: r.Ceiling(), Window: r.Window, ChargeDenied: true}
+	case "fixed_window":
+		return limiter.FixedWindow{Limit: r.Ceiling(), Window: r.Window}
+	case "sliding_window":
+		return limiter.SlidingWindow{Limit: r.Ceiling(), Window: r.Window}
+	case "sliding_log":
+		return limiter.SlidingLog{Limit: r.Ceiling(), Window: r.Window}
+	case "token_bucket":
+		return limiter.TokenBucket{Capacity: r.Capacity(), Refill: rate}
+	case "gcra":
+		return limiter.GCRA{Burst: r.Capacity(), Rate: rate}
+	case "leaky_bucket":
+		return limiter.LeakyBucket{Capacity: r.Capacity(), Leak: rate}
+	}
+	return nil
+}
+
+// AppendCounterKey appends the counter identity of rule for a request's
+// entries to buf: the rule ID, then each request value ("*"-patterns that
+// share a threshold contribute the pattern). It allocates only if buf must
+// grow; reuse buf across calls.
+func AppendCounterKey(buf []byte, r *Rule, entries []Entry) []byte {
+	buf = append(buf, r.ID...)
+	for i, e := range entries {
+		buf = append(buf, '|')
+		buf = append(buf, e.Key...)
+		buf = append(buf, '=')
+		if i < len(r.Shared) && r.Shared[i] {
+			buf = append(buf, r.Path[i].Value...)
+		} else {
+			buf = append(buf, e.Value...)
+		}
+	}
+	return buf
+}
+
+// node is one level of a domain's descriptor tree.
+type node struct {
+	exact    map[Entry]*node // key with value
+	wild     []wildNode      // key with a "*" pattern, in file order
+	keyOnly  map[string]*node
+	rule     *Rule
+	hasChild bool
+}
+
+type wildNode struct {
+	key, pattern string
+	next         *node
+}
+
+// RuleSet is an immutable, compiled set of rules for any number of domains,
+// safe for concurrent use without locks.
+type RuleSet struct {
+	domains map[string]*node
+	rules   []*Rule
+	files   []string
+}
+
+// Match returns the rule for one request descriptor in domain, or nil when
+// none applies. As in Envoy's ratelimit service, each entry descends one
+// level, trying the exact value, then wildcard values (in file order), then
+// the key-only default; a descriptor deeper than the tree, or one ending
+// on a level without rate_limit, matches nothing. It does not allocate.
+func (rs *RuleSet) Match(domain string, entries []Entry) *Rule {
+	if rs == nil || len(entries) == 0 {
+		return nil
+	}
+	n := rs.domains[domain]
+	for _, e := range entries {
+		if n == nil {
+			return nil
+		}
+		next := n.exact[Entry{e.Key, e.Value}]
+		if next == nil {
+			for i := range n.wild {
+				if w := &n.wild[i]; w.key == e.Key && Glob(w.pattern, e.Value) {
+					next = w.next
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = n.keyOnly[e.Key]
+		}
+		n = next
+	}
+	if n == nil {
+		return nil
+	}
+	return n.rule
+}
+
+// HasDomain reports whether the set has rules for domain.
+func (rs *RuleSet) HasDomain(domain string) bool {
+	_, ok := rs.domains[domain]
+	return ok
+}
+
+// Domains returns the domain names, sorted.
+func (rs *RuleSet) Domains() []string {
+	out := make([]string, 0, len(rs.domains))
+	for d := range rs.domains {
+		out = append(out, d)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Rules returns every rule, in file order.
+func (rs *RuleSet) Rules() []*Rule { return rs.rules }
+
+// Files returns the files the set was loaded from.
+func (rs *RuleSet) Files() []string { return rs.files }
+
+// Glob reports whether value matches pattern, where each "*" matches any
+// run of characters (possibly empty). It does not allocate.
+func Glob(pattern, value string) bool {
+	// Greedy match with backtracking to the last star: linear for one
+	// star, O(n·m) at worst, never exponential.
+	p, v := 0, 0
+	star, mark := -1, 0
+	for v < len(value) {
+		switch {
+		case p < len(pattern) && pattern[p] == '*':
+			star, mark = p, v
+			p++
+		case p < len(pattern) && pattern[p] == value[v]:
+			p++
+			v++
+		case star >= 0:
+			p = star + 1
+			mark++
+			v = mark
+		default:
+			return false
+		}
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
+}
+
+// Compile builds a RuleSet from parsed files, reporting duplicate domains
+// and limits the algorithms cannot run with their positions.
+func Compile(files []*File) (*RuleSet, error) {
+	rs := &RuleSet{domains: map[string]*node{}}
+	var errs ErrorList
+	first := map[string]*File{}
+	for _, f := range files {
+		rs.files = append(rs.files, f.Path)
+		if prev, dup := first[f.Domain]; dup {
+			errs = append(errs, &Error{File: f.Path, Line: f.Pos.Line, Column: f.Pos.Column,
+				Msg: fmt.Sprintf("domain %q is already defined in %s", f.Domain, prev.Path)})
+			continue
+		}
+		first[f.Domain] = f
+		root := &node{}
+		rs.domains[f.Domain] = root
+		rs.build(root, f.Domain, nil, nil, f.Descriptors, &errs)
+	}
+	if err := errs.err(); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+func posError(p Position, msg string) *Error {
+	return &Error{File: p.File, Line: p.Line, Column: p.Column, Msg: msg}
+}
+
+func (rs *RuleSet) build(n *node, domain string, path []Entry, shared []bool, ds []*Descriptor, errs *ErrorList) {
+	for _, d := range ds {
+		e := Entry{d.Key, d.Value}
+		p := append(slices.Clip(path), e)
+		sh := append(slices.Clip(shared), d.ShareThreshold && strings.Contains(d.Value, "*"))
+		child := &node{}
+		switch {
+		case d.Value == "":
+			if n.keyOnly == nil {
+				n.keyOnly = map[string]*node{}
+			}
+			n.keyOnly[d.Key] = child
+		case strings.Contains(d.Value, "*"):
+			n.wild = append(n.wild, wildNode{d.Key, d.Value, child})
+		default:
+			if n.exact == nil {
+				n.exact = map[Entry]*node{}
+			}
+			n.exact[e] = child
+		}
+		n.hasChild = true
+		if d.RateLimit != nil {
+			r := newRule(domain, p, sh, d)
+			if r.Limiter != nil && r.Limit > 0 {
+				if err := r.Limiter.Validate(); err != nil {
+					*errs = append(*errs, posError(d.Pos, fmt.Sprintf("descriptor %q: %v", d.Key, err)))
+				}
+			}
+			child.rule = r
+			rs.rules = append(rs.rules, r)
+		}
+		rs.build(child, domain, p, sh, d.Descriptors, errs)
+	}
+}
+
+func newRule(domain string, path []Entry, shared []bool, d *Descriptor) *Rule {
+	parts := make([]string, len(path))
+	for i, e := range path {
+		parts[i] = e.Key
+		if e.Value != "" {
+			parts[i] += "=" + e.Value
+		}
+	}
+	r := &Rule{
+		ID: domain + ":" + strings.Join(parts, "/"), Domain: domain, Name: d.RateLimit.Name, Path: path,
+		Shared: shared, Unlimited: d.RateLimit.Unlimited, Limit: d.RateLimit.RequestsPerUnit,
+		Unit: d.RateLimit.Unit, Window: d.RateLimit.Unit.Duration(), Shadow: d.ShadowMode,
+		DetailedMetric: d.DetailedMetric, Replaces: d.RateLimit.Replaces, Algorithm: d.Algorithm, Burst: d.Burst,
+		Throttle: d.Throttle, OnExceed: or(d.OnExceed, "deny"), Mode: or(d.Mode, "async"),
+		NearLimit: d.NearLimit, Failure: or(d.Failure, "open"), Shards: d.Shards, Pos: d.Pos,
+	}
+	if r.Throttle.Type == "" {
+		r.Throttle.Type = "hard"
+	}
+	if r.Mode == "async" && r.NearLimit == "" {
+		r.NearLimit = "sync"
+	}
+	if r.Shards == 0 {
+		r.Shards = 1
+	}
+	if !r.Unlimited && r.Limit > 0 {
+		r.Limiter = r.buildLimiter()
+	}
+	return r
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// LoadRules reads and compiles the rule files and directories at paths.
+func LoadRules(paths ...string) (*RuleSet, error) {
+	files, err := ReadRuleFiles(paths...)
+	if err != nil {
+		return nil, err
+	}
+	return Compile(files)
+}
