@@ -1,0 +1,75 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestLoadAppDefaultsWithoutFile(t *testing.T) {
+	a, err := LoadApp("", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.HTTP.Addr != ":8080" || a.GRPC.Addr != ":8081" || a.Kafka.Topic == "" || a.ClickHouse.Database != "velvetrope" ||
+		a.InstanceID == "" || a.Limiter.MaxKeys != 1<<20 {
+		t.Fatalf("defaults: %+v", a)
+	}
+}
+
+func TestLoadAppFileAndEnv(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "velvetrope.yaml")
+	os.WriteFile(path, []byte("instance_id: a1\nhttp:\n  addr: 127.0.0.1:9000\nrules_reload: 2s\nredis:\n  addrs: [127.0.0.1:6379]\n"), 0o644)
+	a, err := LoadApp(path, env(map[string]string{
+		"VELVETROPE_REDIS_ADDRS":     "127.0.0.1:7000, 127.0.0.1:7001,127.0.0.1:7002",
+		"VELVETROPE_KAFKA_BROKERS":   "127.0.0.1:9092",
+		"VELVETROPE_CLICKHOUSE_ADDR": "127.0.0.1:9000",
+		"VELVETROPE_RULES":           "/etc/rules,/etc/more",
+		"VELVETROPE_GRPC_ADDR":       ":9191",
+		"VELVETROPE_INSTANCE_ID":     "checker-7",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.InstanceID != "checker-7" || a.HTTP.Addr != "127.0.0.1:9000" || a.RulesReload != 2*time.Second ||
+		len(a.Redis.Addrs) != 3 || a.Redis.Addrs[1] != "127.0.0.1:7001" || a.Kafka.Brokers[0] != "127.0.0.1:9092" ||
+		a.ClickHouse.Addr != "127.0.0.1:9000" || len(a.Rules) != 2 || a.GRPC.Addr != ":9191" {
+		t.Fatalf("got %+v", a)
+	}
+}
+
+func TestLoadAppErrors(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		name, file string
+		env        map[string]string
+		want       string
+	}{
+		{"unknown field", "http:\n  adr: x\n", nil, "velvetrope.yaml:2:1: field adr not found"},
+		{"bad duration", "rules_reload: soon\n", nil, "velvetrope.yaml:1:1:"},
+		{"bad http addr env", "", map[string]string{"VELVETROPE_HTTP_ADDR": "8080"}, "http.addr (VELVETROPE_HTTP_ADDR): want host:port"},
+		{"bad redis addr", "", map[string]string{"VELVETROPE_REDIS_ADDRS": "localhost"}, "redis.addrs (VELVETROPE_REDIS_ADDRS)"},
+		{"bad port", "", map[string]string{"VELVETROPE_KAFKA_BROKERS": "h:99999"}, "kafka.brokers (VELVETROPE_KAFKA_BROKERS): bad port"},
+		{"bad instance", "", map[string]string{"VELVETROPE_INSTANCE_ID": "a b"}, "instance_id (VELVETROPE_INSTANCE_ID)"},
+		{"zero max keys", "limiter:\n  max_keys: 0\n", nil, "limiter.max_keys: must be at least 64"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(dir, "velvetrope.yaml")
+			os.WriteFile(path, []byte(c.file), 0o644)
+			_, err := LoadApp(path, env(c.env))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want it to contain %q", err, c.want)
+			}
+		})
+	}
+	if _, err := LoadApp(filepath.Join(dir, "missing.yaml"), env(nil)); err == nil {
+		t.Fatal("missing file accepted")
+	}
+}
