@@ -1,0 +1,74 @@
+// Package testsvc gives integration tests the addresses of the real
+// services that scripts/services.sh starts (Redis, a Redis Cluster, Kafka,
+// ClickHouse) and names that keep parallel test packages apart.
+//
+// A test asks for a service with [Redis], [RedisCluster], [Kafka] or
+// [ClickHouse]. When the address variable is unset (a plain `go test
+// ./...`) the test is skipped; when it is set, the service must answer, or
+// the test fails: a configured service that is down is a failure, never a
+// silent skip.
+package testsvc
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Variables holding the service addresses (host:port, no scheme).
+const (
+	EnvRedis        = "VELVETROPE_TEST_REDIS"
+	EnvRedisCluster = "VELVETROPE_TEST_REDIS_CLUSTER" // comma-separated
+	EnvKafka        = "VELVETROPE_TEST_KAFKA"
+	EnvClickHouse   = "VELVETROPE_TEST_CLICKHOUSE" // native protocol port
+	EnvScript       = "VELVETROPE_TEST_SERVICES_SCRIPT"
+)
+
+func addrs(t testing.TB, env string) []string {
+	t.Helper()
+	v := strings.TrimSpace(os.Getenv(env))
+	if v == "" {
+		t.Skipf("%s is unset: run `make test` (or source .services.env) for integration tests", env)
+	}
+	var out []string
+	for _, a := range strings.Split(v, ",") {
+		a = strings.TrimSpace(a)
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			t.Fatalf("%s=%q: want host:port[,host:port]: %v", env, v, err)
+		}
+		conn, err := net.DialTimeout("tcp", a, 3*time.Second)
+		if err != nil {
+			t.Fatalf("%s is set but %s does not answer: %v", env, a, err)
+		}
+		conn.Close()
+		out = append(out, a)
+	}
+	return out
+}
+
+// Redis returns the standalone Redis address.
+func Redis(t testing.TB) string { t.Helper(); return addrs(t, EnvRedis)[0] }
+
+// RedisCluster returns the seed addresses of the 3-node Redis Cluster.
+func RedisCluster(t testing.TB) []string { t.Helper(); return addrs(t, EnvRedisCluster) }
+
+// Kafka returns the broker address.
+func Kafka(t testing.TB) string { t.Helper(); return addrs(t, EnvKafka)[0] }
+
+// ClickHouse returns the ClickHouse native-protocol address.
+func ClickHouse(t testing.TB) string { t.Helper(); return addrs(t, EnvClickHouse)[0] }
+
+// Unique returns prefix plus a random suffix safe in Redis keys, Kafka
+// topic names and ClickHouse identifiers, so that tests running in parallel
+// against the same services never share state.
+func Unique(prefix string) string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return prefix + "_" + hex.EncodeToString(b[:])
+}
