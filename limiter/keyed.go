@@ -400,3 +400,53 @@ func (k *Keyed) Len() int {
 
 // Evictions returns how many keys were evicted to stay within MaxKeys.
 func (k *Keyed) Evictions() uint64 { return k.evictions.Load() }
+
+// PeekAt decides cost for key at now exactly as AllowAt would, without
+// changing anything: no charge, no key created, no request id remembered.
+// Callers that must check several limits before charging any use it.
+func (k *Keyed) PeekAt(key string, alg Algorithm, now, cost int64) (d Decision, err error) {
+	if err := alg.Validate(); err != nil {
+		return Decision{RetryAfter: Never}, err
+	}
+	h := maphash.String(k.seed, key)
+	sh := &k.shards[h&k.mask]
+	sh.mu.Lock()
+	var st State
+	e := sh.keys[h]
+	if e != nil && e.key != key {
+		e = sh.spill[key]
+	}
+	switch {
+	case e == nil:
+		if sh.tombs != nil {
+			i, j := tombSlots(h, len(sh.tombs))
+			if t := min(sh.tombs[i], sh.tombs[j]); t > now {
+				st = restored(alg, t, now)
+			}
+		}
+	case e.alg != alg:
+		st = changed(e, alg, now)
+	default:
+		st = e.st
+		st.log = e.st.log.clone()
+	}
+	sh.mu.Unlock()
+	err = decide(alg, &st, now, cost, &d)
+	return d, err
+}
+
+// restored and changed run the rare paths of PeekAt on heap copies, so the
+// common path's state stays on the stack (passing its address to an
+// interface method would move it to the heap on every call).
+func restored(alg Algorithm, idleAt, now int64) State {
+	s := new(State)
+	alg.restore(s, idleAt, now)
+	return *s
+}
+
+func changed(e *entry, alg Algorithm, now int64) State {
+	tmp := &entry{alg: e.alg, st: e.st}
+	tmp.st.log = e.st.log.clone()
+	change(tmp, alg, now)
+	return tmp.st
+}

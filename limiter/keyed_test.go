@@ -181,3 +181,32 @@ func TestKeyedConcurrentStress(t *testing.T) {
 		}
 	}
 }
+
+func TestKeyedPeekChangesNothing(t *testing.T) {
+	algs := []Algorithm{
+		TokenBucket{Capacity: 3, Refill: PerSecond(1)}, GCRA{Burst: 3, Rate: PerSecond(1)},
+		LeakyBucket{Capacity: 3, Leak: PerSecond(1)}, FixedWindow{Limit: 3, Window: time.Second},
+		SlidingWindow{Limit: 3, Window: time.Second}, SlidingLog{Limit: 3, Window: time.Second},
+	}
+	for _, alg := range algs {
+		t.Run(typeName(alg), func(t *testing.T) {
+			k, _ := NewKeyed()
+			if d, _ := k.PeekAt("a", alg, w0, 3); !d.Allowed || d.Remaining != 0 {
+				t.Fatalf("peek on a fresh key: %+v", d)
+			}
+			if k.Len() != 0 {
+				t.Fatal("peek created a key")
+			}
+			k.AllowAt("a", alg, w0, 2, "")
+			p1, _ := k.PeekAt("a", alg, w0, 2)
+			p2, _ := k.PeekAt("a", alg, w0, 2)
+			real, _ := k.AllowAt("a", alg, w0, 2, "")
+			if p1 != p2 || p1 != real || p1.Allowed {
+				t.Fatalf("peeks %+v %+v must equal the real refusal %+v", p1, p2, real)
+			}
+			if d, _ := k.AllowAt("a", alg, w0, 1, ""); !d.Allowed {
+				t.Fatal("peek consumed budget")
+			}
+		})
+	}
+}

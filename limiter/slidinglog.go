@@ -128,3 +128,14 @@ func (l SlidingLog) restore(s *State, idleAt, now int64) {
 	}
 	s.set, s.at, s.log = true, now, &slog{ts: []int64{at}, cost: []int64{l.Limit}, sum: l.Limit}
 }
+
+// clone returns a deep copy of g (nil for nil).
+func (g *slog) clone() *slog {
+	if g == nil {
+		return nil
+	}
+	c := &slog{head: 0, sum: g.sum}
+	c.ts = append([]int64(nil), g.ts[g.head:]...)
+	c.cost = append([]int64(nil), g.cost[g.head:]...)
+	return c
+}

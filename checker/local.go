@@ -1,0 +1,211 @@
+package checker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/limiter"
+)
+
+// Local decides from exact in-process limiters: every counter lives in this
+// process. It is what `mode: local` rules run and what `velvetrope dev`
+// serves. Safe for concurrent use.
+type Local struct {
+	rules *config.Store
+	keyed *limiter.Keyed
+	clock limiter.Clock
+	idem  *idempotency
+	bufs  sync.Pool // *[]byte scratch for counter keys
+}
+
+// NewLocal returns a Local deciding with the live rules of store, keeping
+// counters in keyed (its bounds and eviction policy apply), reading time
+// from clock, and remembering request ids for idemTTL (0 disables
+// request-level idempotency).
+func NewLocal(store *config.Store, keyed *limiter.Keyed, clock limiter.Clock, idemTTL time.Duration) (*Local, error) {
+	if store == nil || keyed == nil || clock == nil {
+		return nil, errors.New("checker: NewLocal needs a rule store, a keyed limiter and a clock")
+	}
+	l := &Local{rules: store, keyed: keyed, clock: clock}
+	if idemTTL > 0 {
+		l.idem = newIdempotency(int64(idemTTL), 1<<16)
+	}
+	l.bufs.New = func() any { b := make([]byte, 0, 256); return &b }
+	return l, nil
+}
+
+// Rules returns the live rule set.
+func (l *Local) Rules() *config.RuleSet { return l.rules.Load() }
+
+// Check decides req into d, reusing d.Statuses' capacity. It returns an
+// error only for a malformed request (a *FieldError) or an internal fault;
+// a refusal is a Decision, not an error.
+func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
+	rs := l.rules.Load()
+	if err := req.Validate(rs); err != nil {
+		return err
+	}
+	now := l.clock.Now()
+	if req.RequestID != "" && l.idem != nil && l.idem.get(req.Domain, req.RequestID, now, d) {
+		return nil
+	}
+	n := len(req.Descriptors)
+	d.Statuses = slices.Grow(d.Statuses[:0], n)[:n]
+
+	var matched [MaxDescriptors]*config.Rule
+	for i := range req.Descriptors {
+		matched[i] = rs.Match(req.Domain, req.Descriptors[i].Entries)
+	}
+	dropReplaced(matched[:n])
+
+	bufp := l.bufs.Get().(*[]byte)
+	defer l.bufs.Put(bufp)
+	// Phase 1: Envoy-semantics rules are charged now (every call counts);
+	// algorithm rules are only peeked.
+	denied := false
+	var peeked [MaxDescriptors]limiter.Decision // algorithm rules' peeks, by descriptor
+	for i := range n {
+		st := &d.Statuses[i]
+		*st = Status{Code: OK, Rule: matched[i]}
+		r := matched[i]
+		if r == nil || r.Unlimited {
+			continue
+		}
+		var ld limiter.Decision
+		var err error
+		switch {
+		case r.Limit == 0: // Envoy's block: everything is over
+			ld = limiter.Decision{RetryAfter: limiter.Never,
+				ResetAfter: time.Duration(r.Window.Nanoseconds() - now%r.Window.Nanoseconds())}
+		case r.Algorithm == "":
+			ld, err = l.keyed.AllowAt(l.key(bufp, r, req, i), r.Limiter, now, req.Hits, "")
+		default:
+			ld, err = l.keyed.PeekAt(l.key(bufp, r, req, i), r.Limiter, now, req.Hits)
+			peeked[i] = ld
+		}
+		if err != nil && !errors.Is(err, limiter.ErrCostExceedsLimit) {
+			return fmt.Errorf("checker: rule %s: %w", r.ID, err)
+		}
+		fill(st, r, ld)
+		if st.Code == OverLimit {
+			denied = true
+		}
+	}
+	// Phase 2: the request stands; charge the algorithm rules. A charge
+	// refused here lost a race with a concurrent request between peek and
+	// charge: the request is then refused, and what phase 2 already
+	// charged stays charged (conservative: never admits more).
+	if !denied {
+		for i := range n {
+			r := matched[i]
+			st := &d.Statuses[i]
+			if r == nil || r.Unlimited || r.Limit == 0 || r.Algorithm == "" || st.Shadowed {
+				continue
+			}
+			ld, err := l.keyed.AllowAt(l.key(bufp, r, req, i), r.Limiter, now, req.Hits, "")
+			if err != nil && !errors.Is(err, limiter.ErrCostExceedsLimit) {
+				return fmt.Errorf("checker: rule %s: %w", r.ID, err)
+			}
+			peeked[i] = limiter.Decision{} // charged: its status is the real one
+			fill(st, r, ld)
+			if st.Code == OverLimit {
+				denied = true
+			}
+		}
+	}
+	d.Code = OK
+	if denied {
+		d.Code = OverLimit
+		// Nothing was charged to the algorithm rules that would have
+		// admitted: report what they really have left.
+		for i := range n {
+			if r := matched[i]; r != nil && r.Algorithm != "" && peeked[i].Allowed {
+				peeked[i].Remaining += req.Hits
+				fill(&d.Statuses[i], r, peeked[i])
+			}
+		}
+	}
+	if req.RequestID != "" && l.idem != nil {
+		l.idem.put(req.Domain, req.RequestID, now, d)
+	}
+	return nil
+}
+
+// key builds descriptor i's counter key in the pooled buffer and returns it
+// as a string that aliases the buffer. limiter.Keyed copies the key when it
+// keeps it, so the alias is never retained past the call.
+func (l *Local) key(bufp *[]byte, r *config.Rule, req *Request, i int) string {
+	*bufp = config.AppendCounterKey((*bufp)[:0], r, req.Descriptors[i].Entries)
+	b := *bufp
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// fill turns a limiter decision into a status under rule r, applying
+// shadow mode and the soft throttle's overage.
+func fill(st *Status, r *config.Rule, ld limiter.Decision) {
+	st.Limit = r.Limit
+	over := r.Ceiling() - r.Limit // soft overage, 0 for hard rules
+	st.Remaining = max(ld.Remaining-over, 0)
+	st.ResetAfter = max(ld.ResetAfter, 0)
+	st.RetryNever = ld.RetryNever()
+	if !ld.Allowed {
+		st.RetryAfter = max(ld.RetryAfter, 0)
+	}
+	switch {
+	case !ld.Allowed && r.Shadow:
+		st.Code, st.Shadowed, st.RetryAfter, st.RetryNever = OK, true, 0, false
+	case !ld.Allowed:
+		st.Code = OverLimit
+	default:
+		st.Code = OK
+		st.OverSoft = over > 0 && ld.Remaining < over
+	}
+}
+
+// dropReplaced removes, as Envoy does, every matched rule whose name is
+// listed in another matched rule's replaces.
+func dropReplaced(rules []*config.Rule) {
+	var drop [MaxDescriptors]bool
+	found := false
+	for _, r := range rules {
+		if r == nil || len(r.Replaces) == 0 {
+			continue
+		}
+		for j, o := range rules {
+			if o != nil && o.Name != "" && slices.Contains(r.Replaces, o.Name) {
+				drop[j], found = true, true
+			}
+		}
+	}
+	if !found {
+		return
+	}
+	for j := range rules {
+		if drop[j] {
+			rules[j] = nil
+		}
+	}
+}
+
+// RetryAfter returns how long the caller should wait before retrying a
+// refused request: the longest wait among refusing statuses, and never
+// when one of them can never pass.
+func (d *Decision) RetryAfter() (wait time.Duration, never bool) {
+	for i := range d.Statuses {
+		st := &d.Statuses[i]
+		if st.Code != OverLimit {
+			continue
+		}
+		if st.RetryNever {
+			return 0, true
+		}
+		wait = max(wait, st.RetryAfter)
+	}
+	return wait, false
+}

@@ -1,0 +1,137 @@
+package checker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/velvetrope/velvetrope/config"
+)
+
+// MaxDescriptors bounds the descriptors of one request, and MaxEntries the
+// entries of one descriptor: enough for any real hierarchy, small enough
+// that a hostile request cannot make a decision expensive.
+const (
+	MaxDescriptors = 32
+	MaxEntries     = 16
+	// MaxHits bounds the cost of one request.
+	MaxHits = 1 << 32
+)
+
+// Descriptor is one aspect of a request, such as [remote_address=1.2.3.4]
+// or [tenant=acme, route=/export].
+type Descriptor struct {
+	Entries []config.Entry
+}
+
+// Request asks for a decision. Hits is the cost: 0 is a probe that reports
+// without consuming. A non-empty RequestID makes retries idempotent: a
+// request with the same domain and id inside the idempotency TTL gets the
+// first answer again and is not charged twice.
+type Request struct {
+	Domain      string
+	Descriptors []Descriptor
+	Hits        int64
+	RequestID   string
+}
+
+// Code is the outcome of one descriptor or a whole request.
+type Code uint8
+
+// Codes.
+const (
+	OK        Code = iota + 1 // within the limit, or no limit applies
+	OverLimit                 // refused
+)
+
+func (c Code) String() string {
+	switch c {
+	case OK:
+		return "allow"
+	case OverLimit:
+		return "deny"
+	}
+	return "unknown"
+}
+
+// Status is the decision for one descriptor.
+type Status struct {
+	Code Code
+	// Rule is the matched rule; nil when no rule applies (no match, or the
+	// rule was replaced by another descriptor's rule).
+	Rule *config.Rule
+	// Limit and Remaining are in hits per the rule's window; Remaining is
+	// what is left after this request.
+	Limit, Remaining int64
+	// ResetAfter is how long until the counter is fresh again; RetryAfter
+	// how long until the same request could pass (0 when allowed). When
+	// RetryNever is set, waiting cannot help (the hits exceed what the rule
+	// can ever admit, or the rule blocks everything).
+	ResetAfter, RetryAfter time.Duration
+	RetryNever             bool
+	// Shadowed is set when a shadow_mode rule would have refused: the
+	// status says OK and the refusal is only recorded.
+	Shadowed bool
+	// OverSoft is set when a soft throttle admitted the request above the
+	// base limit (within the overage).
+	OverSoft bool
+}
+
+// Decision is the outcome of a request: OverLimit if any status is.
+type Decision struct {
+	Code     Code
+	Statuses []Status
+}
+
+// Allowed reports whether the request was admitted.
+func (d *Decision) Allowed() bool { return d.Code == OK }
+
+// Errors a caller can branch on (an HTTP layer maps them to 400).
+var (
+	ErrUnknownDomain  = errors.New("unknown domain")
+	ErrNoDescriptors  = errors.New("no descriptors")
+	ErrBadRequest     = errors.New("bad request")
+	ErrNegativeHits   = errors.New("negative hits")
+	errTooManyEntries = fmt.Errorf("%w: a descriptor has more than %d entries", ErrBadRequest, MaxEntries)
+)
+
+// FieldError names the request field that is wrong, for API answers.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Validate checks the shape of r against rs, naming the field at fault.
+func (r *Request) Validate(rs *config.RuleSet) error {
+	switch {
+	case r.Domain == "":
+		return &FieldError{"domain", fmt.Errorf("%w: must not be empty", ErrBadRequest)}
+	case rs == nil || !rs.HasDomain(r.Domain):
+		return &FieldError{"domain", fmt.Errorf("%w %q", ErrUnknownDomain, r.Domain)}
+	case len(r.Descriptors) == 0:
+		return &FieldError{"descriptors", ErrNoDescriptors}
+	case len(r.Descriptors) > MaxDescriptors:
+		return &FieldError{"descriptors", fmt.Errorf("%w: more than %d descriptors", ErrBadRequest, MaxDescriptors)}
+	case r.Hits < 0:
+		return &FieldError{"hits", ErrNegativeHits}
+	case r.Hits > MaxHits:
+		return &FieldError{"hits", fmt.Errorf("%w: above %d", ErrBadRequest, int64(MaxHits))}
+	}
+	for i, d := range r.Descriptors {
+		switch {
+		case len(d.Entries) == 0:
+			return &FieldError{fmt.Sprintf("descriptors[%d].entries", i), fmt.Errorf("%w: must not be empty", ErrBadRequest)}
+		case len(d.Entries) > MaxEntries:
+			return &FieldError{fmt.Sprintf("descriptors[%d].entries", i), errTooManyEntries}
+		}
+		for j, e := range d.Entries {
+			if e.Key == "" {
+				return &FieldError{fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), fmt.Errorf("%w: must not be empty", ErrBadRequest)}
+			}
+		}
+	}
+	return nil
+}
