@@ -299,3 +299,16 @@ func TestLoadRulesReportsEveryFile(t *testing.T) {
 		t.Fatalf("empty directory: got %v", err)
 	}
 }
+
+func TestExampleRules(t *testing.T) {
+	rs, err := ExampleRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range [][]Entry{entries("user_id", "priya"), entries("remote_address", "1.2.3.4"),
+		entries("tenant", "acme", "route", "/export"), entries("login", "priya")} {
+		if rs.Match("api", e) == nil {
+			t.Fatalf("example rules do not limit %v", e)
+		}
+	}
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+
+	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/httpapi"
+	"github.com/velvetrope/velvetrope/limiter"
+)
+
+// runDev implements `velvetrope dev`: the HTTP check API over the exact
+// in-process limiter, with the built-in example rules unless --rules says
+// otherwise. It runs until SIGINT or SIGTERM.
+func runDev(args []string, stdout, stderr io.Writer) int {
+	app, err := devConfig(args, stderr)
+	if err != nil {
+		if err != flag.ErrHelp {
+			fmt.Fprintln(stderr, "velvetrope dev:", err)
+			return 2
+		}
+		return 0
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	fxApp := fx.New(devModule(app, logger), fx.Invoke(func(lc fx.Lifecycle, srv *httpapi.Server) {
+		lc.Append(fx.Hook{OnStart: func(context.Context) error {
+			printBanner(stdout, srv.Addr())
+			return nil
+		}})
+	}))
+	if err := fxApp.Err(); err != nil {
+		fmt.Fprintln(stderr, "velvetrope dev:", err)
+		return 1
+	}
+	startCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := fxApp.Start(startCtx); err != nil {
+		fmt.Fprintln(stderr, "velvetrope dev:", err)
+		return 1
+	}
+	sig := <-fxApp.Wait()
+	logger.Info("stopping", "signal", sig.Signal.String())
+	stopCtx, cancel2 := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel2()
+	if err := fxApp.Stop(stopCtx); err != nil {
+		fmt.Fprintln(stderr, "velvetrope dev: stop:", err)
+		return 1
+	}
+	return 0
+}
+
+// devConfig reads flags over the environment over the config file.
+func devConfig(args []string, stderr io.Writer) (config.App, error) {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rules := fs.String("rules", "", "rule file or directory (comma-separated for several); default: built-in example rules")
+	httpAddr := fs.String("http", "", "HTTP listen address (default :8080, or VELVETROPE_HTTP_ADDR)")
+	file := fs.String("config", "", "application config file (YAML)")
+	if err := fs.Parse(args); err != nil {
+		return config.App{}, err
+	}
+	if fs.NArg() > 0 {
+		return config.App{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	app, err := config.LoadApp(*file, os.LookupEnv)
+	if err != nil {
+		return app, err
+	}
+	if *rules != "" {
+		app.Rules = strings.Split(*rules, ",")
+	}
+	if *httpAddr != "" {
+		app.HTTP.Addr = *httpAddr
+	}
+	return app, app.Validate()
+}
+
+// devModule wires the dev process. cmd/ is the only place that knows fx.
+func devModule(app config.App, logger *slog.Logger) fx.Option {
+	return fx.Options(
+		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
+		fx.Supply(app, logger),
+		fx.Provide(
+			newRuleStore,
+			func(app config.App) (*limiter.Keyed, error) {
+				return limiter.NewKeyed(limiter.WithMaxKeys(app.Limiter.MaxKeys))
+			},
+			func(store *config.Store, k *limiter.Keyed, app config.App) (*checker.Local, error) {
+				return checker.NewLocal(store, k, limiter.SystemClock{}, app.Limiter.IdempotencyTTL)
+			},
+			newDevHTTP,
+		),
+		fx.Invoke(watchRules, sweepKeys),
+	)
+}
+
+func newRuleStore(app config.App, logger *slog.Logger) (*config.Store, error) {
+	var rs *config.RuleSet
+	var err error
+	if len(app.Rules) == 0 {
+		rs, err = config.ExampleRules()
+		logger.Info("using the built-in example rules", "file", config.ExampleRulesPath)
+	} else {
+		rs, err = config.LoadRules(app.Rules...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load rules:\n%w", err)
+	}
+	logger.Info("rules loaded", "domains", strings.Join(rs.Domains(), ","), "rules", len(rs.Rules()))
+	return config.NewStore(rs), nil
+}
+
+// watchRules reloads rule files on change, keeping the last good set.
+func watchRules(lc fx.Lifecycle, app config.App, store *config.Store, logger *slog.Logger) error {
+	if len(app.Rules) == 0 {
+		return nil
+	}
+	w, err := config.NewWatcher(store, app.RulesReload, app.Rules...)
+	if err != nil {
+		return err
+	}
+	w.OnReload = func(rs *config.RuleSet) {
+		logger.Info("rules reloaded", "domains", strings.Join(rs.Domains(), ","), "rules", len(rs.Rules()))
+	}
+	w.OnError = func(err error) { logger.Error("rules rejected; the previous rules stay live", "error", err) }
+	lc.Append(fx.StartStopHook(w.Start, w.Stop))
+	return nil
+}
+
+// sweepKeys returns idle keys' memory once a minute.
+func sweepKeys(lc fx.Lifecycle, k *limiter.Keyed) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			go func() {
+				defer close(done)
+				t := time.NewTicker(time.Minute)
+				defer t.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case now := <-t.C:
+						k.Sweep(now.UnixNano())
+					}
+				}
+			}()
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			close(stop)
+			select {
+			case <-done:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	})
+}
+
+func newDevHTTP(lc fx.Lifecycle, app config.App, local *checker.Local) *httpapi.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/check", httpapi.CheckHandler(local, app.HTTP.MaxBodyBytes))
+	httpapi.Health(mux, nil)
+	srv := httpapi.NewServer(app.HTTP.Addr, mux, app.HTTP.ReadTimeout, app.HTTP.WriteTimeout)
+	lc.Append(fx.StartStopHook(srv.Start, srv.Stop))
+	return srv
+}
+
+func printBanner(w io.Writer, addr string) {
+	host := addr
+	if strings.HasPrefix(host, "[::]:") || strings.HasPrefix(host, ":") {
+		host = "localhost" + host[strings.LastIndex(host, ":"):]
+	}
+	fmt.Fprintf(w, `velvetrope dev: listening on http://%s (in-memory backends)
+try:
+  curl -s -X POST http://%s/v1/check -d '{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}],"hits":1}'
+`, addr, host)
+}

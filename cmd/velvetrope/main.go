@@ -1,0 +1,48 @@
+// Command velvetrope is the one binary of velvetrope: the checker, the
+// aggregator, the dev server and the operator tools, as subcommands.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `velvetrope — a distributed rate limiter
+
+Usage:
+  velvetrope dev [--rules PATH] [--http ADDR] [--config FILE]
+                                   serve the HTTP check API on embedded in-memory backends
+  velvetrope rules validate PATH... check rule files or directories; exit 1 on errors
+  velvetrope version               print the version
+
+Environment overrides (every process): VELVETROPE_RULES, VELVETROPE_HTTP_ADDR,
+VELVETROPE_GRPC_ADDR, VELVETROPE_REDIS_ADDRS, VELVETROPE_KAFKA_BROKERS,
+VELVETROPE_CLICKHOUSE_ADDR, VELVETROPE_INSTANCE_ID.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches a subcommand and returns the process exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "dev":
+		return runDev(args[1:], stdout, stderr)
+	case "rules":
+		return runRules(args[1:], stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "velvetrope", version())
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "velvetrope: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}

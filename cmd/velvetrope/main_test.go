@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/httpapi"
+)
+
+// TestDevSmoke starts the dev process graph with fxtest and checks a
+// request end to end over HTTP.
+func TestDevSmoke(t *testing.T) {
+	app := config.DefaultApp()
+	app.HTTP.Addr = "127.0.0.1:0"
+	var srv *httpapi.Server
+	fxApp := fxtest.New(t, devModule(app, slog.New(slog.NewTextHandler(io.Discard, nil))), fx.Populate(&srv))
+	fxApp.RequireStart()
+	defer fxApp.RequireStop()
+
+	body := `{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}],"hits":1}`
+	resp, err := http.Post("http://"+srv.Addr()+"/v1/check", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got httpapi.CheckResponse
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || got.Decision != "allow" || got.Statuses[0].Remaining != 99 {
+		t.Fatalf("got %d %+v", resp.StatusCode, got)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		r, err := http.Get("http://" + srv.Addr() + path)
+		if err != nil || r.StatusCode != 200 {
+			t.Fatalf("%s: %v %v", path, r, err)
+		}
+		r.Body.Close()
+	}
+}
+
+func TestDevWithRuleDirectoryReloads(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: shop\ndescriptors:\n  - key: cart\n    rate_limit: {unit: second, requests_per_unit: 3}\n"), 0o644)
+	app := config.DefaultApp()
+	app.HTTP.Addr = "127.0.0.1:0"
+	app.Rules = []string{dir}
+	var store *config.Store
+	fxApp := fxtest.New(t, devModule(app, slog.New(slog.NewTextHandler(io.Discard, nil))), fx.Populate(&store))
+	fxApp.RequireStart()
+	defer fxApp.RequireStop()
+	if !store.Load().HasDomain("shop") {
+		t.Fatal("rules from --rules not loaded")
+	}
+}
+
+func TestDevBadRulesFailToStart(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: shop\nbogus: 1\n"), 0o644)
+	var stderr bytes.Buffer
+	code := run([]string{"dev", "--rules", dir, "--http", "127.0.0.1:0"}, io.Discard, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "a.yaml:2:1: rule file: unknown field \"bogus\"") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+}
+
+func TestRulesValidate(t *testing.T) {
+	cases := []struct {
+		name       string
+		args       []string
+		code       int
+		stdout     string
+		stderrLine string
+	}{
+		{"envoy examples", []string{"rules", "validate", "../../config/testdata/envoy"}, 0,
+			"rl: ok, 8 rules (1 shadow, 2 unlimited), algorithms [envoy_fixed_window]\n", ""},
+		{"built-in example", []string{"rules", "validate", "../../config/example/api.yaml"}, 0,
+			"api: ok, 4 rules (1 shadow, 0 unlimited), algorithms [envoy_fixed_window sliding_log token_bucket]\n", ""},
+		{"bad file", []string{"rules", "validate", "testdata/bad.yaml"}, 1, "",
+			"testdata/bad.yaml:4:5: descriptor: unknown field \"rate_limt\""},
+		{"missing file", []string{"rules", "validate", "testdata/nope.yaml"}, 1, "", "testdata/nope.yaml: stat testdata/nope.yaml: no such file or directory"},
+		{"usage", []string{"rules"}, 2, "", "usage: velvetrope rules validate"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(c.args, &out, &errb)
+			if code != c.code {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, c.code, errb.String())
+			}
+			if c.stdout != "" && !strings.Contains(out.String(), c.stdout) {
+				t.Fatalf("stdout:\n%s\nwant it to contain:\n%s", out.String(), c.stdout)
+			}
+			if c.stderrLine != "" && !strings.Contains(errb.String(), c.stderrLine) {
+				t.Fatalf("stderr:\n%s\nwant it to contain:\n%s", errb.String(), c.stderrLine)
+			}
+		})
+	}
+}
+
+func TestVersionAndUsage(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"version"}, &out, io.Discard); code != 0 || !strings.HasPrefix(out.String(), "velvetrope ") {
+		t.Fatalf("version: %d %q", code, out.String())
+	}
+	var errb bytes.Buffer
+	if code := run([]string{"frobnicate"}, io.Discard, &errb); code != 2 || !strings.Contains(errb.String(), `unknown command "frobnicate"`) {
+		t.Fatalf("unknown command: %d %q", code, errb.String())
+	}
+	if code := run(nil, io.Discard, io.Discard); code != 2 {
+		t.Fatalf("no args: exit %d", code)
+	}
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/velvetrope/velvetrope/config"
+)
+
+// runRules implements `velvetrope rules validate PATH...`: a one-line
+// summary per domain and exit 0 when valid; FILE:LINE:COL: reason lines on
+// stderr and exit 1 when not.
+func runRules(args []string, stdout, stderr io.Writer) int {
+	if len(args) < 2 || args[0] != "validate" {
+		fmt.Fprintln(stderr, "usage: velvetrope rules validate FILE|DIR...")
+		return 2
+	}
+	rs, err := config.LoadRules(args[1:]...)
+	if err != nil {
+		var list config.ErrorList
+		if errors.As(err, &list) {
+			for _, e := range list {
+				fmt.Fprintln(stderr, e.Error())
+			}
+		} else {
+			fmt.Fprintln(stderr, err)
+		}
+		return 1
+	}
+	type summary struct {
+		rules, shadow, unlimited int
+		algorithms               []string
+	}
+	per := map[string]*summary{}
+	for _, r := range rs.Rules() {
+		s := per[r.Domain]
+		if s == nil {
+			s = &summary{}
+			per[r.Domain] = s
+		}
+		s.rules++
+		if r.Shadow {
+			s.shadow++
+		}
+		if r.Unlimited {
+			s.unlimited++
+		}
+		alg := r.Algorithm
+		if alg == "" {
+			alg = "envoy_fixed_window"
+		}
+		if !r.Unlimited && !slices.Contains(s.algorithms, alg) {
+			s.algorithms = append(s.algorithms, alg)
+		}
+	}
+	for _, d := range rs.Domains() {
+		s := per[d]
+		if s == nil {
+			s = &summary{}
+		}
+		slices.Sort(s.algorithms)
+		fmt.Fprintf(stdout, "%s: ok, %d rules (%d shadow, %d unlimited), algorithms %v\n",
+			d, s.rules, s.shadow, s.unlimited, s.algorithms)
+	}
+	return 0
+}

@@ -1,0 +1,253 @@
+// Package httpapi serves velvetrope's HTTP JSON API: POST /v1/check and
+// the health endpoints, on the one HTTP listener of a process.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/config"
+)
+
+// Checker decides a request; *checker.Local implements it.
+type Checker interface {
+	Check(ctx context.Context, req *checker.Request, d *checker.Decision) error
+}
+
+// CheckRequest is the JSON body of POST /v1/check.
+type CheckRequest struct {
+	Domain      string           `json:"domain"`
+	Descriptors []JSONDescriptor `json:"descriptors"`
+	// Hits is the cost; missing means 1, an explicit 0 is a probe.
+	Hits      *int64 `json:"hits,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// JSONDescriptor is one descriptor of a CheckRequest.
+type JSONDescriptor struct {
+	Entries []JSONEntry `json:"entries"`
+}
+
+// JSONEntry is one key=value pair.
+type JSONEntry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// CheckResponse is the JSON answer of POST /v1/check.
+type CheckResponse struct {
+	Decision string       `json:"decision"` // allow | deny
+	Statuses []JSONStatus `json:"statuses"`
+}
+
+// JSONStatus is the decision for one descriptor, in request order.
+type JSONStatus struct {
+	Decision     string `json:"decision"`
+	Rule         string `json:"rule,omitempty"` // empty when no rule applies
+	Limit        int64  `json:"limit"`
+	Unit         string `json:"unit,omitempty"`
+	Remaining    int64  `json:"remaining"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	// RetryNever is set when retrying cannot help: the hits exceed what the
+	// rule ever admits, or the rule blocks everything.
+	RetryNever bool `json:"retry_never,omitempty"`
+	Unlimited  bool `json:"unlimited,omitempty"`
+	Shadowed   bool `json:"shadowed,omitempty"`
+	OverSoft   bool `json:"over_soft,omitempty"`
+}
+
+// ErrorResponse is the JSON body of a 4xx/5xx answer.
+type ErrorResponse struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
+
+// CheckHandler serves POST /v1/check over c, reading at most maxBody bytes.
+func CheckHandler(c Checker, maxBody int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, http.StatusMethodNotAllowed, "", "method "+r.Method+" not allowed; use POST")
+			return
+		}
+		var in CheckRequest
+		if status, field, err := decode(w, r, maxBody, &in); err != nil {
+			writeError(w, status, field, err.Error())
+			return
+		}
+		req := in.toRequest()
+		var d checker.Decision
+		if err := c.Check(r.Context(), &req, &d); err != nil {
+			var fe *checker.FieldError
+			if errors.As(err, &fe) {
+				writeError(w, http.StatusBadRequest, fe.Field, fe.Error())
+				return
+			}
+			writeError(w, http.StatusInternalServerError, "", err.Error())
+			return
+		}
+		SetHeaders(w.Header(), &d)
+		writeJSON(w, http.StatusOK, toResponse(&d))
+	})
+}
+
+func (in *CheckRequest) toRequest() checker.Request {
+	req := checker.Request{Domain: in.Domain, Hits: 1, RequestID: in.RequestID}
+	if in.Hits != nil {
+		req.Hits = *in.Hits
+	}
+	req.Descriptors = make([]checker.Descriptor, len(in.Descriptors))
+	for i, d := range in.Descriptors {
+		es := make([]config.Entry, len(d.Entries))
+		for j, e := range d.Entries {
+			es[j] = config.Entry{Key: e.Key, Value: e.Value}
+		}
+		req.Descriptors[i].Entries = es
+	}
+	return req
+}
+
+func toResponse(d *checker.Decision) CheckResponse {
+	out := CheckResponse{Decision: d.Code.String(), Statuses: make([]JSONStatus, len(d.Statuses))}
+	for i, st := range d.Statuses {
+		js := JSONStatus{Decision: st.Code.String(), Remaining: st.Remaining, ResetAfterMS: ceilMS(st.ResetAfter),
+			RetryAfterMS: ceilMS(st.RetryAfter), RetryNever: st.RetryNever, Shadowed: st.Shadowed, OverSoft: st.OverSoft}
+		if r := st.Rule; r != nil {
+			js.Rule, js.Unlimited = r.ID, r.Unlimited
+			if !r.Unlimited {
+				js.Limit, js.Unit = r.Limit, r.Unit.String()
+			}
+		}
+		out.Statuses[i] = js
+	}
+	return out
+}
+
+func ceilMS(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
+// decode reads a JSON body strictly: size-limited, no unknown fields, one
+// value. It returns the HTTP status and the field at fault on error.
+func decode(w http.ResponseWriter, r *http.Request, maxBody int64, v any) (int, string, error) {
+	// The body is always read as JSON whatever Content-Type says: curl -d
+	// sends form-urlencoded by default, and refusing it helps nobody.
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if dec.More() {
+			return http.StatusBadRequest, "body", errors.New("body: more than one JSON value")
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return http.StatusBadRequest, "body", errors.New("body: trailing data after the JSON value")
+		}
+		return 0, "", nil
+	}
+	var tooBig *http.MaxBytesError
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &tooBig):
+		return http.StatusRequestEntityTooLarge, "body", fmt.Errorf("body: larger than %d bytes", tooBig.Limit)
+	case errors.Is(err, io.EOF):
+		return http.StatusBadRequest, "body", errors.New("body: empty; want a JSON object")
+	case errors.As(err, &syn):
+		return http.StatusBadRequest, "body", fmt.Errorf("body: malformed JSON at byte %d: %v", syn.Offset, syn)
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "body"
+		}
+		return http.StatusBadRequest, field, fmt.Errorf("%s: want %s, got JSON %s", field, typ.Type, typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return http.StatusBadRequest, f, fmt.Errorf("%s: unknown field", f)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return http.StatusBadRequest, "body", errors.New("body: truncated JSON")
+	}
+	return http.StatusBadRequest, "body", fmt.Errorf("body: %v", err)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, field, msg string) {
+	writeJSON(w, status, ErrorResponse{Error: msg, Field: field})
+}
+
+// SetHeaders writes the rate limit response fields for d: the IETF
+// RateLimit-Policy (every limited descriptor) and RateLimit (the most
+// restrictive one), the common X-RateLimit-Limit/Remaining/Reset, and
+// Retry-After (whole seconds, rounded up) when the request is refused and
+// waiting can help.
+func SetHeaders(h http.Header, d *checker.Decision) {
+	var policies []string
+	var tight *checker.Status
+	for i := range d.Statuses {
+		st := &d.Statuses[i]
+		if st.Rule == nil || st.Rule.Unlimited {
+			continue
+		}
+		policies = append(policies, fmt.Sprintf("%s;q=%d;w=%d", sfString(st.Rule.ID), st.Limit, int64(st.Rule.Window/time.Second)))
+		switch {
+		case tight == nil,
+			st.Code == checker.OverLimit && tight.Code != checker.OverLimit,
+			st.Code == tight.Code && st.Remaining < tight.Remaining:
+			tight = st
+		}
+	}
+	if tight == nil {
+		return
+	}
+	reset := ceilSeconds(tight.ResetAfter)
+	h.Set("RateLimit-Policy", strings.Join(policies, ", "))
+	h.Set("RateLimit", fmt.Sprintf("%s;r=%d;t=%d", sfString(tight.Rule.ID), tight.Remaining, reset))
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(tight.Limit, 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(tight.Remaining, 10))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
+	if d.Code == checker.OverLimit {
+		if wait, never := d.RetryAfter(); !never {
+			h.Set("Retry-After", strconv.FormatInt(max(ceilSeconds(wait), 1), 10))
+		}
+	}
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(d.Seconds()))
+}
+
+// sfString quotes s as an RFC 8941 structured-field string: printable
+// ASCII only, with '"' and '\' escaped.
+func sfString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('?')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}

@@ -1,0 +1,180 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/limiter"
+)
+
+type fixedClock int64
+
+func (c fixedClock) Now() int64 { return int64(c) }
+
+// t0 is 10 s into a minute.
+const t0 = int64(1_700_006_410) * 1e9
+
+func newHandler(t testing.TB) http.Handler {
+	t.Helper()
+	rs, err := config.ExampleRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := limiter.NewKeyed()
+	l, err := checker.NewLocal(config.NewStore(rs), k, fixedClock(t0), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return CheckHandler(l, 1024)
+}
+
+func post(t *testing.T, h http.Handler, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(body)))
+	return rec
+}
+
+func TestCheckContract(t *testing.T) {
+	h := newHandler(t)
+	rec := post(t, h, `{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}],"hits":1}`)
+	if rec.Code != 200 {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	var got CheckResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := CheckResponse{Decision: "allow", Statuses: []JSONStatus{{Decision: "allow", Rule: "api:user_id", Limit: 100,
+		Unit: "minute", Remaining: 99, ResetAfterMS: 600, RetryAfterMS: 0}}}
+	if got.Decision != want.Decision || len(got.Statuses) != 1 || got.Statuses[0] != want.Statuses[0] {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	hdr := rec.Header()
+	for name, want := range map[string]string{
+		"RateLimit-Policy": `"api:user_id";q=100;w=60`, "RateLimit": `"api:user_id";r=99;t=1`,
+		"X-RateLimit-Limit": "100", "X-RateLimit-Remaining": "99", "X-RateLimit-Reset": "1", "Retry-After": "",
+	} {
+		if got := hdr.Get(name); got != want {
+			t.Fatalf("%s: got %q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestCheckHitsDefaultsAndProbe(t *testing.T) {
+	h := newHandler(t)
+	body := func(hits string) string {
+		return `{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"u"}]}]` + hits + `}`
+	}
+	steps := []struct {
+		hits string
+		rem  int64
+	}{{"", 99}, {`,"hits":0`, 99}, {`,"hits":5`, 94}, {`,"hits":0`, 94}}
+	for i, s := range steps {
+		var got CheckResponse
+		json.Unmarshal(post(t, h, body(s.hits)).Body.Bytes(), &got)
+		if got.Statuses[0].Remaining != s.rem {
+			t.Fatalf("step %d (%s): remaining %d, want %d", i, s.hits, got.Statuses[0].Remaining, s.rem)
+		}
+	}
+}
+
+func TestCheckDeniedHeaders(t *testing.T) {
+	h := newHandler(t)
+	login := `{"domain":"api","descriptors":[{"entries":[{"key":"login","value":"p"}]}]}`
+	for range 5 {
+		post(t, h, login)
+	}
+	rec := post(t, h, login)
+	var got CheckResponse
+	json.Unmarshal(rec.Body.Bytes(), &got)
+	if rec.Code != 200 || got.Decision != "deny" || got.Statuses[0].RetryAfterMS != 60000 {
+		t.Fatalf("got %d %+v, want 200 deny retry 60000ms", rec.Code, got)
+	}
+	if ra := rec.Header().Get("Retry-After"); ra != "60" {
+		t.Fatalf("Retry-After: got %q, want 60", ra)
+	}
+	if rem := rec.Header().Get("X-RateLimit-Remaining"); rem != "0" {
+		t.Fatalf("X-RateLimit-Remaining: got %q", rem)
+	}
+	// hits that can never fit: denied, no Retry-After
+	rec = post(t, h, `{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"x"}]}],"hits":101}`)
+	json.Unmarshal(rec.Body.Bytes(), &got)
+	if got.Decision != "deny" || !got.Statuses[0].RetryNever || rec.Header().Get("Retry-After") != "" {
+		t.Fatalf("never-fitting hits: %+v, Retry-After %q", got, rec.Header().Get("Retry-After"))
+	}
+}
+
+func TestCheckBadRequests(t *testing.T) {
+	h := newHandler(t)
+	cases := []struct {
+		name, body string
+		status     int
+		field      string
+	}{
+		{"malformed JSON", `{"domain":`, 400, "body"},
+		{"syntax error", `{"domain" "api"}`, 400, "body"},
+		{"empty body", ``, 400, "body"},
+		{"two values", `{} {}`, 400, "body"},
+		{"unknown field", `{"domain":"api","descriptorz":[]}`, 400, "descriptorz"},
+		{"wrong type", `{"domain":"api","hits":"one"}`, 400, "hits"},
+		{"unknown domain", `{"domain":"apx","descriptors":[{"entries":[{"key":"a","value":"b"}]}]}`, 400, "domain"},
+		{"missing domain", `{"descriptors":[{"entries":[{"key":"a","value":"b"}]}]}`, 400, "domain"},
+		{"empty descriptors", `{"domain":"api","descriptors":[]}`, 400, "descriptors"},
+		{"empty entries", `{"domain":"api","descriptors":[{"entries":[]}]}`, 400, "descriptors[0].entries"},
+		{"negative hits", `{"domain":"api","descriptors":[{"entries":[{"key":"a","value":"b"}]}],"hits":-1}`, 400, "hits"},
+		{"too large", `{"domain":"` + strings.Repeat("a", 2000) + `"}`, 413, "body"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rec := post(t, h, c.body)
+			var e ErrorResponse
+			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
+				t.Fatalf("error body is not JSON: %q", rec.Body)
+			}
+			if rec.Code != c.status || e.Field != c.field || e.Error == "" {
+				t.Fatalf("got %d field %q (%s), want %d field %q", rec.Code, e.Field, e.Error, c.status, c.field)
+			}
+		})
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/check", nil))
+	if rec.Code != 405 || rec.Header().Get("Allow") != "POST" {
+		t.Fatalf("GET: got %d", rec.Code)
+	}
+}
+
+func TestSFString(t *testing.T) {
+	for in, want := range map[string]string{`api:user_id`: `"api:user_id"`, `a"b\c`: `"a\"b\\c"`, "ü\n": `"???"`} {
+		if got := sfString(in); got != want {
+			t.Fatalf("sfString(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// FuzzCheckHandler feeds arbitrary bodies: the handler must answer 200,
+// 400 or 413 with a JSON body, never panic or 500.
+func FuzzCheckHandler(f *testing.F) {
+	f.Add(`{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}],"hits":1}`)
+	f.Add(`{"domain":"api","descriptors":[{"entries":[{"key":"login","value":"x"}]}],"hits":0,"request_id":"r"}`)
+	f.Add(`{"domain":"api","descriptors":[{"entries":[{"key":"tenant","value":"a"},{"key":"route","value":"/export"}]}]}`)
+	f.Add(`[1,2,3]`)
+	h := newHandler(f)
+	f.Fuzz(func(t *testing.T, body string) {
+		rec := post(t, h, body)
+		switch rec.Code {
+		case 200, 400, 413:
+		default:
+			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body)
+		}
+		if !json.Valid(rec.Body.Bytes()) {
+			t.Fatalf("answer is not JSON: %q", rec.Body)
+		}
+	})
+}
