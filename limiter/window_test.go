@@ -62,7 +62,7 @@ func TestSlidingWindow(t *testing.T) {
 		{5e9, 1, false, 0, 6 * time.Second, nil}, // next window at 10 s, then prev weight must fall to 9/10: 1 s in
 		{10e9, 1, false, 0, time.Second, nil},    // prev weighs 10·(10−0)/10 = 10
 		{11e9, 1, true, 0, 0, nil},               // prev weighs 9 → 9 + 1 = 10
-		{15e9, 5, false, 4, time.Second, nil}, // 10·0.5 + 1 + 5 = 11 > 10: wait until 10·(1−f) ≤ 4, f = 0.6
+		{15e9, 5, false, 4, time.Second, nil},    // 10·0.5 + 1 + 5 = 11 > 10: wait until 10·(1−f) ≤ 4, f = 0.6
 		{19e9, 5, true, 3, 0, nil},
 		{40e9, 10, true, 0, 0, nil}, // two windows later: empty
 	})

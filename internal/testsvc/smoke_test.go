@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,10 +44,10 @@ func TestRedisClusterSmoke(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	shards := 0
-	c.ForEachMaster(ctx(t), func(context.Context, *redis.Client) error { shards++; return nil })
-	if shards != 3 {
-		t.Fatalf("cluster masters: got %d, want 3", shards)
+	var shards atomic.Int32 // ForEachMaster calls concurrently
+	c.ForEachMaster(ctx(t), func(context.Context, *redis.Client) error { shards.Add(1); return nil })
+	if n := shards.Load(); n != 3 {
+		t.Fatalf("cluster masters: got %d, want 3", n)
 	}
 	// keys with one hash tag live in one slot, so one script can touch both
 	tag := Unique("{smoke")

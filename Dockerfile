@@ -1,0 +1,13 @@
+# Builds the velvetrope binary into a small image. Used by docker-compose.yml.
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -o /out/velvetrope ./cmd/velvetrope
+
+FROM gcr.io/distroless/static-debian12
+COPY --from=build /out/velvetrope /velvetrope
+USER nonroot
+EXPOSE 8080 8081
+ENTRYPOINT ["/velvetrope"]

@@ -1,0 +1,47 @@
+# velvetrope — see README.md.
+SHELL := /bin/bash
+GO ?= go
+PKGS := ./...
+BIN := bin/velvetrope
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+STATICCHECK_VERSION := v0.8.2
+
+.PHONY: run build test test-unit bench lint services-up services-down proto clean
+
+## run: the whole product on embedded in-memory backends (velvetrope dev)
+run:
+	$(GO) run ./cmd/velvetrope dev
+
+## build: the binary in bin/
+build:
+	$(GO) build -ldflags "-X main.buildVersion=$(VERSION)" -o $(BIN) ./cmd/velvetrope
+
+## test: start the real services, run every test with -race, stop what was started
+test:
+	@scripts/services.sh up || { scripts/services.sh down; exit 1; }
+	@set -o pipefail; source .services.env && $(GO) test -race -count=1 $(PKGS); status=$$?; \
+		scripts/services.sh down; exit $$status
+
+## test-unit: the tests that need no services (integration tests skip)
+test-unit:
+	$(GO) test -race -count=1 $(PKGS)
+
+## bench: every benchmark, with allocations
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+## lint: formatting, vet and staticcheck
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+
+## services-up / services-down: the real Redis, Redis Cluster, Kafka and ClickHouse on 127.0.0.1
+services-up:
+	scripts/services.sh up
+
+services-down:
+	scripts/services.sh down
+
+clean:
+	rm -rf bin
