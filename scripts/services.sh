@@ -267,6 +267,13 @@ stop_pid() { # stop_pid FILE: TERM, wait, then KILL, only the PID we wrote
 
 up() {
   mkdir -p "$STATE"
+  # Leftovers of an earlier run that was interrupted before "down": they are
+  # ours (their PIDs are in our state directory), so stop them first.
+  if compgen -G "$STATE/*.pid" >/dev/null; then
+    log "stopping services left by an earlier run"
+    down
+    mkdir -p "$STATE"
+  fi
   command -v curl >/dev/null || apt_install curl
   redis_up
   redis_cluster_up
