@@ -55,7 +55,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 5, replaces: [{name: old_limit}]}
 `
 
-func newLocal(t *testing.T) (*Local, *clock) {
+func newLocal(t testing.TB) (*Local, *clock) {
 	t.Helper()
 	f, err := config.ParseRules("rules.yaml", []byte(rulesYAML))
 	if err != nil {

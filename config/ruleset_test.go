@@ -18,7 +18,7 @@ func TestLoadEnvoyExamplesUnchanged(t *testing.T) {
 	}
 }
 
-func mustLoad(t *testing.T) *RuleSet {
+func mustLoad(t testing.TB) *RuleSet {
 	t.Helper()
 	rs, err := LoadRules("testdata/envoy")
 	if err != nil {
@@ -311,4 +311,28 @@ func TestExampleRules(t *testing.T) {
 			t.Fatalf("example rules do not limit %v", e)
 		}
 	}
+}
+
+var sinkRule *Rule
+
+func BenchmarkMatch(b *testing.B) {
+	rs := mustLoad(b)
+	e := entries("foo", "x", "bar", "y")
+	b.ReportAllocs()
+	for b.Loop() {
+		sinkRule = rs.Match("rl", e)
+	}
+}
+
+func BenchmarkMatchParallel(b *testing.B) {
+	rs := mustLoad(b)
+	e := entries("foo", "foobar")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		var r *Rule
+		for pb.Next() {
+			r = rs.Match("example4", e)
+		}
+		sinkRule = r
+	})
 }
