@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -181,12 +182,16 @@ func newDevHTTP(lc fx.Lifecycle, app config.App, local *checker.Local) *httpapi.
 }
 
 func printBanner(w io.Writer, addr string) {
-	host := addr
-	if strings.HasPrefix(host, "[::]:") || strings.HasPrefix(host, ":") {
-		host = "localhost" + host[strings.LastIndex(host, ":"):]
+	// An unspecified host (":8080", "[::]:8080", "0.0.0.0:8080") is
+	// reachable as localhost.
+	shown := addr
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+			shown = net.JoinHostPort("localhost", port)
+		}
 	}
 	fmt.Fprintf(w, `velvetrope dev: listening on http://%s (in-memory backends)
 try:
   curl -s -X POST http://%s/v1/check -d '{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}],"hits":1}'
-`, addr, host)
+`, shown, shown)
 }

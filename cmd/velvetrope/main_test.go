@@ -122,3 +122,14 @@ func TestVersionAndUsage(t *testing.T) {
 		t.Fatalf("no args: exit %d", code)
 	}
 }
+
+func TestBannerShowsReachableAddress(t *testing.T) {
+	for addr, want := range map[string]string{"[::]:8080": "http://localhost:8080", "0.0.0.0:9": "http://localhost:9",
+		":8080": "http://localhost:8080", "127.0.0.1:8080": "http://127.0.0.1:8080"} {
+		var b bytes.Buffer
+		printBanner(&b, addr)
+		if !strings.Contains(b.String(), "listening on "+want+" ") || !strings.Contains(b.String(), "curl -s -X POST "+want+"/v1/check") {
+			t.Fatalf("banner for %s:\n%s", addr, b.String())
+		}
+	}
+}
