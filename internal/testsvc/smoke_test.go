@@ -139,3 +139,44 @@ func TestClickHouseSmoke(t *testing.T) {
 		t.Fatalf("sum(allowed): got %d, want 45", total)
 	}
 }
+
+// TestPrivateKafkaOutage proves the outage broker works: produce, stop it
+// (producing fails), start it again (producing works, data kept).
+func TestPrivateKafkaOutage(t *testing.T) {
+	p := StartPrivateKafka(t)
+	topic := Unique("outage")
+	produce := func(timeout time.Duration) error {
+		c, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		w := &kafka.Writer{Addr: kafka.TCP(p.Addr), Topic: topic, AllowAutoTopicCreation: true, MaxAttempts: 3,
+			RequiredAcks: kafka.RequireAll}
+		defer w.Close()
+		var err error
+		for {
+			if err = w.WriteMessages(c, kafka.Message{Value: []byte("x")}); err == nil || c.Err() != nil {
+				return err
+			}
+			time.Sleep(200 * time.Millisecond) // the auto-created topic's leader is being elected
+		}
+	}
+	if err := produce(30 * time.Second); err != nil {
+		t.Fatalf("produce before the outage: %v", err)
+	}
+	p.Stop(t)
+	if err := produce(2 * time.Second); err == nil {
+		t.Fatal("produce succeeded while the broker was stopped")
+	}
+	p.Start(t)
+	if err := produce(60 * time.Second); err != nil {
+		t.Fatalf("produce after the outage: %v", err)
+	}
+	conn, err := kafka.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	parts, err := conn.ReadPartitions(topic)
+	if err != nil || len(parts) == 0 {
+		t.Fatalf("topic lost across the restart: %v %v", parts, err)
+	}
+}

@@ -12,8 +12,10 @@ package testsvc
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -71,4 +73,50 @@ func Unique(prefix string) string {
 		panic(err) // crypto/rand never fails on Linux
 	}
 	return prefix + "_" + hex.EncodeToString(b[:])
+}
+
+// PrivateKafka is a broker of one test's own, started and stopped through
+// scripts/services.sh, for tests that need a Kafka outage without
+// disturbing the shared broker.
+type PrivateKafka struct {
+	Addr   string
+	script string
+}
+
+// StartPrivateKafka starts (or finds running) the private broker and stops
+// it when the test ends. It skips like [Kafka] when the shared services are
+// not configured, and fails when the script cannot start the broker.
+func StartPrivateKafka(t testing.TB) *PrivateKafka {
+	t.Helper()
+	Kafka(t) // same skip/fail rule as the shared broker
+	script := os.Getenv(EnvScript)
+	if script == "" {
+		t.Fatalf("%s is unset: run the tests through `make test`", EnvScript)
+	}
+	p := &PrivateKafka{script: script}
+	p.Start(t)
+	t.Cleanup(func() { p.Stop(t) })
+	return p
+}
+
+// Start starts the broker again after Stop; its data survives.
+func (p *PrivateKafka) Start(t testing.TB) {
+	t.Helper()
+	out, err := exec.Command(p.script, "private-kafka", "start").Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("start private Kafka: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatalf("start private Kafka: %v", err)
+	}
+	p.Addr = strings.TrimSpace(string(out))
+}
+
+// Stop stops the broker (the outage).
+func (p *PrivateKafka) Stop(t testing.TB) {
+	t.Helper()
+	if out, err := exec.Command(p.script, "private-kafka", "stop").CombinedOutput(); err != nil {
+		t.Fatalf("stop private Kafka: %v\n%s", err, out)
+	}
 }
