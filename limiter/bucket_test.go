@@ -18,11 +18,12 @@ type step struct {
 	err       error
 }
 
-func runSteps(t *testing.T, alg Algorithm, steps []step) {
+// runSteps drives alg from a fresh state through steps, at base + offset.
+func runSteps(t *testing.T, alg Algorithm, base int64, steps []step) {
 	t.Helper()
 	var s State
 	for i, st := range steps {
-		d, err := alg.AllowAt(&s, t0+st.at, st.cost)
+		d, err := alg.AllowAt(&s, base+st.at, st.cost)
 		if !errors.Is(err, st.err) {
 			t.Fatalf("step %d: err = %v, want %v", i, err, st.err)
 		}
@@ -86,7 +87,7 @@ func TestTokenBucket(t *testing.T) {
 		{"cost above capacity never fits", TokenBucket{2, PerSecond(1)}, []step{{0, 3, false, 0, Never, ErrCostExceedsLimit}}},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { runSteps(t, c.alg, c.steps) })
+		t.Run(c.name, func(t *testing.T) { runSteps(t, c.alg, t0, c.steps) })
 	}
 }
 
@@ -115,13 +116,13 @@ func TestGCRA(t *testing.T) {
 		{"negative cost", GCRA{3, PerSecond(1)}, []step{{0, -2, false, 0, Never, ErrNegativeCost}}},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { runSteps(t, c.alg, c.steps) })
+		t.Run(c.name, func(t *testing.T) { runSteps(t, c.alg, t0, c.steps) })
 	}
 }
 
 func TestLeakyBucket(t *testing.T) {
 	lb := LeakyBucket{Capacity: 4, Leak: PerSecond(2)}
-	runSteps(t, lb, []step{
+	runSteps(t, lb, t0, []step{
 		{0, 4, true, 0, 0, nil},
 		{0, 1, false, 0, 5e8, nil},
 		{1e9, 2, true, 0, 0, nil}, // 2 leaked in a second

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -234,29 +235,9 @@ func decide(alg Algorithm, s *State, now, cost int64, d *Decision) error {
 	return &ParamError{Algorithm: fmt.Sprintf("%T", alg), Field: "type", Reason: "is not an algorithm of this package"}
 }
 
-func sameKind(a, b Algorithm) bool {
-	switch a.(type) {
-	case TokenBucket:
-		_, ok := b.(TokenBucket)
-		return ok
-	case GCRA:
-		_, ok := b.(GCRA)
-		return ok
-	case LeakyBucket:
-		_, ok := b.(LeakyBucket)
-		return ok
-	case FixedWindow:
-		_, ok := b.(FixedWindow)
-		return ok
-	case SlidingWindow:
-		_, ok := b.(SlidingWindow)
-		return ok
-	case SlidingLog:
-		_, ok := b.(SlidingLog)
-		return ok
-	}
-	return false
-}
+// sameKind reports whether a and b are the same algorithm type (their
+// state fields mean the same things).
+func sameKind(a, b Algorithm) bool { return reflect.TypeOf(a) == reflect.TypeOf(b) }
 
 // create adds key to a shard (requires sh.mu held), evicting first if the
 // shard is full, and starts it from its tombstone if it has one.

@@ -1,7 +1,6 @@
 package limiter
 
 import (
-	"errors"
 	"testing"
 	"time"
 )
@@ -9,20 +8,6 @@ import (
 // w0 is a window-aligned start (a multiple of a second, minute and hour).
 const w0 = int64(1_699_999_200) * 1e9
 
-func runWindowSteps(t *testing.T, alg Algorithm, steps []step) {
-	t.Helper()
-	var s State
-	for i, st := range steps {
-		d, err := alg.AllowAt(&s, w0+st.at, st.cost)
-		if !errors.Is(err, st.err) {
-			t.Fatalf("step %d: err = %v, want %v", i, err, st.err)
-		}
-		if d.Allowed != st.allowed || d.Remaining != st.remaining || d.RetryAfter != st.retry {
-			t.Fatalf("step %d (at %d cost %d): got allowed=%v remaining=%d retry=%v, want %v %d %v",
-				i, st.at, st.cost, d.Allowed, d.Remaining, d.RetryAfter, st.allowed, st.remaining, st.retry)
-		}
-	}
-}
 
 func TestFixedWindow(t *testing.T) {
 	cases := []struct {
@@ -51,13 +36,13 @@ func TestFixedWindow(t *testing.T) {
 		{"negative cost", FixedWindow{Limit: 1, Window: time.Second}, []step{{0, -1, false, 0, Never, ErrNegativeCost}}},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { runWindowSteps(t, c.alg, c.steps) })
+		t.Run(c.name, func(t *testing.T) { runSteps(t, c.alg, w0, c.steps) })
 	}
 }
 
 func TestSlidingWindow(t *testing.T) {
 	sw := SlidingWindow{Limit: 10, Window: 10 * time.Second}
-	runWindowSteps(t, sw, []step{
+	runSteps(t, sw, w0, []step{
 		{0, 10, true, 0, 0, nil},
 		{5e9, 1, false, 0, 6 * time.Second, nil}, // next window at 10 s, then prev weight must fall to 9/10: 1 s in
 		{10e9, 1, false, 0, time.Second, nil},    // prev weighs 10·(10−0)/10 = 10
@@ -70,7 +55,7 @@ func TestSlidingWindow(t *testing.T) {
 
 func TestSlidingLog(t *testing.T) {
 	sl := SlidingLog{Limit: 3, Window: 10 * time.Second}
-	runWindowSteps(t, sl, []step{
+	runSteps(t, sl, w0, []step{
 		{0, 1, true, 2, 0, nil},
 		{4e9, 2, true, 0, 0, nil},
 		{5e9, 1, false, 0, 5 * time.Second, nil}, // the first hit expires at 10 s
