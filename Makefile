@@ -45,3 +45,11 @@ services-down:
 
 clean:
 	rm -rf bin
+
+PROTOC_GEN_GO_VERSION := v1.36.12
+
+## proto: regenerate events/v1 Go code (protoc from Debian's protobuf-compiler)
+proto:
+	@command -v protoc >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends protobuf-compiler; }
+	GOBIN=$(CURDIR)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	PATH=$(CURDIR)/bin:$$PATH protoc --proto_path=events/v1 --go_out=events/v1 --go_opt=paths=source_relative events/v1/delta.proto

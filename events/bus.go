@@ -1,0 +1,204 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+
+	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+)
+
+// Producer sends deltas. Produce returns nil once every delta is durably
+// accepted (acknowledged by the bus, or written to a spill file), and an
+// error when none of them was; deltas of one counter key keep their order.
+// Implementations are safe for concurrent use, but the checker calls
+// Produce from its one flusher goroutine, never from the request path.
+type Producer interface {
+	Produce(ctx context.Context, deltas []*eventsv1.Delta) error
+	Close(ctx context.Context) error
+}
+
+// Message is one raw record as a consumer receives it.
+type Message struct {
+	Partition int
+	Offset    int64
+	Key       []byte
+	Value     []byte
+}
+
+// Consumer receives raw records of one topic for one consumer group.
+// Commit marks messages (and everything before them in their partition) as
+// processed.
+type Consumer interface {
+	Fetch(ctx context.Context) (Message, error)
+	Commit(ctx context.Context, msgs ...Message) error
+	Close(ctx context.Context) error
+}
+
+// ErrBusFull is returned by MemBus.Produce when its bound is reached; the
+// caller keeps the deltas and tries again later.
+var ErrBusFull = errors.New("events: in-memory bus full")
+
+// ErrClosed is returned after Close.
+var ErrClosed = errors.New("events: closed")
+
+// MemBus is an in-memory topic with a fixed number of partitions and one
+// consumer group: a Producer and a Consumer in one value, for `velvetrope
+// dev` and tests. Messages are partitioned by key hash, like Kafka; they
+// are encoded and decoded exactly as on Kafka, so the codec is exercised.
+// Memory is bounded: at most maxPending uncommitted messages.
+type MemBus struct {
+	mu         sync.Mutex
+	wake       chan struct{} // closed and replaced when messages arrive
+	parts      []memPart
+	rr         int
+	pending    int
+	maxPending int
+	seed       maphash.Seed
+	closed     bool
+}
+
+type memPart struct {
+	msgs []Message // uncommitted messages, oldest first
+	next int64     // next offset to fetch
+	end  int64     // next offset to assign
+}
+
+// NewMemBus returns a bus of partitions partitions holding at most
+// maxPending uncommitted messages.
+func NewMemBus(partitions, maxPending int) (*MemBus, error) {
+	if partitions <= 0 || maxPending <= 0 {
+		return nil, fmt.Errorf("events: mem bus needs partitions and maxPending > 0, got %d and %d", partitions, maxPending)
+	}
+	return &MemBus{wake: make(chan struct{}), parts: make([]memPart, partitions), maxPending: maxPending,
+		seed: maphash.MakeSeed()}, nil
+}
+
+// Partitions returns the partition count.
+func (b *MemBus) Partitions() int { return len(b.parts) }
+
+// Produce implements [Producer]: all deltas or none.
+func (b *MemBus) Produce(_ context.Context, deltas []*eventsv1.Delta) error {
+	msgs := make([]Message, len(deltas))
+	for i, d := range deltas {
+		v, err := Encode(d)
+		if err != nil {
+			return err
+		}
+		msgs[i] = Message{Key: []byte(d.CounterKey), Value: v}
+	}
+	return b.produceRaw(msgs)
+}
+
+// produceRaw appends raw messages (tests use it to inject bad records).
+func (b *MemBus) produceRaw(msgs []Message) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	if b.pending+len(msgs) > b.maxPending {
+		return ErrBusFull
+	}
+	for _, m := range msgs {
+		p := int(maphash.Bytes(b.seed, m.Key) % uint64(len(b.parts)))
+		part := &b.parts[p]
+		m.Partition, m.Offset = p, part.end
+		part.end++
+		part.msgs = append(part.msgs, m)
+	}
+	b.pending += len(msgs)
+	close(b.wake)
+	b.wake = make(chan struct{})
+	return nil
+}
+
+// Fetch implements [Consumer]: the next unfetched message of any partition
+// (round robin), waiting for one or for ctx.
+func (b *MemBus) Fetch(ctx context.Context) (Message, error) {
+	for {
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return Message{}, ErrClosed
+		}
+		for i := range b.parts {
+			p := (b.rr + i) % len(b.parts)
+			part := &b.parts[p]
+			if part.next < part.end {
+				first := part.end - int64(len(part.msgs))
+				m := part.msgs[part.next-first]
+				part.next++
+				b.rr = p + 1
+				b.mu.Unlock()
+				return m, nil
+			}
+		}
+		wake := b.wake
+		b.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return Message{}, ctx.Err()
+		}
+	}
+}
+
+// Commit implements [Consumer], dropping committed messages from memory.
+func (b *MemBus) Commit(_ context.Context, msgs ...Message) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, m := range msgs {
+		if m.Partition < 0 || m.Partition >= len(b.parts) {
+			return fmt.Errorf("events: commit of unknown partition %d", m.Partition)
+		}
+		part := &b.parts[m.Partition]
+		first := part.end - int64(len(part.msgs))
+		drop := m.Offset + 1 - first
+		if drop <= 0 {
+			continue
+		}
+		if drop > int64(len(part.msgs)) {
+			drop = int64(len(part.msgs))
+		}
+		part.msgs = part.msgs[drop:]
+		b.pending -= int(drop)
+		if part.next < m.Offset+1 {
+			part.next = m.Offset + 1
+		}
+	}
+	return nil
+}
+
+// Rewind makes every uncommitted message fetchable again, as a consumer
+// group does for a consumer that died before committing.
+func (b *MemBus) Rewind() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range b.parts {
+		part := &b.parts[i]
+		part.next = part.end - int64(len(part.msgs))
+	}
+	close(b.wake)
+	b.wake = make(chan struct{})
+}
+
+// Pending returns how many messages are not yet committed.
+func (b *MemBus) Pending() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pending
+}
+
+// Close implements [Producer] and [Consumer]; waiting fetches return ErrClosed.
+func (b *MemBus) Close(context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		b.closed = true
+		close(b.wake)
+	}
+	return nil
+}

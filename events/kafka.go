@@ -1,0 +1,347 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+)
+
+// KafkaConfig configures a KafkaProducer.
+type KafkaConfig struct {
+	Brokers           []string
+	Topic             string
+	Partitions        int           // when creating the topic; default 16
+	ReplicationFactor int           // when creating the topic; default 1
+	Compression       string        // "zstd" (default), "lz4", "snappy", "gzip" or "none"
+	BatchTimeout      time.Duration // how long the writer waits to fill a batch; default 5 ms
+	WriteTimeout      time.Duration // one attempt; default 3 s
+	// SpillPath is the spill file; empty disables spilling (Produce then
+	// fails while Kafka is unreachable). SpillMaxBytes bounds it (default
+	// 256 MiB).
+	SpillPath     string
+	SpillMaxBytes int64
+	// ReplayInterval is how often spilled records are retried; default 1 s.
+	ReplayInterval time.Duration
+	Logger         *slog.Logger
+}
+
+func (c *KafkaConfig) defaults() error {
+	if len(c.Brokers) == 0 || c.Topic == "" {
+		return errors.New("events: kafka producer needs brokers and a topic")
+	}
+	if c.Partitions == 0 {
+		c.Partitions = 16
+	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = 1
+	}
+	if c.Compression == "" {
+		c.Compression = "zstd"
+	}
+	if c.BatchTimeout == 0 {
+		c.BatchTimeout = 5 * time.Millisecond
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 3 * time.Second
+	}
+	if c.SpillMaxBytes == 0 {
+		c.SpillMaxBytes = 256 << 20
+	}
+	if c.ReplayInterval == 0 {
+		c.ReplayInterval = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Partitions < 1 || c.ReplicationFactor < 1 {
+		return fmt.Errorf("events: partitions %d and replication factor %d must be >= 1", c.Partitions, c.ReplicationFactor)
+	}
+	return nil
+}
+
+func compression(name string) (kafka.Compression, error) {
+	switch name {
+	case "zstd":
+		return kafka.Zstd, nil
+	case "lz4":
+		return kafka.Lz4, nil
+	case "snappy":
+		return kafka.Snappy, nil
+	case "gzip":
+		return kafka.Gzip, nil
+	case "none":
+		return 0, nil
+	}
+	return 0, fmt.Errorf("events: unknown compression %q (zstd, lz4, snappy, gzip or none)", name)
+}
+
+// KafkaProducer sends deltas to a Kafka topic, one message per delta keyed
+// by counter key (murmur2 partitioning, as the Java client: one key always
+// reaches one partition, so one aggregator), compressed, acknowledged by
+// all in-sync replicas. Calls are serialised, so per-partition order is the
+// order of Produce calls.
+//
+// While Kafka is unreachable, deltas go to the spill file and Produce
+// still succeeds; from then on every delta goes to the spill, behind the
+// ones already there, until a replay has sent them all: order per partition
+// is kept, which the aggregator's (instance, sequence) filter relies on.
+type KafkaProducer struct {
+	cfg   KafkaConfig
+	w     *kafka.Writer
+	spill *Spill
+	mu    sync.Mutex // serialises writes and replays
+
+	topicReady atomic.Bool
+	stop       chan struct{}
+	done       chan struct{}
+
+	// Counters for metrics.
+	Produced atomic.Uint64 // deltas acknowledged by Kafka (directly or by replay)
+	Spilled  atomic.Uint64 // deltas written to the spill file
+	Failed   atomic.Uint64 // Produce calls that returned an error
+}
+
+// NewKafkaProducer returns a producer; Start creates the topic and starts
+// the replay loop.
+func NewKafkaProducer(cfg KafkaConfig) (*KafkaProducer, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	comp, err := compression(cfg.Compression)
+	if err != nil {
+		return nil, err
+	}
+	p := &KafkaProducer{cfg: cfg}
+	p.w = &kafka.Writer{
+		Addr:            kafka.TCP(cfg.Brokers...),
+		Topic:           cfg.Topic,
+		Balancer:        &kafka.Murmur2Balancer{Consistent: true},
+		RequiredAcks:    kafka.RequireAll,
+		Compression:     comp,
+		BatchTimeout:    cfg.BatchTimeout,
+		BatchSize:       4096,
+		BatchBytes:      4 << 20,
+		WriteTimeout:    cfg.WriteTimeout,
+		ReadTimeout:     cfg.WriteTimeout,
+		MaxAttempts:     3,
+		WriteBackoffMin: 50 * time.Millisecond,
+		WriteBackoffMax: 500 * time.Millisecond,
+		Transport:       &kafka.Transport{DialTimeout: time.Second, MetadataTTL: 5 * time.Second},
+	}
+	if cfg.SpillPath != "" {
+		if p.spill, err = OpenSpill(cfg.SpillPath, cfg.SpillMaxBytes, cfg.Logger); err != nil {
+			return nil, err
+		}
+		if n := p.spill.Records(); n > 0 {
+			cfg.Logger.Info("spill file holds deltas from an earlier run; they are replayed first", "records", n)
+		}
+	}
+	return p, nil
+}
+
+// Start creates the topic if it is missing (when Kafka answers; otherwise
+// it keeps trying in the background while deltas spill) and starts the
+// replay loop.
+func (p *KafkaProducer) Start(ctx context.Context) error {
+	if err := p.ensureTopic(ctx); err != nil {
+		p.cfg.Logger.Warn("kafka not reachable at start; deltas spill until it is", "error", err)
+	}
+	p.stop, p.done = make(chan struct{}), make(chan struct{})
+	go p.loop()
+	return nil
+}
+
+func (p *KafkaProducer) loop() {
+	defer close(p.done)
+	t := time.NewTicker(p.cfg.ReplayInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), 10*p.cfg.WriteTimeout)
+			if !p.topicReady.Load() {
+				if err := p.ensureTopic(ctx); err != nil {
+					cancel()
+					continue
+				}
+			}
+			p.mu.Lock()
+			err := p.replay(ctx)
+			p.mu.Unlock()
+			cancel()
+			if err != nil {
+				p.cfg.Logger.Debug("spill replay deferred", "error", err)
+			}
+		}
+	}
+}
+
+// ensureTopic creates the topic unless it exists.
+func (p *KafkaProducer) ensureTopic(ctx context.Context) error {
+	if p.topicReady.Load() {
+		return nil
+	}
+	if err := EnsureTopic(ctx, p.cfg.Brokers, p.cfg.Topic, p.cfg.Partitions, p.cfg.ReplicationFactor); err != nil {
+		return err
+	}
+	p.topicReady.Store(true)
+	return nil
+}
+
+// EnsureTopic creates topic with the given partitions and replication on
+// the cluster at brokers, unless it exists.
+func EnsureTopic(ctx context.Context, brokers []string, topic string, partitions, replication int) error {
+	var d kafka.Dialer
+	d.Timeout = 3 * time.Second
+	var conn *kafka.Conn
+	var err error
+	for _, b := range brokers {
+		if conn, err = d.DialContext(ctx, "tcp", b); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("events: dial kafka: %w", err)
+	}
+	defer conn.Close()
+	controller, err := conn.Controller()
+	if err != nil {
+		return fmt.Errorf("events: find kafka controller: %w", err)
+	}
+	cc, err := d.DialContext(ctx, "tcp", net.JoinHostPort(controller.Host, strconv.Itoa(controller.Port)))
+	if err != nil {
+		return fmt.Errorf("events: dial kafka controller: %w", err)
+	}
+	defer cc.Close()
+	err = cc.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: replication})
+	if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+		return fmt.Errorf("events: create topic %s: %w", topic, err)
+	}
+	return nil
+}
+
+// Produce implements [Producer].
+func (p *KafkaProducer) Produce(ctx context.Context, deltas []*eventsv1.Delta) error {
+	msgs := make([]kafka.Message, len(deltas))
+	for i, d := range deltas {
+		v, err := Encode(d)
+		if err != nil {
+			p.Failed.Add(1)
+			return err
+		}
+		msgs[i] = kafka.Message{Key: []byte(d.CounterKey), Value: v,
+			Headers: []kafka.Header{{Key: SchemaHeader, Value: []byte(SchemaV1)}}}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.spill != nil && p.spill.Records() > 0 {
+		// Queue behind the spilled records; the replay loop drains them in
+		// order. (Trying Kafka here would make every flush during an outage
+		// wait for a dial timeout.)
+		return p.toSpill(msgs)
+	}
+	err := p.w.WriteMessages(ctx, msgs...)
+	if err == nil {
+		p.Produced.Add(uint64(len(msgs)))
+		return nil
+	}
+	var werrs kafka.WriteErrors
+	failed := msgs
+	if errors.As(err, &werrs) && len(werrs) == len(msgs) {
+		failed = failed[:0:0]
+		for i, e := range werrs {
+			if e != nil {
+				failed = append(failed, msgs[i])
+			}
+		}
+		p.Produced.Add(uint64(len(msgs) - len(failed)))
+	}
+	if p.spill == nil {
+		p.Failed.Add(1)
+		return fmt.Errorf("events: produce %d deltas: %w", len(failed), err)
+	}
+	p.cfg.Logger.Warn("kafka write failed; spilling deltas to disk", "deltas", len(failed), "error", err)
+	return p.toSpill(failed)
+}
+
+func (p *KafkaProducer) toSpill(msgs []kafka.Message) error {
+	payloads := make([][]byte, len(msgs))
+	for i := range msgs {
+		payloads[i] = msgs[i].Value
+	}
+	if err := p.spill.Append(payloads); err != nil {
+		p.Failed.Add(1)
+		return err
+	}
+	p.Spilled.Add(uint64(len(msgs)))
+	return nil
+}
+
+// replay sends spilled records in order (requires p.mu held).
+func (p *KafkaProducer) replay(ctx context.Context) error {
+	if p.spill == nil || p.spill.Records() == 0 {
+		return nil
+	}
+	return p.spill.Replay(1000, func(payloads [][]byte) error {
+		msgs := make([]kafka.Message, 0, len(payloads))
+		for _, v := range payloads {
+			d, err := Decode(v)
+			if err != nil { // cannot happen for records we wrote; never block the spill on one
+				p.cfg.Logger.Error("dropping an undecodable spill record", "error", err)
+				continue
+			}
+			msgs = append(msgs, kafka.Message{Key: []byte(d.CounterKey), Value: v,
+				Headers: []kafka.Header{{Key: SchemaHeader, Value: []byte(SchemaV1)}}})
+		}
+		if err := p.w.WriteMessages(ctx, msgs...); err != nil {
+			return err // resend the whole batch later: copies are dropped downstream
+		}
+		p.Produced.Add(uint64(len(msgs)))
+		return nil
+	})
+}
+
+// SpillRecords returns how many deltas wait in the spill file.
+func (p *KafkaProducer) SpillRecords() int64 {
+	if p.spill == nil {
+		return 0
+	}
+	return p.spill.Records()
+}
+
+// Close stops the replay loop, makes one last attempt to replay the spill
+// within ctx, and closes the writer. Whatever is still spilled stays on
+// disk for the next start.
+func (p *KafkaProducer) Close(ctx context.Context) error {
+	if p.stop != nil {
+		close(p.stop)
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.replay(ctx); err != nil {
+		p.cfg.Logger.Warn("deltas left in the spill file for the next start", "records", p.spill.Records(), "error", err)
+	}
+	err := p.w.Close()
+	if p.spill != nil {
+		if cerr := p.spill.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}

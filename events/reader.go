@@ -1,0 +1,115 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+)
+
+// Reader decodes the records of a Consumer. A record that does not decode
+// is counted, logged with its partition and offset, and skipped: it never
+// stops the consumer. (Its offset is covered by the next commit of its
+// partition, so it is not fetched again.)
+type Reader struct {
+	c   Consumer
+	log *slog.Logger
+	bad atomic.Uint64
+}
+
+// NewReader returns a Reader over c.
+func NewReader(c Consumer, logger *slog.Logger) *Reader {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Reader{c: c, log: logger}
+}
+
+// Next returns the next valid delta and the message it came from.
+func (r *Reader) Next(ctx context.Context) (Message, *eventsv1.Delta, error) {
+	for {
+		m, err := r.c.Fetch(ctx)
+		if err != nil {
+			return m, nil, err
+		}
+		d, err := Decode(m.Value)
+		if err == nil {
+			return m, d, nil
+		}
+		r.bad.Add(1)
+		r.log.Warn("skipping a malformed delta", "partition", m.Partition, "offset", m.Offset, "error", err)
+	}
+}
+
+// Commit commits msgs through the underlying consumer.
+func (r *Reader) Commit(ctx context.Context, msgs ...Message) error { return r.c.Commit(ctx, msgs...) }
+
+// Bad returns how many records were skipped as malformed.
+func (r *Reader) Bad() uint64 { return r.bad.Load() }
+
+// KafkaConsumer is a Consumer over a kafka-go consumer group reader.
+type KafkaConsumer struct {
+	r *kafka.Reader
+}
+
+// KafkaConsumerConfig configures a KafkaConsumer. Zero durations take
+// defaults chosen for fast failover: a dead consumer's partitions move
+// within seconds.
+type KafkaConsumerConfig struct {
+	Brokers           []string
+	Topic, Group      string
+	SessionTimeout    time.Duration // default 6 s
+	HeartbeatInterval time.Duration // default 1 s
+	RebalanceTimeout  time.Duration // default 6 s
+	MaxWait           time.Duration // longest fetch wait; default 100 ms
+}
+
+// NewKafkaConsumer joins cfg.Group on cfg.Topic, starting from the
+// earliest offset when the group has none.
+func NewKafkaConsumer(cfg KafkaConsumerConfig) (*KafkaConsumer, error) {
+	if len(cfg.Brokers) == 0 || cfg.Topic == "" || cfg.Group == "" {
+		return nil, errors.New("events: kafka consumer needs brokers, a topic and a group")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&cfg.SessionTimeout, 6*time.Second)
+	def(&cfg.HeartbeatInterval, time.Second)
+	def(&cfg.RebalanceTimeout, 6*time.Second)
+	def(&cfg.MaxWait, 100*time.Millisecond)
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers: cfg.Brokers, Topic: cfg.Topic, GroupID: cfg.Group, StartOffset: kafka.FirstOffset,
+		SessionTimeout: cfg.SessionTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
+		RebalanceTimeout: cfg.RebalanceTimeout, MaxWait: cfg.MaxWait, MinBytes: 1, MaxBytes: 8 << 20,
+		CommitInterval: 0, // synchronous commits: an offset is committed only when asked
+	})
+	return &KafkaConsumer{r: r}, nil
+}
+
+// Fetch implements [Consumer].
+func (c *KafkaConsumer) Fetch(ctx context.Context) (Message, error) {
+	m, err := c.r.FetchMessage(ctx)
+	if err != nil {
+		return Message{}, err
+	}
+	return Message{Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value}, nil
+}
+
+// Commit implements [Consumer].
+func (c *KafkaConsumer) Commit(ctx context.Context, msgs ...Message) error {
+	km := make([]kafka.Message, len(msgs))
+	for i, m := range msgs {
+		km[i] = kafka.Message{Topic: c.r.Config().Topic, Partition: m.Partition, Offset: m.Offset}
+	}
+	return c.r.CommitMessages(ctx, km...)
+}
+
+// Close implements [Consumer].
+func (c *KafkaConsumer) Close(context.Context) error { return c.r.Close() }
