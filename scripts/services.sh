@@ -275,6 +275,7 @@ up() {
     mkdir -p "$STATE"
   fi
   command -v curl >/dev/null || apt_install curl
+  command -v kcat >/dev/null || apt_install kcat   # a standard Kafka client, for the interop test
   redis_up
   redis_cluster_up
   clickhouse_up

@@ -48,7 +48,7 @@ type Delta struct {
 	RuleId string `protobuf:"bytes,4,opt,name=rule_id,json=ruleId,proto3" json:"rule_id,omitempty"`
 	// The request's descriptor entries as "key=value" joined by ",", e.g.
 	// "user_id=priya" (analytics; shared-threshold wildcards show the pattern).
-	Descriptor_ string `protobuf:"bytes,5,opt,name=descriptor,proto3" json:"descriptor,omitempty"`
+	DescriptorText string `protobuf:"bytes,5,opt,name=descriptor_text,json=descriptorText,proto3" json:"descriptor_text,omitempty"`
 	// The counter identity (also the Kafka message key): rule id plus the
 	// request values. All deltas of one key reach one partition.
 	CounterKey string `protobuf:"bytes,6,opt,name=counter_key,json=counterKey,proto3" json:"counter_key,omitempty"`
@@ -153,9 +153,9 @@ func (x *Delta) GetRuleId() string {
 	return ""
 }
 
-func (x *Delta) GetDescriptor_() string {
+func (x *Delta) GetDescriptorText() string {
 	if x != nil {
-		return x.Descriptor_
+		return x.DescriptorText
 	}
 	return ""
 }
@@ -290,16 +290,14 @@ var File_delta_proto protoreflect.FileDescriptor
 
 const file_delta_proto_rawDesc = "" +
 	"\n" +
-	"\vdelta.proto\x12\x14velvetrope.events.v1\"\xad\x06\n" +
+	"\vdelta.proto\x12\x14velvetrope.events.v1\"\xb6\x06\n" +
 	"\x05Delta\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12\x16\n" +
 	"\x06domain\x18\x03 \x01(\tR\x06domain\x12\x17\n" +
-	"\arule_id\x18\x04 \x01(\tR\x06ruleId\x12\x1e\n" +
-	"\n" +
-	"descriptor\x18\x05 \x01(\tR\n" +
-	"descriptor\x12\x1f\n" +
+	"\arule_id\x18\x04 \x01(\tR\x06ruleId\x12'\n" +
+	"\x0fdescriptor_text\x18\x05 \x01(\tR\x0edescriptorText\x12\x1f\n" +
 	"\vcounter_key\x18\x06 \x01(\tR\n" +
 	"counterKey\x12\x1c\n" +
 	"\talgorithm\x18\a \x01(\tR\talgorithm\x125\n" +

@@ -1,0 +1,106 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+)
+
+func TestMemBus(t *testing.T) {
+	ctx := context.Background()
+	b, err := NewMemBus(4, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"a", "b", "c", "a", "a", "b"}
+	for i, k := range keys {
+		if err := b.Produce(ctx, []*eventsv1.Delta{delta(uint64(i+1), k, 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := NewReader(b, nil)
+	var got []Message
+	seqByKey := map[string][]uint64{}
+	for range keys {
+		m, d, err := r.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m)
+		seqByKey[d.CounterKey] = append(seqByKey[d.CounterKey], d.Sequence)
+	}
+	// per key (one partition) the order is the production order
+	if s := seqByKey["api:user_id|user_id=a"]; len(s) != 3 || s[0] != 1 || s[1] != 4 || s[2] != 5 {
+		t.Fatalf("order of key a: %v", s)
+	}
+	// nothing more: Fetch waits until the context ends
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := b.Fetch(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("empty fetch: %v", err)
+	}
+	// a consumer that dies before committing sees everything again
+	b.Rewind()
+	if m, _, err := r.Next(ctx); err != nil || m.Offset != 0 {
+		t.Fatalf("after rewind: %v %v", m, err)
+	}
+	if err := b.Commit(ctx, got...); err != nil {
+		t.Fatal(err)
+	}
+	if b.Pending() != 0 {
+		t.Fatalf("pending after commit: %d", b.Pending())
+	}
+	b.Rewind()
+	if _, err := b.Fetch(short); err == nil {
+		t.Fatal("committed messages came back")
+	}
+}
+
+func TestMemBusBoundedAndClosed(t *testing.T) {
+	ctx := context.Background()
+	b, _ := NewMemBus(1, 2)
+	if err := b.Produce(ctx, []*eventsv1.Delta{delta(1, "a", 1), delta(2, "a", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Produce(ctx, []*eventsv1.Delta{delta(3, "a", 1)}); !errors.Is(err, ErrBusFull) {
+		t.Fatalf("over the bound: %v", err)
+	}
+	bad := delta(4, "a", 1)
+	bad.Sequence = 0
+	m, _ := b.Fetch(ctx)
+	b.Commit(ctx, m)
+	if err := b.Produce(ctx, []*eventsv1.Delta{bad}); !errors.Is(err, ErrBadRecord) {
+		t.Fatalf("invalid delta accepted: %v", err)
+	}
+	b.Close(ctx)
+	if _, err := b.Fetch(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("fetch after close: %v", err)
+	}
+	if _, err := NewMemBus(0, 1); err == nil {
+		t.Fatal("zero partitions accepted")
+	}
+}
+
+func TestReaderSkipsBadRecords(t *testing.T) {
+	ctx := context.Background()
+	b, _ := NewMemBus(1, 10)
+	good, _ := Encode(delta(1, "a", 2))
+	b.produceRaw([]Message{{Key: []byte("k"), Value: []byte("garbage")}, {Key: []byte("k"), Value: good},
+		{Key: []byte("k"), Value: nil}})
+	b.Produce(ctx, []*eventsv1.Delta{delta(2, "a", 3)})
+	r := NewReader(b, nil)
+	var sum uint64
+	for range 2 {
+		_, d, err := r.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum += d.AllowedCost
+	}
+	if sum != 5 || r.Bad() != 2 {
+		t.Fatalf("sum %d bad %d, want 5 and 2", sum, r.Bad())
+	}
+}
