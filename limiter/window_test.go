@@ -8,7 +8,6 @@ import (
 // w0 is a window-aligned start (a multiple of a second, minute and hour).
 const w0 = int64(1_699_999_200) * 1e9
 
-
 func TestFixedWindow(t *testing.T) {
 	cases := []struct {
 		name  string
