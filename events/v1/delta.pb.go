@@ -91,8 +91,14 @@ type Delta struct {
 	RateTokens        int64 `protobuf:"varint,21,opt,name=rate_tokens,json=rateTokens,proto3" json:"rate_tokens,omitempty"`
 	Burst             int64 `protobuf:"varint,22,opt,name=burst,proto3" json:"burst,omitempty"`
 	TatAfterUnixNanos int64 `protobuf:"varint,23,opt,name=tat_after_unix_nanos,json=tatAfterUnixNanos,proto3" json:"tat_after_unix_nanos,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The emitting instance's cumulative counted hits for this counter after
+	// this delta: in this window for window algorithms, since the checker
+	// started tracking the key for bucket algorithms. The aggregator keeps
+	// max(own + counted_cost, own_after) per instance, so a counter that
+	// expired and is created again starts from the right baseline.
+	OwnAfter      uint64 `protobuf:"varint,24,opt,name=own_after,json=ownAfter,proto3" json:"own_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Delta) Reset() {
@@ -286,11 +292,18 @@ func (x *Delta) GetTatAfterUnixNanos() int64 {
 	return 0
 }
 
+func (x *Delta) GetOwnAfter() uint64 {
+	if x != nil {
+		return x.OwnAfter
+	}
+	return 0
+}
+
 var File_delta_proto protoreflect.FileDescriptor
 
 const file_delta_proto_rawDesc = "" +
 	"\n" +
-	"\vdelta.proto\x12\x14velvetrope.events.v1\"\xb6\x06\n" +
+	"\vdelta.proto\x12\x14velvetrope.events.v1\"\xd3\x06\n" +
 	"\x05Delta\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x1a\n" +
@@ -319,7 +332,8 @@ const file_delta_proto_rawDesc = "" +
 	"\vrate_tokens\x18\x15 \x01(\x03R\n" +
 	"rateTokens\x12\x14\n" +
 	"\x05burst\x18\x16 \x01(\x03R\x05burst\x12/\n" +
-	"\x14tat_after_unix_nanos\x18\x17 \x01(\x03R\x11tatAfterUnixNanosB5Z3github.com/velvetrope/velvetrope/events/v1;eventsv1b\x06proto3"
+	"\x14tat_after_unix_nanos\x18\x17 \x01(\x03R\x11tatAfterUnixNanos\x12\x1b\n" +
+	"\town_after\x18\x18 \x01(\x04R\bownAfterB5Z3github.com/velvetrope/velvetrope/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_delta_proto_rawDescOnce sync.Once

@@ -1,0 +1,252 @@
+package checker
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+
+	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+)
+
+// MemStore is the in-memory counter store of `velvetrope dev` and the unit
+// tests, with the semantics the Redis store has: counters per window or per
+// bucket, per-instance parts, at-most-once application of deltas by
+// (instance, partition, sequence), and atomic charges. Safe for concurrent
+// use (one mutex: it is a development and test store).
+type MemStore struct {
+	mu   sync.Mutex
+	win  map[winKey]*memCounter
+	tat  map[string]*memCounter
+	seen map[seqKey]uint64
+
+	down atomic.Bool // SetUnavailable: every call fails
+
+	// Applied and Skipped count deltas applied and dropped as copies.
+	Applied, Skipped atomic.Uint64
+}
+
+type winKey struct {
+	key   string
+	start int64
+}
+
+type seqKey struct {
+	instance  string
+	partition int
+}
+
+type memCounter struct {
+	total int64 // window count, or TAT (unix ns)
+	cum   int64 // KindTAT: cumulative hits
+	own   map[string]int64
+	end   int64 // expiry: window end + one window (sliding needs it), or the TAT
+}
+
+// NewMemStore returns an empty store.
+func NewMemStore() *MemStore {
+	return &MemStore{win: map[winKey]*memCounter{}, tat: map[string]*memCounter{}, seen: map[seqKey]uint64{}}
+}
+
+// SetUnavailable makes every Read, Charge and Refund fail (failure tests).
+func (s *MemStore) SetUnavailable(down bool) { s.down.Store(down) }
+
+func (s *MemStore) check() error {
+	if s.down.Load() {
+		return fmt.Errorf("%w: in-memory store switched off", ErrStoreUnavailable)
+	}
+	return nil
+}
+
+// span returns ceil(n × period / tokens) in ns, saturating.
+func span(n, period, tokens int64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(n), uint64(period))
+	if hi >= uint64(tokens) {
+		return 1 << 62
+	}
+	q, r := bits.Div64(hi, lo, uint64(tokens))
+	if r > 0 {
+		q++
+	}
+	if q > 1<<62 {
+		return 1 << 62
+	}
+	return int64(q)
+}
+
+// Read implements [CounterStore].
+func (s *MemStore) Read(_ context.Context, instance string, items []ReadItem) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range items {
+		it := &items[i]
+		c := s.counter(it.Kind, it.Key, it.Window)
+		it.Found, it.Total, it.Cum, it.Own, it.Instances = c != nil, 0, 0, 0, 0
+		if c != nil {
+			it.Total, it.Cum, it.Own, it.Instances = c.total, c.cum, c.own[instance], len(c.own)
+		}
+	}
+	return nil
+}
+
+func (s *MemStore) counter(k Kind, key string, window int64) *memCounter {
+	if k == KindTAT {
+		return s.tat[key]
+	}
+	return s.win[winKey{key, window}]
+}
+
+// create returns the counter, making it if needed (requires s.mu held).
+func (s *MemStore) create(k Kind, key string, window, windowNanos int64) *memCounter {
+	if c := s.counter(k, key, window); c != nil {
+		return c
+	}
+	c := &memCounter{own: map[string]int64{}}
+	if k == KindTAT {
+		s.tat[key] = c
+	} else {
+		c.end = window + 2*windowNanos
+		s.win[winKey{key, window}] = c
+	}
+	return c
+}
+
+// Charge implements [CounterStore].
+func (s *MemStore) Charge(_ context.Context, r *ChargeRequest) (ChargeResult, error) {
+	if err := s.check(); err != nil {
+		return ChargeResult{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.Kind == KindTAT {
+		return s.chargeTAT(r), nil
+	}
+	return s.chargeWindow(r), nil
+}
+
+func (s *MemStore) chargeWindow(r *ChargeRequest) ChargeResult {
+	c := s.create(KindWindow, r.Key, r.Window, r.WindowNanos)
+	unapplied := max(0, r.OwnEmitted-c.own[r.Instance])
+	est := c.total + unapplied
+	// sliding window: the previous window counts with weight (W − e)/W,
+	// compared in units of 1/W to stay in integers.
+	var prevTotal, prevOwn, prevWeighted int64
+	W := r.WindowNanos
+	if r.Sliding {
+		if p := s.win[winKey{r.Key, r.Window - W}]; p != nil {
+			prevTotal, prevOwn = p.total, p.own[r.Instance]
+		}
+		prevEst := prevTotal + max(0, r.PrevEmitted-prevOwn)
+		e := min(max(r.Now-r.Window, 0), W)
+		prevWeighted = prevEst * (W - e) / W // floor: the checker uses the same
+	}
+	res := ChargeResult{Allowed: prevWeighted+est+r.Cost <= r.Ceiling, PrevTotal: prevTotal, PrevOwn: prevOwn}
+	if res.Allowed || r.ChargeDenied {
+		c.total += r.Cost
+		c.own[r.Instance] = max(c.own[r.Instance], r.OwnEmitted-unapplied) + r.Cost
+	}
+	res.Total, res.Own, res.Instances = c.total, c.own[r.Instance], len(c.own)
+	return res
+}
+
+func (s *MemStore) chargeTAT(r *ChargeRequest) ChargeResult {
+	c := s.tat[r.Key]
+	if c == nil {
+		// An absent bucket is full. Take the caller's count as the
+		// baseline: what it emitted and has not been applied is in its
+		// LocalTAT, which the decision below counts.
+		c = &memCounter{own: map[string]int64{r.Instance: r.OwnCum}, cum: r.OwnCum}
+		s.tat[r.Key] = c
+	}
+	unapplied := max(0, r.OwnCum-c.own[r.Instance])
+	base := max(c.total+span(unapplied, r.WindowNanos, r.RateTokens), r.LocalTAT, r.Now)
+	after := base + span(r.Cost, r.WindowNanos, r.RateTokens)
+	res := ChargeResult{Allowed: after-r.Now <= span(r.Burst, r.WindowNanos, r.RateTokens)}
+	if res.Allowed {
+		c.total = max(c.total, r.Now) + span(r.Cost, r.WindowNanos, r.RateTokens)
+		c.cum += r.Cost
+		c.own[r.Instance] += r.Cost
+	}
+	res.Total, res.Cum, res.Own, res.Instances = c.total, c.cum, c.own[r.Instance], len(c.own)
+	return res
+}
+
+// Refund implements [CounterStore].
+func (s *MemStore) Refund(_ context.Context, r *ChargeRequest) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.counter(r.Kind, r.Key, r.Window)
+	if c == nil {
+		return nil
+	}
+	if r.Kind == KindTAT {
+		c.total -= span(r.Cost, r.WindowNanos, r.RateTokens)
+		c.cum -= r.Cost
+	} else {
+		c.total = max(0, c.total-r.Cost)
+	}
+	c.own[r.Instance] = max(0, c.own[r.Instance]-r.Cost)
+	return nil
+}
+
+// Apply applies one delta read from partition, at most once: a delta whose
+// sequence is not above the highest applied for its (instance, partition)
+// is a copy and is skipped. Deltas marked already applied only advance the
+// sequence. It reports whether the delta was new.
+func (s *MemStore) Apply(partition int, d *eventsv1.Delta) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sk := seqKey{d.InstanceId, partition}
+	if d.Sequence <= s.seen[sk] {
+		s.Skipped.Add(1)
+		return false
+	}
+	s.seen[sk] = d.Sequence
+	s.Applied.Add(1)
+	if d.AlreadyApplied || d.CountedCost == 0 {
+		return true
+	}
+	counted := int64(d.CountedCost)
+	switch d.Algorithm {
+	case "token_bucket", "gcra", "leaky_bucket":
+		c := s.create(KindTAT, d.CounterKey, 0, 0)
+		c.total = max(max(c.total, d.FirstUnixNanos)+span(counted, d.WindowNanos, d.RateTokens), d.TatAfterUnixNanos)
+		c.cum += counted
+		c.own[d.InstanceId] = max(c.own[d.InstanceId]+counted, int64(d.OwnAfter))
+	default:
+		c := s.create(KindWindow, d.CounterKey, d.WindowStartUnixNanos, d.WindowNanos)
+		c.total += counted
+		c.own[d.InstanceId] = max(c.own[d.InstanceId]+counted, int64(d.OwnAfter))
+	}
+	return true
+}
+
+// Expire drops counters that carry no information any more at now: windows
+// over (kept one extra window for sliding windows) and full buckets.
+func (s *MemStore) Expire(now int64) (removed int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, c := range s.win {
+		if c.end <= now {
+			delete(s.win, k)
+			removed++
+		}
+	}
+	for k, c := range s.tat {
+		if c.total <= now {
+			delete(s.tat, k)
+			removed++
+		}
+	}
+	return removed
+}

@@ -1,0 +1,98 @@
+package checker
+
+import (
+	"context"
+	"errors"
+)
+
+// Kind is how a rule's shared counter is kept.
+type Kind uint8
+
+// Counter kinds.
+const (
+	// KindWindow: a count per window start (Envoy's fixed window,
+	// fixed_window, sliding_window).
+	KindWindow Kind = iota + 1
+	// KindTAT: a theoretical arrival time (token_bucket, gcra, leaky_bucket).
+	KindTAT
+)
+
+// ReadItem asks for the applied state of one counter: a window's count, or
+// a bucket's TAT. Read fills the results.
+type ReadItem struct {
+	Key    string // counter key (rule id and request values)
+	Kind   Kind
+	Window int64 // KindWindow: window start, unix ns
+
+	// Results.
+	Found bool
+	// Total: KindWindow, the global count applied in the window; KindTAT,
+	// the theoretical arrival time (unix ns).
+	Total int64
+	// Cum: KindTAT only, the cumulative hits applied by all instances.
+	Cum int64
+	// Own: the part of Cum (KindTAT) or Total (KindWindow) that this
+	// instance's consumption contributed.
+	Own int64
+	// Instances: how many instances have applied consumption to the
+	// counter (for the local_budget failure policy).
+	Instances int
+}
+
+// ChargeRequest is one atomic check-and-charge of a shared counter, made
+// near the limit (and for every decision of a `mode: sync` rule). The store
+// counts the caller's unapplied consumption (OwnEmitted minus what it has
+// applied for the instance) before deciding.
+type ChargeRequest struct {
+	Key      string
+	Kind     Kind
+	Instance string
+	Now      int64 // unix ns
+	Cost     int64
+
+	// KindWindow: the window start and length, the ceiling, and the
+	// instance's counted consumption in this window (and in the previous
+	// window, with PrevWeight/WindowNanos of it counting: sliding window).
+	Window      int64
+	WindowNanos int64
+	Ceiling     int64
+	OwnEmitted  int64
+	Sliding     bool
+	PrevEmitted int64
+	// ChargeDenied charges the cost even when refused (Envoy semantics).
+	ChargeDenied bool
+
+	// KindTAT: burst, rate (RateTokens per WindowNanos), the instance's
+	// cumulative counted hits and its own exact view of the TAT.
+	Burst      int64
+	RateTokens int64
+	OwnCum     int64
+	LocalTAT   int64
+}
+
+// ChargeResult is the store's answer, with the counter's state after it.
+type ChargeResult struct {
+	Allowed bool
+	Total   int64 // as in ReadItem
+	Cum     int64
+	Own     int64
+	// PrevTotal, PrevOwn: the previous window (sliding window only).
+	PrevTotal, PrevOwn int64
+	Instances          int
+}
+
+// CounterStore is the shared counter store as the checker sees it: batch
+// reads of applied state (refresh) and atomic charges. The in-memory
+// [MemStore] and the Redis store implement it with the same semantics.
+type CounterStore interface {
+	// Read fills items with the applied state of their counters; Own is
+	// the part of instance.
+	Read(ctx context.Context, instance string, items []ReadItem) error
+	Charge(ctx context.Context, req *ChargeRequest) (ChargeResult, error)
+	// Refund takes back an allowed charge of a request that another
+	// descriptor then refused (a refused request charges nothing).
+	Refund(ctx context.Context, req *ChargeRequest) error
+}
+
+// ErrStoreUnavailable marks store errors the failure policy applies to.
+var ErrStoreUnavailable = errors.New("checker: counter store unavailable")
