@@ -75,6 +75,9 @@ type Status struct {
 	// OverSoft is set when a soft throttle admitted the request above the
 	// base limit (within the overage).
 	OverSoft bool
+	// Degraded is set when the decision needed the counter store, the store
+	// did not answer, and the rule's failure policy decided instead.
+	Degraded bool
 }
 
 // Decision is the outcome of a request: OverLimit if any status is.

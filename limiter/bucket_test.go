@@ -166,3 +166,20 @@ func TestInvalidParams(t *testing.T) {
 		})
 	}
 }
+
+func TestGCRARaise(t *testing.T) {
+	g := GCRA{Burst: 4, Rate: PerSecond(1)}
+	var s State
+	g.AllowAt(&s, t0, 1)
+	if g.TAT(&s) != t0+1e9 {
+		t.Fatalf("TAT %d", g.TAT(&s)-t0)
+	}
+	g.Raise(&s, t0+3e9) // others took two more
+	if d, _ := g.AllowAt(&s, t0, 0); d.Remaining != 1 {
+		t.Fatalf("after raise: remaining %d, want 1", d.Remaining)
+	}
+	g.Raise(&s, t0) // never back
+	if g.TAT(&s) != t0+3e9 {
+		t.Fatal("raise moved the TAT back")
+	}
+}

@@ -105,3 +105,23 @@ func (g GCRA) restore(s *State, idleAt, now int64) {
 		s.set, s.v, s.frac = true, idleAt, 0
 	}
 }
+
+// TAT returns the theoretical arrival time of s in whole nanoseconds,
+// rounded up (0 for a fresh state).
+func (g GCRA) TAT(s *State) int64 {
+	if !s.set {
+		return 0
+	}
+	if s.frac > 0 {
+		return s.v + 1
+	}
+	return s.v
+}
+
+// Raise moves the TAT of s to at least tat (never back), as when other
+// holders of the same shared bucket are found to have consumed from it.
+func (g GCRA) Raise(s *State, tat int64) {
+	if !s.set || s.v < tat {
+		s.set, s.v, s.frac = true, tat, 0
+	}
+}

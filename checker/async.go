@@ -1,0 +1,225 @@
+package checker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/events"
+	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/limiter"
+)
+
+// Config tunes the async Checker. Zero values take the defaults shown.
+type Config struct {
+	// InstanceName is this checker's configured name; the instance id is
+	// the name, "/", and a nonce drawn at every start.
+	InstanceName string
+	MaxKeys      int // counter keys held in memory (1<<20)
+	Shards       int // lock shards, a power of two (256)
+
+	FlushInterval  time.Duration // how often deltas are emitted (10 ms)
+	FlushThreshold int           // dirty keys that trigger an early flush (4096)
+	MaxBuffered    int           // deltas held while the producer refuses them (1<<20)
+
+	RefreshTick time.Duration // refresher wake-up (10 ms)
+	MinRefresh  time.Duration // shortest re-read interval of a key (50 ms)
+	MaxRefresh  time.Duration // every tracked key is re-read at least this often (5 s)
+	PipelineLag time.Duration // expected delay from admission to the store (250 ms)
+
+	// The near-limit threshold is max(NearFloor, limit × NearFloorPercent
+	// / 100, global rate × (MaxRefresh-bounded refresh interval +
+	// PipelineLag) × SafetyPercent / 100).
+	SafetyPercent    int64 // 200
+	NearFloor        int64 // 2 hits
+	NearFloorPercent int64 // 1 % of the limit
+
+	IdleAfter      time.Duration // a clean key unused this long is dropped (2 min)
+	IdempotencyTTL time.Duration // request ids remembered (1 min; 0 disables)
+	Logger         *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.InstanceName == "" {
+		c.InstanceName = "checker"
+	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = 1 << 20
+	}
+	if c.Shards == 0 {
+		c.Shards = 256
+	}
+	if c.FlushThreshold == 0 {
+		c.FlushThreshold = 4096
+	}
+	if c.MaxBuffered == 0 {
+		c.MaxBuffered = 1 << 20
+	}
+	def(&c.FlushInterval, 10*time.Millisecond)
+	def(&c.RefreshTick, 10*time.Millisecond)
+	def(&c.MinRefresh, 50*time.Millisecond)
+	def(&c.MaxRefresh, 5*time.Second)
+	def(&c.PipelineLag, 250*time.Millisecond)
+	def(&c.IdleAfter, 2*time.Minute)
+	if c.SafetyPercent == 0 {
+		c.SafetyPercent = 200
+	}
+	if c.NearFloor == 0 {
+		c.NearFloor = 2
+	}
+	if c.NearFloorPercent == 0 {
+		c.NearFloorPercent = 1
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case c.Shards&(c.Shards-1) != 0 || c.Shards < 1:
+		return fmt.Errorf("checker: shards %d: must be a power of two", c.Shards)
+	case c.MaxKeys < c.Shards:
+		return fmt.Errorf("checker: max keys %d: must be at least the shard count %d", c.MaxKeys, c.Shards)
+	case c.MinRefresh > c.MaxRefresh:
+		return fmt.Errorf("checker: min refresh %v above max refresh %v", c.MinRefresh, c.MaxRefresh)
+	case c.SafetyPercent < 100:
+		return fmt.Errorf("checker: safety percent %d: must be at least 100", c.SafetyPercent)
+	}
+	return nil
+}
+
+// Stats are the checker's counters (monotonic), for metrics.
+type Stats struct {
+	Decisions, Denied           atomic.Uint64
+	FarBand, NearBand, OverBand atomic.Uint64
+	SyncCharges, Refunds        atomic.Uint64
+	Degraded                    atomic.Uint64
+	Refreshes, RefreshErrors    atomic.Uint64
+	Flushes, DeltasEmitted      atomic.Uint64
+	EmitErrors                  atomic.Uint64
+	Evictions, EvictedDirty     atomic.Uint64
+	Keys                        atomic.Int64
+}
+
+// Checker is the async checker (DESIGN.md, "Checker"): it decides from
+// counters held in memory, pays one atomic store call per decision only
+// near a limit, and emits consumption deltas off the request path. Rules
+// with `mode: local` run on an exact in-process limiter; `mode: sync`
+// rules charge the store on every decision. Safe for concurrent use.
+type Checker struct {
+	cfg      Config
+	rules    *config.Store
+	store    CounterStore
+	prod     events.Producer
+	clock    limiter.Clock
+	local    *limiter.Keyed
+	instance string
+	seed     maphash.Seed
+	shards   []shard
+	mask     uint64
+	perShard int
+	seq      atomic.Uint64
+	idem     *idempotency
+	bufs     sync.Pool
+
+	flushNow  chan struct{}
+	dirtyN    atomic.Int64
+	flushMu   sync.Mutex
+	buffered  []*eventsv1.Delta // deltas the producer refused, oldest first (under flushMu)
+	refreshMu sync.Mutex
+	readItems []ReadItem // refresher scratch (under refreshMu)
+	readEnts  []*entry
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+	logs logLimiter
+
+	// Stats are updated by every decision and background pass.
+	Stats Stats
+}
+
+// New returns a Checker deciding with the live rules of store, charging
+// and reading counters in cs, emitting deltas through prod and reading
+// time from clock. Start runs its flusher and refresher.
+func New(cfg Config, rules *config.Store, cs CounterStore, prod events.Producer, clock limiter.Clock) (*Checker, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if rules == nil || cs == nil || prod == nil || clock == nil {
+		return nil, errors.New("checker: New needs rules, a counter store, a producer and a clock")
+	}
+	local, err := limiter.NewKeyed(limiter.WithMaxKeys(max(cfg.MaxKeys/4, 64)), limiter.WithClock(clock))
+	if err != nil {
+		return nil, err
+	}
+	var nonce [6]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, err
+	}
+	c := &Checker{cfg: cfg, rules: rules, store: cs, prod: prod, clock: clock, local: local,
+		instance: cfg.InstanceName + "/" + hex.EncodeToString(nonce[:]), seed: maphash.MakeSeed(),
+		shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1), perShard: max(cfg.MaxKeys/cfg.Shards, 1),
+		flushNow: make(chan struct{}, 1), logs: logLimiter{every: int64(10 * time.Second)}}
+	for i := range c.shards {
+		c.shards[i].keys = map[uint64]*entry{}
+	}
+	if cfg.IdempotencyTTL > 0 {
+		c.idem = newIdempotency(int64(cfg.IdempotencyTTL), 1<<16)
+	}
+	c.bufs.New = func() any { b := make([]byte, 0, 1024); return &b }
+	return c, nil
+}
+
+// Instance returns this checker's instance id (name/nonce).
+func (c *Checker) Instance() string { return c.instance }
+
+// Rules returns the live rule set.
+func (c *Checker) Rules() *config.RuleSet { return c.rules.Load() }
+
+// Start runs the flusher and the refresher.
+func (c *Checker) Start(context.Context) error {
+	c.stop = make(chan struct{})
+	c.wg.Add(2)
+	go c.flushLoop()
+	go c.refreshLoop()
+	return nil
+}
+
+// Stop ends the background loops and emits everything counted (a final
+// flush), within ctx.
+func (c *Checker) Stop(ctx context.Context) error {
+	if c.stop == nil {
+		return nil
+	}
+	close(c.stop)
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return c.Flush(ctx)
+}
+
+// logLimiter lets one log line through per interval.
+type logLimiter struct {
+	every int64
+	last  atomic.Int64
+}
+
+func (l *logLimiter) allow(now int64) bool {
+	last := l.last.Load()
+	return now-last >= l.every && l.last.CompareAndSwap(last, now)
+}

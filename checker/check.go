@@ -1,0 +1,648 @@
+package checker
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"slices"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/limiter"
+)
+
+// Check decides req into d, reusing d.Statuses' capacity. Far from every
+// limit it touches only memory and allocates nothing; near a limit it makes
+// one atomic store call per descriptor that needs one. It returns an error
+// only for a malformed request (a *FieldError) or an internal fault.
+func (c *Checker) Check(ctx context.Context, req *Request, d *Decision) error {
+	rs := c.rules.Load()
+	if err := req.Validate(rs); err != nil {
+		return err
+	}
+	now := c.clock.Now()
+	if req.RequestID != "" && c.idem != nil && c.idem.get(req.Domain, req.RequestID, now, d) {
+		return nil
+	}
+	n := len(req.Descriptors)
+	d.Statuses = slices.Grow(d.Statuses[:0], n)[:n]
+	var matched [MaxDescriptors]*config.Rule
+	for i := range req.Descriptors {
+		matched[i] = rs.Match(req.Domain, req.Descriptors[i].Entries)
+	}
+	dropReplaced(matched[:n])
+
+	bufp := c.bufs.Get().(*[]byte)
+	defer c.bufs.Put(bufp)
+	var slots [MaxDescriptors]slot
+	c.keys(bufp, req, matched[:n], slots[:n])
+
+	var lockSet [MaxDescriptors]int
+	locks := lockSet[:0]
+	for i := range n {
+		if s := &slots[i]; s.sh >= 0 {
+			if j, found := slices.BinarySearch(locks, s.sh); !found {
+				locks = slices.Insert(locks, j, s.sh)
+			}
+		}
+	}
+	c.lock(locks)
+	denied, sync := false, false
+	for i := range n {
+		s := &slots[i]
+		c.decide(s, req, now)
+		switch {
+		case s.need == needSync:
+			sync = true
+		case !s.allowed && !s.shadowed && s.need != needNone:
+			denied = true
+		}
+	}
+	if sync {
+		c.unlock(locks)
+		denied = c.charge(ctx, slots[:n], denied, now, req.Hits)
+		c.lock(locks)
+		c.applyCharges(slots[:n], now, req.Hits)
+	}
+	c.commit(slots[:n], denied, now, req.Hits)
+	c.unlock(locks)
+
+	c.Stats.Decisions.Add(1)
+	d.Code = OK
+	if denied {
+		d.Code = OverLimit
+		c.Stats.Denied.Add(1)
+	}
+	for i := range n {
+		c.status(&d.Statuses[i], &slots[i], denied, req.Hits)
+	}
+	if req.RequestID != "" && c.idem != nil {
+		c.idem.put(req.Domain, req.RequestID, now, d)
+	}
+	if c.dirtyN.Load() >= int64(c.cfg.FlushThreshold) {
+		select {
+		case c.flushNow <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// keys builds every descriptor's counter key into one pooled buffer and
+// fills the slots' rule, key, hash and shard.
+func (c *Checker) keys(bufp *[]byte, req *Request, rules []*config.Rule, slots []slot) {
+	var offs [MaxDescriptors + 1]int
+	buf := (*bufp)[:0]
+	for i, r := range rules {
+		offs[i] = len(buf)
+		if r != nil && !r.Unlimited && r.Limit > 0 {
+			buf = config.AppendCounterKey(buf, r, req.Descriptors[i].Entries)
+		}
+	}
+	offs[len(rules)] = len(buf)
+	*bufp = buf
+	for i, r := range rules {
+		s := &slots[i]
+		s.rule, s.sh, s.e, s.idx = r, -1, nil, i
+		if offs[i+1] > offs[i] {
+			// The key aliases the buffer; the table copies it when it keeps it.
+			s.key = unsafe.String(&buf[offs[i]], offs[i+1]-offs[i])
+			if r.Mode != "local" {
+				s.h = maphash.String(c.seed, s.key)
+				s.sh = int(s.h & c.mask)
+			}
+		}
+	}
+}
+
+func (c *Checker) lock(idx []int) {
+	for _, i := range idx {
+		c.shards[i].mu.Lock()
+	}
+}
+
+func (c *Checker) unlock(idx []int) {
+	for j := len(idx) - 1; j >= 0; j-- {
+		c.shards[idx[j]].mu.Unlock()
+	}
+}
+
+// decide makes the memory part of one descriptor's decision, or prepares
+// its store charge (requires the slot's shard lock).
+func (c *Checker) decide(s *slot, req *Request, now int64) {
+	r, cost := s.rule, req.Hits
+	switch {
+	case r == nil || r.Unlimited:
+		s.need, s.allowed = needNone, true
+		return
+	case r.Limit == 0: // Envoy's block
+		s.need, s.never = needMemory, true
+		s.resetAfter = time.Duration(int64(r.Window) - now%int64(r.Window))
+		s.shadowed = r.Shadow
+		return
+	case r.Mode == "local":
+		c.decideLocal(s, now, cost)
+		return
+	}
+	sh := &c.shards[s.sh]
+	e := sh.lookup(s.h, s.key)
+	if e == nil {
+		e = c.create(sh, s, req, now)
+	}
+	s.e, e.rule, e.used = e, r, now
+	if e.kind == KindWindow {
+		c.roll(sh, e, now)
+	}
+	if r.Mode == "sync" {
+		c.prepareCharge(s, now, cost)
+		return
+	}
+	s.need = needMemory
+	if e.overUntil > now {
+		c.Stats.OverBand.Add(1)
+		c.denyFromMemory(s, now, cost)
+	} else {
+		near := !e.answered
+		var v view
+		if e.kind == KindWindow {
+			v = c.windowView(e, now)
+			near = near || v.remaining-v.pred-cost < c.threshold(e, v.ceiling)
+		} else {
+			g := gcraOf(r)
+			probeState := e.gs
+			probe, _ := g.AllowAt(&probeState, now, 0)
+			pred := e.othersRate * int64(c.cfg.PipelineLag) / int64(time.Second)
+			near = near || probe.Remaining-pred-cost < c.threshold(e, g.Burst)
+		}
+		if near {
+			c.Stats.NearBand.Add(1)
+			if r.NearLimit == "sync" {
+				c.prepareCharge(s, now, cost)
+				return
+			}
+		} else {
+			c.Stats.FarBand.Add(1)
+		}
+		if e.kind == KindWindow {
+			c.decideWindow(s, v, now, cost)
+		} else {
+			c.decideTAT(s, now, cost)
+		}
+	}
+	if !s.allowed && r.Shadow {
+		s.shadowed = true
+	}
+	sh.markDirty(e)
+	c.dirtyN.Add(1)
+}
+
+// denyFromMemory refuses while a key is known to be over its limit: no
+// store call. Envoy-semantics rules still count the call.
+func (c *Checker) denyFromMemory(s *slot, now, cost int64) {
+	e := s.e
+	s.allowed = false
+	s.retryAfter = time.Duration(e.overUntil - now)
+	s.never = cost > s.rule.Capacity()
+	if e.kind == KindWindow {
+		v := c.windowView(e, now)
+		s.remaining = v.remaining
+		s.resetAfter = c.windowReset(e, now, false, 0)
+		if s.rule.Algorithm == "" {
+			s.charged = true
+			c.count(e, now, cost, false, true)
+			s.remaining = max(0, v.remaining-cost)
+		}
+	} else {
+		g := gcraOf(s.rule)
+		probeState := e.gs
+		probe, _ := g.AllowAt(&probeState, now, 0)
+		s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
+	}
+}
+
+// decideLocal runs a `mode: local` rule on the in-process limiter: Envoy
+// rules are charged now, algorithm rules peeked and charged at commit.
+func (c *Checker) decideLocal(s *slot, now, cost int64) {
+	s.need = needLocal
+	var ld limiter.Decision
+	var err error
+	if s.rule.Algorithm == "" {
+		ld, err = c.local.AllowAt(s.key, s.rule.Limiter, now, cost, "")
+		s.charged = true
+	} else {
+		ld, err = c.local.PeekAt(s.key, s.rule.Limiter, now, cost)
+		s.local = true
+	}
+	if err != nil && !errors.Is(err, limiter.ErrCostExceedsLimit) {
+		// parameters the config validated; a time out of range is the only way here
+		s.allowed, s.never = false, true
+		return
+	}
+	s.allowed, s.remaining, s.resetAfter = ld.Allowed, ld.Remaining, max(ld.ResetAfter, 0)
+	s.never = ld.RetryNever()
+	if !ld.Allowed {
+		s.retryAfter = max(ld.RetryAfter, 0)
+		s.shadowed = s.rule.Shadow
+	}
+}
+
+// create adds a key to sh (requires sh.mu held), evicting first when the
+// shard is full, and starts it over its limit if its tombstone says so.
+func (c *Checker) create(sh *shard, s *slot, req *Request, now int64) *entry {
+	if sh.len() >= c.perShard {
+		c.evict(sh, now)
+	}
+	e := &entry{key: strings.Clone(s.key), desc: descText(req.Descriptors[s.idx].Entries), hash: s.h,
+		rule: s.rule, kind: kindOf(s.rule), heapIdx: -1}
+	if sh.tombs != nil {
+		i, j := tombSlots(s.h, len(sh.tombs))
+		if t := min(sh.tombs[i], sh.tombs[j]); t > now {
+			e.overUntil = t
+		}
+	}
+	sh.insert(e)
+	sh.schedule(e, now+int64(c.cfg.MinRefresh))
+	c.Stats.Keys.Add(1)
+	return e
+}
+
+// evict drops the least recently used of a sample of sh's keys (requires
+// sh.mu held). A dirty victim's consumption is kept as orphan deltas; an
+// over-limit victim is remembered in the tombstones.
+func (c *Checker) evict(sh *shard, now int64) {
+	var victim *entry
+	n := 0
+	for _, e := range sh.keys {
+		if victim == nil || e.used < victim.used {
+			victim = e
+		}
+		if n++; n == 8 {
+			break
+		}
+	}
+	if victim == nil {
+		return
+	}
+	c.dropEntry(sh, victim, now)
+}
+
+// dropEntry removes e (requires sh.mu held).
+func (c *Checker) dropEntry(sh *shard, e *entry, now int64) {
+	if e.dirty {
+		c.Stats.EvictedDirty.Add(1)
+		c.drain(sh, e)
+	}
+	if e.overUntil > now {
+		if sh.tombs == nil {
+			sh.tombs = make([]int64, tombSize(c.perShard))
+		}
+		i, j := tombSlots(e.hash, len(sh.tombs))
+		sh.tombs[i] = max(sh.tombs[i], e.overUntil)
+		sh.tombs[j] = max(sh.tombs[j], e.overUntil)
+	}
+	sh.remove(e)
+	c.Stats.Evictions.Add(1)
+	c.Stats.Keys.Add(-1)
+}
+
+func tombSize(n int) int {
+	s := 64
+	for s < n {
+		s <<= 1
+	}
+	return s
+}
+
+// prepareCharge fills s.req for a store charge (requires the lock).
+func (c *Checker) prepareCharge(s *slot, now, cost int64) {
+	e, r := s.e, s.rule
+	s.need = needSync
+	q := &s.req
+	*q = ChargeRequest{Key: e.key, Kind: e.kind, Instance: c.instance, Now: now, Cost: cost,
+		WindowNanos: int64(r.Window)}
+	if e.kind == KindWindow {
+		q.Window, q.Ceiling, q.OwnEmitted = e.cur.start, r.Ceiling(), e.cur.emitted
+		q.ChargeDenied = r.Algorithm == ""
+		if r.Algorithm == "sliding_window" {
+			q.Sliding = true
+			if e.prev.start == e.cur.start-int64(r.Window) {
+				q.PrevEmitted = e.prev.emitted
+			}
+		}
+	} else {
+		g := gcraOf(r)
+		q.Burst, q.RateTokens, q.OwnCum, q.LocalTAT = g.Burst, r.Limit, e.cum, g.TAT(&e.gs)
+	}
+}
+
+// charge runs the prepared store charges without any lock held. Envoy
+// rules are charged whatever happens; algorithm rules only while the
+// request stands, and refunded if a later descriptor refuses it. It
+// returns whether the request is refused.
+func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now, cost int64) bool {
+	for i := range slots {
+		s := &slots[i]
+		if s.need != needSync || (denied && !s.req.ChargeDenied) {
+			continue
+		}
+		if cost > s.rule.Capacity() && !s.req.ChargeDenied {
+			s.never = true
+			continue
+		}
+		c.Stats.SyncCharges.Add(1)
+		s.res, s.err = c.store.Charge(ctx, &s.req)
+		if s.err != nil {
+			c.failurePolicy(s, now, cost)
+		} else {
+			s.allowed, s.charged = s.res.Allowed, s.res.Allowed || s.req.ChargeDenied
+		}
+		if !s.allowed && !s.rule.Shadow {
+			denied = true
+		}
+	}
+	if !denied {
+		return false
+	}
+	for i := range slots { // a refused request charges nothing to algorithm rules
+		s := &slots[i]
+		if s.need == needSync && s.err == nil && s.charged && !s.req.ChargeDenied {
+			c.Stats.Refunds.Add(1)
+			if err := c.store.Refund(ctx, &s.req); err == nil {
+				s.charged = false
+			}
+		}
+	}
+	return true
+}
+
+// failurePolicy decides a descriptor whose store charge failed.
+func (c *Checker) failurePolicy(s *slot, now, cost int64) {
+	s.degraded = true
+	c.Stats.Degraded.Add(1)
+	if c.logs.allow(now) {
+		c.cfg.Logger.Warn("counter store unavailable; applying failure policies", "rule", s.rule.ID, "policy", s.rule.Failure, "error", s.err)
+	}
+	switch s.rule.Failure {
+	case "closed":
+		s.allowed = false
+	case "local_budget":
+		// this instance's share of what remained at the last answer
+		s.allowed = false // decided under the lock in applyCharges
+	default: // open
+		s.allowed = true
+	}
+}
+
+// applyCharges records the store's answers (requires the locks).
+func (c *Checker) applyCharges(slots []slot, now, cost int64) {
+	for i := range slots {
+		s := &slots[i]
+		if s.need != needSync || s.e == nil || s.e.gone {
+			continue
+		}
+		e := s.e
+		if s.err != nil {
+			c.degradedDecision(s, now, cost)
+			continue
+		}
+		if s.res == (ChargeResult{}) && s.req.Instance != "" && !s.charged && !s.allowed && s.never {
+			continue // never sent: the cost can never fit
+		}
+		if e.kind == KindWindow {
+			c.answerWindow(s, now, cost)
+		} else {
+			c.answerTAT(s, now, cost)
+		}
+		if !s.allowed && s.rule.Shadow {
+			s.shadowed = true
+		}
+		c.shards[s.sh].markDirty(e)
+		c.dirtyN.Add(1)
+	}
+}
+
+func (c *Checker) answerWindow(s *slot, now, cost int64) {
+	e, res := s.e, s.res
+	if e.cur.start != s.req.Window { // the window rolled meanwhile: nothing to learn
+		return
+	}
+	if !e.answered { // rebase a key created again: the store knows our earlier part
+		before := res.Own
+		if s.charged {
+			before -= cost
+		}
+		e.cur.emitted = max(e.cur.emitted, before)
+	}
+	e.cur.total, e.cur.own, e.cur.known = res.Total, res.Own, true
+	if s.req.Sliding && e.prev.start == e.cur.start-s.req.WindowNanos {
+		e.prev.total, e.prev.own, e.prev.known = res.PrevTotal, res.PrevOwn, true
+	}
+	c.learn(e, now, e.cur.others(), e.cur.emitted, res.Instances)
+	if s.charged {
+		c.countApplied(e, now, cost, s.allowed)
+	} else {
+		c.countDenied(e, now, cost)
+	}
+	v := c.windowView(e, now)
+	s.remaining, s.resetAfter = v.remaining, c.windowReset(e, now, false, 0)
+	if !s.allowed {
+		s.never = cost > v.ceiling
+		if !s.never {
+			s.retryAfter = c.windowRetry(e, v, now, cost)
+		}
+		if v.remaining <= 0 {
+			e.overUntil = max(e.overUntil, now+int64(s.retryAfter))
+		}
+	}
+}
+
+func (c *Checker) answerTAT(s *slot, now, cost int64) {
+	e, res := s.e, s.res
+	g := gcraOf(s.rule)
+	if !e.answered {
+		before := res.Own
+		if s.charged {
+			before -= cost
+		}
+		e.cum = max(e.cum, before)
+	}
+	if s.charged {
+		g.AllowAt(&e.gs, now, cost) // own exact view, before the store's raise
+		c.countApplied(e, now, cost, true)
+	} else {
+		c.countDenied(e, now, cost)
+	}
+	e.storeCum, e.storeOwnCum = res.Cum, res.Own
+	g.Raise(&e.gs, res.Total+span(max(0, e.cum-res.Own), int64(s.rule.Window), s.rule.Limit))
+	c.learn(e, now, res.Cum-res.Own, e.cum, res.Instances)
+	probeState := e.gs
+	probe, _ := g.AllowAt(&probeState, now, 0)
+	s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
+	if !s.allowed {
+		tmp := e.gs
+		if d, _ := g.AllowAt(&tmp, now, cost); !d.Allowed {
+			s.retryAfter, s.never = d.RetryAfter, d.RetryNever()
+		}
+		if probe.Remaining == 0 {
+			e.overUntil = max(e.overUntil, now+int64(s.retryAfter))
+		}
+	}
+}
+
+// degradedDecision finishes a failed charge under the lock: local_budget
+// admits up to this instance's share of what remained at the last answer.
+func (c *Checker) degradedDecision(s *slot, now, cost int64) {
+	e := s.e
+	if s.rule.Failure == "local_budget" {
+		share := int64(0)
+		if e.kind == KindWindow {
+			v := c.windowView(e, now)
+			share = v.remaining / int64(max(e.instances, 1))
+		} else {
+			g := gcraOf(s.rule)
+			probeState := e.gs
+			probe, _ := g.AllowAt(&probeState, now, 0)
+			share = probe.Remaining / int64(max(e.instances, 1))
+		}
+		s.allowed = cost <= share
+	}
+	if s.allowed || s.rule.Algorithm == "" {
+		c.count(e, now, cost, s.allowed, true) // unapplied: the aggregator adds it later
+		if e.kind == KindTAT && s.allowed {
+			gcraOf(s.rule).AllowAt(&e.gs, now, cost)
+		}
+		s.charged = true
+	} else {
+		c.countDenied(e, now, cost)
+	}
+	c.shards[s.sh].markDirty(e)
+}
+
+// countApplied records consumption the store already applied (a charge).
+func (c *Checker) countApplied(e *entry, now, cost int64, allowed bool) {
+	p := &e.pendApplied
+	if e.kind == KindWindow {
+		if p.used && p.window != e.cur.start {
+			// a sync charge in a new window while the old one is unflushed:
+			// fold it into the ordinary pending of the old window's slot
+			e.pendOld = mergePending(e.pendOld, *p)
+			*p = pending{}
+		}
+		p.window = e.cur.start
+		e.cur.emitted += cost
+	} else {
+		e.cum += cost
+	}
+	p.add(now)
+	if allowed {
+		p.allowedCount++
+		p.allowedCost += uint64(cost)
+	} else {
+		p.deniedCount++
+		p.deniedCost += uint64(cost)
+	}
+	p.counted += uint64(cost)
+}
+
+// countDenied records a refusal that charged nothing (analytics only).
+func (c *Checker) countDenied(e *entry, now, cost int64) {
+	p := &e.pend
+	if e.kind == KindWindow {
+		p.window = e.cur.start
+	}
+	p.add(now)
+	p.deniedCount++
+	p.deniedCost += uint64(cost)
+}
+
+func mergePending(a, b pending) pending {
+	if !a.used {
+		return b
+	}
+	a.allowedCount += b.allowedCount
+	a.allowedCost += b.allowedCost
+	a.deniedCount += b.deniedCount
+	a.deniedCost += b.deniedCost
+	a.shadowDenied += b.shadowDenied
+	a.deferred += b.deferred
+	a.counted += b.counted
+	a.first, a.last = min(a.first, b.first), max(a.last, b.last)
+	return a
+}
+
+// learn updates e's rates from a store answer (requires the lock).
+func (c *Checker) learn(e *entry, now, others, own int64, instances int) {
+	if e.answered && now > e.lastAnswer+int64(time.Millisecond) {
+		dt := now - e.lastAnswer
+		if d := others - e.lastOthers; d >= 0 {
+			e.othersRate = (e.othersRate + d*int64(time.Second)/dt) / 2
+		}
+		if d := own - e.lastOwn; d >= 0 {
+			e.ownRate = (e.ownRate + d*int64(time.Second)/dt) / 2
+		}
+	}
+	e.answered, e.lastAnswer, e.lastOthers, e.lastOwn, e.instances = true, now, others, own, max(instances, 1)
+}
+
+// commit records the memory decisions of algorithm rules once the request
+// stands (requires the locks): a refused request charges them nothing.
+func (c *Checker) commit(slots []slot, denied bool, now, cost int64) {
+	for i := range slots {
+		s := &slots[i]
+		switch {
+		case s.need == needLocal && s.local:
+			if !denied && s.allowed {
+				ld, _ := c.local.AllowAt(s.key, s.rule.Limiter, now, cost, "")
+				s.remaining = ld.Remaining
+			}
+		case s.need == needMemory && s.e != nil && !s.charged:
+			e := s.e
+			if !denied && s.allowed {
+				c.count(e, now, cost, true, true)
+				if e.kind == KindTAT {
+					gcraOf(s.rule).AllowAt(&e.gs, now, cost)
+				}
+			} else if s.shadowed {
+				e.pend.add(now)
+				e.pend.shadowDenied++
+			} else {
+				c.countDenied(e, now, cost)
+			}
+		}
+	}
+}
+
+// status fills one descriptor's status from its slot.
+func (c *Checker) status(st *Status, s *slot, denied bool, cost int64) {
+	*st = Status{Code: OK, Rule: s.rule}
+	r := s.rule
+	if r == nil || r.Unlimited || s.need == needNone {
+		return
+	}
+	st.Limit = r.Limit
+	over := r.Ceiling() - r.Limit
+	rem := s.remaining
+	if denied && s.allowed && !s.charged && s.need != needNone {
+		rem += cost // nothing was charged after all
+		if s.need == needLocal {
+			rem = s.remaining + cost
+		}
+	}
+	st.Remaining = max(rem-over, 0)
+	st.ResetAfter = max(s.resetAfter, 0)
+	st.Degraded = s.degraded
+	switch {
+	case !s.allowed && s.shadowed:
+		st.Shadowed = true
+	case !s.allowed:
+		st.Code = OverLimit
+		st.RetryNever = s.never
+		if !s.never {
+			st.RetryAfter = max(s.retryAfter, 0)
+		}
+	default:
+		st.OverSoft = over > 0 && s.remaining < over
+	}
+}

@@ -1,0 +1,292 @@
+package checker
+
+import (
+	"math/bits"
+	"time"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/limiter"
+)
+
+// need says how a descriptor is decided.
+type need uint8
+
+const (
+	needNone   need = iota // no rule, unlimited: allowed, nothing to count
+	needMemory             // decided from memory
+	needSync               // an atomic store charge
+	needLocal              // mode local: the in-process limiter
+)
+
+// slot is one descriptor's work in a Check.
+type slot struct {
+	rule  *config.Rule
+	key   string // aliases the pooled key buffer
+	idx   int    // the descriptor's index in the request
+	h     uint64
+	sh    int
+	e     *entry
+	need  need
+	local bool // mode local with an algorithm: peeked, charged at commit
+
+	allowed    bool // this descriptor admits the request
+	charged    bool // consumption already recorded (Envoy semantics, sync)
+	degraded   bool
+	shadowed   bool
+	remaining  int64 // against the ceiling, after this request
+	resetAfter time.Duration
+	retryAfter time.Duration
+	never      bool
+
+	req ChargeRequest
+	res ChargeResult
+	err error
+}
+
+// gcraOf is the async form of every bucket algorithm: token bucket, GCRA
+// and the leaky-bucket meter admit the same requests.
+func gcraOf(r *config.Rule) limiter.GCRA {
+	return limiter.GCRA{Burst: r.Capacity(), Rate: limiter.Rate{Tokens: r.Limit, Period: r.Window}}
+}
+
+func kindOf(r *config.Rule) Kind {
+	switch r.Algorithm {
+	case "token_bucket", "gcra", "leaky_bucket":
+		return KindTAT
+	}
+	return KindWindow
+}
+
+// windowStart aligns now down to a multiple of w.
+func windowStart(now, w int64) int64 {
+	m := now % w
+	if m < 0 {
+		m += w
+	}
+	return now - m
+}
+
+// roll moves e's windows to the one containing now (requires the shard
+// lock); consumption pending for the window left behind moves to pendOld.
+func (c *Checker) roll(sh *shard, e *entry, now int64) {
+	W := int64(e.rule.Window)
+	ws := windowStart(now, W)
+	if ws <= e.cur.start {
+		return // same window, or a clock behind it: stay
+	}
+	if e.pend.used {
+		if e.pendOld.used {
+			sh.orphans = append(sh.orphans, c.delta(e, &e.pendOld, false, e.prev.emitted))
+		}
+		e.pendOld, e.pend = e.pend, pending{}
+	}
+	if ws == e.cur.start+W {
+		e.prev = e.cur
+	} else {
+		e.prev = winState{}
+	}
+	e.cur = winState{start: ws}
+}
+
+// mulLE reports a·b + c·d <= e·f for non-negative values, in 128 bits.
+func mulLE(a, b, c, d, e, f int64) bool {
+	h1, l1 := bits.Mul64(uint64(a), uint64(b))
+	h2, l2 := bits.Mul64(uint64(c), uint64(d))
+	l, carry := bits.Add64(l1, l2, 0)
+	h := h1 + h2 + carry
+	h3, l3 := bits.Mul64(uint64(e), uint64(f))
+	return h < h3 || h == h3 && l <= l3
+}
+
+// view is a key's state as one decision sees it.
+type view struct {
+	used      int64 // applied-or-own consumption (windows), for the report
+	pred      int64 // predicted others' in-flight consumption
+	remaining int64 // what is left now, before this request, reported
+	ceiling   int64
+}
+
+// windowView computes a window key's view at now (requires the lock).
+func (c *Checker) windowView(e *entry, now int64) view {
+	r := e.rule
+	v := view{ceiling: r.Ceiling()}
+	W := int64(r.Window)
+	lag := int64(c.cfg.PipelineLag)
+	v.pred = e.othersRate * lag / int64(time.Second)
+	if !e.cur.known {
+		v.pred += e.othersRate * min(now-e.cur.start, W) / int64(time.Second)
+	}
+	cur := e.cur.emitted + e.cur.others()
+	if r.Algorithm != "sliding_window" {
+		v.used = cur
+		v.remaining = max(0, v.ceiling-cur)
+		return v
+	}
+	prev := int64(0)
+	if e.prev.start == e.cur.start-W {
+		prev = e.prev.emitted + e.prev.others()
+	}
+	el := min(max(now-e.cur.start, 0), W)
+	// remaining = floor((C·W − prev·(W−el) − cur·W) / W)
+	hi, lo := bits.Mul64(uint64(prev), uint64(W-el))
+	ch, cl := bits.Mul64(uint64(max(v.ceiling-cur, 0)), uint64(W))
+	if ch > hi || ch == hi && cl > lo {
+		dl, b := bits.Sub64(cl, lo, 0)
+		dh := ch - hi - b
+		q, _ := bits.Div64(dh, dl, uint64(W))
+		v.remaining = int64(q)
+	}
+	v.used = cur
+	return v
+}
+
+// threshold is the near-limit band's width in hits for e: at least the
+// floor, and the hits the whole fleet can take during one refresh interval
+// plus one pipeline lag, times the safety factor.
+func (c *Checker) threshold(e *entry, ceiling int64) int64 {
+	th := max(c.cfg.NearFloor, ceiling*c.cfg.NearFloorPercent/100)
+	rate := e.othersRate + e.ownRate // hits per second
+	window := int64(c.cfg.MinRefresh + c.cfg.PipelineLag)
+	return max(th, rate*window/int64(time.Second)*c.cfg.SafetyPercent/100)
+}
+
+// decideWindow decides s from memory for a window key (requires the lock).
+// Envoy-semantics rules are charged here, allowed or not.
+func (c *Checker) decideWindow(s *slot, v view, now, cost int64) {
+	e, r := s.e, s.rule
+	W := int64(r.Window)
+	fits := cost <= v.ceiling
+	// cost <= floor(x) exactly when cost <= x: the floored remaining of the
+	// sliding window decides as the exact weighted comparison does.
+	s.allowed = fits && cost+v.pred <= v.remaining
+	s.remaining = v.remaining
+	if s.allowed {
+		s.remaining -= cost
+	}
+	s.resetAfter = c.windowReset(e, now, s.allowed, cost)
+	if !s.allowed {
+		s.never = !fits
+		if fits {
+			s.retryAfter = c.windowRetry(e, v, now, cost)
+		}
+	}
+	if r.Algorithm == "" { // Envoy: every call counts
+		s.charged = true
+		c.count(e, now, cost, s.allowed, true)
+		s.remaining = max(0, v.remaining-cost)
+		s.resetAfter = time.Duration(e.cur.start + W - now)
+	}
+	if !s.allowed && v.remaining <= 0 {
+		e.overUntil = max(e.overUntil, now+int64(s.retryAfter))
+	}
+}
+
+func (c *Checker) windowReset(e *entry, now int64, charged bool, cost int64) time.Duration {
+	W := int64(e.rule.Window)
+	cur := e.cur.emitted + e.cur.others()
+	if charged {
+		cur += cost
+	}
+	if e.rule.Algorithm == "sliding_window" {
+		switch {
+		case cur > 0:
+			return time.Duration(e.cur.start + 2*W - now)
+		case e.prev.start == e.cur.start-W && e.prev.emitted+e.prev.others() > 0:
+			return time.Duration(e.cur.start + W - now)
+		}
+		return 0
+	}
+	if cur == 0 {
+		return 0
+	}
+	return time.Duration(e.cur.start + W - now)
+}
+
+// windowRetry: when cost fits again if nothing else arrives (the same
+// formulas as limiter.FixedWindow and limiter.SlidingWindow).
+func (c *Checker) windowRetry(e *entry, v view, now, cost int64) time.Duration {
+	W := int64(e.rule.Window)
+	end := e.cur.start + W
+	if e.rule.Algorithm != "sliding_window" {
+		return time.Duration(end - now)
+	}
+	cur := e.cur.emitted + e.cur.others()
+	prev := int64(0)
+	if e.prev.start == e.cur.start-W {
+		prev = e.prev.emitted + e.prev.others()
+	}
+	el := min(max(now-e.cur.start, 0), W)
+	if cur <= v.ceiling-cost && prev > 0 {
+		// smallest el' with prev·(W−el') <= (C−cur−cost)·W
+		hi, lo := bits.Mul64(uint64(v.ceiling-cur-cost), uint64(W))
+		q := uint64(W)
+		if hi < uint64(prev) {
+			q, _ = bits.Div64(hi, lo, uint64(prev))
+		}
+		return time.Duration(W - int64(min(q, uint64(W))) - el)
+	}
+	if cur == 0 {
+		return time.Duration(end - now)
+	}
+	hi, lo := bits.Mul64(uint64(v.ceiling-cost), uint64(W))
+	q := uint64(W)
+	if hi < uint64(cur) {
+		q, _ = bits.Div64(hi, lo, uint64(cur))
+	}
+	wait := end - now
+	if q < uint64(W) {
+		wait += W - int64(q)
+	}
+	return time.Duration(wait)
+}
+
+// decideTAT decides s from memory for a bucket key (requires the lock).
+func (c *Checker) decideTAT(s *slot, now, cost int64) {
+	e := s.e
+	g := gcraOf(s.rule)
+	probeState := e.gs
+	probe, _ := g.AllowAt(&probeState, now, 0)
+	pred := e.othersRate * int64(c.cfg.PipelineLag) / int64(time.Second)
+	s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
+	if cost > g.Burst {
+		s.never = true
+		return
+	}
+	s.allowed = cost+pred <= probe.Remaining
+	if s.allowed {
+		s.remaining -= cost
+		return
+	}
+	tmp := e.gs
+	if d, _ := g.AllowAt(&tmp, now, cost); !d.Allowed {
+		s.retryAfter = d.RetryAfter
+	}
+	if probe.Remaining == 0 {
+		e.overUntil = max(e.overUntil, now+int64(s.retryAfter))
+	}
+}
+
+// count records consumption decided in memory (requires the lock): to the
+// own counters, and to the pending delta.
+func (c *Checker) count(e *entry, now, cost int64, allowed, charge bool) {
+	p := &e.pend
+	if e.kind == KindWindow {
+		p.window = e.cur.start
+	}
+	p.add(now)
+	if allowed {
+		p.allowedCount++
+		p.allowedCost += uint64(cost)
+	} else {
+		p.deniedCount++
+		p.deniedCost += uint64(cost)
+	}
+	if charge {
+		p.counted += uint64(cost)
+		if e.kind == KindWindow {
+			e.cur.emitted += cost
+		} else {
+			e.cum += cost
+		}
+	}
+}

@@ -1,0 +1,133 @@
+package checker
+
+import (
+	"context"
+	"time"
+
+	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+)
+
+// flushBatch is the most deltas handed to the producer in one call.
+const flushBatch = 2048
+
+func (c *Checker) flushLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		case <-c.flushNow:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := c.Flush(ctx); err != nil && c.logs.allow(c.clock.Now()) {
+			c.cfg.Logger.Warn("emitting deltas failed; they stay buffered and are retried", "error", err,
+				"buffered", len(c.buffered))
+		}
+		cancel()
+	}
+}
+
+// Flush emits every pending delta now. Deltas the producer refuses stay
+// buffered, in order, ahead of later ones; while MaxBuffered deltas wait,
+// consumption keeps aggregating in the key table instead (memory bounded
+// by the keys, not by traffic), so nothing counted is ever dropped.
+func (c *Checker) Flush(ctx context.Context) error {
+	c.flushMu.Lock()
+	defer c.flushMu.Unlock()
+	deltas := c.buffered
+	fresh := len(deltas)
+	if len(deltas) < c.cfg.MaxBuffered {
+		for i := range c.shards {
+			sh := &c.shards[i]
+			sh.mu.Lock()
+			for _, e := range sh.dirty {
+				if !e.gone {
+					deltas = c.appendDeltas(deltas, e)
+				}
+				e.dirty = false
+			}
+			clear(sh.dirty)
+			sh.dirty = sh.dirty[:0]
+			deltas = append(deltas, sh.orphans...)
+			sh.orphans = nil
+			sh.mu.Unlock()
+		}
+		c.dirtyN.Store(0)
+	}
+	// Sequences are assigned in the order of production, so that per
+	// partition they only grow: the aggregator drops anything not above
+	// the highest sequence it applied.
+	for _, d := range deltas[fresh:] {
+		d.Sequence = c.seq.Add(1)
+	}
+	c.Stats.Flushes.Add(1)
+	for len(deltas) > 0 {
+		n := min(len(deltas), flushBatch)
+		if err := c.prod.Produce(ctx, deltas[:n]); err != nil {
+			c.Stats.EmitErrors.Add(1)
+			c.buffered = deltas
+			return err
+		}
+		c.Stats.DeltasEmitted.Add(uint64(n))
+		deltas = deltas[n:]
+	}
+	c.buffered = nil
+	return nil
+}
+
+// appendDeltas moves e's pending consumption into deltas (requires the
+// shard lock).
+func (c *Checker) appendDeltas(deltas []*eventsv1.Delta, e *entry) []*eventsv1.Delta {
+	if e.pendOld.used {
+		own := int64(0)
+		if e.prev.start == e.pendOld.window {
+			own = e.prev.emitted
+		}
+		deltas = append(deltas, c.delta(e, &e.pendOld, false, own))
+		e.pendOld = pending{}
+	}
+	own := e.cum
+	if e.kind == KindWindow {
+		own = e.cur.emitted
+	}
+	if e.pendApplied.used {
+		deltas = append(deltas, c.delta(e, &e.pendApplied, true, own))
+		e.pendApplied = pending{}
+	}
+	if e.pend.used {
+		deltas = append(deltas, c.delta(e, &e.pend, false, own))
+		e.pend = pending{}
+	}
+	return deltas
+}
+
+// drain moves a departing entry's pending consumption to the shard's
+// orphans (requires the shard lock).
+func (c *Checker) drain(sh *shard, e *entry) {
+	sh.orphans = c.appendDeltas(sh.orphans, e)
+	e.dirty = false
+}
+
+// delta builds the wire delta of one pending slot (Sequence is set when
+// it is produced).
+func (c *Checker) delta(e *entry, p *pending, applied bool, ownAfter int64) *eventsv1.Delta {
+	r := e.rule
+	d := &eventsv1.Delta{
+		InstanceId: c.instance, Domain: r.Domain, RuleId: r.ID, DescriptorText: e.desc, CounterKey: e.key,
+		Algorithm: r.Algorithm, WindowNanos: int64(r.Window), Limit: r.Limit,
+		AllowedCount: p.allowedCount, AllowedCost: p.allowedCost, DeniedCount: p.deniedCount,
+		DeniedCost: p.deniedCost, DeferredCount: p.deferred, ShadowDeniedCount: p.shadowDenied,
+		CountedCost: p.counted, AlreadyApplied: applied, FirstUnixNanos: p.first, LastUnixNanos: p.last,
+		OwnAfter: uint64(max(ownAfter, 0)),
+	}
+	if e.kind == KindWindow {
+		d.WindowStartUnixNanos = p.window
+	} else {
+		g := gcraOf(r)
+		d.RateTokens, d.Burst, d.TatAfterUnixNanos = r.Limit, g.Burst, g.TAT(&e.gs)
+	}
+	return d
+}

@@ -1,0 +1,141 @@
+package checker
+
+import (
+	"container/heap"
+	"context"
+	"time"
+)
+
+// refreshBatch bounds the keys read in one refresher pass.
+const refreshBatch = 4096
+
+func (c *Checker) refreshLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.RefreshTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c.Refresh(ctx)
+		cancel()
+	}
+}
+
+// Refresh re-reads the keys whose refresh is due and drops idle ones. A
+// key is due when it could reach its near-limit band before its next read
+// at the rate observed for it (and at least every MaxRefresh): the cost of
+// refreshing grows with the keys that approach their limits, not with all
+// keys.
+func (c *Checker) Refresh(ctx context.Context) {
+	c.refreshMu.Lock()
+	defer c.refreshMu.Unlock()
+	now := c.clock.Now()
+	items, ents := c.readItems[:0], c.readEnts[:0]
+	idle := now - int64(c.cfg.IdleAfter)
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		for len(sh.refresh) > 0 && sh.refresh[0].nextRefresh <= now && len(items) < refreshBatch {
+			e := heap.Pop(&sh.refresh).(*entry)
+			if e.used < idle && !e.dirty {
+				c.dropEntry(sh, e, now)
+				continue
+			}
+			// provisional: put back far out, so a failed read loses nothing
+			sh.schedule(e, now+int64(c.cfg.MaxRefresh))
+			if e.kind == KindWindow {
+				items = append(items, ReadItem{Key: e.key, Kind: KindWindow, Window: e.cur.start})
+				ents = append(ents, e)
+				if e.rule.Algorithm == "sliding_window" && e.prev.start > 0 {
+					items = append(items, ReadItem{Key: e.key, Kind: KindWindow, Window: e.prev.start})
+					ents = append(ents, e)
+				}
+			} else {
+				items = append(items, ReadItem{Key: e.key, Kind: KindTAT})
+				ents = append(ents, e)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	c.readItems, c.readEnts = items, ents
+	if len(items) == 0 {
+		return
+	}
+	c.Stats.Refreshes.Add(uint64(len(items)))
+	if err := c.store.Read(ctx, c.instance, items); err != nil {
+		c.Stats.RefreshErrors.Add(1)
+		if c.logs.allow(now) {
+			c.cfg.Logger.Warn("refreshing counters failed; deciding from what is known", "keys", len(items), "error", err)
+		}
+		return
+	}
+	for i := range items {
+		e, it := ents[i], &items[i]
+		sh := &c.shards[e.hash&c.mask]
+		sh.mu.Lock()
+		if !e.gone {
+			c.applyRead(sh, e, it, now)
+		}
+		sh.mu.Unlock()
+		ents[i] = nil
+	}
+}
+
+// applyRead records one read answer and schedules the next (requires the
+// shard lock).
+func (c *Checker) applyRead(sh *shard, e *entry, it *ReadItem, now int64) {
+	var remaining, pred, ceiling int64
+	if e.kind == KindWindow {
+		switch it.Window {
+		case e.cur.start:
+			if !e.answered {
+				e.cur.emitted = max(e.cur.emitted, it.Own)
+			}
+			e.cur.total, e.cur.own, e.cur.known = it.Total, it.Own, true
+			c.learn(e, now, e.cur.others(), e.cur.emitted, it.Instances)
+		case e.prev.start:
+			e.prev.total, e.prev.own, e.prev.known = it.Total, it.Own, true
+			return
+		default:
+			return // the window rolled while reading
+		}
+		v := c.windowView(e, now)
+		remaining, pred, ceiling = v.remaining, v.pred, v.ceiling
+	} else {
+		g := gcraOf(e.rule)
+		if !e.answered {
+			e.cum = max(e.cum, it.Own)
+		}
+		if it.Found {
+			e.storeCum, e.storeOwnCum = it.Cum, it.Own
+			g.Raise(&e.gs, it.Total+span(max(0, e.cum-it.Own), int64(e.rule.Window), e.rule.Limit))
+		}
+		c.learn(e, now, max(0, e.storeCum-e.storeOwnCum), e.cum, it.Instances)
+		probeState := e.gs
+		probe, _ := g.AllowAt(&probeState, now, 0)
+		remaining, ceiling = probe.Remaining, g.Burst
+		pred = e.othersRate * int64(c.cfg.PipelineLag) / int64(time.Second)
+	}
+	switch {
+	case remaining <= 0 && e.overUntil <= now:
+		e.overUntil = now + int64(c.cfg.MinRefresh)
+	case remaining > 0 && e.overUntil > now:
+		e.overUntil = 0 // a refresh shows room
+	}
+	next := int64(c.cfg.MaxRefresh)
+	room := remaining - pred - c.threshold(e, ceiling)
+	if rate := e.othersRate + e.ownRate; room <= 0 {
+		next = int64(c.cfg.MinRefresh)
+	} else if rate > 0 {
+		next = min(next, room*int64(time.Second)/rate/2)
+	}
+	next = max(next, int64(c.cfg.MinRefresh))
+	if e.kind == KindWindow { // a new window needs its first read soon after it starts
+		next = min(next, e.cur.start+int64(e.rule.Window)+int64(c.cfg.MinRefresh)-now)
+	}
+	sh.schedule(e, now+max(next, int64(c.cfg.RefreshTick)))
+}

@@ -1,0 +1,183 @@
+package checker
+
+import (
+	"container/heap"
+	"strings"
+	"sync"
+
+	"github.com/velvetrope/velvetrope/config"
+	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/limiter"
+)
+
+// entry is the async state of one counter key. Every field is guarded by
+// its shard's mutex.
+type entry struct {
+	key  string // counter key: rule id and request values
+	desc string // descriptor text, for analytics
+	hash uint64
+	rule *config.Rule
+	kind Kind
+
+	// KindWindow: the current and previous window.
+	cur, prev winState
+
+	// KindTAT: this instance's exact view of the bucket (a GCRA state that
+	// its own admissions advance and store answers raise), its cumulative
+	// counted hits, and the store's cumulative totals at the last answer.
+	gs          limiter.State
+	cum         int64
+	storeOwnCum int64
+	storeCum    int64
+
+	answered    bool  // the store has answered for this key at least once
+	lastAnswer  int64 // when
+	lastOthers  int64 // others' consumption at the last answer (for the rate)
+	lastOwn     int64 // own consumption at the last answer (for the rate)
+	othersRate  int64 // others' hits per second, learned from answers
+	ownRate     int64 // own hits per second
+	instances   int
+	overUntil   int64 // deny from memory until then
+	used        int64 // last decision
+	nextRefresh int64
+	heapIdx     int // index in the shard's refresh heap; -1 when not in it
+
+	pend, pendOld, pendApplied pending
+	dirty                      bool
+	gone                       bool // evicted: flusher and refresher skip it
+}
+
+// winState is one window of a window-kind key.
+type winState struct {
+	start   int64 // window start, unix ns; 0 = none
+	emitted int64 // this instance's counted hits in the window (exact)
+	total   int64 // the store's applied total at the last answer
+	own     int64 // the part of total that is this instance's
+	known   bool  // the store answered for this window
+}
+
+// others is the applied consumption of other instances in w.
+func (w *winState) others() int64 { return max(0, w.total-w.own) }
+
+// pending is consumption counted but not yet flushed, for one window.
+type pending struct {
+	window                          int64
+	allowedCount, allowedCost       uint64
+	deniedCount, deniedCost         uint64
+	shadowDenied, deferred, counted uint64
+	first, last                     int64
+	used                            bool
+}
+
+func (p *pending) add(now int64) {
+	if !p.used {
+		p.used, p.first = true, now
+	}
+	p.last = max(p.last, now)
+}
+
+// shard is one lock domain of the key table.
+type shard struct {
+	mu      sync.Mutex
+	keys    map[uint64]*entry
+	spill   map[string]*entry // second keys with an equal hash
+	dirty   []*entry          // entries with pending consumption
+	orphans []*eventsv1.Delta // pending consumption of evicted dirty entries
+	refresh refreshHeap
+	tombs   []int64 // "over until" by hash slot; allocated on first eviction
+	_       [40]byte
+}
+
+func (sh *shard) lookup(h uint64, key string) *entry {
+	e := sh.keys[h]
+	if e != nil && e.key != key {
+		e = sh.spill[key]
+	}
+	return e
+}
+
+func (sh *shard) len() int { return len(sh.keys) + len(sh.spill) }
+
+func (sh *shard) insert(e *entry) {
+	if _, taken := sh.keys[e.hash]; !taken {
+		sh.keys[e.hash] = e
+		return
+	}
+	if sh.spill == nil {
+		sh.spill = map[string]*entry{}
+	}
+	sh.spill[e.key] = e
+}
+
+func (sh *shard) remove(e *entry) {
+	if sh.keys[e.hash] == e {
+		delete(sh.keys, e.hash)
+	} else {
+		delete(sh.spill, e.key)
+	}
+	if e.heapIdx >= 0 {
+		heap.Remove(&sh.refresh, e.heapIdx)
+	}
+	e.gone = true
+}
+
+// markDirty queues e for the flusher (requires sh.mu held).
+func (sh *shard) markDirty(e *entry) {
+	if !e.dirty {
+		e.dirty = true
+		sh.dirty = append(sh.dirty, e)
+	}
+}
+
+// schedule (re)places e in the refresh heap at t (requires sh.mu held).
+func (sh *shard) schedule(e *entry, t int64) {
+	e.nextRefresh = t
+	if e.heapIdx >= 0 {
+		heap.Fix(&sh.refresh, e.heapIdx)
+	} else {
+		heap.Push(&sh.refresh, e)
+	}
+}
+
+// refreshHeap orders entries by next refresh time.
+type refreshHeap []*entry
+
+func (h refreshHeap) Len() int           { return len(h) }
+func (h refreshHeap) Less(i, j int) bool { return h[i].nextRefresh < h[j].nextRefresh }
+func (h refreshHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx, h[j].heapIdx = i, j
+}
+func (h *refreshHeap) Push(x any) {
+	e := x.(*entry)
+	e.heapIdx = len(*h)
+	*h = append(*h, e)
+}
+func (h *refreshHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.heapIdx = -1
+	return e
+}
+
+// tombSlots picks two slots of a tombstone table of n (a power of two).
+func tombSlots(h uint64, n int) (int, int) {
+	m := uint64(n - 1)
+	return int((h >> 17) & m), int((h >> 41) & m)
+}
+
+// descText renders entries as "key=value,key=value".
+func descText(es []config.Entry) string {
+	var b strings.Builder
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(e.Key)
+		b.WriteByte('=')
+		b.WriteString(e.Value)
+	}
+	return b.String()
+}
