@@ -52,6 +52,9 @@ func (c *Checker) Check(ctx context.Context, req *Request, d *Decision) error {
 	denied, sync := false, false
 	for i := range n {
 		s := &slots[i]
+		if s.dupOf >= 0 {
+			continue // decided with the descriptor it repeats
+		}
 		c.decide(s, req, now)
 		switch {
 		case s.need == needSync:
@@ -62,11 +65,11 @@ func (c *Checker) Check(ctx context.Context, req *Request, d *Decision) error {
 	}
 	if sync {
 		c.unlock(locks)
-		denied = c.charge(ctx, slots[:n], denied, now, req.Hits)
+		denied = c.charge(ctx, slots[:n], denied, now)
 		c.lock(locks)
-		c.applyCharges(slots[:n], now, req.Hits)
+		c.applyCharges(slots[:n], now)
 	}
-	c.commit(slots[:n], denied, now, req.Hits)
+	c.commit(slots[:n], denied, now)
 	c.unlock(locks)
 
 	c.Stats.Decisions.Add(1)
@@ -76,7 +79,11 @@ func (c *Checker) Check(ctx context.Context, req *Request, d *Decision) error {
 		c.Stats.Denied.Add(1)
 	}
 	for i := range n {
-		c.status(&d.Statuses[i], &slots[i], denied, req.Hits)
+		if p := slots[i].dupOf; p >= 0 {
+			d.Statuses[i] = d.Statuses[p]
+			continue
+		}
+		c.status(&d.Statuses[i], &slots[i], denied)
 	}
 	if req.RequestID != "" && c.idem != nil {
 		c.idem.put(req.Domain, req.RequestID, now, d)
@@ -105,13 +112,22 @@ func (c *Checker) keys(bufp *[]byte, req *Request, rules []*config.Rule, slots [
 	*bufp = buf
 	for i, r := range rules {
 		s := &slots[i]
-		s.rule, s.sh, s.e, s.idx = r, -1, nil, i
+		s.rule, s.sh, s.e, s.idx, s.dupOf, s.cost = r, -1, nil, i, -1, req.Hits
 		if offs[i+1] > offs[i] {
 			// The key aliases the buffer; the table copies it when it keeps it.
 			s.key = unsafe.String(&buf[offs[i]], offs[i+1]-offs[i])
 			if r.Mode != "local" {
 				s.h = maphash.String(c.seed, s.key)
 				s.sh = int(s.h & c.mask)
+			}
+			// Descriptors naming the same counter are decided together:
+			// their hits add up, and each reports the counter after all.
+			for j := range i {
+				if p := &slots[j]; p.dupOf < 0 && p.rule == r && p.key == s.key {
+					s.dupOf, s.sh = j, -1
+					p.cost += req.Hits
+					break
+				}
 			}
 		}
 	}
@@ -132,7 +148,7 @@ func (c *Checker) unlock(idx []int) {
 // decide makes the memory part of one descriptor's decision, or prepares
 // its store charge (requires the slot's shard lock).
 func (c *Checker) decide(s *slot, req *Request, now int64) {
-	r, cost := s.rule, req.Hits
+	r, cost := s.rule, s.cost
 	switch {
 	case r == nil || r.Unlimited:
 		s.need, s.allowed = needNone, true
@@ -155,27 +171,45 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 	if e.kind == KindWindow {
 		c.roll(sh, e, now)
 	}
-	if r.Mode == "sync" {
+	s.need = needMemory
+	switch {
+	case r.Algorithm != "" && cost > r.Capacity(): // can never fit: no store call
+		s.allowed, s.never = false, true
+		c.countDenied(e, now, cost)
+		c.fillView(s, now)
+		s.remaining = 0 // as the exact limiter reports a cost it can never admit
+		sh.markDirty(e)
+		return
+	case r.Mode == "sync":
 		c.prepareCharge(s, now, cost)
 		return
 	}
-	s.need = needMemory
-	if e.overUntil > now {
+	var v view
+	var remaining, pred, ceiling int64
+	if e.kind == KindWindow {
+		v = c.windowView(e, now)
+		remaining, pred, ceiling = v.remaining, v.pred, v.ceiling
+	} else {
+		g := gcraOf(r)
+		probeState := e.gs
+		probe, _ := g.AllowAt(&probeState, now, 0)
+		remaining, ceiling = probe.Remaining, g.Burst
+		pred = e.othersRate * int64(c.cfg.PipelineLag) / int64(time.Second)
+	}
+	// Over band: a store answer said there is no room (for this cost), and
+	// what this instance knows agrees. Refused from memory: abusive traffic
+	// costs no store calls. (A probe, cost 0, always passes.)
+	over := e.overUntil > now || (cost > e.room && now < e.roomUntil)
+	switch {
+	case over && cost > 0 && (cost > remaining || e.restored && !e.answered):
+		// (a key evicted while over and created again knows nothing yet
+		// but that it was over)
 		c.Stats.OverBand.Add(1)
 		c.denyFromMemory(s, now, cost)
-	} else {
-		near := !e.answered
-		var v view
-		if e.kind == KindWindow {
-			v = c.windowView(e, now)
-			near = near || v.remaining-v.pred-cost < c.threshold(e, v.ceiling)
-		} else {
-			g := gcraOf(r)
-			probeState := e.gs
-			probe, _ := g.AllowAt(&probeState, now, 0)
-			pred := e.othersRate * int64(c.cfg.PipelineLag) / int64(time.Second)
-			near = near || probe.Remaining-pred-cost < c.threshold(e, g.Burst)
-		}
+	default:
+		// Until two store answers have taught the key's global rate, the
+		// others' in-flight consumption cannot be bounded: stay near.
+		near := e.answers < 2 || remaining-pred-cost < c.threshold(e, ceiling)
 		if near {
 			c.Stats.NearBand.Add(1)
 			if r.NearLimit == "sync" {
@@ -203,7 +237,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 func (c *Checker) denyFromMemory(s *slot, now, cost int64) {
 	e := s.e
 	s.allowed = false
-	s.retryAfter = time.Duration(e.overUntil - now)
+	s.retryAfter = time.Duration(max(e.overUntil, e.roomUntil) - now)
 	s.never = cost > s.rule.Capacity()
 	if e.kind == KindWindow {
 		v := c.windowView(e, now)
@@ -255,11 +289,11 @@ func (c *Checker) create(sh *shard, s *slot, req *Request, now int64) *entry {
 		c.evict(sh, now)
 	}
 	e := &entry{key: strings.Clone(s.key), desc: descText(req.Descriptors[s.idx].Entries), hash: s.h,
-		rule: s.rule, kind: kindOf(s.rule), heapIdx: -1}
+		rule: s.rule, kind: kindOf(s.rule), heapIdx: -1, answerRemaining: -1}
 	if sh.tombs != nil {
 		i, j := tombSlots(s.h, len(sh.tombs))
 		if t := min(sh.tombs[i], sh.tombs[j]); t > now {
-			e.overUntil = t
+			e.overUntil, e.restored = t, true
 		}
 	}
 	sh.insert(e)
@@ -319,6 +353,11 @@ func tombSize(n int) int {
 func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 	e, r := s.e, s.rule
 	s.need = needSync
+	budget := e.answerRemaining
+	if budget < 0 {
+		budget = r.Capacity()
+	}
+	s.budgetOK = e.sinceAnswer+cost <= budget/int64(max(e.instances, 1))
 	q := &s.req
 	*q = ChargeRequest{Key: e.key, Kind: e.kind, Instance: c.instance, Now: now, Cost: cost,
 		WindowNanos: int64(r.Window)}
@@ -341,14 +380,20 @@ func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 // rules are charged whatever happens; algorithm rules only while the
 // request stands, and refunded if a later descriptor refuses it. It
 // returns whether the request is refused.
-func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now, cost int64) bool {
+func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int64) bool {
 	for i := range slots {
 		s := &slots[i]
-		if s.need != needSync || (denied && !s.req.ChargeDenied) {
+		if s.need != needSync {
 			continue
 		}
-		if cost > s.rule.Capacity() && !s.req.ChargeDenied {
-			s.never = true
+		cost := s.cost
+		if denied && !s.req.ChargeDenied { // already refused: not worth a call
+			s.skipped = true
+			continue
+		}
+		if cost > s.rule.Capacity() && !s.req.ChargeDenied { // can never fit: no call
+			s.allowed, s.never = false, true
+			denied = true
 			continue
 		}
 		c.Stats.SyncCharges.Add(1)
@@ -371,6 +416,14 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now, co
 			c.Stats.Refunds.Add(1)
 			if err := c.store.Refund(ctx, &s.req); err == nil {
 				s.charged = false
+				// the answer described the counter with this charge in it
+				s.res.Own -= s.cost
+				s.res.Cum -= s.cost
+				if s.req.Kind == KindWindow {
+					s.res.Total -= s.cost
+				} else {
+					s.res.Total -= span(s.cost, s.req.WindowNanos, s.req.RateTokens)
+				}
 			}
 		}
 	}
@@ -389,26 +442,41 @@ func (c *Checker) failurePolicy(s *slot, now, cost int64) {
 		s.allowed = false
 	case "local_budget":
 		// this instance's share of what remained at the last answer
-		s.allowed = false // decided under the lock in applyCharges
+		s.allowed = s.budgetOK
 	default: // open
 		s.allowed = true
 	}
 }
 
 // applyCharges records the store's answers (requires the locks).
-func (c *Checker) applyCharges(slots []slot, now, cost int64) {
+func (c *Checker) applyCharges(slots []slot, now int64) {
 	for i := range slots {
 		s := &slots[i]
 		if s.need != needSync || s.e == nil || s.e.gone {
 			continue
 		}
+		cost := s.cost
 		e := s.e
 		if s.err != nil {
 			c.degradedDecision(s, now, cost)
 			continue
 		}
-		if s.res == (ChargeResult{}) && s.req.Instance != "" && !s.charged && !s.allowed && s.never {
-			continue // never sent: the cost can never fit
+		if s.skipped { // report it as a peek from memory would
+			c.fillView(s, now)
+			s.allowed = cost <= s.remaining
+			if s.allowed {
+				s.remaining -= cost
+				if e.kind == KindWindow {
+					s.resetAfter = c.windowReset(e, now, true, cost)
+				} else {
+					tmp := e.gs
+					d, _ := gcraOf(s.rule).AllowAt(&tmp, now, cost)
+					s.resetAfter = d.ResetAfter
+				}
+			}
+			c.countDenied(e, now, cost)
+			c.shards[s.sh].markDirty(e)
+			continue
 		}
 		if e.kind == KindWindow {
 			c.answerWindow(s, now, cost)
@@ -447,6 +515,7 @@ func (c *Checker) answerWindow(s *slot, now, cost int64) {
 	}
 	v := c.windowView(e, now)
 	s.remaining, s.resetAfter = v.remaining, c.windowReset(e, now, false, 0)
+	e.answerRemaining, e.sinceAnswer = v.remaining, 0
 	if !s.allowed {
 		s.never = cost > v.ceiling
 		if !s.never {
@@ -455,6 +524,9 @@ func (c *Checker) answerWindow(s *slot, now, cost int64) {
 		if v.remaining <= 0 {
 			e.overUntil = max(e.overUntil, now+int64(s.retryAfter))
 		}
+		// Within this window the room only shrinks: larger costs are
+		// refused from memory until it ends or a refresh says otherwise.
+		e.room, e.roomUntil = v.remaining, e.cur.start+int64(s.rule.Window)
 	}
 }
 
@@ -480,6 +552,7 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 	probeState := e.gs
 	probe, _ := g.AllowAt(&probeState, now, 0)
 	s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
+	e.answerRemaining, e.sinceAnswer = probe.Remaining, 0
 	if !s.allowed {
 		tmp := e.gs
 		if d, _ := g.AllowAt(&tmp, now, cost); !d.Allowed {
@@ -488,6 +561,8 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 		if probe.Remaining == 0 {
 			e.overUntil = max(e.overUntil, now+int64(s.retryAfter))
 		}
+		// a bucket's room grows: trust it for one token's time only
+		e.room, e.roomUntil = probe.Remaining, now+span(1, int64(s.rule.Window), s.rule.Limit)
 	}
 }
 
@@ -495,19 +570,6 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 // admits up to this instance's share of what remained at the last answer.
 func (c *Checker) degradedDecision(s *slot, now, cost int64) {
 	e := s.e
-	if s.rule.Failure == "local_budget" {
-		share := int64(0)
-		if e.kind == KindWindow {
-			v := c.windowView(e, now)
-			share = v.remaining / int64(max(e.instances, 1))
-		} else {
-			g := gcraOf(s.rule)
-			probeState := e.gs
-			probe, _ := g.AllowAt(&probeState, now, 0)
-			share = probe.Remaining / int64(max(e.instances, 1))
-		}
-		s.allowed = cost <= share
-	}
 	if s.allowed || s.rule.Algorithm == "" {
 		c.count(e, now, cost, s.allowed, true) // unapplied: the aggregator adds it later
 		if e.kind == KindTAT && s.allowed {
@@ -517,7 +579,20 @@ func (c *Checker) degradedDecision(s *slot, now, cost int64) {
 	} else {
 		c.countDenied(e, now, cost)
 	}
+	c.fillView(s, now)
 	c.shards[s.sh].markDirty(e)
+}
+
+// fillView sets the slot's remaining and reset from the key's view.
+func (c *Checker) fillView(s *slot, now int64) {
+	e := s.e
+	if e.kind == KindWindow {
+		s.remaining, s.resetAfter = c.windowView(e, now).remaining, c.windowReset(e, now, false, 0)
+		return
+	}
+	probeState := e.gs
+	probe, _ := gcraOf(s.rule).AllowAt(&probeState, now, 0)
+	s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
 }
 
 // countApplied records consumption the store already applied (a charge).
@@ -574,23 +649,39 @@ func mergePending(a, b pending) pending {
 
 // learn updates e's rates from a store answer (requires the lock).
 func (c *Checker) learn(e *entry, now, others, own int64, instances int) {
-	if e.answered && now > e.lastAnswer+int64(time.Millisecond) {
-		dt := now - e.lastAnswer
-		if d := others - e.lastOthers; d >= 0 {
-			e.othersRate = (e.othersRate + d*int64(time.Second)/dt) / 2
-		}
-		if d := own - e.lastOwn; d >= 0 {
-			e.ownRate = (e.ownRate + d*int64(time.Second)/dt) / 2
-		}
+	e.instances = max(instances, 1)
+	if !e.answered {
+		e.answered, e.answers, e.lastAnswer, e.lastOthers, e.lastOwn = true, 1, now, others, own
+		return
 	}
-	e.answered, e.lastAnswer, e.lastOthers, e.lastOwn, e.instances = true, now, others, own, max(instances, 1)
+	dt := now - e.lastAnswer
+	if dt < int64(rateSpan) {
+		return // too short to measure a rate: keep the baseline
+	}
+	if d := others - e.lastOthers; d >= 0 {
+		e.othersRate = (e.othersRate + d*int64(time.Second)/dt) / 2
+	}
+	if d := own - e.lastOwn; d >= 0 {
+		e.ownRate = (e.ownRate + d*int64(time.Second)/dt) / 2
+	}
+	// Until others have been seen, assume each other instance runs at our
+	// pace rather than at zero.
+	if e.othersRate == 0 && e.instances > 1 {
+		e.othersRate = e.ownRate * int64(e.instances-1)
+	}
+	e.answers = min(e.answers+1, 2)
+	e.lastAnswer, e.lastOthers, e.lastOwn = now, others, own
 }
+
+// rateSpan is the shortest interval a rate is measured over.
+const rateSpan = 10 * time.Millisecond
 
 // commit records the memory decisions of algorithm rules once the request
 // stands (requires the locks): a refused request charges them nothing.
-func (c *Checker) commit(slots []slot, denied bool, now, cost int64) {
+func (c *Checker) commit(slots []slot, denied bool, now int64) {
 	for i := range slots {
 		s := &slots[i]
+		cost := s.cost
 		switch {
 		case s.need == needLocal && s.local:
 			if !denied && s.allowed {
@@ -615,7 +706,8 @@ func (c *Checker) commit(slots []slot, denied bool, now, cost int64) {
 }
 
 // status fills one descriptor's status from its slot.
-func (c *Checker) status(st *Status, s *slot, denied bool, cost int64) {
+func (c *Checker) status(st *Status, s *slot, denied bool) {
+	cost := s.cost
 	*st = Status{Code: OK, Rule: s.rule}
 	r := s.rule
 	if r == nil || r.Unlimited || s.need == needNone {
@@ -624,11 +716,10 @@ func (c *Checker) status(st *Status, s *slot, denied bool, cost int64) {
 	st.Limit = r.Limit
 	over := r.Ceiling() - r.Limit
 	rem := s.remaining
-	if denied && s.allowed && !s.charged && s.need != needNone {
-		rem += cost // nothing was charged after all
-		if s.need == needLocal {
-			rem = s.remaining + cost
-		}
+	// A peek reported what would remain after the request; nothing was
+	// charged after all. (Store answers already describe the counter as it is.)
+	if denied && s.allowed && !s.charged && (s.need == needMemory || s.need == needLocal || s.skipped) {
+		rem += cost
 	}
 	st.Remaining = max(rem-over, 0)
 	st.ResetAfter = max(s.resetAfter, 0)
@@ -643,6 +734,6 @@ func (c *Checker) status(st *Status, s *slot, denied bool, cost int64) {
 			st.RetryAfter = max(s.retryAfter, 0)
 		}
 	default:
-		st.OverSoft = over > 0 && s.remaining < over
+		st.OverSoft = over > 0 && rem < over
 	}
 }

@@ -23,6 +23,8 @@ type slot struct {
 	rule  *config.Rule
 	key   string // aliases the pooled key buffer
 	idx   int    // the descriptor's index in the request
+	cost  int64  // the request's hits times the descriptors naming this counter
+	dupOf int    // >= 0: another descriptor of the request names the same counter
 	h     uint64
 	sh    int
 	e     *entry
@@ -30,6 +32,8 @@ type slot struct {
 	local bool // mode local with an algorithm: peeked, charged at commit
 
 	allowed    bool // this descriptor admits the request
+	budgetOK   bool // local_budget would admit it if the store is down
+	skipped    bool // a store charge not made: the request was already refused
 	charged    bool // consumption already recorded (Envoy semantics, sync)
 	degraded   bool
 	shadowed   bool
@@ -86,6 +90,10 @@ func (c *Checker) roll(sh *shard, e *entry, now int64) {
 		e.prev = winState{}
 	}
 	e.cur = winState{start: ws}
+	if e.overUntil <= ws {
+		e.overUntil = 0
+	}
+	e.room, e.roomUntil = 0, 0
 }
 
 // mulLE reports a·b + c·d <= e·f for non-negative values, in 128 bits.
@@ -249,7 +257,7 @@ func (c *Checker) decideTAT(s *slot, now, cost int64) {
 	pred := e.othersRate * int64(c.cfg.PipelineLag) / int64(time.Second)
 	s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
 	if cost > g.Burst {
-		s.never = true
+		s.never, s.remaining = true, 0
 		return
 	}
 	s.allowed = cost+pred <= probe.Remaining
@@ -283,6 +291,7 @@ func (c *Checker) count(e *entry, now, cost int64, allowed, charge bool) {
 	}
 	if charge {
 		p.counted += uint64(cost)
+		e.sinceAnswer += cost
 		if e.kind == KindWindow {
 			e.cur.emitted += cost
 		} else {

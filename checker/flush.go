@@ -83,15 +83,20 @@ func (c *Checker) Flush(ctx context.Context) error {
 func (c *Checker) appendDeltas(deltas []*eventsv1.Delta, e *entry) []*eventsv1.Delta {
 	if e.pendOld.used {
 		own := int64(0)
-		if e.prev.start == e.pendOld.window {
+		if e.answered && e.prev.start == e.pendOld.window {
 			own = e.prev.emitted
 		}
 		deltas = append(deltas, c.delta(e, &e.pendOld, false, own))
 		e.pendOld = pending{}
 	}
-	own := e.cum
-	if e.kind == KindWindow {
-		own = e.cur.emitted
+	// own_after only once the store has told us our part (a key created
+	// again counts from zero until then, and the counter adds all of it)
+	own := int64(0)
+	if e.answered {
+		own = e.cum
+		if e.kind == KindWindow {
+			own = e.cur.emitted
+		}
 	}
 	if e.pendApplied.used {
 		deltas = append(deltas, c.delta(e, &e.pendApplied, true, own))

@@ -64,6 +64,21 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 	}
 	dropReplaced(matched[:n])
 
+	// Descriptors naming the same counter are decided together: their hits
+	// add up, and each reports the counter after all of them.
+	var cost [MaxDescriptors]int64
+	var dupOf [MaxDescriptors]int
+	for i := range n {
+		cost[i], dupOf[i] = req.Hits, -1
+		for j := range i {
+			if r := matched[i]; r != nil && dupOf[j] < 0 && matched[j] == r && sameEntries(req.Descriptors[j].Entries, req.Descriptors[i].Entries, r) {
+				dupOf[i] = j
+				cost[j] += req.Hits
+				break
+			}
+		}
+	}
+
 	bufp := l.bufs.Get().(*[]byte)
 	defer l.bufs.Put(bufp)
 	// Phase 1: Envoy-semantics rules are charged now (every call counts);
@@ -74,7 +89,7 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 		st := &d.Statuses[i]
 		*st = Status{Code: OK, Rule: matched[i]}
 		r := matched[i]
-		if r == nil || r.Unlimited {
+		if r == nil || r.Unlimited || dupOf[i] >= 0 {
 			continue
 		}
 		var ld limiter.Decision
@@ -84,9 +99,9 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 			ld = limiter.Decision{RetryAfter: limiter.Never,
 				ResetAfter: time.Duration(r.Window.Nanoseconds() - now%r.Window.Nanoseconds())}
 		case r.Algorithm == "":
-			ld, err = l.keyed.AllowAt(l.key(bufp, r, req, i), r.Limiter, now, req.Hits, "")
+			ld, err = l.keyed.AllowAt(l.key(bufp, r, req, i), r.Limiter, now, cost[i], "")
 		default:
-			ld, err = l.keyed.PeekAt(l.key(bufp, r, req, i), r.Limiter, now, req.Hits)
+			ld, err = l.keyed.PeekAt(l.key(bufp, r, req, i), r.Limiter, now, cost[i])
 			peeked[i] = ld
 		}
 		if err != nil && !errors.Is(err, limiter.ErrCostExceedsLimit) {
@@ -105,10 +120,10 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 		for i := range n {
 			r := matched[i]
 			st := &d.Statuses[i]
-			if r == nil || r.Unlimited || r.Limit == 0 || r.Algorithm == "" || st.Shadowed {
+			if r == nil || r.Unlimited || r.Limit == 0 || r.Algorithm == "" || st.Shadowed || dupOf[i] >= 0 {
 				continue
 			}
-			ld, err := l.keyed.AllowAt(l.key(bufp, r, req, i), r.Limiter, now, req.Hits, "")
+			ld, err := l.keyed.AllowAt(l.key(bufp, r, req, i), r.Limiter, now, cost[i], "")
 			if err != nil && !errors.Is(err, limiter.ErrCostExceedsLimit) {
 				return fmt.Errorf("checker: rule %s: %w", r.ID, err)
 			}
@@ -126,9 +141,14 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 		// admitted: report what they really have left.
 		for i := range n {
 			if r := matched[i]; r != nil && r.Algorithm != "" && peeked[i].Allowed {
-				peeked[i].Remaining += req.Hits
+				peeked[i].Remaining += cost[i]
 				fill(&d.Statuses[i], r, peeked[i])
 			}
+		}
+	}
+	for i := range n {
+		if dupOf[i] >= 0 {
+			d.Statuses[i] = d.Statuses[dupOf[i]]
 		}
 	}
 	if req.RequestID != "" && l.idem != nil {
@@ -208,4 +228,17 @@ func (d *Decision) RetryAfter() (wait time.Duration, never bool) {
 		wait = max(wait, st.RetryAfter)
 	}
 	return wait, false
+}
+
+// sameEntries reports whether a and b name the same counter of r.
+func sameEntries(a, b []config.Entry, r *config.Rule) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Key != b[i].Key || (a[i].Value != b[i].Value && !(i < len(r.Shared) && r.Shared[i])) {
+			return false
+		}
+	}
+	return true
 }

@@ -131,26 +131,31 @@ func (s *MemStore) Charge(_ context.Context, r *ChargeRequest) (ChargeResult, er
 	return s.chargeWindow(r), nil
 }
 
+// The charges fold the caller's unapplied consumption into the counter
+// (its part becomes OwnEmitted / OwnCum): the deltas that carry that
+// consumption, still in flight, then add only what lies above the
+// instance's part (own_after), so nothing is counted twice.
+
 func (s *MemStore) chargeWindow(r *ChargeRequest) ChargeResult {
 	c := s.create(KindWindow, r.Key, r.Window, r.WindowNanos)
-	unapplied := max(0, r.OwnEmitted-c.own[r.Instance])
-	est := c.total + unapplied
-	// sliding window: the previous window counts with weight (W − e)/W,
-	// compared in units of 1/W to stay in integers.
-	var prevTotal, prevOwn, prevWeighted int64
+	c.total += max(0, r.OwnEmitted-c.own[r.Instance])
+	c.own[r.Instance] = max(c.own[r.Instance], r.OwnEmitted)
+	var prevTotal, prevOwn, elapsed int64
 	W := r.WindowNanos
 	if r.Sliding {
-		if p := s.win[winKey{r.Key, r.Window - W}]; p != nil {
-			prevTotal, prevOwn = p.total, p.own[r.Instance]
-		}
-		prevEst := prevTotal + max(0, r.PrevEmitted-prevOwn)
-		e := min(max(r.Now-r.Window, 0), W)
-		prevWeighted = prevEst * (W - e) / W // floor: the checker uses the same
+		p := s.create(KindWindow, r.Key, r.Window-W, W)
+		p.total += max(0, r.PrevEmitted-p.own[r.Instance])
+		p.own[r.Instance] = max(p.own[r.Instance], r.PrevEmitted)
+		prevTotal, prevOwn = p.total, p.own[r.Instance]
+		elapsed = min(max(r.Now-r.Window, 0), W)
 	}
-	res := ChargeResult{Allowed: prevWeighted+est+r.Cost <= r.Ceiling, PrevTotal: prevTotal, PrevOwn: prevOwn}
+	// prev·(W−e) + (total+cost)·W <= ceiling·W, exactly (no rounding in
+	// anyone's favour); for a fixed window prev is 0.
+	res := ChargeResult{Allowed: mulLE(prevTotal, W-elapsed, c.total+r.Cost, W, r.Ceiling, W),
+		PrevTotal: prevTotal, PrevOwn: prevOwn}
 	if res.Allowed || r.ChargeDenied {
 		c.total += r.Cost
-		c.own[r.Instance] = max(c.own[r.Instance], r.OwnEmitted-unapplied) + r.Cost
+		c.own[r.Instance] += r.Cost
 	}
 	res.Total, res.Own, res.Instances = c.total, c.own[r.Instance], len(c.own)
 	return res
@@ -158,19 +163,18 @@ func (s *MemStore) chargeWindow(r *ChargeRequest) ChargeResult {
 
 func (s *MemStore) chargeTAT(r *ChargeRequest) ChargeResult {
 	c := s.tat[r.Key]
-	if c == nil {
-		// An absent bucket is full. Take the caller's count as the
-		// baseline: what it emitted and has not been applied is in its
-		// LocalTAT, which the decision below counts.
-		c = &memCounter{own: map[string]int64{r.Instance: r.OwnCum}, cum: r.OwnCum}
+	if c == nil { // an absent bucket is full
+		c = &memCounter{own: map[string]int64{}}
 		s.tat[r.Key] = c
 	}
 	unapplied := max(0, r.OwnCum-c.own[r.Instance])
 	base := max(c.total+span(unapplied, r.WindowNanos, r.RateTokens), r.LocalTAT, r.Now)
 	after := base + span(r.Cost, r.WindowNanos, r.RateTokens)
 	res := ChargeResult{Allowed: after-r.Now <= span(r.Burst, r.WindowNanos, r.RateTokens)}
+	c.total, c.cum = max(c.total, base), c.cum+unapplied
+	c.own[r.Instance] = max(c.own[r.Instance], r.OwnCum)
 	if res.Allowed {
-		c.total = max(c.total, r.Now) + span(r.Cost, r.WindowNanos, r.RateTokens)
+		c.total = after
 		c.cum += r.Cost
 		c.own[r.Instance] += r.Cost
 	}
@@ -216,19 +220,34 @@ func (s *MemStore) Apply(partition int, d *eventsv1.Delta) bool {
 	if d.AlreadyApplied || d.CountedCost == 0 {
 		return true
 	}
-	counted := int64(d.CountedCost)
+	var c *memCounter
+	bucket := false
 	switch d.Algorithm {
 	case "token_bucket", "gcra", "leaky_bucket":
-		c := s.create(KindTAT, d.CounterKey, 0, 0)
-		c.total = max(max(c.total, d.FirstUnixNanos)+span(counted, d.WindowNanos, d.RateTokens), d.TatAfterUnixNanos)
-		c.cum += counted
-		c.own[d.InstanceId] = max(c.own[d.InstanceId]+counted, int64(d.OwnAfter))
+		c, bucket = s.create(KindTAT, d.CounterKey, 0, 0), true
 	default:
-		c := s.create(KindWindow, d.CounterKey, d.WindowStartUnixNanos, d.WindowNanos)
-		c.total += counted
-		c.own[d.InstanceId] = max(c.own[d.InstanceId]+counted, int64(d.OwnAfter))
+		c = s.create(KindWindow, d.CounterKey, d.WindowStartUnixNanos, d.WindowNanos)
+	}
+	add := ApplyAmount(c.own[d.InstanceId], d)
+	c.own[d.InstanceId] = max(c.own[d.InstanceId]+add, int64(d.OwnAfter))
+	if bucket {
+		c.total = max(max(c.total, d.FirstUnixNanos)+span(add, d.WindowNanos, d.RateTokens), d.TatAfterUnixNanos)
+		c.cum += add
+	} else {
+		c.total += add
 	}
 	return true
+}
+
+// ApplyAmount is how many hits of d a counter must add, given the part
+// of the emitting instance it already holds (own): with own_after known,
+// only what lies above own (a charge may have folded the rest in already);
+// without it, all counted hits.
+func ApplyAmount(own int64, d *eventsv1.Delta) int64 {
+	if d.OwnAfter > 0 {
+		return max(0, min(int64(d.CountedCost), int64(d.OwnAfter)-own))
+	}
+	return int64(d.CountedCost)
 }
 
 // Expire drops counters that carry no information any more at now: windows

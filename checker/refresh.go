@@ -120,9 +120,14 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *ReadItem, now int64) {
 		remaining, ceiling = probe.Remaining, g.Burst
 		pred = e.othersRate * int64(c.cfg.PipelineLag) / int64(time.Second)
 	}
+	e.answerRemaining, e.sinceAnswer = remaining, 0
+	e.roomUntil = 0 // a fresh read replaces what a refusal taught
 	switch {
 	case remaining <= 0 && e.overUntil <= now:
 		e.overUntil = now + int64(c.cfg.MinRefresh)
+		if e.kind == KindWindow && e.rule.Algorithm != "sliding_window" {
+			e.overUntil = min(e.overUntil, e.cur.start+int64(e.rule.Window)) // a fixed window's end clears it
+		}
 	case remaining > 0 && e.overUntil > now:
 		e.overUntil = 0 // a refresh shows room
 	}

@@ -30,17 +30,26 @@ type entry struct {
 	storeOwnCum int64
 	storeCum    int64
 
-	answered    bool  // the store has answered for this key at least once
-	lastAnswer  int64 // when
-	lastOthers  int64 // others' consumption at the last answer (for the rate)
-	lastOwn     int64 // own consumption at the last answer (for the rate)
-	othersRate  int64 // others' hits per second, learned from answers
-	ownRate     int64 // own hits per second
-	instances   int
-	overUntil   int64 // deny from memory until then
-	used        int64 // last decision
-	nextRefresh int64
-	heapIdx     int // index in the shard's refresh heap; -1 when not in it
+	answered bool // the store has answered for this key at least once
+	restored bool // created again after an eviction while over its limit
+	answers  int  // store answers that taught a rate (0, 1, 2+)
+	// answerRemaining is what remained at the last store answer (-1: none
+	// yet) and sinceAnswer this instance's consumption since: while the
+	// store is down, local_budget admits up to answerRemaining / instances.
+	answerRemaining, sinceAnswer int64
+	lastAnswer                   int64 // when
+	lastOthers                   int64 // others' consumption at the last answer (for the rate)
+	lastOwn                      int64 // own consumption at the last answer (for the rate)
+	othersRate                   int64 // others' hits per second, learned from answers
+	ownRate                      int64 // own hits per second
+	instances                    int
+	overUntil                    int64 // deny from memory until then
+	// room is what a store answer left, trusted until roomUntil: a cost
+	// above it is refused from memory.
+	room, roomUntil int64
+	used            int64 // last decision
+	nextRefresh     int64
+	heapIdx         int // index in the shard's refresh heap; -1 when not in it
 
 	pend, pendOld, pendApplied pending
 	dirty                      bool
