@@ -99,17 +99,59 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// Stats are the checker's counters (monotonic), for metrics.
+// Stats are the checker's counters that background passes and the rarer
+// decision paths update (monotonic, atomic). Per-decision counters live in
+// the shards; [Checker.Snapshot] adds everything up.
 type Stats struct {
-	Decisions, Denied           atomic.Uint64
-	FarBand, NearBand, OverBand atomic.Uint64
-	SyncCharges, Refunds        atomic.Uint64
-	Degraded                    atomic.Uint64
-	Refreshes, RefreshErrors    atomic.Uint64
-	Flushes, DeltasEmitted      atomic.Uint64
-	EmitErrors                  atomic.Uint64
-	Evictions, EvictedDirty     atomic.Uint64
-	Keys                        atomic.Int64
+	SyncCharges, Refunds     atomic.Uint64
+	Degraded                 atomic.Uint64
+	Refreshes, RefreshErrors atomic.Uint64
+	Flushes, DeltasEmitted   atomic.Uint64
+	EmitErrors               atomic.Uint64
+	Evictions, EvictedDirty  atomic.Uint64
+	Keys                     atomic.Int64
+	// decisions that locked no shard (local-mode or unlimited rules only)
+	unsharded, unshardedDenied atomic.Uint64
+}
+
+// shardStats are per-decision counters, guarded by the shard's mutex so
+// that the request path updates no shared cache line.
+type shardStats struct {
+	decisions, denied, far, near, over uint64
+}
+
+// Snapshot is a point-in-time copy of the checker's counters.
+type Snapshot struct {
+	Decisions, Denied                  uint64
+	FarBand, NearBand, OverBand        uint64
+	SyncCharges, Refunds, Degraded     uint64
+	Refreshes, RefreshErrors           uint64
+	Flushes, DeltasEmitted, EmitErrors uint64
+	Evictions, EvictedDirty            uint64
+	Keys                               int64
+}
+
+// Snapshot adds up the counters.
+func (c *Checker) Snapshot() Snapshot {
+	s := Snapshot{
+		Decisions: c.Stats.unsharded.Load(), Denied: c.Stats.unshardedDenied.Load(),
+		SyncCharges: c.Stats.SyncCharges.Load(), Refunds: c.Stats.Refunds.Load(), Degraded: c.Stats.Degraded.Load(),
+		Refreshes: c.Stats.Refreshes.Load(), RefreshErrors: c.Stats.RefreshErrors.Load(),
+		Flushes: c.Stats.Flushes.Load(), DeltasEmitted: c.Stats.DeltasEmitted.Load(), EmitErrors: c.Stats.EmitErrors.Load(),
+		Evictions: c.Stats.Evictions.Load(), EvictedDirty: c.Stats.EvictedDirty.Load(), Keys: c.Stats.Keys.Load(),
+	}
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		st := sh.stats
+		sh.mu.Unlock()
+		s.Decisions += st.decisions
+		s.Denied += st.denied
+		s.FarBand += st.far
+		s.NearBand += st.near
+		s.OverBand += st.over
+	}
+	return s
 }
 
 // Checker is the async checker (DESIGN.md, "Checker"): it decides from
@@ -131,7 +173,9 @@ type Checker struct {
 	perShard int
 	seq      atomic.Uint64
 	idem     *idempotency
-	bufs     sync.Pool
+	scratch  sync.Pool // *scratch, for requests of many descriptors
+	works    sync.Pool // *syncWork, one per store charge
+	keyBufs  sync.Pool // *[]byte, counter keys of small requests
 
 	flushNow  chan struct{}
 	dirtyN    atomic.Int64
@@ -177,7 +221,9 @@ func New(cfg Config, rules *config.Store, cs CounterStore, prod events.Producer,
 	if cfg.IdempotencyTTL > 0 {
 		c.idem = newIdempotency(int64(cfg.IdempotencyTTL), 1<<16)
 	}
-	c.bufs.New = func() any { b := make([]byte, 0, 1024); return &b }
+	c.scratch.New = func() any { return &scratch{buf: make([]byte, 0, 1024)} }
+	c.works.New = func() any { return new(syncWork) }
+	c.keyBufs.New = func() any { b := make([]byte, 0, 512); return &b }
 	return c, nil
 }
 

@@ -18,8 +18,28 @@ import (
 // one atomic store call per descriptor that needs one. It returns an error
 // only for a malformed request (a *FieldError) or an internal fault.
 func (c *Checker) Check(ctx context.Context, req *Request, d *Decision) error {
+	// Working memory: on the stack for the common small request (zeroing a
+	// few slots is cheaper than a pool round trip), pooled for large ones.
+	if len(req.Descriptors) <= smallRequest {
+		var slots [smallRequest]slot
+		var locks [smallRequest]int
+		bufp := c.keyBufs.Get().(*[]byte) // the keys escape analysis cannot keep on the stack
+		err := c.check(ctx, req, d, slots[:], locks[:0], bufp)
+		c.keyBufs.Put(bufp)
+		return err
+	}
+	sc := c.scratch.Get().(*scratch)
+	defer c.scratch.Put(sc)
+	return c.check(ctx, req, d, sc.slots[:], sc.locks[:0], &sc.buf)
+}
+
+// smallRequest is the most descriptors decided with stack memory.
+const smallRequest = 4
+
+func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf []slot, locks []int, buf *[]byte) error {
 	rs := c.rules.Load()
-	if err := req.Validate(rs); err != nil {
+	dom, known := rs.Lookup(req.Domain)
+	if err := req.validate(known); err != nil {
 		return err
 	}
 	now := c.clock.Now()
@@ -30,17 +50,14 @@ func (c *Checker) Check(ctx context.Context, req *Request, d *Decision) error {
 	d.Statuses = slices.Grow(d.Statuses[:0], n)[:n]
 	var matched [MaxDescriptors]*config.Rule
 	for i := range req.Descriptors {
-		matched[i] = rs.Match(req.Domain, req.Descriptors[i].Entries)
+		matched[i] = dom.Match(req.Descriptors[i].Entries)
 	}
 	dropReplaced(matched[:n])
 
-	bufp := c.bufs.Get().(*[]byte)
-	defer c.bufs.Put(bufp)
-	var slots [MaxDescriptors]slot
-	c.keys(bufp, req, matched[:n], slots[:n])
+	slots := slotBuf[:n]
+	c.keys(buf, req, matched[:n], slots)
+	defer c.releaseWork(slots)
 
-	var lockSet [MaxDescriptors]int
-	locks := lockSet[:0]
 	for i := range n {
 		if s := &slots[i]; s.sh >= 0 {
 			if j, found := slices.BinarySearch(locks, s.sh); !found {
@@ -65,18 +82,28 @@ func (c *Checker) Check(ctx context.Context, req *Request, d *Decision) error {
 	}
 	if sync {
 		c.unlock(locks)
-		denied = c.charge(ctx, slots[:n], denied, now)
+		denied = c.charge(ctx, slots, denied, now)
 		c.lock(locks)
-		c.applyCharges(slots[:n], now)
+		c.applyCharges(slots, now)
 	}
-	c.commit(slots[:n], denied, now)
+	c.commit(slots, denied, !sync, now)
+	if len(locks) > 0 {
+		st := &c.shards[locks[0]].stats
+		st.decisions++
+		if denied {
+			st.denied++
+		}
+	} else {
+		c.Stats.unsharded.Add(1)
+		if denied {
+			c.Stats.unshardedDenied.Add(1)
+		}
+	}
 	c.unlock(locks)
 
-	c.Stats.Decisions.Add(1)
 	d.Code = OK
 	if denied {
 		d.Code = OverLimit
-		c.Stats.Denied.Add(1)
 	}
 	for i := range n {
 		if p := slots[i].dupOf; p >= 0 {
@@ -112,7 +139,7 @@ func (c *Checker) keys(bufp *[]byte, req *Request, rules []*config.Rule, slots [
 	*bufp = buf
 	for i, r := range rules {
 		s := &slots[i]
-		s.rule, s.sh, s.e, s.idx, s.dupOf, s.cost = r, -1, nil, i, -1, req.Hits
+		*s = slot{rule: r, sh: -1, idx: i, dupOf: -1, cost: req.Hits}
 		if offs[i+1] > offs[i] {
 			// The key aliases the buffer; the table copies it when it keeps it.
 			s.key = unsafe.String(&buf[offs[i]], offs[i+1]-offs[i])
@@ -185,15 +212,21 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 		return
 	}
 	var v view
+	var try limiter.Decision
 	var remaining, pred, ceiling int64
 	if e.kind == KindWindow {
 		v = c.windowView(e, now)
 		remaining, pred, ceiling = v.remaining, v.pred, v.ceiling
 	} else {
+		// One evaluation serves the band, the decision and the commit: the
+		// state after the charge is kept in the slot.
 		g := gcraOf(r)
-		probeState := e.gs
-		probe, _ := g.AllowAt(&probeState, now, 0)
-		remaining, ceiling = probe.Remaining, g.Burst
+		s.post = e.gs
+		try, _ = g.AllowAt(&s.post, now, cost)
+		remaining, ceiling = try.Remaining, g.Burst
+		if try.Allowed {
+			remaining += cost
+		}
 		pred = e.othersRate * int64(c.cfg.PipelineLag) / int64(time.Second)
 	}
 	// Over band: a store answer said there is no room (for this cost), and
@@ -204,32 +237,33 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 	case over && cost > 0 && (cost > remaining || e.restored && !e.answered):
 		// (a key evicted while over and created again knows nothing yet
 		// but that it was over)
-		c.Stats.OverBand.Add(1)
+		sh.stats.over++
 		c.denyFromMemory(s, now, cost)
 	default:
 		// Until two store answers have taught the key's global rate, the
 		// others' in-flight consumption cannot be bounded: stay near.
 		near := e.answers < 2 || remaining-pred-cost < c.threshold(e, ceiling)
 		if near {
-			c.Stats.NearBand.Add(1)
+			sh.stats.near++
 			if r.NearLimit == "sync" {
 				c.prepareCharge(s, now, cost)
 				return
 			}
 		} else {
-			c.Stats.FarBand.Add(1)
+			sh.stats.far++
 		}
 		if e.kind == KindWindow {
 			c.decideWindow(s, v, now, cost)
 		} else {
-			c.decideTAT(s, now, cost)
+			c.decideTAT(s, try, remaining, pred, now, cost)
 		}
 	}
 	if !s.allowed && r.Shadow {
 		s.shadowed = true
 	}
-	sh.markDirty(e)
-	c.dirtyN.Add(1)
+	if sh.markDirty(e) {
+		c.dirtyN.Add(1)
+	}
 }
 
 // denyFromMemory refuses while a key is known to be over its limit: no
@@ -349,7 +383,7 @@ func tombSize(n int) int {
 	return s
 }
 
-// prepareCharge fills s.req for a store charge (requires the lock).
+// prepareCharge fills s.w.req for a store charge (requires the lock).
 func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 	e, r := s.e, s.rule
 	s.need = needSync
@@ -358,7 +392,11 @@ func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 		budget = r.Capacity()
 	}
 	s.budgetOK = e.sinceAnswer+cost <= budget/int64(max(e.instances, 1))
-	q := &s.req
+	if s.w == nil {
+		s.w = c.works.Get().(*syncWork)
+	}
+	*s.w = syncWork{}
+	q := &s.w.req
 	*q = ChargeRequest{Key: e.key, Kind: e.kind, Instance: c.instance, Now: now, Cost: cost,
 		WindowNanos: int64(r.Window)}
 	if e.kind == KindWindow {
@@ -387,21 +425,22 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 			continue
 		}
 		cost := s.cost
-		if denied && !s.req.ChargeDenied { // already refused: not worth a call
+		if denied && !s.w.req.ChargeDenied { // already refused: not worth a call
 			s.skipped = true
 			continue
 		}
-		if cost > s.rule.Capacity() && !s.req.ChargeDenied { // can never fit: no call
+		if cost > s.rule.Capacity() && !s.w.req.ChargeDenied { // can never fit: no call
 			s.allowed, s.never = false, true
 			denied = true
 			continue
 		}
 		c.Stats.SyncCharges.Add(1)
-		s.res, s.err = c.store.Charge(ctx, &s.req)
-		if s.err != nil {
+		q := s.w.req // a copy: the slots must not escape to the heap through the interface call
+		s.w.res, s.w.err = c.store.Charge(ctx, &q)
+		if s.w.err != nil {
 			c.failurePolicy(s, now, cost)
 		} else {
-			s.allowed, s.charged = s.res.Allowed, s.res.Allowed || s.req.ChargeDenied
+			s.allowed, s.charged = s.w.res.Allowed, s.w.res.Allowed || s.w.req.ChargeDenied
 		}
 		if !s.allowed && !s.rule.Shadow {
 			denied = true
@@ -412,17 +451,18 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 	}
 	for i := range slots { // a refused request charges nothing to algorithm rules
 		s := &slots[i]
-		if s.need == needSync && s.err == nil && s.charged && !s.req.ChargeDenied {
+		if s.need == needSync && s.w.err == nil && s.charged && !s.w.req.ChargeDenied {
 			c.Stats.Refunds.Add(1)
-			if err := c.store.Refund(ctx, &s.req); err == nil {
+			q := s.w.req
+			if err := c.store.Refund(ctx, &q); err == nil {
 				s.charged = false
 				// the answer described the counter with this charge in it
-				s.res.Own -= s.cost
-				s.res.Cum -= s.cost
-				if s.req.Kind == KindWindow {
-					s.res.Total -= s.cost
+				s.w.res.Own -= s.cost
+				s.w.res.Cum -= s.cost
+				if s.w.req.Kind == KindWindow {
+					s.w.res.Total -= s.cost
 				} else {
-					s.res.Total -= span(s.cost, s.req.WindowNanos, s.req.RateTokens)
+					s.w.res.Total -= span(s.cost, s.w.req.WindowNanos, s.w.req.RateTokens)
 				}
 			}
 		}
@@ -435,7 +475,7 @@ func (c *Checker) failurePolicy(s *slot, now, cost int64) {
 	s.degraded = true
 	c.Stats.Degraded.Add(1)
 	if c.logs.allow(now) {
-		c.cfg.Logger.Warn("counter store unavailable; applying failure policies", "rule", s.rule.ID, "policy", s.rule.Failure, "error", s.err)
+		c.cfg.Logger.Warn("counter store unavailable; applying failure policies", "rule", s.rule.ID, "policy", s.rule.Failure, "error", s.w.err)
 	}
 	switch s.rule.Failure {
 	case "closed":
@@ -457,7 +497,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 		}
 		cost := s.cost
 		e := s.e
-		if s.err != nil {
+		if s.w.err != nil {
 			c.degradedDecision(s, now, cost)
 			continue
 		}
@@ -486,14 +526,15 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 		if !s.allowed && s.rule.Shadow {
 			s.shadowed = true
 		}
-		c.shards[s.sh].markDirty(e)
-		c.dirtyN.Add(1)
+		if c.shards[s.sh].markDirty(e) {
+			c.dirtyN.Add(1)
+		}
 	}
 }
 
 func (c *Checker) answerWindow(s *slot, now, cost int64) {
-	e, res := s.e, s.res
-	if e.cur.start != s.req.Window { // the window rolled meanwhile: nothing to learn
+	e, res := s.e, s.w.res
+	if e.cur.start != s.w.req.Window { // the window rolled meanwhile: nothing to learn
 		return
 	}
 	if !e.answered { // rebase a key created again: the store knows our earlier part
@@ -504,7 +545,7 @@ func (c *Checker) answerWindow(s *slot, now, cost int64) {
 		e.cur.emitted = max(e.cur.emitted, before)
 	}
 	e.cur.total, e.cur.own, e.cur.known = res.Total, res.Own, true
-	if s.req.Sliding && e.prev.start == e.cur.start-s.req.WindowNanos {
+	if s.w.req.Sliding && e.prev.start == e.cur.start-s.w.req.WindowNanos {
 		e.prev.total, e.prev.own, e.prev.known = res.PrevTotal, res.PrevOwn, true
 	}
 	c.learn(e, now, e.cur.others(), e.cur.emitted, res.Instances)
@@ -531,7 +572,7 @@ func (c *Checker) answerWindow(s *slot, now, cost int64) {
 }
 
 func (c *Checker) answerTAT(s *slot, now, cost int64) {
-	e, res := s.e, s.res
+	e, res := s.e, s.w.res
 	g := gcraOf(s.rule)
 	if !e.answered {
 		before := res.Own
@@ -678,7 +719,10 @@ const rateSpan = 10 * time.Millisecond
 
 // commit records the memory decisions of algorithm rules once the request
 // stands (requires the locks): a refused request charges them nothing.
-func (c *Checker) commit(slots []slot, denied bool, now int64) {
+//
+// held says the locks were held since the decisions: a bucket's state
+// computed then is still current and is stored as is.
+func (c *Checker) commit(slots []slot, denied, held bool, now int64) {
 	for i := range slots {
 		s := &slots[i]
 		cost := s.cost
@@ -693,7 +737,11 @@ func (c *Checker) commit(slots []slot, denied bool, now int64) {
 			if !denied && s.allowed {
 				c.count(e, now, cost, true, true)
 				if e.kind == KindTAT {
-					gcraOf(s.rule).AllowAt(&e.gs, now, cost)
+					if held {
+						e.gs = s.post
+					} else {
+						gcraOf(s.rule).AllowAt(&e.gs, now, cost)
+					}
 				}
 			} else if s.shadowed {
 				e.pend.add(now)
@@ -736,4 +784,28 @@ func (c *Checker) status(st *Status, s *slot, denied bool) {
 	default:
 		st.OverSoft = over > 0 && rem < over
 	}
+}
+
+// scratch is the per-Check working memory, pooled.
+type scratch struct {
+	buf   []byte
+	slots [MaxDescriptors]slot
+	locks [MaxDescriptors]int
+}
+
+// releaseWork returns the store-charge records a Check took.
+func (c *Checker) releaseWork(slots []slot) {
+	for i := range slots {
+		if w := slots[i].w; w != nil {
+			c.works.Put(w)
+			slots[i].w = nil
+		}
+	}
+}
+
+// syncWork is one store charge of a Check.
+type syncWork struct {
+	req ChargeRequest
+	res ChargeResult
+	err error
 }

@@ -42,9 +42,10 @@ type slot struct {
 	retryAfter time.Duration
 	never      bool
 
-	req ChargeRequest
-	res ChargeResult
-	err error
+	w *syncWork // the store charge, when one is made
+	// post is a bucket key's state after this request's charge, computed
+	// once by the decision and stored by the commit.
+	post limiter.State
 }
 
 // gcraOf is the async form of every bucket algorithm: token bucket, GCRA
@@ -249,27 +250,21 @@ func (c *Checker) windowRetry(e *entry, v view, now, cost int64) time.Duration {
 }
 
 // decideTAT decides s from memory for a bucket key (requires the lock).
-func (c *Checker) decideTAT(s *slot, now, cost int64) {
+func (c *Checker) decideTAT(s *slot, try limiter.Decision, before, pred, now, cost int64) {
 	e := s.e
-	g := gcraOf(s.rule)
-	probeState := e.gs
-	probe, _ := g.AllowAt(&probeState, now, 0)
-	pred := e.othersRate * int64(c.cfg.PipelineLag) / int64(time.Second)
-	s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
-	if cost > g.Burst {
-		s.never, s.remaining = true, 0
-		return
-	}
-	s.allowed = cost+pred <= probe.Remaining
+	s.allowed = try.Allowed && cost+pred <= before
+	s.resetAfter = try.ResetAfter
 	if s.allowed {
-		s.remaining -= cost
+		s.remaining = try.Remaining
 		return
 	}
-	tmp := e.gs
-	if d, _ := g.AllowAt(&tmp, now, cost); !d.Allowed {
-		s.retryAfter = d.RetryAfter
+	s.remaining = before
+	if try.Allowed { // only the prediction refuses: wait for what it predicts
+		s.retryAfter = time.Duration(span(pred, int64(s.rule.Window), s.rule.Limit))
+		return
 	}
-	if probe.Remaining == 0 {
+	s.retryAfter = try.RetryAfter
+	if before == 0 {
 		e.overUntil = max(e.overUntil, now+int64(s.retryAfter))
 	}
 }

@@ -48,7 +48,8 @@ func (l *Local) Rules() *config.RuleSet { return l.rules.Load() }
 // a refusal is a Decision, not an error.
 func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 	rs := l.rules.Load()
-	if err := req.Validate(rs); err != nil {
+	dom, known := rs.Lookup(req.Domain)
+	if err := req.validate(known); err != nil {
 		return err
 	}
 	now := l.clock.Now()
@@ -60,7 +61,7 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 
 	var matched [MaxDescriptors]*config.Rule
 	for i := range req.Descriptors {
-		matched[i] = rs.Match(req.Domain, req.Descriptors[i].Entries)
+		matched[i] = dom.Match(req.Descriptors[i].Entries)
 	}
 	dropReplaced(matched[:n])
 

@@ -94,6 +94,7 @@ type shard struct {
 	orphans []*eventsv1.Delta // pending consumption of evicted dirty entries
 	refresh refreshHeap
 	tombs   []int64 // "over until" by hash slot; allocated on first eviction
+	stats   shardStats
 	_       [40]byte
 }
 
@@ -130,12 +131,15 @@ func (sh *shard) remove(e *entry) {
 	e.gone = true
 }
 
-// markDirty queues e for the flusher (requires sh.mu held).
-func (sh *shard) markDirty(e *entry) {
-	if !e.dirty {
-		e.dirty = true
-		sh.dirty = append(sh.dirty, e)
+// markDirty queues e for the flusher (requires sh.mu held); it reports
+// whether e was clean.
+func (sh *shard) markDirty(e *entry) bool {
+	if e.dirty {
+		return false
 	}
+	e.dirty = true
+	sh.dirty = append(sh.dirty, e)
+	return true
 }
 
 // schedule (re)places e in the refresh heap at t (requires sh.mu held).

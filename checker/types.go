@@ -109,10 +109,16 @@ func (e *FieldError) Unwrap() error { return e.Err }
 
 // Validate checks the shape of r against rs, naming the field at fault.
 func (r *Request) Validate(rs *config.RuleSet) error {
+	_, known := rs.Lookup(r.Domain)
+	return r.validate(known)
+}
+
+// validate checks r's shape; known says whether its domain has rules.
+func (r *Request) validate(known bool) error {
 	switch {
 	case r.Domain == "":
 		return &FieldError{"domain", fmt.Errorf("%w: must not be empty", ErrBadRequest)}
-	case rs == nil || !rs.HasDomain(r.Domain):
+	case !known:
 		return &FieldError{"domain", fmt.Errorf("%w %q", ErrUnknownDomain, r.Domain)}
 	case len(r.Descriptors) == 0:
 		return &FieldError{"descriptors", ErrNoDescriptors}

@@ -54,24 +54,28 @@ type Rule struct {
 	// Limit 0.
 	Limiter limiter.Algorithm
 	Pos     Position
+
+	ceiling, capacity int64 // derived at compile time
 }
 
 // Ceiling is the most the rule admits per window: the limit, raised by a
 // soft throttle's overage.
-func (r *Rule) Ceiling() int64 {
-	if r.Throttle.Type == "soft" {
-		return r.Limit + (r.Limit*r.Throttle.OveragePercent+99)/100
-	}
-	return r.Limit
-}
+func (r *Rule) Ceiling() int64 { return r.ceiling }
 
-// Capacity is the bucket size for bucket algorithms (burst, else the limit)
-// and the ceiling for windows.
-func (r *Rule) Capacity() int64 {
-	if r.Burst > 0 {
-		return r.Burst
+// Capacity is the bucket size for bucket algorithms (burst, else the
+// ceiling) and the ceiling for windows.
+func (r *Rule) Capacity() int64 { return r.capacity }
+
+// derive computes the values the hot path reads on every decision.
+func (r *Rule) derive() {
+	r.ceiling = r.Limit
+	if r.Throttle.Type == "soft" {
+		r.ceiling = r.Limit + (r.Limit*r.Throttle.OveragePercent+99)/100
 	}
-	return r.Ceiling()
+	r.capacity = r.ceiling
+	if r.Burst > 0 {
+		r.capacity = r.Burst
+	}
 }
 
 func (r *Rule) buildLimiter() limiter.Algorithm {
@@ -114,26 +118,60 @@ func AppendCounterKey(buf []byte, r *Rule, entries []Entry) []byte {
 	return buf
 }
 
-// node is one level of a domain's descriptor tree.
+// node is one level of a domain's descriptor tree. Children are found by
+// key first (one string lookup), then by value within the key.
 type node struct {
-	exact    map[Entry]*node // key with value
-	wild     []wildNode      // key with a "*" pattern, in file order
-	keyOnly  map[string]*node
-	rule     *Rule
-	hasChild bool
+	keys map[string]*keyNode
+	rule *Rule
+}
+
+// keyNode holds the children of one key: exact values, wildcard values
+// (in file order) and the key-only default.
+type keyNode struct {
+	exact map[string]*node
+	wild  []wildNode
+	def   *node
 }
 
 type wildNode struct {
-	key, pattern string
-	next         *node
+	pattern string
+	next    *node
 }
 
 // RuleSet is an immutable, compiled set of rules for any number of domains,
 // safe for concurrent use without locks.
 type RuleSet struct {
 	domains map[string]*node
-	rules   []*Rule
-	files   []string
+	// few holds the domains when there are at most 8: comparing a few short
+	// strings is cheaper than hashing one.
+	few   []domainNode
+	rules []*Rule
+	files []string
+}
+
+type domainNode struct {
+	name string
+	root *node
+}
+
+// Domain is one domain's compiled rules, looked up once per request.
+type Domain struct{ root *node }
+
+// Lookup returns the rules of domain, and whether there are any.
+func (rs *RuleSet) Lookup(domain string) (Domain, bool) {
+	if rs == nil {
+		return Domain{}, false
+	}
+	if rs.few != nil || len(rs.domains) == 0 {
+		for i := range rs.few {
+			if rs.few[i].name == domain {
+				return Domain{rs.few[i].root}, true
+			}
+		}
+		return Domain{}, false
+	}
+	n, ok := rs.domains[domain]
+	return Domain{n}, ok
 }
 
 // Match returns the rule for one request descriptor in domain, or nil when
@@ -142,37 +180,48 @@ type RuleSet struct {
 // the key-only default; a descriptor deeper than the tree, or one ending
 // on a level without rate_limit, matches nothing. It does not allocate.
 func (rs *RuleSet) Match(domain string, entries []Entry) *Rule {
-	if rs == nil || len(entries) == 0 {
+	d, _ := rs.Lookup(domain)
+	return d.Match(entries)
+}
+
+// Match returns the rule for one request descriptor in d (see
+// [RuleSet.Match]).
+func (d Domain) Match(entries []Entry) *Rule {
+	n := d.root
+	if n == nil || len(entries) == 0 {
 		return nil
 	}
-	n := rs.domains[domain]
 	for _, e := range entries {
-		if n == nil {
+		kn := n.keys[e.Key]
+		if kn == nil {
 			return nil
 		}
-		next := n.exact[Entry{e.Key, e.Value}]
+		var next *node
+		if kn.exact != nil {
+			next = kn.exact[e.Value]
+		}
 		if next == nil {
-			for i := range n.wild {
-				if w := &n.wild[i]; w.key == e.Key && Glob(w.pattern, e.Value) {
+			for i := range kn.wild {
+				if w := &kn.wild[i]; Glob(w.pattern, e.Value) {
 					next = w.next
 					break
 				}
 			}
 		}
 		if next == nil {
-			next = n.keyOnly[e.Key]
+			next = kn.def
+		}
+		if next == nil {
+			return nil
 		}
 		n = next
-	}
-	if n == nil {
-		return nil
 	}
 	return n.rule
 }
 
 // HasDomain reports whether the set has rules for domain.
 func (rs *RuleSet) HasDomain(domain string) bool {
-	_, ok := rs.domains[domain]
+	_, ok := rs.Lookup(domain)
 	return ok
 }
 
@@ -242,6 +291,12 @@ func Compile(files []*File) (*RuleSet, error) {
 	if err := errs.err(); err != nil {
 		return nil, err
 	}
+	if len(rs.domains) <= 8 {
+		rs.few = make([]domainNode, 0, len(rs.domains))
+		for name, root := range rs.domains {
+			rs.few = append(rs.few, domainNode{name, root})
+		}
+	}
 	return rs, nil
 }
 
@@ -255,21 +310,25 @@ func (rs *RuleSet) build(n *node, domain string, path []Entry, shared []bool, ds
 		p := append(slices.Clip(path), e)
 		sh := append(slices.Clip(shared), d.ShareThreshold && strings.Contains(d.Value, "*"))
 		child := &node{}
+		if n.keys == nil {
+			n.keys = map[string]*keyNode{}
+		}
+		kn := n.keys[d.Key]
+		if kn == nil {
+			kn = &keyNode{}
+			n.keys[d.Key] = kn
+		}
 		switch {
 		case d.Value == "":
-			if n.keyOnly == nil {
-				n.keyOnly = map[string]*node{}
-			}
-			n.keyOnly[d.Key] = child
+			kn.def = child
 		case strings.Contains(d.Value, "*"):
-			n.wild = append(n.wild, wildNode{d.Key, d.Value, child})
+			kn.wild = append(kn.wild, wildNode{d.Value, child})
 		default:
-			if n.exact == nil {
-				n.exact = map[Entry]*node{}
+			if kn.exact == nil {
+				kn.exact = map[string]*node{}
 			}
-			n.exact[e] = child
+			kn.exact[d.Value] = child
 		}
-		n.hasChild = true
 		if d.RateLimit != nil {
 			r := newRule(domain, p, sh, d)
 			if r.Limiter != nil && r.Limit > 0 {
@@ -309,6 +368,7 @@ func newRule(domain string, path []Entry, shared []bool, d *Descriptor) *Rule {
 	if r.Shards == 0 {
 		r.Shards = 1
 	}
+	r.derive()
 	if !r.Unlimited && r.Limit > 0 {
 		r.Limiter = r.buildLimiter()
 	}

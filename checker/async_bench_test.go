@@ -1,0 +1,154 @@
+package checker
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+const benchRules = `domain: api
+descriptors:
+  - key: user_id
+    algorithm: token_bucket
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+`
+
+// benchChecker returns a checker whose keys are far from their limits,
+// reading the real clock (time.Now once per Check, as a request does).
+func benchChecker(b *testing.B, maxKeys int) *Checker {
+	b.Helper()
+	ms := NewMemStore()
+	c, err := New(Config{MaxKeys: maxKeys, FlushThreshold: 1 << 30}, ruleStore(b, benchRules), ms,
+		&applyProducer{store: ms}, sysClock{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+type sysClock struct{}
+
+func (sysClock) Now() int64 { return time.Now().UnixNano() }
+
+// warm takes a key through its first store answers so it sits in the far band.
+func warm(b *testing.B, c *Checker, r *Request) {
+	b.Helper()
+	var d Decision
+	for range 3 {
+		if err := c.Check(context.Background(), r, &d); err != nil || !d.Allowed() {
+			b.Fatalf("warm-up: %v %v", err, d.Code)
+		}
+		time.Sleep(rateSpan + time.Millisecond) // a benchmark's setup may wait; tests never do
+	}
+}
+
+var sinkAllowed bool
+
+// BenchmarkCheckAsync: one key, far from its limit: memory only.
+func BenchmarkCheckAsync(b *testing.B) {
+	c := benchChecker(b, 1<<20)
+	r := req(1, "user_id", "priya")
+	warm(b, c, r)
+	var d Decision
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		c.Check(context.Background(), r, &d)
+		sinkAllowed = d.Code == OK
+	}
+	if c.Stats.SyncCharges.Load() > 3 {
+		b.Fatalf("far band made %d store calls", c.Stats.SyncCharges.Load())
+	}
+}
+
+// BenchmarkXTimeRateAllow is the reference of the same run: one
+// golang.org/x/time/rate limiter, finite rate (rate.Inf short-circuits).
+func BenchmarkXTimeRateAllow(b *testing.B) {
+	l := rate.NewLimiter(rate.Limit(1e9), 1e9)
+	b.ReportAllocs()
+	for b.Loop() {
+		sinkAllowed = l.Allow()
+	}
+}
+
+// BenchmarkCheckAsyncManyKeys cycles over 1M keys already in the table.
+func BenchmarkCheckAsyncManyKeys(b *testing.B) {
+	const n = 1 << 20
+	c := benchChecker(b, 2*n) // headroom: shards fill unevenly, and eviction is not what this measures
+	reqs := make([]*Request, n)
+	for i := range reqs {
+		reqs[i] = req(1, "user_id", "u"+strconv.Itoa(i))
+	}
+	var d Decision
+	for _, r := range reqs { // create the keys (their first decisions charge the store)
+		c.Check(context.Background(), r, &d)
+	}
+	time.Sleep(rateSpan + time.Millisecond)
+	for _, r := range reqs {
+		c.Check(context.Background(), r, &d)
+	}
+	c.Flush(context.Background())
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		c.Check(context.Background(), reqs[i], &d)
+		if i++; i == n {
+			i = 0
+		}
+	}
+}
+
+// BenchmarkCheckAsyncParallel: every goroutine on its own keys, from a set
+// of 1,024.
+func BenchmarkCheckAsyncParallel(b *testing.B) {
+	c := benchChecker(b, 1<<20)
+	reqs := make([]*Request, 1024)
+	for i := range reqs {
+		reqs[i] = req(1, "user_id", "p"+strconv.Itoa(i))
+		warmOne(c, reqs[i])
+	}
+	time.Sleep(rateSpan + time.Millisecond)
+	for _, r := range reqs {
+		warmOne(c, r)
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		base := int(next.Add(64)) % 1024 // this goroutine's own 64 keys
+		var d Decision
+		i := 0
+		for pb.Next() {
+			c.Check(context.Background(), reqs[base+i&63], &d)
+			i++
+		}
+		sinkAllowed = d.Code == OK
+	})
+}
+
+func warmOne(c *Checker, r *Request) {
+	var d Decision
+	c.Check(context.Background(), r, &d)
+}
+
+// BenchmarkCheckAsyncHotKeyParallel: all goroutines on one key (reported,
+// no target: one key is one lock).
+func BenchmarkCheckAsyncHotKeyParallel(b *testing.B) {
+	c := benchChecker(b, 1<<20)
+	r := req(1, "user_id", "hot")
+	warm(b, c, r)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		var d Decision
+		for pb.Next() {
+			c.Check(context.Background(), r, &d)
+		}
+		sinkAllowed = d.Code == OK
+	})
+}
