@@ -1,6 +1,9 @@
-// Package aggregator consumes the checkers' consumption deltas from Kafka
-// and applies them to the sharded Redis counters, each delta at most once,
-// committing Kafka offsets only after Redis has applied them
-// (DESIGN.md, "Aggregator and counters"). It is built by a later issue;
-// today it holds only this description.
+// Package aggregator applies the checkers' consumption deltas to the shared
+// counters (DESIGN.md, "Aggregator and counters").
+//
+// [Embedded] is the in-process aggregator of `velvetrope dev`: it reads an
+// events.Consumer (the in-memory bus) and applies each delta, at most once,
+// to an [Applier] (checker.MemStore), committing after applying. The Kafka
+// consumer-group aggregator over sharded Redis counters is built on the same
+// contract.
 package aggregator

@@ -768,6 +768,9 @@ func (c *Checker) status(st *Status, s *slot, denied bool) {
 	// charged after all. (Store answers already describe the counter as it is.)
 	if denied && s.allowed && !s.charged && (s.need == needMemory || s.need == needLocal || s.skipped) {
 		rem += cost
+		if s.need == needMemory {
+			s.resetAfter = s.resetBefore
+		}
 	}
 	st.Remaining = max(rem-over, 0)
 	st.ResetAfter = max(s.resetAfter, 0)

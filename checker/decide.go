@@ -43,6 +43,9 @@ type slot struct {
 	never      bool
 
 	w *syncWork // the store charge, when one is made
+	// resetBefore is the reset as things stand, reported when the request
+	// is refused by another descriptor and nothing is charged here.
+	resetBefore time.Duration
 	// post is a bucket key's state after this request's charge, computed
 	// once by the decision and stored by the commit.
 	post limiter.State
@@ -173,6 +176,7 @@ func (c *Checker) decideWindow(s *slot, v view, now, cost int64) {
 		s.remaining -= cost
 	}
 	s.resetAfter = c.windowReset(e, now, s.allowed, cost)
+	s.resetBefore = c.windowReset(e, now, false, 0)
 	if !s.allowed {
 		s.never = !fits
 		if fits {
@@ -256,6 +260,7 @@ func (c *Checker) decideTAT(s *slot, try limiter.Decision, before, pred, now, co
 	s.resetAfter = try.ResetAfter
 	if s.allowed {
 		s.remaining = try.Remaining
+		s.resetBefore = max(0, try.ResetAfter-time.Duration(span(cost, int64(s.rule.Window), s.rule.Limit)))
 		return
 	}
 	s.remaining = before

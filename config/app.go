@@ -31,6 +31,24 @@ type App struct {
 	Kafka      KafkaConfig      `yaml:"kafka"`
 	ClickHouse ClickHouseConfig `yaml:"clickhouse"`
 	Limiter    LimiterConfig    `yaml:"limiter"`
+	Checker    CheckerConfig    `yaml:"checker"`
+}
+
+// CheckerConfig tunes the async checker (see checker.Config for the
+// meaning of each value).
+type CheckerConfig struct {
+	MaxKeys         int           `yaml:"max_keys"`
+	FlushInterval   time.Duration `yaml:"flush_interval"`
+	MinRefresh      time.Duration `yaml:"min_refresh"`
+	MaxRefresh      time.Duration `yaml:"max_refresh"`
+	PipelineLag     time.Duration `yaml:"pipeline_lag"`
+	SafetyPercent   int64         `yaml:"safety_percent"`
+	NearFloor       int64         `yaml:"near_floor"`
+	NearFloorPct    int64         `yaml:"near_floor_percent"`
+	IdleAfter       time.Duration `yaml:"idle_after"`
+	SpillPath       string        `yaml:"spill_path"`
+	SpillMaxBytes   int64         `yaml:"spill_max_bytes"`
+	TopicPartitions int           `yaml:"topic_partitions"`
 }
 
 // HTTPConfig is the one HTTP listener of a process.
@@ -90,6 +108,9 @@ func DefaultApp() App {
 		Kafka:       KafkaConfig{Topic: "velvetrope.deltas", DeferredTopic: "velvetrope.deferred"},
 		ClickHouse:  ClickHouseConfig{Database: "velvetrope", Username: "default"},
 		Limiter:     LimiterConfig{MaxKeys: 1 << 20, IdempotencyTTL: time.Minute},
+		Checker: CheckerConfig{MaxKeys: 1 << 20, FlushInterval: 10 * time.Millisecond, MinRefresh: 50 * time.Millisecond,
+			MaxRefresh: 5 * time.Second, PipelineLag: 250 * time.Millisecond, SafetyPercent: 200, NearFloor: 2,
+			NearFloorPct: 1, IdleAfter: 2 * time.Minute, SpillMaxBytes: 256 << 20, TopicPartitions: 16},
 	}
 }
 
@@ -210,6 +231,27 @@ func (a App) Validate() error {
 	}
 	if a.Limiter.IdempotencyTTL < 0 {
 		bad("limiter.idempotency_ttl", "must not be negative")
+	}
+	ck := a.Checker
+	switch {
+	case ck.MaxKeys < 256:
+		bad("checker.max_keys", "must be at least 256, got %d", ck.MaxKeys)
+	case ck.FlushInterval <= 0 || ck.FlushInterval > time.Minute:
+		bad("checker.flush_interval", "must be in (0, 1m], got %v", ck.FlushInterval)
+	case ck.MinRefresh <= 0 || ck.MaxRefresh < ck.MinRefresh:
+		bad("checker.min_refresh/max_refresh", "want 0 < min_refresh <= max_refresh, got %v and %v", ck.MinRefresh, ck.MaxRefresh)
+	case ck.PipelineLag < 0:
+		bad("checker.pipeline_lag", "must not be negative")
+	case ck.SafetyPercent < 100:
+		bad("checker.safety_percent", "must be at least 100, got %d", ck.SafetyPercent)
+	case ck.NearFloor < 1 || ck.NearFloorPct < 0 || ck.NearFloorPct > 100:
+		bad("checker.near_floor/near_floor_percent", "want near_floor >= 1 and 0 <= near_floor_percent <= 100")
+	case ck.IdleAfter <= 0:
+		bad("checker.idle_after", "must be > 0")
+	case ck.SpillMaxBytes < 1<<20:
+		bad("checker.spill_max_bytes", "must be at least 1 MiB, got %d", ck.SpillMaxBytes)
+	case ck.TopicPartitions < 1:
+		bad("checker.topic_partitions", "must be >= 1")
 	}
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "\n"))

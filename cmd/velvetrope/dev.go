@@ -15,14 +15,17 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 
+	"github.com/velvetrope/velvetrope/aggregator"
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
-// runDev implements `velvetrope dev`: the HTTP check API over the exact
-// in-process limiter, with the built-in example rules unless --rules says
+// runDev implements `velvetrope dev`: the HTTP check API over the whole
+// pipeline (async checker, event bus, aggregator, counter store) on
+// in-memory backends, with the built-in example rules unless --rules says
 // otherwise. It runs until SIGINT or SIGTERM.
 func runDev(args []string, stdout, stderr io.Writer) int {
 	app, err := devConfig(args, stderr)
@@ -87,23 +90,82 @@ func devConfig(args []string, stderr io.Writer) (config.App, error) {
 	return app, app.Validate()
 }
 
-// devModule wires the dev process. cmd/ is the only place that knows fx.
+// devModule wires the dev process: the async checker over the in-memory
+// counter store, the in-memory event bus and the embedded aggregator — the
+// whole pipeline in one process. cmd/ is the only place that knows fx.
 func devModule(app config.App, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		fx.Supply(app, logger),
 		fx.Provide(
 			newRuleStore,
-			func(app config.App) (*limiter.Keyed, error) {
-				return limiter.NewKeyed(limiter.WithMaxKeys(app.Limiter.MaxKeys))
-			},
-			func(store *config.Store, k *limiter.Keyed, app config.App) (*checker.Local, error) {
-				return checker.NewLocal(store, k, limiter.SystemClock{}, app.Limiter.IdempotencyTTL)
-			},
+			checker.NewMemStore,
+			func() (*events.MemBus, error) { return events.NewMemBus(16, 1<<20) },
+			newDevChecker,
 			newDevHTTP,
 		),
-		fx.Invoke(watchRules, sweepKeys),
+		fx.Invoke(watchRules, runEmbeddedAggregator, expireCounters),
 	)
+}
+
+// checkerConfig maps the application config onto the checker's.
+func checkerConfig(app config.App, logger *slog.Logger) checker.Config {
+	ck := app.Checker
+	return checker.Config{InstanceName: app.InstanceID, MaxKeys: ck.MaxKeys, FlushInterval: ck.FlushInterval,
+		MinRefresh: ck.MinRefresh, MaxRefresh: ck.MaxRefresh, PipelineLag: ck.PipelineLag,
+		SafetyPercent: ck.SafetyPercent, NearFloor: ck.NearFloor, NearFloorPercent: ck.NearFloorPct,
+		IdleAfter: ck.IdleAfter, IdempotencyTTL: app.Limiter.IdempotencyTTL, Logger: logger}
+}
+
+func newDevChecker(lc fx.Lifecycle, app config.App, logger *slog.Logger, rules *config.Store,
+	store *checker.MemStore, bus *events.MemBus) (*checker.Checker, error) {
+	c, err := checker.New(checkerConfig(app, logger), rules, store, bus, limiter.SystemClock{})
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.StartStopHook(c.Start, c.Stop))
+	return c, nil
+}
+
+// runEmbeddedAggregator applies the bus's deltas to the in-memory store.
+func runEmbeddedAggregator(lc fx.Lifecycle, bus *events.MemBus, store *checker.MemStore, logger *slog.Logger) {
+	agg := aggregator.NewEmbedded(bus, store, logger)
+	// Stop order is the reverse of start: the checker's final flush lands
+	// on the bus before the aggregator stops; the bus closes last.
+	lc.Append(fx.Hook{OnStop: bus.Close})
+	lc.Append(fx.StartStopHook(agg.Start, agg.Stop))
+}
+
+// expireCounters drops in-memory counters that carry no information.
+func expireCounters(lc fx.Lifecycle, store *checker.MemStore) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			go func() {
+				defer close(done)
+				t := time.NewTicker(10 * time.Second)
+				defer t.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case now := <-t.C:
+						store.Expire(now.UnixNano())
+					}
+				}
+			}()
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			close(stop)
+			select {
+			case <-done:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	})
 }
 
 func newRuleStore(app config.App, logger *slog.Logger) (*config.Store, error) {
@@ -139,42 +201,9 @@ func watchRules(lc fx.Lifecycle, app config.App, store *config.Store, logger *sl
 	return nil
 }
 
-// sweepKeys returns idle keys' memory once a minute.
-func sweepKeys(lc fx.Lifecycle, k *limiter.Keyed) {
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
-			go func() {
-				defer close(done)
-				t := time.NewTicker(time.Minute)
-				defer t.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case now := <-t.C:
-						k.Sweep(now.UnixNano())
-					}
-				}
-			}()
-			return nil
-		},
-		OnStop: func(ctx context.Context) error {
-			close(stop)
-			select {
-			case <-done:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		},
-	})
-}
-
-func newDevHTTP(lc fx.Lifecycle, app config.App, local *checker.Local) *httpapi.Server {
+func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker) *httpapi.Server {
 	mux := http.NewServeMux()
-	mux.Handle("/v1/check", httpapi.CheckHandler(local, app.HTTP.MaxBodyBytes))
+	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes))
 	httpapi.Health(mux, nil)
 	srv := httpapi.NewServer(app.HTTP.Addr, mux, app.HTTP.ReadTimeout, app.HTTP.WriteTimeout)
 	lc.Append(fx.StartStopHook(srv.Start, srv.Stop))
