@@ -23,20 +23,22 @@ func (c *Checker) Check(ctx context.Context, req *Request, d *Decision) error {
 	if len(req.Descriptors) <= smallRequest {
 		var slots [smallRequest]slot
 		var locks [smallRequest]int
+		var matched [smallRequest]*config.Rule
 		bufp := c.keyBufs.Get().(*[]byte) // the keys escape analysis cannot keep on the stack
-		err := c.check(ctx, req, d, slots[:], locks[:0], bufp)
+		err := c.check(ctx, req, d, slots[:], locks[:0], matched[:], bufp)
 		c.keyBufs.Put(bufp)
 		return err
 	}
 	sc := c.scratch.Get().(*scratch)
 	defer c.scratch.Put(sc)
-	return c.check(ctx, req, d, sc.slots[:], sc.locks[:0], &sc.buf)
+	return c.check(ctx, req, d, sc.slots[:], sc.locks[:0], sc.matched[:], &sc.buf)
 }
 
 // smallRequest is the most descriptors decided with stack memory.
 const smallRequest = 4
 
-func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf []slot, locks []int, buf *[]byte) error {
+func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf []slot, locks []int,
+	matchBuf []*config.Rule, buf *[]byte) error {
 	rs := c.rules.Load()
 	dom, known := rs.Lookup(req.Domain)
 	if err := req.validate(known); err != nil {
@@ -48,19 +50,20 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 	}
 	n := len(req.Descriptors)
 	d.Statuses = slices.Grow(d.Statuses[:0], n)[:n]
-	var matched [MaxDescriptors]*config.Rule
+	matched := matchBuf[:n]
 	for i := range req.Descriptors {
 		matched[i] = dom.Match(req.Descriptors[i].Entries)
 	}
-	dropReplaced(matched[:n])
+	dropReplaced(matched)
 
 	slots := slotBuf[:n]
-	c.keys(buf, req, matched[:n], slots)
-	defer c.releaseWork(slots)
+	c.keys(buf, req, matched, slots)
 
-	for i := range n {
+	for i := range n { // ascending and unique: shards are always locked in one order
 		if s := &slots[i]; s.sh >= 0 {
-			if j, found := slices.BinarySearch(locks, s.sh); !found {
+			if len(locks) == 0 {
+				locks = append(locks, s.sh)
+			} else if j, found := slices.BinarySearch(locks, s.sh); !found {
 				locks = slices.Insert(locks, j, s.sh)
 			}
 		}
@@ -85,6 +88,7 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 		denied = c.charge(ctx, slots, denied, now)
 		c.lock(locks)
 		c.applyCharges(slots, now)
+		defer c.releaseWork(slots)
 	}
 	c.commit(slots, denied, !sync, now)
 	if len(locks) > 0 {
@@ -791,9 +795,10 @@ func (c *Checker) status(st *Status, s *slot, denied bool) {
 
 // scratch is the per-Check working memory, pooled.
 type scratch struct {
-	buf   []byte
-	slots [MaxDescriptors]slot
-	locks [MaxDescriptors]int
+	buf     []byte
+	slots   [MaxDescriptors]slot
+	locks   [MaxDescriptors]int
+	matched [MaxDescriptors]*config.Rule
 }
 
 // releaseWork returns the store-charge records a Check took.

@@ -4,16 +4,82 @@
 // of key=value entries) and a cost (hits). Each descriptor is matched
 // against the live rules independently; the request is refused if any
 // matched, non-shadow rule refuses it. The [Decision] carries one [Status]
-// per descriptor.
+// per descriptor. Descriptors of one request that name the same counter are
+// decided together: their hits add up.
 //
 // Charging follows two rules (DESIGN.md, "Semantics of a denied request"):
 //   - a rule without `algorithm` behaves exactly as Envoy's ratelimit
 //     service: every call charges every matched descriptor, also when the
 //     request is refused, so a client hammering a limit stays over it;
 //   - a rule with an explicit `algorithm` charges nothing for a refused
-//     request: its limiters are probed first and charged only when the whole
-//     request is admitted.
+//     request: its counters are decided first and charged only when the
+//     whole request is admitted (a store charge made before another
+//     descriptor refused is refunded).
 //
-// [Local] is the exact in-process engine (what `mode: local` runs and what
-// `velvetrope dev` serves): it keeps every counter in a [limiter.Keyed].
+// # Engines
+//
+// [Checker] is the async checker: counters live in a sharded in-memory
+// table and in a shared [CounterStore] (Redis in production, [MemStore] in
+// `velvetrope dev` and tests); consumption leaves as deltas through an
+// events.Producer. `mode: local` rules run on an exact in-process limiter,
+// `mode: sync` rules charge the store on every decision. [Local] is the
+// exact single-process engine, the reference the async one is tested
+// against.
+//
+// # The async estimate
+//
+// Per counter (and window) the checker keeps what it counted itself
+// (exact) and the store's last answer: the global applied total and the
+// part of it that is this instance's. Its estimate of global usage is
+//
+//	own counted + (applied total − own applied) + predicted in flight
+//
+// where the prediction is the other instances' rate (learned from
+// successive store answers) times the pipeline lag. For bucket algorithms
+// (token bucket, GCRA, the leaky-bucket meter, all kept as a theoretical
+// arrival time) the same holds in TAT form: this instance's exact TAT,
+// raised to the store's TAT plus this instance's unapplied hits. The
+// reported remaining never includes the prediction.
+//
+// # Bands
+//
+// With remaining the ceiling minus the estimate, and
+//
+//	threshold = max(near_floor, limit × near_floor_percent / 100,
+//	                rate × (min_refresh + pipeline_lag) × safety_percent / 100)
+//
+// (rate: this key's global hits per second, own and others'):
+//
+//   - far (remaining − cost ≥ threshold): decided from memory; no network
+//     call, no allocation, no lock shared across keys;
+//   - near (remaining − cost < threshold, or fewer than two store answers
+//     so far, so no rate is known yet): with `near_limit: sync` (default)
+//     one atomic store charge per decision, which counts this instance's
+//     unapplied consumption and folds it into the counter; with
+//     `near_limit: async` decided from memory;
+//   - over (a store answer said there is no room, and memory agrees):
+//     refused from memory until the window rolls or a refresh shows room.
+//
+// Guarantee. With one instance, decisions are exact: the same as [Local]
+// (property-tested). With several instances and `near_limit: sync`, every
+// admission that could exhaust the budget is an atomic charge, and the
+// band is entered while the other instances' consumption still in flight
+// is smaller than the threshold: admissions do not exceed the limit as
+// long as the fleet's rate does not jump by more than the safety factor
+// within one refresh interval plus one pipeline lag. With `near_limit:
+// async` the overshoot is at most the other instances' admissions during
+// one pipeline lag, minus what the prediction catches.
+//
+// # Refresh, memory, emission
+//
+// A background refresher re-reads a key when it could reach its near band
+// before the next read at its observed rate (at most max_refresh apart, at
+// least min_refresh): the cost grows with the keys approaching their
+// limits. The key table is bounded (max_keys; least recently used of a
+// sample is evicted, idle keys after idle_after); a key evicted while over
+// its limit is remembered in a fixed-size tombstone table and comes back
+// over. Consumption is aggregated per key and emitted by a flusher every
+// flush interval (or earlier when many keys are dirty); while the producer
+// refuses, deltas are kept in order and consumption keeps aggregating in
+// the table: nothing counted is dropped.
 package checker
