@@ -126,6 +126,15 @@ descriptors:
   - key: big
     algorithm: fixed_window
     rate_limit: {unit: second, requests_per_unit: 1000}
+  - key: old
+    algorithm: fixed_window
+    rate_limit: {unit: second, requests_per_unit: 2, name: old_limit}
+  - key: new
+    algorithm: fixed_window
+    rate_limit: {unit: second, requests_per_unit: 9, replaces: [{name: old_limit}]}
+  - key: envoyshadow
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 4}
 `
 
 func ruleStore(t testing.TB, src string) *config.Store {
@@ -176,7 +185,8 @@ func (r *rig) check(t testing.TB, hits int64, kv ...string) Decision {
 // with one instance every decision must be the same (no overshoot, no
 // under-admission), for every algorithm and band.
 func TestAsyncSingleInstanceIsExact(t *testing.T) {
-	keys := []string{"envoy", "fixed", "sliding", "bucket", "gcra", "leaky", "soft", "syncmode", "nearasync", "local"}
+	keys := []string{"envoy", "fixed", "sliding", "bucket", "gcra", "leaky", "soft", "syncmode", "nearasync", "local",
+		"shadow", "envoyshadow", "free", "old", "new", "nothing"}
 	rapid.Check(t, func(rt *rapid.T) {
 		r := newRig(t, Config{})
 		rs := r.c.Rules()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"hash/maphash"
 	"slices"
-	"strings"
 	"time"
 	"unsafe"
 
@@ -24,21 +23,24 @@ func (c *Checker) Check(ctx context.Context, req *Request, d *Decision) error {
 		var slots [smallRequest]slot
 		var locks [smallRequest]int
 		var matched [smallRequest]*config.Rule
-		bufp := c.keyBufs.Get().(*[]byte) // the keys escape analysis cannot keep on the stack
-		err := c.check(ctx, req, d, slots[:], locks[:0], matched[:], bufp)
-		c.keyBufs.Put(bufp)
+		var bufp *[]byte // taken from the pool only for local-mode keys
+		err := c.check(ctx, req, d, slots[:], locks[:0], matched[:], &bufp)
+		if bufp != nil {
+			c.keyBufs.Put(bufp)
+		}
 		return err
 	}
 	sc := c.scratch.Get().(*scratch)
 	defer c.scratch.Put(sc)
-	return c.check(ctx, req, d, sc.slots[:], sc.locks[:0], sc.matched[:], &sc.buf)
+	bufp := &sc.buf
+	return c.check(ctx, req, d, sc.slots[:], sc.locks[:0], sc.matched[:], &bufp)
 }
 
 // smallRequest is the most descriptors decided with stack memory.
 const smallRequest = 4
 
 func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf []slot, locks []int,
-	matchBuf []*config.Rule, buf *[]byte) error {
+	matchBuf []*config.Rule, buf **[]byte) error {
 	rs := c.rules.Load()
 	dom, known := rs.Lookup(req.Domain)
 	if err := req.validate(known); err != nil {
@@ -128,40 +130,68 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 	return nil
 }
 
-// keys builds every descriptor's counter key into one pooled buffer and
-// fills the slots' rule, key, hash and shard.
-func (c *Checker) keys(bufp *[]byte, req *Request, rules []*config.Rule, slots []slot) {
-	var offs [MaxDescriptors + 1]int
-	buf := (*bufp)[:0]
-	for i, r := range rules {
-		offs[i] = len(buf)
-		if r != nil && !r.Unlimited && r.Limit > 0 {
-			buf = config.AppendCounterKey(buf, r, req.Descriptors[i].Entries)
-		}
+// keys identifies every descriptor's counter: a 64-bit hash of the rule
+// and the request values for async and sync rules (no key string is built
+// on the request path; the table compares values on lookup), the key string
+// in the pooled buffer for local rules (the in-process limiter keys by it).
+func (c *Checker) keys(bufpp **[]byte, req *Request, rules []*config.Rule, slots []slot) {
+	var buf []byte
+	if *bufpp != nil {
+		buf = (**bufpp)[:0]
 	}
-	offs[len(rules)] = len(buf)
-	*bufp = buf
+	var offs [MaxDescriptors + 1]int
 	for i, r := range rules {
 		s := &slots[i]
 		*s = slot{rule: r, sh: -1, idx: i, dupOf: -1, cost: req.Hits}
-		if offs[i+1] > offs[i] {
-			// The key aliases the buffer; the table copies it when it keeps it.
-			s.key = unsafe.String(&buf[offs[i]], offs[i+1]-offs[i])
-			if r.Mode != "local" {
-				s.h = maphash.String(c.seed, s.key)
-				s.sh = int(s.h & c.mask)
+		offs[i] = len(buf)
+		if r == nil || r.Unlimited || r.Limit == 0 {
+			continue
+		}
+		es := req.Descriptors[i].Entries
+		if r.Mode == "local" {
+			if *bufpp == nil {
+				*bufpp = c.keyBufs.Get().(*[]byte)
+				buf = (**bufpp)[:0]
 			}
-			// Descriptors naming the same counter are decided together:
-			// their hits add up, and each reports the counter after all.
-			for j := range i {
-				if p := &slots[j]; p.dupOf < 0 && p.rule == r && p.key == s.key {
-					s.dupOf, s.sh = j, -1
-					p.cost += req.Hits
-					break
-				}
+			buf = config.AppendCounterKey(buf, r, es)
+		} else {
+			s.h = c.counterHash(r, es)
+			s.sh = int(s.h & c.mask)
+		}
+		// Descriptors naming the same counter are decided together: their
+		// hits add up, and each reports the counter after all of them.
+		for j := range i {
+			if p := &slots[j]; p.dupOf < 0 && p.rule == r && sameEntries(req.Descriptors[j].Entries, es, r) {
+				s.dupOf, s.sh = j, -1
+				p.cost += req.Hits
+				break
 			}
 		}
 	}
+	offs[len(rules)] = len(buf)
+	if *bufpp == nil {
+		return // no local-mode key
+	}
+	**bufpp = buf
+	for i := range rules {
+		if offs[i+1] > offs[i] { // aliases the buffer; the limiter copies what it keeps
+			slots[i].key = unsafe.String(&buf[offs[i]], offs[i+1]-offs[i])
+		}
+	}
+}
+
+// counterHash hashes a counter's identity: the rule id and each value
+// (the pattern, for wildcard entries that share a threshold).
+func (c *Checker) counterHash(r *config.Rule, es []config.Entry) uint64 {
+	h := maphash.String(c.seed, r.ID)
+	for i := range es {
+		v := es[i].Value
+		if i < len(r.Shared) && r.Shared[i] {
+			v = r.Path[i].Value
+		}
+		h = (h^maphash.String(c.seed, v))*0x9e3779b97f4a7c15 + uint64(i)
+	}
+	return h
 }
 
 func (c *Checker) lock(idx []int) {
@@ -194,7 +224,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 		return
 	}
 	sh := &c.shards[s.sh]
-	e := sh.lookup(s.h, s.key)
+	e := sh.lookup(s.h, r, req.Descriptors[s.idx].Entries)
 	if e == nil {
 		e = c.create(sh, s, req, now)
 	}
@@ -205,7 +235,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 	s.need = needMemory
 	switch {
 	case r.Algorithm != "" && cost > r.Capacity(): // can never fit: no store call
-		s.allowed, s.never = false, true
+		s.allowed, s.never, s.shadowed = false, true, r.Shadow
 		c.countDenied(e, now, cost)
 		c.fillView(s, now)
 		s.remaining = 0 // as the exact limiter reports a cost it can never admit
@@ -326,8 +356,16 @@ func (c *Checker) create(sh *shard, s *slot, req *Request, now int64) *entry {
 	if sh.len() >= c.perShard {
 		c.evict(sh, now)
 	}
-	e := &entry{key: strings.Clone(s.key), desc: descText(req.Descriptors[s.idx].Entries), hash: s.h,
-		rule: s.rule, kind: kindOf(s.rule), heapIdx: -1, answerRemaining: -1}
+	es := req.Descriptors[s.idx].Entries
+	vals := make([]string, len(es))
+	for i := range es {
+		vals[i] = es[i].Value
+		if i < len(s.rule.Shared) && s.rule.Shared[i] {
+			vals[i] = s.rule.Path[i].Value
+		}
+	}
+	e := &entry{key: string(config.AppendCounterKey(nil, s.rule, es)), vals: vals, desc: descText(es),
+		hash: s.h, rule: s.rule, kind: kindOf(s.rule), heapIdx: -1, answerRemaining: -1}
 	if sh.tombs != nil {
 		i, j := tombSlots(s.h, len(sh.tombs))
 		if t := min(sh.tombs[i], sh.tombs[j]); t > now {
@@ -434,8 +472,8 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 			continue
 		}
 		if cost > s.rule.Capacity() && !s.w.req.ChargeDenied { // can never fit: no call
-			s.allowed, s.never = false, true
-			denied = true
+			s.allowed, s.never, s.shadowed = false, true, s.rule.Shadow
+			denied = denied || !s.rule.Shadow
 			continue
 		}
 		c.Stats.SyncCharges.Add(1)
@@ -518,6 +556,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 					s.resetAfter = d.ResetAfter
 				}
 			}
+			s.shadowed = !s.allowed && s.rule.Shadow
 			c.countDenied(e, now, cost)
 			c.shards[s.sh].markDirty(e)
 			continue

@@ -13,8 +13,10 @@ import (
 // entry is the async state of one counter key. Every field is guarded by
 // its shard's mutex.
 type entry struct {
-	key  string // counter key: rule id and request values
-	desc string // descriptor text, for analytics
+	key  string   // counter key: rule id and request values
+	vals []string // the request values (patterns where shared), compared on lookup
+	next *entry   // the next entry with the same hash
+	desc string   // descriptor text, for analytics
 	hash uint64
 	rule *config.Rule
 	kind Kind
@@ -88,8 +90,8 @@ func (p *pending) add(now int64) {
 // shard is one lock domain of the key table.
 type shard struct {
 	mu      sync.Mutex
-	keys    map[uint64]*entry
-	spill   map[string]*entry // second keys with an equal hash
+	keys    map[uint64]*entry // by counter hash; equal hashes chain through entry.next
+	n       int
 	dirty   []*entry          // entries with pending consumption
 	orphans []*eventsv1.Delta // pending consumption of evicted dirty entries
 	refresh refreshHeap
@@ -98,33 +100,59 @@ type shard struct {
 	_       [40]byte
 }
 
-func (sh *shard) lookup(h uint64, key string) *entry {
-	e := sh.keys[h]
-	if e != nil && e.key != key {
-		e = sh.spill[key]
+// lookup finds the entry of rule r for the request values es.
+func (sh *shard) lookup(h uint64, r *config.Rule, es []config.Entry) *entry {
+	for e := sh.keys[h]; e != nil; e = e.next {
+		if e.matches(r, es) {
+			return e
+		}
 	}
-	return e
+	return nil
 }
 
-func (sh *shard) len() int { return len(sh.keys) + len(sh.spill) }
+// matches reports whether e is the counter of rule r for values es. Rules
+// are compared by id: a reloaded rule set keeps its counters.
+func (e *entry) matches(r *config.Rule, es []config.Entry) bool {
+	if e.rule != r && e.rule.ID != r.ID || len(e.vals) != len(es) {
+		return false
+	}
+	for i := range es {
+		v := es[i].Value
+		if i < len(r.Shared) && r.Shared[i] {
+			v = r.Path[i].Value
+		}
+		if e.vals[i] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (sh *shard) len() int { return sh.n }
 
 func (sh *shard) insert(e *entry) {
-	if _, taken := sh.keys[e.hash]; !taken {
-		sh.keys[e.hash] = e
-		return
-	}
-	if sh.spill == nil {
-		sh.spill = map[string]*entry{}
-	}
-	sh.spill[e.key] = e
+	e.next = sh.keys[e.hash]
+	sh.keys[e.hash] = e
+	sh.n++
 }
 
 func (sh *shard) remove(e *entry) {
-	if sh.keys[e.hash] == e {
+	p := sh.keys[e.hash]
+	switch {
+	case p == e && e.next == nil:
 		delete(sh.keys, e.hash)
-	} else {
-		delete(sh.spill, e.key)
+	case p == e:
+		sh.keys[e.hash] = e.next
+	default:
+		for p != nil && p.next != e {
+			p = p.next
+		}
+		if p != nil {
+			p.next = e.next
+		}
 	}
+	e.next = nil
+	sh.n--
 	if e.heapIdx >= 0 {
 		heap.Remove(&sh.refresh, e.heapIdx)
 	}
