@@ -8,8 +8,8 @@
 #
 #   scripts/services.sh up              start (or reuse) everything
 #   scripts/services.sh down            stop what "up" started
-#   scripts/services.sh private-kafka start|stop
-#                                       a second broker of its own, for tests
+#   scripts/services.sh private-kafka start|stop NAME
+#                                       a broker of one test's own, for tests
 #                                       that need a Kafka outage; prints its
 #                                       address on start
 #   scripts/services.sh status
@@ -295,20 +295,39 @@ down() {
     rm -rf "$(cat "$STATE/datadir")"
     rm -f "$STATE/datadir"
   fi
+  rm -f "$STATE"/*.port
   rm -f "$ENVFILE"
 }
 
+# private-kafka start|stop NAME: a broker of one test's own (NAME keeps
+# tests that run in parallel apart), on the first free pair of ports from
+# KAFKA_PRIVATE_PORT up. Start prints its address.
 private_kafka() {
-  case ${1:-} in
+  local cmd=${1:-} name=${2:-default}
+  [[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || die "private-kafka: bad name '$name'"
+  case $cmd in
     start)
       mkdir -p "$STATE"
-      [[ -f $STATE/kafka-private.pid ]] && kill -0 "$(cat "$STATE/kafka-private.pid")" 2>/dev/null && {
-        echo "127.0.0.1:$KAFKA_PRIVATE_PORT"; return; }
+      local pidf=$STATE/kafka-private-$name.pid portf=$STATE/kafka-private-$name.port
+      if [[ -f $pidf ]] && kill -0 "$(cat "$pidf")" 2>/dev/null; then
+        echo "127.0.0.1:$(cat "$portf")"; return
+      fi
       kafka_jars
-      kafka_start kafka-private "$KAFKA_PRIVATE_PORT"
-      echo "127.0.0.1:$KAFKA_PRIVATE_PORT" ;;
-    stop) stop_pid "$STATE/kafka-private.pid" ;;
-    *) die "usage: $0 private-kafka start|stop" ;;
+      local port
+      if [[ -f $portf ]]; then
+        port=$(cat "$portf") # the same broker again: same port, same data
+      else
+        port=$KAFKA_PRIVATE_PORT
+        while port_open "$port" || port_open $((port + 1)) || grep -qx "$port" "$STATE"/kafka-private-*.port 2>/dev/null; do
+          port=$((port + 2))
+          ((port < KAFKA_PRIVATE_PORT + 200)) || die "no free port pair for a private broker"
+        done
+        echo "$port" >"$portf"
+      fi
+      kafka_start "kafka-private-$name" "$port" >&2
+      echo "127.0.0.1:$port" ;;
+    stop) stop_pid "$STATE/kafka-private-$name.pid" ;;
+    *) die "usage: $0 private-kafka start|stop NAME" ;;
   esac
 }
 
@@ -323,5 +342,5 @@ case ${1:-} in
       echo "$(basename "$f" .pid) pid $pid $state"
     done
     [[ -f $ENVFILE ]] && cat "$ENVFILE" ;;
-  *) echo "usage: $0 up|down|status|private-kafka start|stop" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|private-kafka start|stop NAME" >&2; exit 2 ;;
 esac

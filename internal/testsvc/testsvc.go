@@ -81,6 +81,7 @@ func Unique(prefix string) string {
 type PrivateKafka struct {
 	Addr   string
 	script string
+	name   string
 }
 
 // StartPrivateKafka starts (or finds running) the private broker and stops
@@ -93,7 +94,7 @@ func StartPrivateKafka(t testing.TB) *PrivateKafka {
 	if script == "" {
 		t.Fatalf("%s is unset: run the tests through `make test`", EnvScript)
 	}
-	p := &PrivateKafka{script: script}
+	p := &PrivateKafka{script: script, name: Unique("pk")}
 	p.Start(t)
 	t.Cleanup(func() { p.Stop(t) })
 	return p
@@ -102,7 +103,7 @@ func StartPrivateKafka(t testing.TB) *PrivateKafka {
 // Start starts the broker again after Stop; its data survives.
 func (p *PrivateKafka) Start(t testing.TB) {
 	t.Helper()
-	out, err := exec.Command(p.script, "private-kafka", "start").Output()
+	out, err := exec.Command(p.script, "private-kafka", "start", p.name).Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
@@ -116,7 +117,7 @@ func (p *PrivateKafka) Start(t testing.TB) {
 // Stop stops the broker (the outage).
 func (p *PrivateKafka) Stop(t testing.TB) {
 	t.Helper()
-	if out, err := exec.Command(p.script, "private-kafka", "stop").CombinedOutput(); err != nil {
+	if out, err := exec.Command(p.script, "private-kafka", "stop", p.name).CombinedOutput(); err != nil {
 		t.Fatalf("stop private Kafka: %v\n%s", err, out)
 	}
 }
