@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 
 	"github.com/velvetrope/velvetrope/events"
@@ -28,7 +27,6 @@ type Embedded struct {
 
 	// Applied and Duplicates count new and repeated deltas.
 	Applied, Duplicates atomic.Uint64
-	mu                  sync.Mutex
 }
 
 // NewEmbedded returns an aggregator of c into a.

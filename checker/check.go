@@ -578,6 +578,9 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 func (c *Checker) answerWindow(s *slot, now, cost int64) {
 	e, res := s.e, s.w.res
 	if e.cur.start != s.w.req.Window { // the window rolled meanwhile: nothing to learn
+		if s.charged && e.prev.start == s.w.req.Window {
+			e.prev.emitted += cost // the store counted it in that window
+		}
 		return
 	}
 	if !e.answered { // rebase a key created again: the store knows our earlier part
@@ -683,13 +686,7 @@ func (c *Checker) fillView(s *slot, now int64) {
 func (c *Checker) countApplied(e *entry, now, cost int64, allowed bool) {
 	p := &e.pendApplied
 	if e.kind == KindWindow {
-		if p.used && p.window != e.cur.start {
-			// a sync charge in a new window while the old one is unflushed:
-			// fold it into the ordinary pending of the old window's slot
-			e.pendOld = mergePending(e.pendOld, *p)
-			*p = pending{}
-		}
-		p.window = e.cur.start
+		p.window = e.cur.start // roll() emitted any earlier window's charges
 		e.cur.emitted += cost
 	} else {
 		e.cum += cost
@@ -714,21 +711,6 @@ func (c *Checker) countDenied(e *entry, now, cost int64) {
 	p.add(now)
 	p.deniedCount++
 	p.deniedCost += uint64(cost)
-}
-
-func mergePending(a, b pending) pending {
-	if !a.used {
-		return b
-	}
-	a.allowedCount += b.allowedCount
-	a.allowedCost += b.allowedCost
-	a.deniedCount += b.deniedCount
-	a.deniedCost += b.deniedCost
-	a.shadowDenied += b.shadowDenied
-	a.deferred += b.deferred
-	a.counted += b.counted
-	a.first, a.last = min(a.first, b.first), max(a.last, b.last)
-	return a
 }
 
 // learn updates e's rates from a store answer (requires the lock).

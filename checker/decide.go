@@ -88,6 +88,14 @@ func (c *Checker) roll(sh *shard, e *entry, now int64) {
 		}
 		e.pendOld, e.pend = e.pend, pending{}
 	}
+	if e.pendApplied.used { // store charges of the window left behind: emit them as they are
+		own := int64(0)
+		if e.answered {
+			own = e.cur.emitted
+		}
+		sh.orphans = append(sh.orphans, c.delta(e, &e.pendApplied, true, own))
+		e.pendApplied = pending{}
+	}
 	if ws == e.cur.start+W {
 		e.prev = e.cur
 	} else {
