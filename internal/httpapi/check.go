@@ -64,6 +64,9 @@ type JSONStatus struct {
 	Unlimited  bool `json:"unlimited,omitempty"`
 	Shadowed   bool `json:"shadowed,omitempty"`
 	OverSoft   bool `json:"over_soft,omitempty"`
+	// Degraded: the counter store was needed and did not answer; the
+	// rule's failure policy decided.
+	Degraded bool `json:"degraded,omitempty"`
 }
 
 // ErrorResponse is the JSON body of a 4xx/5xx answer.
@@ -121,7 +124,8 @@ func toResponse(d *checker.Decision) CheckResponse {
 	out := CheckResponse{Decision: d.Code.String(), Statuses: make([]JSONStatus, len(d.Statuses))}
 	for i, st := range d.Statuses {
 		js := JSONStatus{Decision: st.Code.String(), Remaining: st.Remaining, ResetAfterMS: ceilMS(st.ResetAfter),
-			RetryAfterMS: ceilMS(st.RetryAfter), RetryNever: st.RetryNever, Shadowed: st.Shadowed, OverSoft: st.OverSoft}
+			RetryAfterMS: ceilMS(st.RetryAfter), RetryNever: st.RetryNever, Shadowed: st.Shadowed, OverSoft: st.OverSoft,
+			Degraded: st.Degraded}
 		if r := st.Rule; r != nil {
 			js.Rule, js.Unlimited = r.ID, r.Unlimited
 			if !r.Unlimited {
