@@ -289,14 +289,7 @@ func (c *Checker) count(e *entry, now, cost int64, allowed, charge bool) {
 	if e.kind == KindWindow {
 		p.window = e.cur.start
 	}
-	p.add(now)
-	if allowed {
-		p.allowedCount++
-		p.allowedCost += uint64(cost)
-	} else {
-		p.deniedCount++
-		p.deniedCost += uint64(cost)
-	}
+	p.tally(now, cost, allowed)
 	if charge {
 		p.counted += uint64(cost)
 		e.sinceAnswer += cost

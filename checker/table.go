@@ -87,6 +87,18 @@ func (p *pending) add(now int64) {
 	p.last = max(p.last, now)
 }
 
+// tally adds one decision of cost hits to p.
+func (p *pending) tally(now, cost int64, allowed bool) {
+	p.add(now)
+	if allowed {
+		p.allowedCount++
+		p.allowedCost += uint64(cost)
+	} else {
+		p.deniedCount++
+		p.deniedCost += uint64(cost)
+	}
+}
+
 // shard is one lock domain of the key table.
 type shard struct {
 	mu      sync.Mutex

@@ -1,0 +1,289 @@
+package checker
+
+import (
+	"context"
+)
+
+// The near band and `mode: sync`: one atomic store charge per descriptor,
+// made without any lock held, and what its answer teaches the key.
+
+// prepareCharge fills s.w.req for a store charge (requires the lock).
+func (c *Checker) prepareCharge(s *slot, now, cost int64) {
+	e, r := s.e, s.rule
+	s.need = needSync
+	budget := e.answerRemaining
+	if budget < 0 {
+		budget = r.Capacity()
+	}
+	s.budgetOK = e.sinceAnswer+cost <= budget/int64(max(e.instances, 1))
+	if s.w == nil {
+		s.w = c.works.Get().(*syncWork)
+	}
+	*s.w = syncWork{}
+	q := &s.w.req
+	*q = ChargeRequest{Key: e.key, Kind: e.kind, Instance: c.instance, Now: now, Cost: cost,
+		WindowNanos: int64(r.Window)}
+	if e.kind == KindWindow {
+		q.Window, q.Ceiling, q.OwnEmitted = e.cur.start, r.Ceiling(), e.cur.emitted
+		q.ChargeDenied = r.Algorithm == ""
+		if r.Algorithm == "sliding_window" {
+			q.Sliding = true
+			if e.prev.start == e.cur.start-int64(r.Window) {
+				q.PrevEmitted = e.prev.emitted
+			}
+		}
+	} else {
+		g := gcraOf(r)
+		q.Burst, q.RateTokens, q.OwnCum, q.LocalTAT = g.Burst, r.Limit, e.cum, g.TAT(&e.gs)
+	}
+}
+
+// charge runs the prepared store charges without any lock held. Envoy
+// rules are charged whatever happens; algorithm rules only while the
+// request stands, and refunded if a later descriptor refuses it. It
+// returns whether the request is refused.
+func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int64) bool {
+	for i := range slots {
+		s := &slots[i]
+		if s.need != needSync {
+			continue
+		}
+		cost := s.cost
+		if denied && !s.w.req.ChargeDenied { // already refused: not worth a call
+			s.skipped = true
+			continue
+		}
+		if cost > s.rule.Capacity() && !s.w.req.ChargeDenied { // can never fit: no call
+			s.allowed, s.never, s.shadowed = false, true, s.rule.Shadow
+			denied = denied || !s.rule.Shadow
+			continue
+		}
+		c.Stats.SyncCharges.Add(1)
+		q := s.w.req // a copy: the slots must not escape to the heap through the interface call
+		s.w.res, s.w.err = c.store.Charge(ctx, &q)
+		if s.w.err != nil {
+			c.failurePolicy(s, now, cost)
+		} else {
+			s.allowed, s.charged = s.w.res.Allowed, s.w.res.Allowed || s.w.req.ChargeDenied
+		}
+		if !s.allowed && !s.rule.Shadow {
+			denied = true
+		}
+	}
+	if !denied {
+		return false
+	}
+	for i := range slots { // a refused request charges nothing to algorithm rules
+		s := &slots[i]
+		if s.need == needSync && s.w.err == nil && s.charged && !s.w.req.ChargeDenied {
+			c.Stats.Refunds.Add(1)
+			q := s.w.req
+			if err := c.store.Refund(ctx, &q); err == nil {
+				s.charged = false
+				// the answer described the counter with this charge in it
+				s.w.res.Own -= s.cost
+				s.w.res.Cum -= s.cost
+				if s.w.req.Kind == KindWindow {
+					s.w.res.Total -= s.cost
+				} else {
+					s.w.res.Total -= span(s.cost, s.w.req.WindowNanos, s.w.req.RateTokens)
+				}
+			}
+		}
+	}
+	return true
+}
+
+// failurePolicy decides a descriptor whose store charge failed.
+func (c *Checker) failurePolicy(s *slot, now, cost int64) {
+	s.degraded = true
+	c.Stats.Degraded.Add(1)
+	if c.logs.allow(now) {
+		c.cfg.Logger.Warn("counter store unavailable; applying failure policies", "rule", s.rule.ID, "policy", s.rule.Failure, "error", s.w.err)
+	}
+	switch s.rule.Failure {
+	case "closed":
+		s.allowed = false
+	case "local_budget":
+		// this instance's share of what remained at the last answer
+		s.allowed = s.budgetOK
+	default: // open
+		s.allowed = true
+	}
+}
+
+// applyCharges records the store's answers (requires the locks).
+func (c *Checker) applyCharges(slots []slot, now int64) {
+	for i := range slots {
+		s := &slots[i]
+		if s.need != needSync || s.e == nil || s.e.gone {
+			continue
+		}
+		cost := s.cost
+		e := s.e
+		if s.w.err != nil {
+			c.degradedDecision(s, now, cost)
+			continue
+		}
+		if s.skipped { // report it as a peek from memory would
+			c.fillView(s, now)
+			s.allowed = cost <= s.remaining
+			if s.allowed {
+				s.remaining -= cost
+				if e.kind == KindWindow {
+					s.resetAfter = c.windowReset(e, now, true, cost)
+				} else {
+					tmp := e.gs
+					d, _ := gcraOf(s.rule).AllowAt(&tmp, now, cost)
+					s.resetAfter = d.ResetAfter
+				}
+			}
+			s.shadowed = !s.allowed && s.rule.Shadow
+			c.countDenied(e, now, cost)
+			c.shards[s.sh].markDirty(e)
+			continue
+		}
+		if e.kind == KindWindow {
+			c.answerWindow(s, now, cost)
+		} else {
+			c.answerTAT(s, now, cost)
+		}
+		if !s.allowed && s.rule.Shadow {
+			s.shadowed = true
+		}
+		if c.shards[s.sh].markDirty(e) {
+			c.dirtyN.Add(1)
+		}
+	}
+}
+
+func (c *Checker) answerWindow(s *slot, now, cost int64) {
+	e, res := s.e, s.w.res
+	if e.cur.start != s.w.req.Window { // the window rolled meanwhile: nothing to learn
+		if s.charged && e.prev.start == s.w.req.Window {
+			e.prev.emitted += cost // the store counted it in that window
+		}
+		return
+	}
+	if !e.answered { // rebase a key created again: the store knows our earlier part
+		before := res.Own
+		if s.charged {
+			before -= cost
+		}
+		e.cur.emitted = max(e.cur.emitted, before)
+	}
+	e.cur.total, e.cur.own, e.cur.known = res.Total, res.Own, true
+	if s.w.req.Sliding && e.prev.start == e.cur.start-s.w.req.WindowNanos {
+		e.prev.total, e.prev.own, e.prev.known = res.PrevTotal, res.PrevOwn, true
+	}
+	c.learn(e, now, e.cur.others(), e.cur.emitted, res.Instances)
+	if s.charged {
+		c.countApplied(e, now, cost, s.allowed)
+	} else {
+		c.countDenied(e, now, cost)
+	}
+	v := c.windowView(e, now)
+	s.remaining, s.resetAfter = v.remaining, c.windowReset(e, now, false, 0)
+	e.answerRemaining, e.sinceAnswer = v.remaining, 0
+	if !s.allowed {
+		s.never = cost > v.ceiling
+		if !s.never {
+			s.retryAfter = c.windowRetry(e, v, now, cost)
+		}
+		if v.remaining <= 0 {
+			e.overUntil = max(e.overUntil, now+int64(s.retryAfter))
+		}
+		// Within this window the room only shrinks: larger costs are
+		// refused from memory until it ends or a refresh says otherwise.
+		e.room, e.roomUntil = v.remaining, e.cur.start+int64(s.rule.Window)
+	}
+}
+
+func (c *Checker) answerTAT(s *slot, now, cost int64) {
+	e, res := s.e, s.w.res
+	g := gcraOf(s.rule)
+	if !e.answered {
+		before := res.Own
+		if s.charged {
+			before -= cost
+		}
+		e.cum = max(e.cum, before)
+	}
+	if s.charged {
+		g.AllowAt(&e.gs, now, cost) // own exact view, before the store's raise
+		c.countApplied(e, now, cost, true)
+	} else {
+		c.countDenied(e, now, cost)
+	}
+	e.storeCum, e.storeOwnCum = res.Cum, res.Own
+	g.Raise(&e.gs, res.Total+span(max(0, e.cum-res.Own), int64(s.rule.Window), s.rule.Limit))
+	c.learn(e, now, res.Cum-res.Own, e.cum, res.Instances)
+	probeState := e.gs
+	probe, _ := g.AllowAt(&probeState, now, 0)
+	s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
+	e.answerRemaining, e.sinceAnswer = probe.Remaining, 0
+	if !s.allowed {
+		tmp := e.gs
+		if d, _ := g.AllowAt(&tmp, now, cost); !d.Allowed {
+			s.retryAfter, s.never = d.RetryAfter, d.RetryNever()
+		}
+		if probe.Remaining == 0 {
+			e.overUntil = max(e.overUntil, now+int64(s.retryAfter))
+		}
+		// a bucket's room grows: trust it for one token's time only
+		e.room, e.roomUntil = probe.Remaining, now+span(1, int64(s.rule.Window), s.rule.Limit)
+	}
+}
+
+// degradedDecision finishes a failed charge under the lock: local_budget
+// admits up to this instance's share of what remained at the last answer.
+func (c *Checker) degradedDecision(s *slot, now, cost int64) {
+	e := s.e
+	if s.allowed || s.rule.Algorithm == "" {
+		c.count(e, now, cost, s.allowed, true) // unapplied: the aggregator adds it later
+		if e.kind == KindTAT && s.allowed {
+			gcraOf(s.rule).AllowAt(&e.gs, now, cost)
+		}
+		s.charged = true
+	} else {
+		c.countDenied(e, now, cost)
+	}
+	c.fillView(s, now)
+	c.shards[s.sh].markDirty(e)
+}
+
+// fillView sets the slot's remaining and reset from the key's view.
+func (c *Checker) fillView(s *slot, now int64) {
+	e := s.e
+	if e.kind == KindWindow {
+		s.remaining, s.resetAfter = c.windowView(e, now).remaining, c.windowReset(e, now, false, 0)
+		return
+	}
+	probeState := e.gs
+	probe, _ := gcraOf(s.rule).AllowAt(&probeState, now, 0)
+	s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
+}
+
+// countApplied records consumption the store already applied (a charge).
+func (c *Checker) countApplied(e *entry, now, cost int64, allowed bool) {
+	p := &e.pendApplied
+	if e.kind == KindWindow {
+		p.window = e.cur.start // roll() emitted any earlier window's charges
+		e.cur.emitted += cost
+	} else {
+		e.cum += cost
+	}
+	p.tally(now, cost, allowed)
+	p.counted += uint64(cost)
+}
+
+// countDenied records a refusal that charged nothing (analytics only).
+func (c *Checker) countDenied(e *entry, now, cost int64) {
+	p := &e.pend
+	if e.kind == KindWindow {
+		p.window = e.cur.start
+	}
+	p.add(now)
+	p.deniedCount++
+	p.deniedCost += uint64(cost)
+}
