@@ -136,16 +136,23 @@ func (s *MemStore) Charge(_ context.Context, r *ChargeRequest) (ChargeResult, er
 // consumption, still in flight, then add only what lies above the
 // instance's part (own_after), so nothing is counted twice.
 
+// fold adds an instance's counted-but-unapplied hits to a window counter
+// and raises its part to them (requires s.mu held).
+func fold(c *memCounter, instance string, emitted int64) {
+	if own := c.own[instance]; emitted > own {
+		c.total += emitted - own
+		c.own[instance] = emitted
+	}
+}
+
 func (s *MemStore) chargeWindow(r *ChargeRequest) ChargeResult {
 	c := s.create(KindWindow, r.Key, r.Window, r.WindowNanos)
-	c.total += max(0, r.OwnEmitted-c.own[r.Instance])
-	c.own[r.Instance] = max(c.own[r.Instance], r.OwnEmitted)
+	fold(c, r.Instance, r.OwnEmitted)
 	var prevTotal, prevOwn, elapsed int64
 	W := r.WindowNanos
 	if r.Sliding {
 		p := s.create(KindWindow, r.Key, r.Window-W, W)
-		p.total += max(0, r.PrevEmitted-p.own[r.Instance])
-		p.own[r.Instance] = max(p.own[r.Instance], r.PrevEmitted)
+		fold(p, r.Instance, r.PrevEmitted)
 		prevTotal, prevOwn = p.total, p.own[r.Instance]
 		elapsed = min(max(r.Now-r.Window, 0), W)
 	}
@@ -172,7 +179,9 @@ func (s *MemStore) chargeTAT(r *ChargeRequest) ChargeResult {
 	after := base + span(r.Cost, r.WindowNanos, r.RateTokens)
 	res := ChargeResult{Allowed: after-r.Now <= span(r.Burst, r.WindowNanos, r.RateTokens)}
 	c.total, c.cum = max(c.total, base), c.cum+unapplied
-	c.own[r.Instance] = max(c.own[r.Instance], r.OwnCum)
+	if r.OwnCum > c.own[r.Instance] {
+		c.own[r.Instance] = r.OwnCum
+	}
 	if res.Allowed {
 		c.total = after
 		c.cum += r.Cost

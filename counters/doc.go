@@ -1,0 +1,40 @@
+// Package counters keeps the shared counters in Redis: the
+// checker.CounterStore of multi-instance deployments, and the target the
+// aggregator applies deltas to.
+//
+// # Key layout
+//
+// Every key of one counter carries the same hash tag, derived from the
+// counter key (a hex FNV-1a 64 hash: user values may contain braces), so a
+// counter's keys live in one Redis Cluster slot and one script can touch
+// them all:
+//
+//	<prefix>:{<hash>}:<counter key>:w:<window start ns>   HASH  window counter
+//	<prefix>:{<hash>}:<counter key>:b                     HASH  bucket (TAT) counter
+//	<prefix>:{<hash>}:<counter key>:q                     HASH  applied sequences
+//
+// A window hash holds "t" (hits applied in the window) and "i:<instance>"
+// (that instance's part, a high-water mark). A bucket hash holds "tat"
+// (theoretical arrival time, in microseconds: exact in a Lua double),
+// "c" (cumulative hits) and "i:<instance>". The sequence hash maps
+// "<instance>|<partition>" to the highest delta sequence applied to this
+// counter. A counter's identity is the counter key (domain, rule path,
+// request values), not the limit: editing a limit keeps the count.
+//
+// Expiry: a window expires one window after it ends (a sliding window
+// still weighs it), plus slack; a bucket when it would be full again, plus
+// slack; per-instance fields live in the same hash and expire with it.
+//
+// # At most once
+//
+// Kafka delivers at least once. Each delta carries (instance, sequence),
+// sequences only grow per instance, and all deltas of one counter travel
+// in one partition in order. The apply script, atomic per counter, skips a
+// delta whose sequence is not above the highest recorded for its
+// (instance, partition) and records the new one in the same script that
+// adds it. So a delta is applied at most once whatever happens around it:
+// an aggregator killed between the Redis apply and the offset commit, a
+// rebalance that re-fetches with other batch boundaries, a producer retry
+// or a spill replay — the copies all stop at the sequence check. Offsets
+// are committed only after Redis has applied, so nothing is skipped either.
+package counters

@@ -1,0 +1,5 @@
+package counters
+
+import "os"
+
+func getenv(k string) string { return os.Getenv(k) }

@@ -1,0 +1,308 @@
+package counters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/velvetrope/velvetrope/checker"
+	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+)
+
+// Redis is the shared counter store in Redis (standalone, Sentinel or
+// Cluster through a go-redis UniversalClient). It implements
+// checker.CounterStore, and ApplyBatch for the aggregator. Safe for
+// concurrent use.
+type Redis struct {
+	c      redis.UniversalClient
+	prefix string
+	slack  time.Duration
+	clock  func() int64 // unix ns, for expiries
+	loaded atomic.Bool  // the apply script is loaded on the servers
+}
+
+// NewRedis returns a store over c whose keys start with prefix ("vr" if
+// empty). Expiries get slack on top (a minute if zero).
+func NewRedis(c redis.UniversalClient, prefix string, slack time.Duration) *Redis {
+	if prefix == "" {
+		prefix = "vr"
+	}
+	if slack <= 0 {
+		slack = time.Minute
+	}
+	return &Redis{c: c, prefix: prefix, slack: slack, clock: func() int64 { return time.Now().UnixNano() }}
+}
+
+// base returns the key stem of a counter: prefix, hash tag, counter key.
+func (r *Redis) base(counter string) string {
+	h := fnv.New64a()
+	h.Write([]byte(counter))
+	return r.prefix + ":{" + strconv.FormatUint(h.Sum64(), 16) + "}:" + counter
+}
+
+// WindowKey is the Redis key of counter's window starting at start.
+func (r *Redis) WindowKey(counter string, start int64) string {
+	return r.base(counter) + ":w:" + strconv.FormatInt(start, 10)
+}
+
+// BucketKey is the Redis key of counter's bucket state.
+func (r *Redis) BucketKey(counter string) string { return r.base(counter) + ":b" }
+
+// SeqKey is the Redis key of counter's applied sequences.
+func (r *Redis) SeqKey(counter string) string { return r.base(counter) + ":q" }
+
+func unavailable(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: %v", checker.ErrStoreUnavailable, op, err)
+}
+
+// windowTTL keeps a window one window past its end (a sliding window
+// still weighs it), plus slack.
+func (r *Redis) windowTTL(start, window, now int64) int64 {
+	return max(1, (start+2*window-now)/int64(time.Millisecond)) + int64(r.slack/time.Millisecond)
+}
+
+// Read implements checker.CounterStore: one pipeline for the batch (in a
+// cluster, one per node).
+func (r *Redis) Read(ctx context.Context, instance string, items []checker.ReadItem) error {
+	if len(items) == 0 {
+		return nil
+	}
+	f := "i:" + instance
+	p := r.c.Pipeline()
+	gets := make([]*redis.SliceCmd, len(items))
+	lens := make([]*redis.IntCmd, len(items))
+	for i := range items {
+		it := &items[i]
+		if it.Kind == checker.KindTAT {
+			k := r.BucketKey(it.Key)
+			gets[i] = p.HMGet(ctx, k, "tat", "c", f)
+			lens[i] = p.HLen(ctx, k)
+		} else {
+			k := r.WindowKey(it.Key, it.Window)
+			gets[i] = p.HMGet(ctx, k, "t", f)
+			lens[i] = p.HLen(ctx, k)
+		}
+	}
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return unavailable("read", err)
+	}
+	for i := range items {
+		it := &items[i]
+		vals := gets[i].Val()
+		n := int(lens[i].Val())
+		it.Found, it.Total, it.Cum, it.Own, it.Instances = n > 0, 0, 0, 0, 0
+		if it.Kind == checker.KindTAT {
+			if len(vals) == 3 {
+				it.Total = num(vals[0]) * int64(time.Microsecond)
+				it.Cum, it.Own = num(vals[1]), num(vals[2])
+			}
+			it.Instances = max(n-2, 0)
+		} else {
+			if len(vals) == 2 {
+				it.Total, it.Own = num(vals[0]), num(vals[1])
+			}
+			it.Instances = max(n-1, 0)
+		}
+	}
+	return nil
+}
+
+// num reads an HMGET value: nil (absent) is 0.
+func num(v any) int64 {
+	s, ok := v.(string)
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(s, 64) // Lua may have written a float form
+		if ferr != nil {
+			return 0
+		}
+		return int64(f)
+	}
+	return n
+}
+
+func ints(v any) ([]int64, error) {
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("counters: script answered %T, want an array", v)
+	}
+	out := make([]int64, len(arr))
+	for i, x := range arr {
+		switch y := x.(type) {
+		case int64:
+			out[i] = y
+		case string:
+			n, err := strconv.ParseInt(y, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("counters: script answered %q at %d", y, i)
+			}
+			out[i] = n
+		default:
+			return nil, fmt.Errorf("counters: script answered %T at %d", x, i)
+		}
+	}
+	return out, nil
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// Charge implements checker.CounterStore.
+func (r *Redis) Charge(ctx context.Context, q *checker.ChargeRequest) (checker.ChargeResult, error) {
+	if q.Kind == checker.KindTAT {
+		return r.chargeBucket(ctx, q)
+	}
+	W := q.WindowNanos
+	elapsed := min(max(q.Now-q.Window, 0), W)
+	bool01 := func(b bool) int {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	res, err := chargeWindow.Run(ctx, r.c,
+		[]string{r.WindowKey(q.Key, q.Window), r.WindowKey(q.Key, q.Window-W)},
+		q.Instance, q.Cost, q.Ceiling, q.OwnEmitted, bool01(q.Sliding), q.PrevEmitted,
+		ceilDiv(W-elapsed, int64(time.Millisecond)), W/int64(time.Millisecond), bool01(q.ChargeDenied),
+		r.windowTTL(q.Window, W, q.Now), r.windowTTL(q.Window-W, W, q.Now)).Result()
+	if err != nil {
+		return checker.ChargeResult{}, unavailable("charge", err)
+	}
+	v, err := ints(res)
+	if err != nil || len(v) != 6 {
+		return checker.ChargeResult{}, fmt.Errorf("counters: charge window: %v %v", v, err)
+	}
+	return checker.ChargeResult{Allowed: v[0] == 1, Total: v[1], Own: v[2], PrevTotal: v[3], PrevOwn: v[4],
+		Instances: int(v[5])}, nil
+}
+
+func (r *Redis) chargeBucket(ctx context.Context, q *checker.ChargeRequest) (checker.ChargeResult, error) {
+	us := int64(time.Microsecond)
+	res, err := chargeBucket.Run(ctx, r.c, []string{r.BucketKey(q.Key)},
+		q.Instance, q.Cost, q.Burst, q.RateTokens, q.WindowNanos/us, q.OwnCum, ceilDiv(q.LocalTAT, us), q.Now/us,
+		int64(r.slack/time.Millisecond)).Result()
+	if err != nil {
+		return checker.ChargeResult{}, unavailable("charge", err)
+	}
+	v, err := ints(res)
+	if err != nil || len(v) != 5 {
+		return checker.ChargeResult{}, fmt.Errorf("counters: charge bucket: %v %v", v, err)
+	}
+	return checker.ChargeResult{Allowed: v[0] == 1, Total: v[1] * us, Cum: v[2], Own: v[3], Instances: int(v[4])}, nil
+}
+
+// Refund implements checker.CounterStore.
+func (r *Redis) Refund(ctx context.Context, q *checker.ChargeRequest) error {
+	key, tat := r.WindowKey(q.Key, q.Window), int64(0)
+	if q.Kind == checker.KindTAT {
+		key = r.BucketKey(q.Key)
+		tat = ceilDiv(q.Cost*(q.WindowNanos/int64(time.Microsecond)), q.RateTokens)
+	}
+	return unavailable("refund", refund.Run(ctx, r.c, []string{key}, q.Instance, q.Cost, tat).Err())
+}
+
+// Delivered is a delta as the aggregator read it: which partition it came
+// from matters for the at-most-once filter.
+type Delivered struct {
+	Partition int
+	Delta     *eventsv1.Delta
+}
+
+// ApplyResult counts what ApplyBatch did.
+type ApplyResult struct {
+	Applied, Skipped int
+	RoundTrips       int // pipelines sent (a cluster splits one per node)
+}
+
+// ApplyBatch applies deltas at most once each: grouped per counter (and
+// window), one atomic script per group, all groups in one pipeline.
+// Deltas marked already applied only advance the sequence.
+func (r *Redis) ApplyBatch(ctx context.Context, batch []Delivered) (ApplyResult, error) {
+	type group struct {
+		keys []string
+		args []any
+	}
+	groups := map[string]*group{}
+	var order []string
+	now := r.clock()
+	for _, x := range batch {
+		d := x.Delta
+		counted, ownAfter := d.CountedCost, d.OwnAfter
+		if d.AlreadyApplied {
+			counted, ownAfter = 0, 0
+		}
+		var gk string
+		bucket := false
+		switch d.Algorithm {
+		case "token_bucket", "gcra", "leaky_bucket":
+			gk, bucket = r.BucketKey(d.CounterKey), true
+		default:
+			gk = r.WindowKey(d.CounterKey, d.WindowStartUnixNanos)
+		}
+		g := groups[gk]
+		if g == nil {
+			g = &group{keys: []string{gk, r.SeqKey(d.CounterKey)}}
+			if bucket {
+				g.args = []any{"b", int64(r.slack / time.Millisecond), now / 1000, d.RateTokens, d.WindowNanos / 1000}
+			} else {
+				g.args = []any{"w", r.windowTTL(d.WindowStartUnixNanos, d.WindowNanos, now), 0}
+			}
+			groups[gk] = g
+			order = append(order, gk)
+		}
+		g.args = append(g.args, d.InstanceId, x.Partition, d.Sequence, counted, ownAfter,
+			d.FirstUnixNanos/1000, ceilDiv(d.TatAfterUnixNanos, 1000))
+	}
+	var res ApplyResult
+	if len(order) == 0 {
+		return res, nil
+	}
+	// EVALSHA throughout the pipeline; the script is loaded on first use
+	// and again if a server lost it (restart, SCRIPT FLUSH).
+	var cmds []*redis.Cmd
+	for attempt := 0; ; attempt++ {
+		if !r.loaded.Load() {
+			if err := apply.Load(ctx, r.c).Err(); err != nil {
+				return res, unavailable("load apply script", err)
+			}
+			res.RoundTrips++
+			r.loaded.Store(true)
+		}
+		p := r.c.Pipeline()
+		cmds = make([]*redis.Cmd, len(order))
+		for i, gk := range order {
+			g := groups[gk]
+			cmds[i] = apply.EvalSha(ctx, p, g.keys, g.args...)
+		}
+		_, err := p.Exec(ctx)
+		res.RoundTrips++
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
+			r.loaded.Store(false)
+			continue
+		}
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return res, unavailable("apply", err)
+		}
+		break
+	}
+	for _, cmd := range cmds {
+		v, err := ints(cmd.Val())
+		if err != nil || len(v) != 2 {
+			return res, fmt.Errorf("counters: apply answered %v: %v", cmd.Val(), err)
+		}
+		res.Applied += int(v[0])
+		res.Skipped += int(v[1])
+	}
+	return res, nil
+}

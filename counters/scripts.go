@@ -1,0 +1,195 @@
+package counters
+
+import "github.com/redis/go-redis/v9"
+
+// Scripts run with EVALSHA (falling back to EVAL on NOSCRIPT). Every
+// script touches only keys of one counter (one hash tag, one slot), sets
+// the expiries itself, and returns integers. Times inside the bucket
+// scripts are microseconds: a Lua number is a double, exact up to 2^53,
+// and 2^53 µs is 285 years.
+
+// chargeWindow folds the caller's unapplied consumption into the window
+// (and, for a sliding window, the previous one), then checks and charges.
+//
+// KEYS[1] current window, KEYS[2] previous window
+// ARGV: instance, cost, ceiling, own emitted, sliding (0/1), own emitted in
+// the previous window, (W − elapsed) in ms, W in ms, charge denied (0/1),
+// TTL of the current window in ms, TTL of the previous window in ms
+//
+// Returns {allowed, total, own, prev total, prev own, instances}.
+var chargeWindow = redis.NewScript(`
+local f = 'i:' .. ARGV[1]
+local cost = tonumber(ARGV[2])
+local ceiling = tonumber(ARGV[3])
+local sliding = ARGV[5] == '1'
+
+local function fold(key, emitted)
+  local own = tonumber(redis.call('HGET', key, f) or '0')
+  local total = tonumber(redis.call('HGET', key, 't') or '0')
+  if emitted > own then
+    total = total + (emitted - own)
+    redis.call('HSET', key, 't', total, f, emitted)
+    own = emitted
+  end
+  return total, own
+end
+
+local total, own = fold(KEYS[1], tonumber(ARGV[4]))
+local prevTotal, prevOwn = 0, 0
+local allowed
+if sliding then
+  prevTotal, prevOwn = fold(KEYS[2], tonumber(ARGV[6]))
+  local room = ceiling - total - cost
+  if room < 0 then
+    allowed = false
+  else
+    local lhs = prevTotal * tonumber(ARGV[7])
+    local rhs = room * tonumber(ARGV[8])
+    if lhs < 9007199254740992 and rhs < 9007199254740992 then
+      allowed = lhs <= rhs
+    else
+      allowed = prevTotal * (tonumber(ARGV[7]) / tonumber(ARGV[8])) <= room
+    end
+  end
+else
+  allowed = total + cost <= ceiling
+end
+if allowed or ARGV[9] == '1' then
+  total = redis.call('HINCRBY', KEYS[1], 't', cost)
+  own = redis.call('HINCRBY', KEYS[1], f, cost)
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[10])
+if sliding then
+  redis.call('PEXPIRE', KEYS[2], ARGV[11])
+end
+local n = redis.call('HLEN', KEYS[1])
+if redis.call('HEXISTS', KEYS[1], 't') == 1 then n = n - 1 end
+return {allowed and 1 or 0, total, own, prevTotal, prevOwn, n}
+`)
+
+// chargeBucket folds the caller's unapplied hits into the bucket's TAT,
+// then checks and charges.
+//
+// KEYS[1] bucket
+// ARGV: instance, cost, burst, rate tokens, rate period in µs, own
+// cumulative hits, the caller's TAT in µs, now in µs, slack in ms
+//
+// Returns {allowed, tat µs, cumulative, own, instances}.
+var chargeBucket = redis.NewScript(`
+local K = KEYS[1]
+local f = 'i:' .. ARGV[1]
+local cost = tonumber(ARGV[2])
+local burst = tonumber(ARGV[3])
+local tokens = tonumber(ARGV[4])
+local period = tonumber(ARGV[5])
+local ownCum = tonumber(ARGV[6])
+local localTAT = tonumber(ARGV[7])
+local now = tonumber(ARGV[8])
+
+local function span(n)
+  if n <= 0 then return 0 end
+  return math.ceil(n * period / tokens)
+end
+
+local tat = tonumber(redis.call('HGET', K, 'tat') or '0')
+local cum = tonumber(redis.call('HGET', K, 'c') or '0')
+local own = tonumber(redis.call('HGET', K, f) or '0')
+local unapplied = math.max(0, ownCum - own)
+local base = math.max(tat + span(unapplied), localTAT, now)
+local after = base + span(cost)
+local allowed = after - now <= span(burst)
+tat = math.max(tat, base)
+cum = cum + unapplied
+own = math.max(own, ownCum)
+if allowed then
+  tat = after
+  cum = cum + cost
+  own = own + cost
+end
+redis.call('HSET', K, 'tat', string.format('%d', tat), 'c', cum, f, own)
+redis.call('PEXPIRE', K, math.max(1, math.ceil((tat - now) / 1000)) + tonumber(ARGV[9]))
+local n = redis.call('HLEN', K) - 2
+return {allowed and 1 or 0, string.format('%d', tat), cum, own, n}
+`)
+
+// refund takes back a charge: KEYS[1] the window or bucket; ARGV:
+// instance, cost, TAT µs to subtract (0 for a window).
+var refund = redis.NewScript(`
+local K = KEYS[1]
+if redis.call('EXISTS', K) == 0 then return 0 end
+local f = 'i:' .. ARGV[1]
+local cost = tonumber(ARGV[2])
+local own = tonumber(redis.call('HGET', K, f) or '0')
+redis.call('HSET', K, f, math.max(0, own - cost))
+if tonumber(ARGV[3]) > 0 then
+  local tat = tonumber(redis.call('HGET', K, 'tat') or '0')
+  redis.call('HSET', K, 'tat', string.format('%d', tat - tonumber(ARGV[3])))
+  redis.call('HINCRBY', K, 'c', -cost)
+else
+  local t = tonumber(redis.call('HGET', K, 't') or '0')
+  redis.call('HSET', K, 't', math.max(0, t - cost))
+end
+return 1
+`)
+
+// apply applies deltas of one counter key (one window, or the bucket), at
+// most once each: a delta whose sequence is not above the highest applied
+// for its (instance, partition) is skipped. For each delta it adds only
+// what lies above the instance's part (own_after), so hits a near-limit
+// charge already folded in are not added twice.
+//
+// KEYS[1] the window or bucket, KEYS[2] the sequence hash
+// ARGV[1] kind ("w" or "b"), ARGV[2] TTL of the window in ms (windows) or
+// slack in ms (buckets), ARGV[3] now µs (buckets), then 7 values per
+// delta: instance, partition, sequence, counted, own_after, first µs,
+// tat_after µs; buckets add rate tokens and period µs once at ARGV[4..5].
+//
+// Returns {applied, skipped}.
+var apply = redis.NewScript(`
+local K, Q = KEYS[1], KEYS[2]
+local bucket = ARGV[1] == 'b'
+local first = 4
+local tokens, period = 1, 1
+if bucket then
+  tokens, period = tonumber(ARGV[4]), tonumber(ARGV[5])
+  first = 6
+end
+local function span(n)
+  if n <= 0 then return 0 end
+  return math.ceil(n * period / tokens)
+end
+local applied, skipped = 0, 0
+local tat = tonumber(redis.call('HGET', K, 'tat') or '0')
+for i = first, #ARGV, 7 do
+  local inst, part, seq = ARGV[i], ARGV[i+1], tonumber(ARGV[i+2])
+  local qf = inst .. '|' .. part
+  local last = tonumber(redis.call('HGET', Q, qf) or '0')
+  if seq <= last then
+    skipped = skipped + 1
+  else
+    redis.call('HSET', Q, qf, string.format('%d', seq))
+    applied = applied + 1
+    local counted, ownAfter = tonumber(ARGV[i+3]), tonumber(ARGV[i+4])
+    local f = 'i:' .. inst
+    local own = tonumber(redis.call('HGET', K, f) or '0')
+    local add = counted
+    if ownAfter > 0 then add = math.max(0, math.min(counted, ownAfter - own)) end
+    redis.call('HSET', K, f, math.max(own + add, ownAfter))
+    if bucket then
+      tat = math.max(math.max(tat, tonumber(ARGV[i+5])) + span(add), tonumber(ARGV[i+6]))
+      redis.call('HINCRBY', K, 'c', add)
+    elseif add > 0 then
+      redis.call('HINCRBY', K, 't', add)
+    end
+  end
+end
+if bucket then
+  redis.call('HSET', K, 'tat', string.format('%d', tat))
+  local now = tonumber(ARGV[3])
+  redis.call('PEXPIRE', K, math.max(1, math.ceil((tat - now) / 1000)) + tonumber(ARGV[2]))
+else
+  redis.call('PEXPIRE', K, ARGV[2])
+end
+redis.call('PEXPIRE', Q, 86400000)
+return {applied, skipped}
+`)
