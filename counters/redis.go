@@ -238,9 +238,11 @@ func (r *Redis) ApplyBatch(ctx context.Context, batch []Delivered) (ApplyResult,
 	now := r.clock()
 	for _, x := range batch {
 		d := x.Delta
-		counted, ownAfter := d.CountedCost, d.OwnAfter
+		// A delta a near-limit charge already applied carries nothing new:
+		// it only advances the sequence (its TAT would count hits twice).
+		counted, ownAfter, tatAfter := d.CountedCost, d.OwnAfter, ceilDiv(d.TatAfterUnixNanos, 1000)
 		if d.AlreadyApplied {
-			counted, ownAfter = 0, 0
+			counted, ownAfter, tatAfter = 0, 0, 0
 		}
 		var gk string
 		bucket := false
@@ -262,7 +264,7 @@ func (r *Redis) ApplyBatch(ctx context.Context, batch []Delivered) (ApplyResult,
 			order = append(order, gk)
 		}
 		g.args = append(g.args, d.InstanceId, x.Partition, d.Sequence, counted, ownAfter,
-			d.FirstUnixNanos/1000, ceilDiv(d.TatAfterUnixNanos, 1000))
+			d.FirstUnixNanos/1000, tatAfter)
 	}
 	var res ApplyResult
 	if len(order) == 0 {
