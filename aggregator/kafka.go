@@ -1,0 +1,215 @@
+package aggregator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/events"
+)
+
+// Config configures the Kafka aggregator. Zero values take the defaults
+// shown; the consumer timeouts are short so that a dead aggregator's
+// partitions move within seconds.
+type Config struct {
+	Brokers           []string
+	Topic             string
+	Group             string        // "velvetrope-aggregator"
+	Partitions        int           // when creating the topic: 16
+	Replication       int           // when creating the topic: 1
+	BatchSize         int           // deltas applied per round: 1000
+	BatchWait         time.Duration // longest wait to fill a batch: 20 ms
+	SessionTimeout    time.Duration // 6 s
+	HeartbeatInterval time.Duration // 1 s
+	RebalanceTimeout  time.Duration // 6 s
+	RetryBackoff      time.Duration // first wait after a Redis error: 100 ms (doubling to 5 s)
+	Logger            *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if len(c.Brokers) == 0 || c.Topic == "" {
+		return errors.New("aggregator: brokers and a topic are required")
+	}
+	if c.Group == "" {
+		c.Group = "velvetrope-aggregator"
+	}
+	if c.Partitions == 0 {
+		c.Partitions = 16
+	}
+	if c.Replication == 0 {
+		c.Replication = 1
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 1000
+	}
+	if c.BatchWait == 0 {
+		c.BatchWait = 20 * time.Millisecond
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = 100 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Stats are the aggregator's counters, for metrics.
+type Stats struct {
+	Batches, Applied, Skipped, Bad atomic.Uint64
+	RoundTrips, RedisErrors       atomic.Uint64
+	ApplyNanos                    atomic.Uint64 // total time spent applying
+}
+
+// Kafka consumes deltas with a kafka-go consumer group and applies them to
+// the Redis counters, at most once each (counters.Redis.ApplyBatch), and
+// commits offsets only after Redis has applied them. A Redis error is
+// retried with backoff and nothing past it is committed; a malformed record
+// is counted, logged and skipped.
+type Kafka struct {
+	cfg    Config
+	store  *counters.Redis
+	cons   *events.KafkaConsumer
+	reader *events.Reader
+	cancel context.CancelFunc
+	done   chan struct{}
+	joined atomic.Bool
+
+	// afterApply runs between the Redis apply and the offset commit; tests
+	// use it to kill the aggregator exactly there.
+	afterApply func()
+
+	Stats Stats
+}
+
+// NewKafka returns an aggregator of cfg's topic into store.
+func NewKafka(cfg Config, store *counters.Redis) (*Kafka, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if store == nil {
+		return nil, errors.New("aggregator: a counter store is required")
+	}
+	return &Kafka{cfg: cfg, store: store}, nil
+}
+
+// Start creates the topic if it is missing (the aggregator may start
+// before any checker), joins the consumer group and starts the loop.
+func (a *Kafka) Start(ctx context.Context) error {
+	if err := events.EnsureTopic(ctx, a.cfg.Brokers, a.cfg.Topic, a.cfg.Partitions, a.cfg.Replication); err != nil {
+		return fmt.Errorf("aggregator: %w", err)
+	}
+	cons, err := events.NewKafkaConsumer(events.KafkaConsumerConfig{Brokers: a.cfg.Brokers, Topic: a.cfg.Topic,
+		Group: a.cfg.Group, SessionTimeout: a.cfg.SessionTimeout, HeartbeatInterval: a.cfg.HeartbeatInterval,
+		RebalanceTimeout: a.cfg.RebalanceTimeout})
+	if err != nil {
+		return err
+	}
+	a.cons, a.reader = cons, events.NewReader(cons, a.cfg.Logger)
+	loopCtx, cancel := context.WithCancel(context.Background())
+	a.cancel, a.done = cancel, make(chan struct{})
+	go a.loop(loopCtx)
+	return nil
+}
+
+// Ready reports whether the aggregator has received from its group.
+func (a *Kafka) Ready() error {
+	if !a.joined.Load() {
+		return errors.New("aggregator: no partition assigned yet")
+	}
+	return nil
+}
+
+func (a *Kafka) loop(ctx context.Context) {
+	defer close(a.done)
+	for ctx.Err() == nil {
+		msgs, batch := a.fetch(ctx)
+		if len(msgs) == 0 {
+			continue
+		}
+		a.joined.Store(true)
+		a.applyWithRetry(ctx, batch)
+		if a.afterApply != nil {
+			a.afterApply()
+		}
+		// Commit even when shutting down: the batch is applied.
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := a.reader.Commit(cctx, msgs...); err != nil {
+			a.cfg.Logger.Warn("offset commit failed; the batch will be fetched again and its deltas skipped",
+				"error", err)
+		}
+		cancel()
+		a.Stats.Batches.Add(1)
+	}
+}
+
+// fetch collects up to BatchSize deltas, waiting at most BatchWait once
+// the first one arrived.
+func (a *Kafka) fetch(ctx context.Context) ([]events.Message, []counters.Delivered) {
+	var msgs []events.Message
+	var batch []counters.Delivered
+	m, d, err := a.reader.Next(ctx)
+	if err != nil {
+		return nil, nil
+	}
+	msgs, batch = append(msgs, m), append(batch, counters.Delivered{Partition: m.Partition, Delta: d})
+	wctx, cancel := context.WithTimeout(ctx, a.cfg.BatchWait)
+	defer cancel()
+	for len(batch) < a.cfg.BatchSize {
+		m, d, err := a.reader.Next(wctx)
+		if err != nil {
+			break
+		}
+		msgs, batch = append(msgs, m), append(batch, counters.Delivered{Partition: m.Partition, Delta: d})
+	}
+	a.Stats.Bad.Store(a.reader.Bad())
+	return msgs, batch
+}
+
+// applyWithRetry applies batch, retrying Redis errors with backoff until
+// it succeeds: the batch's offsets are not committed before that. A stop
+// request during the retries still finishes the batch once Redis answers.
+func (a *Kafka) applyWithRetry(ctx context.Context, batch []counters.Delivered) {
+	backoff := a.cfg.RetryBackoff
+	for {
+		start := time.Now()
+		actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		res, err := a.store.ApplyBatch(actx, batch)
+		cancel()
+		a.Stats.RoundTrips.Add(uint64(res.RoundTrips))
+		if err == nil {
+			a.Stats.Applied.Add(uint64(res.Applied))
+			a.Stats.Skipped.Add(uint64(res.Skipped))
+			a.Stats.ApplyNanos.Add(uint64(time.Since(start)))
+			return
+		}
+		a.Stats.RedisErrors.Add(1)
+		a.cfg.Logger.Warn("applying deltas to Redis failed; retrying", "deltas", len(batch), "error", err, "backoff", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			// keep trying with a short pause: never drop an unapplied batch
+			time.Sleep(backoff)
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// Stop ends the loop after the batch in hand is applied and committed,
+// then leaves the group, within ctx.
+func (a *Kafka) Stop(ctx context.Context) error {
+	if a.cancel == nil {
+		return nil
+	}
+	a.cancel()
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return a.cons.Close(ctx)
+}
