@@ -28,47 +28,54 @@ import (
 // in-memory backends, with the built-in example rules unless --rules says
 // otherwise. It runs until SIGINT or SIGTERM.
 func runDev(args []string, stdout, stderr io.Writer) int {
-	app, err := devConfig(args, stderr)
+	return runProcess("dev", args, stdout, stderr, devModule, printBanner)
+}
+
+// runProcess loads the configuration, builds the process from module with
+// fx, starts it, prints the banner, and stops it on SIGINT or SIGTERM.
+func runProcess(name string, args []string, stdout, stderr io.Writer,
+	module func(config.App, *slog.Logger) fx.Option, banner func(io.Writer, string)) int {
+	app, err := processConfig(name, args, stderr)
 	if err != nil {
 		if err != flag.ErrHelp {
-			fmt.Fprintln(stderr, "velvetrope dev:", err)
+			fmt.Fprintf(stderr, "velvetrope %s: %v\n", name, err)
 			return 2
 		}
 		return 0
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	fxApp := fx.New(devModule(app, logger), fx.Invoke(func(lc fx.Lifecycle, srv *httpapi.Server) {
+	fxApp := fx.New(module(app, logger), fx.Invoke(func(lc fx.Lifecycle, srv *httpapi.Server) {
 		lc.Append(fx.Hook{OnStart: func(context.Context) error {
-			printBanner(stdout, srv.Addr())
+			banner(stdout, srv.Addr())
 			return nil
 		}})
 	}))
 	if err := fxApp.Err(); err != nil {
-		fmt.Fprintln(stderr, "velvetrope dev:", err)
+		fmt.Fprintf(stderr, "velvetrope %s: %v\n", name, err)
 		return 1
 	}
-	startCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	startCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := fxApp.Start(startCtx); err != nil {
-		fmt.Fprintln(stderr, "velvetrope dev:", err)
+		fmt.Fprintf(stderr, "velvetrope %s: %v\n", name, err)
 		return 1
 	}
 	sig := <-fxApp.Wait()
 	logger.Info("stopping", "signal", sig.Signal.String())
-	stopCtx, cancel2 := context.WithTimeout(context.Background(), 15*time.Second)
+	stopCtx, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel2()
 	if err := fxApp.Stop(stopCtx); err != nil {
-		fmt.Fprintln(stderr, "velvetrope dev: stop:", err)
+		fmt.Fprintf(stderr, "velvetrope %s: stop: %v\n", name, err)
 		return 1
 	}
 	return 0
 }
 
-// devConfig reads flags over the environment over the config file.
-func devConfig(args []string, stderr io.Writer) (config.App, error) {
-	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+// processConfig reads flags over the environment over the config file.
+func processConfig(name string, args []string, stderr io.Writer) (config.App, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	rules := fs.String("rules", "", "rule file or directory (comma-separated for several); default: built-in example rules")
+	rules := fs.String("rules", "", "rule file or directory (comma-separated for several)")
 	httpAddr := fs.String("http", "", "HTTP listen address (default :8080, or VELVETROPE_HTTP_ADDR)")
 	file := fs.String("config", "", "application config file (YAML)")
 	if err := fs.Parse(args); err != nil {

@@ -13,6 +13,10 @@ const usage = `velvetrope — a distributed rate limiter
 Usage:
   velvetrope dev [--rules PATH] [--http ADDR] [--config FILE]
                                    serve the HTTP check API on embedded in-memory backends
+  velvetrope checker [--rules PATH] [--http ADDR] [--config FILE]
+                                   serve the check API, sharing counters through Redis and Kafka
+  velvetrope aggregator [--http ADDR] [--config FILE]
+                                   apply consumption deltas from Kafka to the Redis counters
   velvetrope rules validate PATH... check rule files or directories; exit 1 on errors
   velvetrope version               print the version
 
@@ -34,6 +38,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "dev":
 		return runDev(args[1:], stdout, stderr)
+	case "checker":
+		return runChecker(args[1:], stdout, stderr)
+	case "aggregator":
+		return runAggregator(args[1:], stdout, stderr)
 	case "rules":
 		return runRules(args[1:], stdout, stderr)
 	case "version", "--version", "-v":

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+
+	"github.com/velvetrope/velvetrope/aggregator"
+	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/events"
+	"github.com/velvetrope/velvetrope/internal/httpapi"
+	"github.com/velvetrope/velvetrope/internal/metrics"
+	"github.com/velvetrope/velvetrope/limiter"
+)
+
+// runChecker implements `velvetrope checker`: the check API over the
+// async checker, sharing counters through Redis and Kafka.
+func runChecker(args []string, stdout, stderr io.Writer) int {
+	return runProcess("checker", args, stdout, stderr, checkerModule, func(w io.Writer, addr string) {
+		fmt.Fprintf(w, "velvetrope checker: listening on http://%s\n", addr)
+	})
+}
+
+// runAggregator implements `velvetrope aggregator`: deltas from Kafka into
+// the Redis counters; /metrics, /healthz and /readyz on its HTTP listener.
+func runAggregator(args []string, stdout, stderr io.Writer) int {
+	return runProcess("aggregator", args, stdout, stderr, aggregatorModule, func(w io.Writer, addr string) {
+		fmt.Fprintf(w, "velvetrope aggregator: serving metrics on http://%s/metrics\n", addr)
+	})
+}
+
+// newRedis connects to the configured Redis (one address: standalone; several:
+// a cluster; with master_name: Sentinel) and checks that it answers.
+func newRedis(lc fx.Lifecycle, app config.App) (redis.UniversalClient, error) {
+	if len(app.Redis.Addrs) == 0 {
+		return nil, errors.New("no Redis configured: set VELVETROPE_REDIS_ADDRS (or redis.addrs)")
+	}
+	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: app.Redis.Addrs, Password: app.Redis.Password,
+		DB: app.Redis.DB, MasterName: app.Redis.MasterName, ClientName: "velvetrope-" + app.InstanceID})
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			if err := c.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("redis %v: %w", app.Redis.Addrs, err)
+			}
+			return nil
+		},
+		OnStop: func(context.Context) error { return c.Close() },
+	})
+	return c, nil
+}
+
+func newCounters(c redis.UniversalClient) *counters.Redis { return counters.NewRedis(c, "vr", 0) }
+
+func requireKafka(app config.App) error {
+	if len(app.Kafka.Brokers) == 0 {
+		return errors.New("no Kafka configured: set VELVETROPE_KAFKA_BROKERS (or kafka.brokers)")
+	}
+	return nil
+}
+
+func checkerModule(app config.App, logger *slog.Logger) fx.Option {
+	return fx.Options(
+		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
+		fx.Supply(app, logger),
+		fx.Provide(
+			newRuleStore,
+			newRedis,
+			newCounters,
+			newKafkaProducer,
+			func(lc fx.Lifecycle, app config.App, logger *slog.Logger, rules *config.Store, store *counters.Redis,
+				prod *events.KafkaProducer) (*checker.Checker, error) {
+				c, err := checker.New(checkerConfig(app, logger), rules, store, prod, limiter.SystemClock{})
+				if err != nil {
+					return nil, err
+				}
+				lc.Append(fx.StartStopHook(c.Start, c.Stop))
+				return c, nil
+			},
+			func(lc fx.Lifecycle, app config.App, c *checker.Checker, rc redis.UniversalClient, prod *events.KafkaProducer) *httpapi.Server {
+				mux := http.NewServeMux()
+				mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes))
+				reg := metrics.New()
+				checkerMetrics(reg, c, prod)
+				mux.Handle("GET /metrics", reg)
+				httpapi.Health(mux, func() error { return rc.Ping(context.Background()).Err() })
+				srv := httpapi.NewServer(app.HTTP.Addr, mux, app.HTTP.ReadTimeout, app.HTTP.WriteTimeout)
+				lc.Append(fx.StartStopHook(srv.Start, srv.Stop))
+				return srv
+			},
+		),
+		fx.Invoke(watchRules),
+	)
+}
+
+// newKafkaProducer is the checker's producer; its spill file defaults to
+// the temp directory, named after the instance.
+func newKafkaProducer(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*events.KafkaProducer, error) {
+	if err := requireKafka(app); err != nil {
+		return nil, err
+	}
+	spill := app.Checker.SpillPath
+	if spill == "" {
+		spill = filepath.Join(os.TempDir(), "velvetrope-"+app.InstanceID+".spill")
+	}
+	p, err := events.NewKafkaProducer(events.KafkaConfig{Brokers: app.Kafka.Brokers, Topic: app.Kafka.Topic,
+		Partitions: app.Checker.TopicPartitions, SpillPath: spill, SpillMaxBytes: app.Checker.SpillMaxBytes,
+		Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	// Registered before the checker: it stops after the checker's final flush.
+	lc.Append(fx.StartStopHook(p.Start, p.Close))
+	return p, nil
+}
+
+func checkerMetrics(reg *metrics.Registry, c *checker.Checker, prod *events.KafkaProducer) {
+	snap := func(f func(checker.Snapshot) uint64) func() float64 {
+		return func() float64 { return float64(f(c.Snapshot())) }
+	}
+	reg.Counter("velvetrope_checker_decisions_total", "Decisions made.", snap(func(s checker.Snapshot) uint64 { return s.Decisions }))
+	reg.Counter("velvetrope_checker_denied_total", "Decisions that refused the request.", snap(func(s checker.Snapshot) uint64 { return s.Denied }))
+	reg.Counter("velvetrope_checker_far_band_total", "Descriptors decided from memory far from their limit.", snap(func(s checker.Snapshot) uint64 { return s.FarBand }))
+	reg.Counter("velvetrope_checker_near_band_total", "Descriptors decided in the near-limit band.", snap(func(s checker.Snapshot) uint64 { return s.NearBand }))
+	reg.Counter("velvetrope_checker_over_band_total", "Descriptors refused from memory over their limit.", snap(func(s checker.Snapshot) uint64 { return s.OverBand }))
+	reg.Counter("velvetrope_checker_store_charges_total", "Atomic charges in the counter store.", snap(func(s checker.Snapshot) uint64 { return s.SyncCharges }))
+	reg.Counter("velvetrope_checker_degraded_total", "Decisions made by a failure policy.", snap(func(s checker.Snapshot) uint64 { return s.Degraded }))
+	reg.Counter("velvetrope_checker_deltas_emitted_total", "Consumption deltas handed to the producer.", snap(func(s checker.Snapshot) uint64 { return s.DeltasEmitted }))
+	reg.Counter("velvetrope_checker_emit_errors_total", "Flushes the producer refused.", snap(func(s checker.Snapshot) uint64 { return s.EmitErrors }))
+	reg.Counter("velvetrope_checker_refresh_errors_total", "Counter refreshes that failed.", snap(func(s checker.Snapshot) uint64 { return s.RefreshErrors }))
+	reg.Counter("velvetrope_checker_evictions_total", "Keys evicted from the table.", snap(func(s checker.Snapshot) uint64 { return s.Evictions }))
+	reg.Gauge("velvetrope_checker_keys", "Counter keys held in memory.", func() float64 { return float64(c.Snapshot().Keys) })
+	reg.Counter("velvetrope_producer_spilled_total", "Deltas written to the spill file.", func() float64 { return float64(prod.Spilled.Load()) })
+	reg.Gauge("velvetrope_producer_spill_records", "Deltas waiting in the spill file.", func() float64 { return float64(prod.SpillRecords()) })
+}
+
+func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
+	return fx.Options(
+		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
+		fx.Supply(app, logger),
+		fx.Provide(
+			newRedis,
+			newCounters,
+			func(lc fx.Lifecycle, app config.App, logger *slog.Logger, store *counters.Redis) (*aggregator.Kafka, error) {
+				if err := requireKafka(app); err != nil {
+					return nil, err
+				}
+				if app.ClickHouse.Addr == "" {
+					logger.Info("no ClickHouse configured: running without the analytics sink")
+				}
+				a, err := aggregator.NewKafka(aggregator.Config{Brokers: app.Kafka.Brokers, Topic: app.Kafka.Topic,
+					Partitions: app.Checker.TopicPartitions, Logger: logger}, store)
+				if err != nil {
+					return nil, err
+				}
+				lc.Append(fx.StartStopHook(a.Start, a.Stop))
+				return a, nil
+			},
+			func(lc fx.Lifecycle, app config.App, a *aggregator.Kafka, rc redis.UniversalClient) *httpapi.Server {
+				mux := http.NewServeMux()
+				reg := metrics.New()
+				reg.Counter("velvetrope_aggregator_batches_total", "Batches applied and committed.", func() float64 { return float64(a.Stats.Batches.Load()) })
+				reg.Counter("velvetrope_aggregator_deltas_applied_total", "Deltas applied to Redis.", func() float64 { return float64(a.Stats.Applied.Load()) })
+				reg.Counter("velvetrope_aggregator_deltas_skipped_total", "Copies skipped by the sequence check.", func() float64 { return float64(a.Stats.Skipped.Load()) })
+				reg.Counter("velvetrope_aggregator_bad_records_total", "Malformed records skipped.", func() float64 { return float64(a.Stats.Bad.Load()) })
+				reg.Counter("velvetrope_aggregator_redis_round_trips_total", "Redis round trips.", func() float64 { return float64(a.Stats.RoundTrips.Load()) })
+				reg.Counter("velvetrope_aggregator_redis_errors_total", "Failed applies (retried).", func() float64 { return float64(a.Stats.RedisErrors.Load()) })
+				reg.Counter("velvetrope_aggregator_apply_seconds_total", "Time spent applying.", func() float64 { return float64(a.Stats.ApplyNanos.Load()) / 1e9 })
+				mux.Handle("GET /metrics", reg)
+				httpapi.Health(mux, func() error {
+					if err := a.Ready(); err != nil {
+						return err
+					}
+					return rc.Ping(context.Background()).Err()
+				})
+				srv := httpapi.NewServer(app.HTTP.Addr, mux, app.HTTP.ReadTimeout, 10*time.Second)
+				lc.Append(fx.StartStopHook(srv.Start, srv.Stop))
+				return srv
+			},
+		),
+	)
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/httpapi"
+	"github.com/velvetrope/velvetrope/internal/testsvc"
+)
+
+func realApp(t *testing.T) config.App {
+	t.Helper()
+	app := config.DefaultApp()
+	app.HTTP.Addr = "127.0.0.1:0"
+	app.Redis.Addrs = []string{testsvc.Redis(t)}
+	app.Kafka.Brokers = []string{testsvc.Kafka(t)}
+	app.Kafka.Topic = testsvc.Unique("proc")
+	app.InstanceID = testsvc.Unique("c")
+	app.Checker.SpillPath = t.TempDir() + "/spill"
+	return app
+}
+
+// TestCheckerAndAggregatorProcesses starts both process graphs against the
+// real Redis and Kafka and checks their HTTP surfaces.
+func TestCheckerAndAggregatorProcesses(t *testing.T) {
+	app := realApp(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var agg *httpapi.Server
+	aggApp := fxtest.New(t, aggregatorModule(app, quiet), fx.Populate(&agg))
+	aggApp.RequireStart()
+	defer aggApp.RequireStop()
+	var chk *httpapi.Server
+	chkApp := fxtest.New(t, checkerModule(app, quiet), fx.Populate(&chk))
+	chkApp.RequireStart()
+	defer chkApp.RequireStop()
+
+	body := `{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}],"hits":1}`
+	resp, err := http.Post("http://"+chk.Addr()+"/v1/check", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got httpapi.CheckResponse
+	json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	if got.Decision != "allow" || got.Statuses[0].Remaining != 99 {
+		t.Fatalf("check: %+v", got)
+	}
+	for _, url := range []string{"http://" + chk.Addr() + "/metrics", "http://" + agg.Addr() + "/metrics", "http://" + agg.Addr() + "/healthz"} {
+		r, err := http.Get(url)
+		if err != nil || r.StatusCode != 200 {
+			t.Fatalf("%s: %v %v", url, r, err)
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if strings.Contains(url, "metrics") && !strings.Contains(string(b), "velvetrope_") {
+			t.Fatalf("%s: no velvetrope_ metrics:\n%s", url, b)
+		}
+	}
+}
+
+func TestProcessesNeedTheirBackends(t *testing.T) {
+	app := config.DefaultApp()
+	app.HTTP.Addr = "127.0.0.1:0"
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for name, mod := range map[string]func(config.App, *slog.Logger) fx.Option{"checker": checkerModule, "aggregator": aggregatorModule} {
+		var srv *httpapi.Server
+		a := fx.New(mod(app, quiet), fx.Populate(&srv))
+		if err := a.Err(); err == nil || !strings.Contains(err.Error(), "VELVETROPE_REDIS_ADDRS") {
+			t.Fatalf("%s without Redis: %v", name, err)
+		}
+	}
+}

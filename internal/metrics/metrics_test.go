@@ -1,0 +1,31 @@
+package metrics
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func TestExposition(t *testing.T) {
+	r := New()
+	n := 41.0
+	r.Counter("velvetrope_b_total", "B things.", func() float64 { return n })
+	r.Gauge("velvetrope_a", "A level.", func() float64 { return 2.5 })
+	n++
+	rec := httptest.NewRecorder()
+	r.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	want := "# HELP velvetrope_a A level.\n# TYPE velvetrope_a gauge\nvelvetrope_a 2.5\n" +
+		"# HELP velvetrope_b_total B things.\n# TYPE velvetrope_b_total counter\nvelvetrope_b_total 42\n"
+	if got := rec.Body.String(); got != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", got, want)
+	}
+	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
+		t.Fatalf("content type %q", ct)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a name without the prefix was accepted")
+		}
+	}()
+	r.Counter("other_total", "x", func() float64 { return 0 })
+}
