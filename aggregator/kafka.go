@@ -61,8 +61,8 @@ func (c *Config) defaults() error {
 // Stats are the aggregator's counters, for metrics.
 type Stats struct {
 	Batches, Applied, Skipped, Bad atomic.Uint64
-	RoundTrips, RedisErrors       atomic.Uint64
-	ApplyNanos                    atomic.Uint64 // total time spent applying
+	RoundTrips, RedisErrors        atomic.Uint64
+	ApplyNanos                     atomic.Uint64 // total time spent applying
 }
 
 // Kafka consumes deltas with a kafka-go consumer group and applies them to
