@@ -28,7 +28,9 @@ func New() *Registry { return &Registry{metrics: map[string]metric{}} }
 
 // Counter registers a monotonic counter read from value. Names must start
 // with "velvetrope_" and be unique; a second registration replaces the first.
-func (r *Registry) Counter(name, help string, value func() float64) { r.add(name, help, "counter", value) }
+func (r *Registry) Counter(name, help string, value func() float64) {
+	r.add(name, help, "counter", value)
+}
 
 // Gauge registers a gauge read from value.
 func (r *Registry) Gauge(name, help string, value func() float64) { r.add(name, help, "gauge", value) }
