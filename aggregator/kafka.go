@@ -84,6 +84,8 @@ type Kafka struct {
 	afterApply func()
 
 	Stats Stats
+	// Accuracy is the realised accuracy of the limits the deltas report.
+	Accuracy *Accuracy
 }
 
 // NewKafka returns an aggregator of cfg's topic into store.
@@ -94,7 +96,7 @@ func NewKafka(cfg Config, store *counters.Redis) (*Kafka, error) {
 	if store == nil {
 		return nil, errors.New("aggregator: a counter store is required")
 	}
-	return &Kafka{cfg: cfg, store: store}, nil
+	return &Kafka{cfg: cfg, store: store, Accuracy: NewAccuracy(100_000)}, nil
 }
 
 // Start creates the topic if it is missing (the aggregator may start
@@ -133,6 +135,10 @@ func (a *Kafka) loop(ctx context.Context) {
 		}
 		a.joined.Store(true)
 		a.applyWithRetry(ctx, batch)
+		now := time.Now().UnixNano()
+		for _, x := range batch {
+			a.Accuracy.Observe(x.Delta, now)
+		}
 		if a.afterApply != nil {
 			a.afterApply()
 		}
@@ -197,6 +203,14 @@ func (a *Kafka) applyWithRetry(ctx context.Context, batch []counters.Delivered) 
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// Lag returns how many messages the consumer is behind.
+func (a *Kafka) Lag() int64 {
+	if a.cons == nil {
+		return 0
+	}
+	return a.cons.Lag()
 }
 
 // Stop ends the loop after the batch in hand is applied and committed,

@@ -113,3 +113,7 @@ func (c *KafkaConsumer) Commit(ctx context.Context, msgs ...Message) error {
 
 // Close implements [Consumer].
 func (c *KafkaConsumer) Close(context.Context) error { return c.r.Close() }
+
+// Lag returns how many messages the consumer is behind the end of its
+// partitions, as of its last fetch.
+func (c *KafkaConsumer) Lag() int64 { return c.r.Lag() }

@@ -21,6 +21,8 @@ type Registry struct {
 type metric struct {
 	help, kind string
 	value      func() float64
+	label      string
+	values     func() map[string]float64
 }
 
 // New returns an empty registry.
@@ -60,7 +62,40 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	var b strings.Builder
 	for i, n := range names {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %g\n", n, ms[i].help, n, ms[i].kind, n, ms[i].value())
+		m := ms[i]
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", n, m.help, n, m.kind)
+		if m.values == nil {
+			fmt.Fprintf(&b, "%s %g\n", n, m.value())
+			continue
+		}
+		vals := m.values()
+		keys := make([]string, 0, len(vals))
+		for k := range vals {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&b, "%s{%s=\"%s\"} %g\n", n, m.label, escape(k), vals[k])
+		}
 	}
 	_, _ = w.Write([]byte(b.String()))
+}
+
+// Labeled registers a metric with one label, its values read from values
+// (label value → sample) when scraped.
+func (r *Registry) Labeled(name, help, kind, label string, values func() map[string]float64) {
+	if kind != "counter" && kind != "gauge" {
+		panic("metrics: kind must be counter or gauge")
+	}
+	r.add(name, help, kind, nil)
+	r.mu.Lock()
+	m := r.metrics[name]
+	m.label, m.values = label, values
+	r.metrics[name] = m
+	r.mu.Unlock()
+}
+
+// escape quotes a label value.
+func escape(v string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(v)
 }

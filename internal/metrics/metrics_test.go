@@ -22,6 +22,17 @@ func TestExposition(t *testing.T) {
 	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
 		t.Fatalf("content type %q", ct)
 	}
+	r2 := New()
+	r2.Labeled("velvetrope_over_total", "Over.", "counter", "rule", func() map[string]float64 {
+		return map[string]float64{"api:b": 2, `api:"a"`: 1}
+	})
+	rec = httptest.NewRecorder()
+	r2.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	want = "# HELP velvetrope_over_total Over.\n# TYPE velvetrope_over_total counter\n" +
+		"velvetrope_over_total{rule=\"api:\\\"a\\\"\"} 1\nvelvetrope_over_total{rule=\"api:b\"} 2\n"
+	if got := rec.Body.String(); got != want {
+		t.Fatalf("labeled: got:\n%s\nwant:\n%s", got, want)
+	}
 	defer func() {
 		if recover() == nil {
 			t.Fatal("a name without the prefix was accepted")
