@@ -22,6 +22,7 @@ type MemStore struct {
 	seen map[seqKey]uint64
 
 	down atomic.Bool // SetUnavailable: every call fails
+	sync memSync     // mode: sync decisions, on the exact limiter
 
 	// Applied and Skipped count deltas applied and dropped as copies.
 	Applied, Skipped atomic.Uint64

@@ -230,3 +230,23 @@ func (b LeakyBucket) idleAt(s *State) int64 { return bucketIdleAt(s, b.Capacity,
 func (b LeakyBucket) restore(s *State, idleAt, now int64) {
 	bucketRestore(s, b.Capacity, b.Leak, idleAt, now)
 }
+
+// bucketRefund puts cost back, up to the capacity.
+func bucketRefund(s *State, capacity int64, r Rate, now, cost int64) {
+	if !s.set {
+		return
+	}
+	bal, carry, at := fill(s, capacity, r, now)
+	bal = min(capacity, bal+cost)
+	if bal == capacity {
+		carry = 0
+	}
+	s.v, s.frac, s.at = bal, carry, at
+}
+
+func (b TokenBucket) refund(s *State, now, cost int64) {
+	bucketRefund(s, b.Capacity, b.Refill, now, cost)
+}
+func (b LeakyBucket) refund(s *State, now, cost int64) {
+	bucketRefund(s, b.Capacity, b.Leak, now, cost)
+}

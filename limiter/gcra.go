@@ -125,3 +125,19 @@ func (g GCRA) Raise(s *State, tat int64) {
 		s.set, s.v, s.frac = true, tat, 0
 	}
 }
+
+// refund moves the TAT back by cost × T (exactly), never before now.
+func (g GCRA) refund(s *State, now, cost int64) {
+	if !s.set {
+		return
+	}
+	q, r, _ := mul(cost, int64(g.Rate.Period)).div(g.Rate.Tokens)
+	nt, nf := s.v-q, s.frac-r
+	if nf < 0 {
+		nt, nf = nt-1, nf+g.Rate.Tokens
+	}
+	if nt < now {
+		nt, nf = now, 0
+	}
+	s.v, s.frac = nt, nf
+}

@@ -431,3 +431,25 @@ func changed(e *entry, alg Algorithm, now int64) State {
 	change(tmp, alg, now)
 	return tmp.st
 }
+
+// RefundAt gives back cost that an earlier AllowAt charged key under alg
+// (a request refused by another of its limits charges nothing). It never
+// leaves the key better off than fresh.
+func (k *Keyed) RefundAt(key string, alg Algorithm, now, cost int64) error {
+	if cost < 0 {
+		return ErrNegativeCost
+	}
+	h := maphash.String(k.seed, key)
+	sh := &k.shards[h&k.mask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.keys[h]
+	if e != nil && e.key != key {
+		e = sh.spill[key]
+	}
+	if e == nil || e.alg != alg || cost == 0 {
+		return nil
+	}
+	alg.refund(&e.st, now, cost)
+	return nil
+}

@@ -210,3 +210,31 @@ func TestKeyedPeekChangesNothing(t *testing.T) {
 		})
 	}
 }
+
+func TestKeyedRefund(t *testing.T) {
+	algs := []Algorithm{
+		TokenBucket{Capacity: 5, Refill: PerSecond(1)}, GCRA{Burst: 5, Rate: PerSecond(3)},
+		LeakyBucket{Capacity: 5, Leak: PerSecond(1)}, FixedWindow{Limit: 5, Window: time.Second},
+		SlidingWindow{Limit: 5, Window: time.Second}, SlidingLog{Limit: 5, Window: time.Second},
+	}
+	for _, alg := range algs {
+		t.Run(typeName(alg), func(t *testing.T) {
+			k, _ := NewKeyed()
+			k.AllowAt("a", alg, w0, 2, "")
+			before, _ := k.PeekAt("a", alg, w0+1, 0)
+			k.AllowAt("a", alg, w0+1, 3, "")
+			if err := k.RefundAt("a", alg, w0+1, 3); err != nil {
+				t.Fatal(err)
+			}
+			after, _ := k.PeekAt("a", alg, w0+1, 0)
+			if after.Remaining != before.Remaining {
+				t.Fatalf("refund: remaining %d, before the charge %d", after.Remaining, before.Remaining)
+			}
+			// never better than fresh
+			k.RefundAt("a", alg, w0+1, 100)
+			if d, _ := k.PeekAt("a", alg, w0+1, 0); d.Remaining > 5 {
+				t.Fatalf("refund above capacity: %d", d.Remaining)
+			}
+		})
+	}
+}

@@ -139,3 +139,20 @@ func (g *slog) clone() *slog {
 	c.cost = append([]int64(nil), g.cost[g.head:]...)
 	return c
 }
+
+// refund removes the newest logged hit of exactly cost.
+func (l SlidingLog) refund(s *State, _, cost int64) {
+	g := s.log
+	if g == nil {
+		return
+	}
+	for i := len(g.ts) - 1; i >= g.head; i-- {
+		if g.cost[i] == cost {
+			copy(g.ts[i:], g.ts[i+1:])
+			copy(g.cost[i:], g.cost[i+1:])
+			g.ts, g.cost = g.ts[:len(g.ts)-1], g.cost[:len(g.cost)-1]
+			g.sum -= cost
+			return
+		}
+	}
+}

@@ -40,4 +40,7 @@ type Algorithm interface {
 	// restore makes s at least as restrictive as a state that becomes fresh
 	// at idleAt, as seen at now.
 	restore(s *State, idleAt, now int64)
+	// refund gives back cost charged at or before now (never above a fresh
+	// state).
+	refund(s *State, now, cost int64)
 }

@@ -258,3 +258,25 @@ func (w SlidingWindow) restore(s *State, idleAt, now int64) {
 		s.at, s.v, s.prev = start, 0, w.Limit
 	}
 }
+
+// refund takes cost out of the current window's count.
+func (f FixedWindow) refund(s *State, now, cost int64) {
+	if s.set && s.at == windowStart(now, int64(f.Window)) {
+		s.v = max(0, s.v-cost)
+	}
+}
+
+// refund takes cost out of the window it was counted in: the current one,
+// or the previous one if the window rolled since.
+func (w SlidingWindow) refund(s *State, now, cost int64) {
+	if !s.set {
+		return
+	}
+	W := int64(w.Window)
+	switch ws := windowStart(now, W); {
+	case ws == s.at:
+		s.v = max(0, s.v-cost)
+	case ws == s.at+W: // rolled: the charge is now the previous window
+		s.at, s.prev, s.v = ws, max(0, s.v-cost), 0
+	}
+}

@@ -1,0 +1,131 @@
+package checker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/limiter"
+)
+
+// SyncRequest is one exact decision made inside the counter store, for a
+// `mode: sync` rule: the store runs the rule's algorithm atomically, on its
+// own clock.
+type SyncRequest struct {
+	Key       string // counter key
+	Algorithm string // "" (Envoy), fixed_window, sliding_window, token_bucket, gcra, leaky_bucket, sliding_log
+	Limit     int64  // per window (windows, log), or the bucket capacity (buckets)
+	Window    int64  // window length, or the rate's period (ns)
+	Tokens    int64  // buckets: tokens per Window
+	Cost      int64
+	// RequestID, when set, makes the decision idempotent for IdempotencyTTL:
+	// a retry gets the stored answer and is not charged again.
+	RequestID      string
+	IdempotencyTTL time.Duration
+	// Now pins the store's clock (unix ns) for conformance tests; 0 means
+	// the store's own time (Redis TIME), always in production.
+	Now int64
+}
+
+// SyncResult is the store's decision. Token identifies what was charged,
+// for a refund.
+type SyncResult struct {
+	Allowed    bool
+	Remaining  int64
+	ResetAfter time.Duration
+	RetryAfter time.Duration // limiter.Never when waiting cannot help
+	Token      string
+}
+
+// SyncStore is implemented by counter stores that can run `mode: sync`
+// decisions.
+type SyncStore interface {
+	ChargeSync(ctx context.Context, q *SyncRequest) (SyncResult, error)
+	RefundSync(ctx context.Context, q *SyncRequest, token string) error
+}
+
+// syncAlgorithm is the limiter algorithm a sync request stands for: the
+// in-memory store runs exactly it, and the Redis scripts must agree.
+func syncAlgorithm(q *SyncRequest) (limiter.Algorithm, error) {
+	rate := limiter.Rate{Tokens: q.Tokens, Period: time.Duration(q.Window)}
+	w := time.Duration(q.Window)
+	switch q.Algorithm {
+	case "":
+		return limiter.FixedWindow{Limit: q.Limit, Window: w, ChargeDenied: true}, nil
+	case "fixed_window":
+		return limiter.FixedWindow{Limit: q.Limit, Window: w}, nil
+	case "sliding_window":
+		return limiter.SlidingWindow{Limit: q.Limit, Window: w}, nil
+	case "sliding_log":
+		return limiter.SlidingLog{Limit: q.Limit, Window: w}, nil
+	case "token_bucket":
+		return limiter.TokenBucket{Capacity: q.Limit, Refill: rate}, nil
+	case "gcra":
+		return limiter.GCRA{Burst: q.Limit, Rate: rate}, nil
+	case "leaky_bucket":
+		return limiter.LeakyBucket{Capacity: q.Limit, Leak: rate}, nil
+	}
+	return nil, fmt.Errorf("checker: sync: unknown algorithm %q", q.Algorithm)
+}
+
+// SyncRequestFor builds the sync request of rule r for cost.
+func SyncRequestFor(r *config.Rule, key string, cost int64) SyncRequest {
+	q := SyncRequest{Key: key, Algorithm: r.Algorithm, Limit: r.Capacity(), Window: int64(r.Window), Cost: cost}
+	switch r.Algorithm {
+	case "token_bucket", "gcra", "leaky_bucket":
+		q.Tokens = r.Limit
+	}
+	return q
+}
+
+// memSync is MemStore's sync state: the exact limiter itself.
+type memSync struct {
+	once  sync.Once
+	keyed *limiter.Keyed
+}
+
+// ChargeSync implements [SyncStore] with limiter.Keyed: the reference the
+// Redis scripts are tested against.
+func (s *MemStore) ChargeSync(_ context.Context, q *SyncRequest) (SyncResult, error) {
+	if err := s.check(); err != nil {
+		return SyncResult{}, err
+	}
+	alg, err := syncAlgorithm(q)
+	if err != nil {
+		return SyncResult{}, err
+	}
+	s.sync.once.Do(func() {
+		s.sync.keyed, _ = limiter.NewKeyed(limiter.WithIdempotency(time.Hour, 1<<16))
+	})
+	now := q.Now
+	if now == 0 {
+		now = time.Now().UnixNano()
+	}
+	d, err := s.sync.keyed.AllowAt(syncKey(q), alg, now, q.Cost, q.RequestID)
+	if err != nil && !errors.Is(err, limiter.ErrCostExceedsLimit) {
+		return SyncResult{}, err
+	}
+	return SyncResult{Allowed: d.Allowed, Remaining: d.Remaining, ResetAfter: max(d.ResetAfter, 0),
+		RetryAfter: d.RetryAfter, Token: fmt.Sprint(now)}, nil
+}
+
+// RefundSync implements [SyncStore].
+func (s *MemStore) RefundSync(_ context.Context, q *SyncRequest, _ string) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	alg, err := syncAlgorithm(q)
+	if err != nil || s.sync.keyed == nil {
+		return err
+	}
+	now := q.Now
+	if now == 0 {
+		now = time.Now().UnixNano()
+	}
+	return s.sync.keyed.RefundAt(syncKey(q), alg, now, q.Cost)
+}
+
+func syncKey(q *SyncRequest) string { return q.Algorithm + "|" + q.Key }

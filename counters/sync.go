@@ -1,0 +1,95 @@
+package counters
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/limiter"
+)
+
+// Keys of `mode: sync` counters, in the counter's hash tag:
+//
+//	<stem>:s:<window start µs>  STRING  window count (fixed, Envoy, sliding window)
+//	<stem>:g                    STRING  TAT in µs (token bucket, GCRA, leaky bucket)
+//	<stem>:l / <stem>:lm        ZSET / HASH  sliding log hits / sum, clock, sequence
+//	<stem>:r:<request id>       STRING  stored answer of an idempotent request
+func (r *Redis) syncKeys(q *checker.SyncRequest) []string {
+	stem := r.base(q.Key + "|" + q.Algorithm)
+	rid := stem + ":r:" + q.RequestID
+	switch q.Algorithm {
+	case "token_bucket", "gcra", "leaky_bucket":
+		return []string{stem + ":g", rid}
+	case "sliding_log":
+		return []string{stem + ":l", stem + ":lm", rid}
+	}
+	return []string{stem + ":s", rid}
+}
+
+// ChargeSync implements checker.SyncStore: the rule's algorithm, atomic in
+// one script, on the Redis server's clock.
+func (r *Redis) ChargeSync(ctx context.Context, q *checker.SyncRequest) (checker.SyncResult, error) {
+	us := int64(time.Microsecond)
+	ttl := int64(0)
+	if q.RequestID != "" {
+		ttl = max(int64(q.IdempotencyTTL/time.Millisecond), 1)
+	}
+	keys := r.syncKeys(q)
+	var cmd *redis.Cmd
+	switch q.Algorithm {
+	case "", "fixed_window", "sliding_window":
+		kind := map[string]string{"": "e", "fixed_window": "f", "sliding_window": "s"}[q.Algorithm]
+		cmd = syncWindow.Run(ctx, r.c, keys, q.Now/us, ttl, kind, q.Limit, q.Window/us, q.Cost)
+	case "token_bucket", "gcra", "leaky_bucket":
+		cmd = syncBucket.Run(ctx, r.c, keys, q.Now/us, ttl, q.Limit, q.Tokens, q.Window/us, q.Cost)
+	case "sliding_log":
+		cmd = syncLog.Run(ctx, r.c, keys, q.Now/us, ttl, q.Limit, q.Window/us, q.Cost)
+	default:
+		return checker.SyncResult{}, fmt.Errorf("counters: sync: unknown algorithm %q", q.Algorithm)
+	}
+	res, err := cmd.Result()
+	if err != nil {
+		return checker.SyncResult{}, unavailable("sync charge", err)
+	}
+	arr, ok := res.([]any)
+	if !ok || len(arr) != 5 {
+		return checker.SyncResult{}, fmt.Errorf("counters: sync charge answered %v", res)
+	}
+	v, err := ints(arr[:4])
+	if err != nil {
+		return checker.SyncResult{}, err
+	}
+	out := checker.SyncResult{Allowed: v[0] == 1, Remaining: v[1], ResetAfter: time.Duration(v[2] * us),
+		RetryAfter: time.Duration(v[3] * us)}
+	if v[3] < 0 {
+		out.RetryAfter = limiter.Never
+	}
+	switch t := arr[4].(type) {
+	case string:
+		out.Token = t
+	case int64:
+		out.Token = strconv.FormatInt(t, 10)
+	}
+	return out, nil
+}
+
+// RefundSync implements checker.SyncStore.
+func (r *Redis) RefundSync(ctx context.Context, q *checker.SyncRequest, token string) error {
+	keys := r.syncKeys(q)
+	kind, perToken := "w", 0.0
+	switch q.Algorithm {
+	case "token_bucket", "gcra", "leaky_bucket":
+		kind, perToken = "b", float64(q.Window/int64(time.Microsecond))/float64(q.Tokens)
+	case "sliding_log":
+		kind = "l"
+	}
+	if kind != "l" {
+		keys = keys[:1]
+		keys = append(keys, keys[0]) // a second key of the same slot keeps the script's arity
+	}
+	return unavailable("sync refund", syncRefund.Run(ctx, r.c, keys[:2], kind, token, q.Cost, perToken).Err())
+}

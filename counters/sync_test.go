@@ -1,0 +1,142 @@
+package counters
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/internal/testsvc"
+	"github.com/velvetrope/velvetrope/limiter"
+)
+
+type syncStep struct {
+	dtMS int64
+	cost int64
+}
+
+// syncCases are the conformance cases: each algorithm with parameters
+// whose per-token time is a whole number of microseconds (the scripts'
+// resolution), and a fixed walk of times and costs: refills, window
+// rollovers, refusals, probes, costs that never fit, clock standing still.
+func syncCases() []checker.SyncRequest {
+	return []checker.SyncRequest{
+		{Algorithm: "", Limit: 10, Window: int64(time.Second)},
+		{Algorithm: "fixed_window", Limit: 10, Window: int64(time.Second)},
+		{Algorithm: "sliding_window", Limit: 10, Window: int64(time.Second)},
+		{Algorithm: "token_bucket", Limit: 8, Tokens: 20, Window: int64(time.Second)},
+		{Algorithm: "gcra", Limit: 5, Tokens: 10, Window: int64(time.Second)},
+		{Algorithm: "leaky_bucket", Limit: 6, Tokens: 4, Window: int64(time.Second)},
+		{Algorithm: "sliding_log", Limit: 7, Window: int64(time.Second)},
+	}
+}
+
+func walk(seed uint64) []syncStep {
+	r := rand.New(rand.NewPCG(seed, 7))
+	steps := make([]syncStep, 250)
+	for i := range steps {
+		s := syncStep{cost: int64(r.IntN(5))}
+		switch r.IntN(6) {
+		case 0:
+			s.dtMS = int64(r.IntN(1200))
+		case 1:
+			s.dtMS = int64(r.IntN(60))
+		}
+		if r.IntN(25) == 0 {
+			s.cost = 12 // never fits
+		}
+		steps[i] = s
+	}
+	return steps
+}
+
+// TestSyncConformance runs the same steps through the exact in-process
+// limiter and through the Redis scripts (standalone and cluster) with the
+// scripts' clock pinned: decisions and remaining counts must be identical.
+func TestSyncConformance(t *testing.T) {
+	targets := map[string]redis.UniversalClient{}
+	if getenv(testsvc.EnvRedis) != "" {
+		targets["redis"] = redis.NewClient(&redis.Options{Addr: testsvc.Redis(t)})
+	}
+	if getenv(testsvc.EnvRedisCluster) != "" {
+		targets["cluster"] = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testsvc.RedisCluster(t)})
+	}
+	if len(targets) == 0 {
+		t.Skipf("%s is unset: the Redis side of the conformance suite needs `make test`", testsvc.EnvRedis)
+	}
+	ctx := context.Background()
+	for name, client := range targets {
+		defer client.Close()
+		for i, base := range syncCases() {
+			t.Run(name+"/"+algName(base.Algorithm), func(t *testing.T) {
+				store := NewRedis(client, testsvc.Unique("s"), 0)
+				mem := checker.NewMemStore()
+				now := w0 + 123*int64(time.Millisecond)
+				for j, st := range walk(uint64(i)) {
+					now += st.dtMS * int64(time.Millisecond)
+					q := base
+					q.Key, q.Cost, q.Now = "api:k|k=v", st.cost, now
+					want, err := mem.ChargeSync(ctx, &q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := store.ChargeSync(ctx, &q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got.Allowed != want.Allowed || got.Remaining != want.Remaining ||
+						(got.RetryAfter == limiter.Never) != (want.RetryAfter == limiter.Never) {
+						t.Fatalf("step %d (+%dms, cost %d): redis %+v, limiter %+v", j, st.dtMS, st.cost, got, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+func algName(a string) string {
+	if a == "" {
+		return "envoy"
+	}
+	return a
+}
+
+// TestSyncIdempotencyAndRefund: a retried request id is answered from the
+// store and not charged; a refund gives the hits back.
+func TestSyncIdempotencyAndRefund(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: testsvc.Redis(t)})
+	defer c.Close()
+	ctx := context.Background()
+	for _, base := range syncCases() {
+		t.Run(algName(base.Algorithm), func(t *testing.T) {
+			store := NewRedis(c, testsvc.Unique("i"), 0)
+			q := base
+			q.Key, q.Cost, q.Now = "api:k|k=v", 2, w0+int64(time.Millisecond)
+			q.RequestID, q.IdempotencyTTL = "req-1", time.Minute
+			first, err := store.ChargeSync(ctx, &q)
+			if err != nil || !first.Allowed {
+				t.Fatalf("first: %+v %v", first, err)
+			}
+			again, _ := store.ChargeSync(ctx, &q)
+			if again != first {
+				t.Fatalf("retry answered %+v, first %+v", again, first)
+			}
+			probe := q
+			probe.RequestID, probe.Cost = "", 0
+			p1, _ := store.ChargeSync(ctx, &probe)
+			if p1.Remaining != first.Remaining {
+				t.Fatalf("the retry was charged: remaining %d, after the first %d", p1.Remaining, first.Remaining)
+			}
+			if err := store.RefundSync(ctx, &q, first.Token); err != nil {
+				t.Fatal(err)
+			}
+			p2, _ := store.ChargeSync(ctx, &probe)
+			if p2.Remaining != first.Remaining+2 {
+				t.Fatalf("after refund: remaining %d, want %d", p2.Remaining, first.Remaining+2)
+			}
+		})
+	}
+}
