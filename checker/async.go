@@ -163,6 +163,7 @@ type Checker struct {
 	cfg      Config
 	rules    *config.Store
 	store    CounterStore
+	exact    SyncStore // the store, when it runs `mode: sync` algorithms itself
 	prod     events.Producer
 	clock    limiter.Clock
 	local    *limiter.Keyed
@@ -218,6 +219,7 @@ func New(cfg Config, rules *config.Store, cs CounterStore, prod events.Producer,
 	for i := range c.shards {
 		c.shards[i].keys = map[uint64]*entry{}
 	}
+	c.exact, _ = cs.(SyncStore)
 	if cfg.IdempotencyTTL > 0 {
 		c.idem = newIdempotency(int64(cfg.IdempotencyTTL), 1<<16)
 	}

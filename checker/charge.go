@@ -2,6 +2,8 @@ package checker
 
 import (
 	"context"
+
+	"github.com/velvetrope/velvetrope/limiter"
 )
 
 // The near band and `mode: sync`: one atomic store charge per descriptor,
@@ -49,8 +51,13 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 			continue
 		}
 		cost := s.cost
-		if denied && !s.w.req.ChargeDenied { // already refused: not worth a call
+		if denied && !s.w.req.ChargeDenied { // already refused: not worth a charge
 			s.skipped = true
+			if s.exact { // the store alone knows this counter: probe it for the status
+				q := s.w.sreq
+				q.Cost, q.RequestID = 0, ""
+				s.w.sres, s.w.err = c.exact.ChargeSync(ctx, &q)
+			}
 			continue
 		}
 		if cost > s.rule.Capacity() && !s.w.req.ChargeDenied { // can never fit: no call
@@ -59,11 +66,19 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 			continue
 		}
 		c.Stats.SyncCharges.Add(1)
-		q := s.w.req // a copy: the slots must not escape to the heap through the interface call
-		s.w.res, s.w.err = c.store.Charge(ctx, &q)
-		if s.w.err != nil {
-			c.failurePolicy(s, now, cost)
+		if s.exact {
+			q := s.w.sreq // a copy: the slots must not escape to the heap through the interface call
+			s.w.sres, s.w.err = c.exact.ChargeSync(ctx, &q)
 		} else {
+			q := s.w.req
+			s.w.res, s.w.err = c.store.Charge(ctx, &q)
+		}
+		switch {
+		case s.w.err != nil:
+			c.failurePolicy(s, now, cost)
+		case s.exact:
+			s.allowed, s.charged = s.w.sres.Allowed, s.w.sres.Allowed || s.w.req.ChargeDenied
+		default:
 			s.allowed, s.charged = s.w.res.Allowed, s.w.res.Allowed || s.w.req.ChargeDenied
 		}
 		if !s.allowed && !s.rule.Shadow {
@@ -75,6 +90,14 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 	}
 	for i := range slots { // a refused request charges nothing to algorithm rules
 		s := &slots[i]
+		if s.exact && s.w.err == nil && s.charged && !s.w.req.ChargeDenied {
+			c.Stats.Refunds.Add(1)
+			q := s.w.sreq
+			if err := c.exact.RefundSync(ctx, &q, s.w.sres.Token); err == nil {
+				s.charged = false
+			}
+			continue
+		}
 		if s.need == needSync && s.w.err == nil && s.charged && !s.w.req.ChargeDenied {
 			c.Stats.Refunds.Add(1)
 			q := s.w.req
@@ -82,6 +105,7 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 				s.charged = false
 				// the answer described the counter with this charge in it
 				s.w.res.Own -= s.cost
+				s.w.res.OwnSync -= s.cost
 				s.w.res.Cum -= s.cost
 				if s.w.req.Kind == KindWindow {
 					s.w.res.Total -= s.cost
@@ -125,6 +149,37 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 			c.degradedDecision(s, now, cost)
 			continue
 		}
+		if s.exact && s.skipped { // a probe: report it as the exact engine's peek would
+			res := s.w.sres
+			s.never = cost > s.rule.Capacity()
+			s.allowed = !s.never && cost <= res.Remaining
+			s.remaining, s.resetAfter = res.Remaining, res.ResetAfter
+			if s.allowed {
+				s.remaining -= cost
+			} else if s.never {
+				s.remaining = 0
+			}
+			s.shadowed = !s.allowed && s.rule.Shadow
+			c.countAnalytics(e, now, cost, false)
+			if c.shards[s.sh].markDirty(e) {
+				c.dirtyN.Add(1)
+			}
+			continue
+		}
+		if s.exact { // the store ran the algorithm: its answer is the status
+			res := s.w.sres
+			s.remaining, s.resetAfter = res.Remaining, res.ResetAfter
+			s.never = res.RetryAfter == limiter.Never
+			if !s.allowed && !s.never {
+				s.retryAfter = res.RetryAfter
+			}
+			s.shadowed = !s.allowed && s.rule.Shadow
+			c.countAnalytics(e, now, cost, s.allowed)
+			if c.shards[s.sh].markDirty(e) {
+				c.dirtyN.Add(1)
+			}
+			continue
+		}
 		if s.skipped { // report it as a peek from memory would
 			c.fillView(s, now)
 			s.allowed = cost <= s.remaining
@@ -161,22 +216,23 @@ func (c *Checker) answerWindow(s *slot, now, cost int64) {
 	e, res := s.e, s.w.res
 	if e.cur.start != s.w.req.Window { // the window rolled meanwhile: nothing to learn
 		if s.charged && e.prev.start == s.w.req.Window {
-			e.prev.emitted += cost // the store counted it in that window
+			e.prev.charged += cost // the store counted it in that window
 		}
 		return
 	}
-	if !e.answered { // rebase a key created again: the store knows our earlier part
-		before := res.Own
+	if !e.answered { // rebase a key created again: the store knows our earlier parts
+		before := res.OwnSync
 		if s.charged {
 			before -= cost
 		}
-		e.cur.emitted = max(e.cur.emitted, before)
+		e.cur.emitted = max(e.cur.emitted, res.OwnMem)
+		e.cur.charged = max(e.cur.charged, before)
 	}
 	e.cur.total, e.cur.own, e.cur.known = res.Total, res.Own, true
 	if s.w.req.Sliding && e.prev.start == e.cur.start-s.w.req.WindowNanos {
 		e.prev.total, e.prev.own, e.prev.known = res.PrevTotal, res.PrevOwn, true
 	}
-	c.learn(e, now, e.cur.others(), e.cur.emitted, res.Instances)
+	c.learn(e, now, e.cur.others(), e.cur.mine(), res.Instances)
 	if s.charged {
 		c.countApplied(e, now, cost, s.allowed)
 	} else {
@@ -203,11 +259,12 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 	e, res := s.e, s.w.res
 	g := gcraOf(s.rule)
 	if !e.answered {
-		before := res.Own
+		before := res.OwnSync
 		if s.charged {
 			before -= cost
 		}
-		e.cum = max(e.cum, before)
+		e.cum = max(e.cum, res.OwnMem)
+		e.cumCharged = max(e.cumCharged, before)
 	}
 	if s.charged {
 		g.AllowAt(&e.gs, now, cost) // own exact view, before the store's raise
@@ -216,8 +273,8 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 		c.countDenied(e, now, cost)
 	}
 	e.storeCum, e.storeOwnCum = res.Cum, res.Own
-	g.Raise(&e.gs, res.Total+span(max(0, e.cum-res.Own), int64(s.rule.Window), s.rule.Limit))
-	c.learn(e, now, res.Cum-res.Own, e.cum, res.Instances)
+	g.Raise(&e.gs, res.Total+span(max(0, e.cum-res.OwnMem), int64(s.rule.Window), s.rule.Limit))
+	c.learn(e, now, res.Cum-res.Own, e.cum+e.cumCharged, res.Instances)
 	probeState := e.gs
 	probe, _ := g.AllowAt(&probeState, now, 0)
 	s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
@@ -266,12 +323,13 @@ func (c *Checker) fillView(s *slot, now int64) {
 
 // countApplied records consumption the store already applied (a charge).
 func (c *Checker) countApplied(e *entry, now, cost int64, allowed bool) {
+	e.observe(now, cost)
 	p := &e.pendApplied
 	if e.kind == KindWindow {
 		p.window = e.cur.start // roll() emitted any earlier window's charges
-		e.cur.emitted += cost
+		e.cur.charged += cost
 	} else {
-		e.cum += cost
+		e.cumCharged += cost
 	}
 	p.tally(now, cost, allowed)
 	p.counted += uint64(cost)
@@ -286,4 +344,28 @@ func (c *Checker) countDenied(e *entry, now, cost int64) {
 	p.add(now)
 	p.deniedCount++
 	p.deniedCost += uint64(cost)
+}
+
+// prepareExact readies a `mode: sync` decision that the store runs whole
+// (requires the lock).
+func (c *Checker) prepareExact(s *slot, req *Request, cost int64) {
+	s.need, s.exact = needSync, true
+	if s.w == nil {
+		s.w = c.works.Get().(*syncWork)
+	}
+	*s.w = syncWork{sreq: SyncRequestFor(s.rule, s.e.key, cost)}
+	s.w.req.ChargeDenied = s.rule.Algorithm == "" // Envoy semantics: every call counts
+	if req.RequestID != "" {
+		s.w.sreq.RequestID, s.w.sreq.IdempotencyTTL = req.RequestID, c.cfg.IdempotencyTTL
+	}
+}
+
+// countAnalytics records a decision the store applied itself (`mode:
+// sync`): emitted as already applied, for analytics only.
+func (c *Checker) countAnalytics(e *entry, now, cost int64, allowed bool) {
+	p := &e.pendApplied
+	if e.kind == KindWindow {
+		p.window = e.cur.start
+	}
+	p.tally(now, cost, allowed)
 }

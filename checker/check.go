@@ -241,6 +241,9 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 		s.remaining = 0 // as the exact limiter reports a cost it can never admit
 		sh.markDirty(e)
 		return
+	case r.Mode == "sync" && c.exact != nil:
+		c.prepareExact(s, req, cost)
+		return
 	case r.Mode == "sync":
 		c.prepareCharge(s, now, cost)
 		return
@@ -276,8 +279,12 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 	default:
 		// Until two store answers have taught the key's global rate, the
 		// others' in-flight consumption cannot be bounded: stay near.
-		near := e.answers < 2 || remaining-pred-cost < c.threshold(e, ceiling)
-		if near {
+		th := c.threshold(e, ceiling)
+		room := remaining - pred - cost - th
+		// A young key stays near: its other users may not have reached the
+		// store yet (two checkers starting together each see one instance),
+		// and two answers are needed before its rate is known.
+		if room < 0 || e.answers < 2 || now-e.created < int64(c.cfg.MinRefresh+c.cfg.PipelineLag) {
 			sh.stats.near++
 			if r.NearLimit == "sync" {
 				c.prepareCharge(s, now, cost)
@@ -285,11 +292,22 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 			}
 		} else {
 			sh.stats.far++
+			// Re-read before the key can reach its band at the rate it goes
+			// now: a key that speeds up is refreshed sooner than the
+			// refresher planned. Checked once per live-rate window.
+			if e.recheck {
+				e.recheck = false
+				if rate := c.rate(e); rate > 0 {
+					if due := now + max(room*int64(time.Second)/rate/2, int64(c.cfg.RefreshTick)); due < e.nextRefresh {
+						sh.schedule(e, due)
+					}
+				}
+			}
 		}
 		if e.kind == KindWindow {
 			c.decideWindow(s, v, now, cost)
 		} else {
-			c.decideTAT(s, try, remaining, pred, now, cost)
+			c.decideTAT(s, try, remaining, now, cost)
 		}
 	}
 	if !s.allowed && r.Shadow {
@@ -365,7 +383,7 @@ func (c *Checker) create(sh *shard, s *slot, req *Request, now int64) *entry {
 		}
 	}
 	e := &entry{key: string(config.AppendCounterKey(nil, s.rule, es)), vals: vals, desc: descText(es),
-		hash: s.h, rule: s.rule, kind: kindOf(s.rule), heapIdx: -1, answerRemaining: -1}
+		hash: s.h, rule: s.rule, kind: kindOf(s.rule), heapIdx: -1, answerRemaining: -1, created: now}
 	if sh.tombs != nil {
 		i, j := tombSlots(s.h, len(sh.tombs))
 		if t := min(sh.tombs[i], sh.tombs[j]); t > now {
@@ -503,7 +521,7 @@ func (c *Checker) status(st *Status, s *slot, denied bool) {
 	rem := s.remaining
 	// A peek reported what would remain after the request; nothing was
 	// charged after all. (Store answers already describe the counter as it is.)
-	if denied && s.allowed && !s.charged && (s.need == needMemory || s.need == needLocal || s.skipped) {
+	if denied && s.allowed && !s.charged && (s.need == needMemory || s.need == needLocal || s.skipped || s.exact) {
 		rem += cost
 		if s.need == needMemory {
 			s.resetAfter = s.resetBefore
@@ -546,7 +564,9 @@ func (c *Checker) releaseWork(slots []slot) {
 
 // syncWork is one store charge of a Check.
 type syncWork struct {
-	req ChargeRequest
-	res ChargeResult
-	err error
+	req  ChargeRequest
+	res  ChargeResult
+	sreq SyncRequest // mode: sync
+	sres SyncResult
+	err  error
 }

@@ -34,6 +34,7 @@ type slot struct {
 	allowed    bool // this descriptor admits the request
 	budgetOK   bool // local_budget would admit it if the store is down
 	skipped    bool // a store charge not made: the request was already refused
+	exact      bool // mode: sync, run whole by the store (SyncStore)
 	charged    bool // consumption already recorded (Envoy semantics, sync)
 	degraded   bool
 	shadowed   bool
@@ -136,7 +137,7 @@ func (c *Checker) windowView(e *entry, now int64) view {
 	if !e.cur.known {
 		v.pred += e.othersRate * min(now-e.cur.start, W) / int64(time.Second)
 	}
-	cur := e.cur.emitted + e.cur.others()
+	cur := e.cur.mine() + e.cur.others()
 	if r.Algorithm != "sliding_window" {
 		v.used = cur
 		v.remaining = max(0, v.ceiling-cur)
@@ -144,7 +145,7 @@ func (c *Checker) windowView(e *entry, now int64) view {
 	}
 	prev := int64(0)
 	if e.prev.start == e.cur.start-W {
-		prev = e.prev.emitted + e.prev.others()
+		prev = e.prev.mine() + e.prev.others()
 	}
 	el := min(max(now-e.cur.start, 0), W)
 	// remaining = floor((C·W − prev·(W−el) − cur·W) / W)
@@ -165,9 +166,27 @@ func (c *Checker) windowView(e *entry, now int64) view {
 // plus one pipeline lag, times the safety factor.
 func (c *Checker) threshold(e *entry, ceiling int64) int64 {
 	th := max(c.cfg.NearFloor, ceiling*c.cfg.NearFloorPercent/100)
-	rate := e.othersRate + e.ownRate // hits per second
-	window := int64(c.cfg.MinRefresh + c.cfg.PipelineLag)
-	return max(th, rate*window/int64(time.Second)*c.cfg.SafetyPercent/100)
+	k := int64(c.cfg.MinRefresh+c.cfg.PipelineLag) * c.cfg.SafetyPercent / 100 // ns of fleet consumption to cover
+	// learned rates (and the last full live window): one division by a constant
+	learned := max(e.othersRate, e.live*int64(e.instances-1)) + max(e.ownRate, e.live)
+	th = max(th, learned*(k/int64(time.Millisecond))/1000)
+	// the live window in progress: a burst counts at once, every instance
+	// assumed to go as fast
+	if e.liveHits > 0 {
+		th = max(th, e.liveHits*int64(e.instances)*k/max(e.used-e.liveFrom, int64(time.Millisecond)))
+	}
+	return th
+}
+
+// rate is the fleet's rate on e in hits per second: the learned one, or —
+// when this instance goes faster than that — its live rate, with every
+// other instance assumed to go as fast.
+func (c *Checker) rate(e *entry) int64 {
+	live := e.live
+	if e.liveHits > 0 && e.liveFrom > 0 { // the window in progress: a burst counts at once
+		live = max(live, e.liveHits*int64(time.Second)/max(e.used-e.liveFrom, int64(time.Millisecond)))
+	}
+	return max(e.othersRate, live*int64(e.instances-1)) + max(e.ownRate, live)
 }
 
 // decideWindow decides s from memory for a window key (requires the lock).
@@ -177,8 +196,10 @@ func (c *Checker) decideWindow(s *slot, v view, now, cost int64) {
 	W := int64(r.Window)
 	fits := cost <= v.ceiling
 	// cost <= floor(x) exactly when cost <= x: the floored remaining of the
-	// sliding window decides as the exact weighted comparison does.
-	s.allowed = fits && cost+v.pred <= v.remaining
+	// sliding window decides as the exact weighted comparison does. The
+	// prediction chose the band; a decision counts only consumption known
+	// to have happened, so no rule refuses below its limit on a guess.
+	s.allowed = fits && cost <= v.remaining
 	s.remaining = v.remaining
 	if s.allowed {
 		s.remaining -= cost
@@ -204,7 +225,7 @@ func (c *Checker) decideWindow(s *slot, v view, now, cost int64) {
 
 func (c *Checker) windowReset(e *entry, now int64, charged bool, cost int64) time.Duration {
 	W := int64(e.rule.Window)
-	cur := e.cur.emitted + e.cur.others()
+	cur := e.cur.mine() + e.cur.others()
 	if charged {
 		cur += cost
 	}
@@ -212,7 +233,7 @@ func (c *Checker) windowReset(e *entry, now int64, charged bool, cost int64) tim
 		switch {
 		case cur > 0:
 			return time.Duration(e.cur.start + 2*W - now)
-		case e.prev.start == e.cur.start-W && e.prev.emitted+e.prev.others() > 0:
+		case e.prev.start == e.cur.start-W && e.prev.mine()+e.prev.others() > 0:
 			return time.Duration(e.cur.start + W - now)
 		}
 		return 0
@@ -231,10 +252,10 @@ func (c *Checker) windowRetry(e *entry, v view, now, cost int64) time.Duration {
 	if e.rule.Algorithm != "sliding_window" {
 		return time.Duration(end - now)
 	}
-	cur := e.cur.emitted + e.cur.others()
+	cur := e.cur.mine() + e.cur.others()
 	prev := int64(0)
 	if e.prev.start == e.cur.start-W {
-		prev = e.prev.emitted + e.prev.others()
+		prev = e.prev.mine() + e.prev.others()
 	}
 	el := min(max(now-e.cur.start, 0), W)
 	if cur <= v.ceiling-cost && prev > 0 {
@@ -262,9 +283,9 @@ func (c *Checker) windowRetry(e *entry, v view, now, cost int64) time.Duration {
 }
 
 // decideTAT decides s from memory for a bucket key (requires the lock).
-func (c *Checker) decideTAT(s *slot, try limiter.Decision, before, pred, now, cost int64) {
+func (c *Checker) decideTAT(s *slot, try limiter.Decision, before, now, cost int64) {
 	e := s.e
-	s.allowed = try.Allowed && cost+pred <= before
+	s.allowed = try.Allowed // the prediction chose the band, it does not refuse
 	s.resetAfter = try.ResetAfter
 	if s.allowed {
 		s.remaining = try.Remaining
@@ -272,10 +293,6 @@ func (c *Checker) decideTAT(s *slot, try limiter.Decision, before, pred, now, co
 		return
 	}
 	s.remaining = before
-	if try.Allowed { // only the prediction refuses: wait for what it predicts
-		s.retryAfter = time.Duration(span(pred, int64(s.rule.Window), s.rule.Limit))
-		return
-	}
 	s.retryAfter = try.RetryAfter
 	if before == 0 {
 		e.overUntil = max(e.overUntil, now+int64(s.retryAfter))
@@ -291,6 +308,7 @@ func (c *Checker) count(e *entry, now, cost int64, allowed, charge bool) {
 	}
 	p.tally(now, cost, allowed)
 	if charge {
+		e.observe(now, cost)
 		p.counted += uint64(cost)
 		e.sinceAnswer += cost
 		if e.kind == KindWindow {
@@ -299,4 +317,15 @@ func (c *Checker) count(e *entry, now, cost int64, allowed, charge bool) {
 			e.cum += cost
 		}
 	}
+}
+
+// observe feeds this instance's own consumption into its live rate.
+func (e *entry) observe(now, cost int64) {
+	if now-e.liveFrom >= int64(rateSpan) {
+		if e.liveFrom > 0 {
+			e.live = e.liveHits * int64(time.Second) / (now - e.liveFrom)
+		}
+		e.liveFrom, e.liveHits, e.recheck = now, 0, true
+	}
+	e.liveHits += cost
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/limiter"
 )
 
 // MemStore is the in-memory counter store of `velvetrope dev` and the unit
@@ -21,8 +22,9 @@ type MemStore struct {
 	tat  map[string]*memCounter
 	seen map[seqKey]uint64
 
-	down atomic.Bool // SetUnavailable: every call fails
-	sync memSync     // mode: sync decisions, on the exact limiter
+	down  atomic.Bool                   // SetUnavailable: every call fails
+	sync  memSync                       // mode: sync decisions, on the exact limiter
+	clock atomic.Pointer[limiter.Clock] // the store's own clock (SetClock)
 
 	// Applied and Skipped count deltas applied and dropped as copies.
 	Applied, Skipped atomic.Uint64
@@ -39,10 +41,22 @@ type seqKey struct {
 }
 
 type memCounter struct {
-	total int64 // window count, or TAT (unix ns)
-	cum   int64 // KindTAT: cumulative hits
-	own   map[string]int64
-	end   int64 // expiry: window end + one window (sliding needs it), or the TAT
+	total  int64            // window count, or TAT (unix ns)
+	cum    int64            // KindTAT: cumulative hits
+	own    map[string]int64 // per instance: memory-path hits included (high-water)
+	synced map[string]int64 // per instance: hits the store charged
+	end    int64            // expiry: window end + one window (sliding needs it), or the TAT
+}
+
+// mine returns instance's parts and the number of instances seen.
+func (c *memCounter) mine(instance string) (mem, synced int64, instances int) {
+	n := len(c.own)
+	for k := range c.synced {
+		if _, ok := c.own[k]; !ok {
+			n++
+		}
+	}
+	return c.own[instance], c.synced[instance], n
 }
 
 // NewMemStore returns an empty store.
@@ -89,9 +103,10 @@ func (s *MemStore) Read(_ context.Context, instance string, items []ReadItem) er
 	for i := range items {
 		it := &items[i]
 		c := s.counter(it.Kind, it.Key, it.Window)
-		it.Found, it.Total, it.Cum, it.Own, it.Instances = c != nil, 0, 0, 0, 0
+		it.Found, it.Total, it.Cum, it.Own, it.OwnMem, it.OwnSync, it.Instances = c != nil, 0, 0, 0, 0, 0, 0
 		if c != nil {
-			it.Total, it.Cum, it.Own, it.Instances = c.total, c.cum, c.own[instance], len(c.own)
+			m, sy, n := c.mine(instance)
+			it.Total, it.Cum, it.Own, it.OwnMem, it.OwnSync, it.Instances = c.total, c.cum, m+sy, m, sy, n
 		}
 	}
 	return nil
@@ -109,7 +124,7 @@ func (s *MemStore) create(k Kind, key string, window, windowNanos int64) *memCou
 	if c := s.counter(k, key, window); c != nil {
 		return c
 	}
-	c := &memCounter{own: map[string]int64{}}
+	c := &memCounter{own: map[string]int64{}, synced: map[string]int64{}}
 	if k == KindTAT {
 		s.tat[key] = c
 	} else {
@@ -154,7 +169,7 @@ func (s *MemStore) chargeWindow(r *ChargeRequest) ChargeResult {
 	if r.Sliding {
 		p := s.create(KindWindow, r.Key, r.Window-W, W)
 		fold(p, r.Instance, r.PrevEmitted)
-		prevTotal, prevOwn = p.total, p.own[r.Instance]
+		prevTotal, prevOwn = p.total, p.own[r.Instance]+p.synced[r.Instance]
 		elapsed = min(max(r.Now-r.Window, 0), W)
 	}
 	// prev·(W−e) + (total+cost)·W <= ceiling·W, exactly (no rounding in
@@ -163,16 +178,17 @@ func (s *MemStore) chargeWindow(r *ChargeRequest) ChargeResult {
 		PrevTotal: prevTotal, PrevOwn: prevOwn}
 	if res.Allowed || r.ChargeDenied {
 		c.total += r.Cost
-		c.own[r.Instance] += r.Cost
+		c.synced[r.Instance] += r.Cost
 	}
-	res.Total, res.Own, res.Instances = c.total, c.own[r.Instance], len(c.own)
+	m, sy, n := c.mine(r.Instance)
+	res.Total, res.Own, res.OwnMem, res.OwnSync, res.Instances = c.total, m+sy, m, sy, n
 	return res
 }
 
 func (s *MemStore) chargeTAT(r *ChargeRequest) ChargeResult {
 	c := s.tat[r.Key]
 	if c == nil { // an absent bucket is full
-		c = &memCounter{own: map[string]int64{}}
+		c = &memCounter{own: map[string]int64{}, synced: map[string]int64{}}
 		s.tat[r.Key] = c
 	}
 	unapplied := max(0, r.OwnCum-c.own[r.Instance])
@@ -186,9 +202,10 @@ func (s *MemStore) chargeTAT(r *ChargeRequest) ChargeResult {
 	if res.Allowed {
 		c.total = after
 		c.cum += r.Cost
-		c.own[r.Instance] += r.Cost
+		c.synced[r.Instance] += r.Cost
 	}
-	res.Total, res.Cum, res.Own, res.Instances = c.total, c.cum, c.own[r.Instance], len(c.own)
+	m, sy, n := c.mine(r.Instance)
+	res.Total, res.Cum, res.Own, res.OwnMem, res.OwnSync, res.Instances = c.total, c.cum, m+sy, m, sy, n
 	return res
 }
 
@@ -209,7 +226,7 @@ func (s *MemStore) Refund(_ context.Context, r *ChargeRequest) error {
 	} else {
 		c.total = max(0, c.total-r.Cost)
 	}
-	c.own[r.Instance] = max(0, c.own[r.Instance]-r.Cost)
+	c.synced[r.Instance] = max(0, c.synced[r.Instance]-r.Cost)
 	return nil
 }
 

@@ -93,10 +93,11 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *ReadItem, now int64) {
 		switch it.Window {
 		case e.cur.start:
 			if !e.answered {
-				e.cur.emitted = max(e.cur.emitted, it.Own)
+				e.cur.emitted = max(e.cur.emitted, it.OwnMem)
+				e.cur.charged = max(e.cur.charged, it.OwnSync)
 			}
 			e.cur.total, e.cur.own, e.cur.known = it.Total, it.Own, true
-			c.learn(e, now, e.cur.others(), e.cur.emitted, it.Instances)
+			c.learn(e, now, e.cur.others(), e.cur.mine(), it.Instances)
 		case e.prev.start:
 			e.prev.total, e.prev.own, e.prev.known = it.Total, it.Own, true
 			return
@@ -108,13 +109,14 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *ReadItem, now int64) {
 	} else {
 		g := gcraOf(e.rule)
 		if !e.answered {
-			e.cum = max(e.cum, it.Own)
+			e.cum = max(e.cum, it.OwnMem)
+			e.cumCharged = max(e.cumCharged, it.OwnSync)
 		}
 		if it.Found {
 			e.storeCum, e.storeOwnCum = it.Cum, it.Own
-			g.Raise(&e.gs, it.Total+span(max(0, e.cum-it.Own), int64(e.rule.Window), e.rule.Limit))
+			g.Raise(&e.gs, it.Total+span(max(0, e.cum-it.OwnMem), int64(e.rule.Window), e.rule.Limit))
 		}
-		c.learn(e, now, max(0, e.storeCum-e.storeOwnCum), e.cum, it.Instances)
+		c.learn(e, now, max(0, e.storeCum-e.storeOwnCum), e.cum+e.cumCharged, it.Instances)
 		probeState := e.gs
 		probe, _ := g.AllowAt(&probeState, now, 0)
 		remaining, ceiling = probe.Remaining, g.Burst
@@ -133,7 +135,7 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *ReadItem, now int64) {
 	}
 	next := int64(c.cfg.MaxRefresh)
 	room := remaining - pred - c.threshold(e, ceiling)
-	if rate := e.othersRate + e.ownRate; room <= 0 {
+	if rate := c.rate(e); room <= 0 {
 		next = int64(c.cfg.MinRefresh)
 	} else if rate > 0 {
 		next = min(next, room*int64(time.Second)/rate/2)

@@ -32,8 +32,10 @@ type ReadItem struct {
 	// Cum: KindTAT only, the cumulative hits applied by all instances.
 	Cum int64
 	// Own: the part of Cum (KindTAT) or Total (KindWindow) that this
-	// instance's consumption contributed.
-	Own int64
+	// instance's consumption contributed: OwnMem (hits decided in memory,
+	// applied from deltas or folded in by charges, a high-water mark of the
+	// instance's counted total) plus OwnSync (hits the store charged).
+	Own, OwnMem, OwnSync int64
 	// Instances: how many instances have applied consumption to the
 	// counter (for the local_budget failure policy).
 	Instances int
@@ -51,8 +53,8 @@ type ChargeRequest struct {
 	Cost     int64
 
 	// KindWindow: the window start and length, the ceiling, and the
-	// instance's counted consumption in this window (and in the previous
-	// window, with PrevWeight/WindowNanos of it counting: sliding window).
+	// instance's hits decided in memory in this window (and in the previous
+	// one: sliding window) — the store folds what it has not applied yet.
 	Window      int64
 	WindowNanos int64
 	Ceiling     int64
@@ -75,7 +77,9 @@ type ChargeResult struct {
 	Allowed bool
 	Total   int64 // as in ReadItem
 	Cum     int64
-	Own     int64
+	Own     int64 // OwnMem + OwnSync, as in ReadItem
+	OwnMem  int64
+	OwnSync int64
 	// PrevTotal, PrevOwn: the previous window (sliding window only).
 	PrevTotal, PrevOwn int64
 	Instances          int

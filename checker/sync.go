@@ -102,7 +102,7 @@ func (s *MemStore) ChargeSync(_ context.Context, q *SyncRequest) (SyncResult, er
 	})
 	now := q.Now
 	if now == 0 {
-		now = time.Now().UnixNano()
+		now = s.now()
 	}
 	d, err := s.sync.keyed.AllowAt(syncKey(q), alg, now, q.Cost, q.RequestID)
 	if err != nil && !errors.Is(err, limiter.ErrCostExceedsLimit) {
@@ -123,9 +123,21 @@ func (s *MemStore) RefundSync(_ context.Context, q *SyncRequest, _ string) error
 	}
 	now := q.Now
 	if now == 0 {
-		now = time.Now().UnixNano()
+		now = s.now()
 	}
 	return s.sync.keyed.RefundAt(syncKey(q), alg, now, q.Cost)
 }
 
 func syncKey(q *SyncRequest) string { return q.Algorithm + "|" + q.Key }
+
+// now is the store's own clock (SetClock), the wall clock by default.
+func (s *MemStore) now() int64 {
+	if c := s.clock.Load(); c != nil {
+		return (*c).Now()
+	}
+	return time.Now().UnixNano()
+}
+
+// SetClock makes clk the store's own clock (for `mode: sync` decisions),
+// as Redis TIME is for the Redis store. Tests share their fake clock.
+func (s *MemStore) SetClock(clk limiter.Clock) { s.clock.Store(&clk) }

@@ -13,13 +13,14 @@ import (
 // entry is the async state of one counter key. Every field is guarded by
 // its shard's mutex.
 type entry struct {
-	key  string   // counter key: rule id and request values
-	vals []string // the request values (patterns where shared), compared on lookup
-	next *entry   // the next entry with the same hash
-	desc string   // descriptor text, for analytics
-	hash uint64
-	rule *config.Rule
-	kind Kind
+	key     string   // counter key: rule id and request values
+	vals    []string // the request values (patterns where shared), compared on lookup
+	next    *entry   // the next entry with the same hash
+	desc    string   // descriptor text, for analytics
+	hash    uint64
+	created int64 // when this checker started tracking the key
+	rule    *config.Rule
+	kind    Kind
 
 	// KindWindow: the current and previous window.
 	cur, prev winState
@@ -28,7 +29,8 @@ type entry struct {
 	// its own admissions advance and store answers raise), its cumulative
 	// counted hits, and the store's cumulative totals at the last answer.
 	gs          limiter.State
-	cum         int64
+	cum         int64 // hits decided in memory, cumulative
+	cumCharged  int64 // hits the store charged, cumulative
 	storeOwnCum int64
 	storeCum    int64
 
@@ -43,9 +45,15 @@ type entry struct {
 	lastOthers                   int64 // others' consumption at the last answer (for the rate)
 	lastOwn                      int64 // own consumption at the last answer (for the rate)
 	othersRate                   int64 // others' hits per second, learned from answers
-	ownRate                      int64 // own hits per second
-	instances                    int
-	overUntil                    int64 // deny from memory until then
+	// live is this instance's own rate measured as it decides (hits per
+	// second over the last rateSpan), so a key that speeds up (as it does when
+	// it leaves the near band, where every decision waited on the store)
+	// widens its band at once, before any store answer.
+	live, liveFrom, liveHits int64
+	recheck                  bool  // a live window ended: re-plan the refresh
+	ownRate                  int64 // own hits per second
+	instances                int
+	overUntil                int64 // deny from memory until then
 	// room is what a store answer left, trusted until roomUntil: a cost
 	// above it is refused from memory.
 	room, roomUntil int64
@@ -61,7 +69,8 @@ type entry struct {
 // winState is one window of a window-kind key.
 type winState struct {
 	start   int64 // window start, unix ns; 0 = none
-	emitted int64 // this instance's counted hits in the window (exact)
+	emitted int64 // this instance's hits decided in memory in the window (exact)
+	charged int64 // this instance's hits the store charged in the window
 	total   int64 // the store's applied total at the last answer
 	own     int64 // the part of total that is this instance's
 	known   bool  // the store answered for this window
@@ -69,6 +78,9 @@ type winState struct {
 
 // others is the applied consumption of other instances in w.
 func (w *winState) others() int64 { return max(0, w.total-w.own) }
+
+// mine is everything this instance counted in w.
+func (w *winState) mine() int64 { return w.emitted + w.charged }
 
 // pending is consumption counted but not yet flushed, for one window.
 type pending struct {

@@ -80,6 +80,7 @@ func TestAsyncOverRedisIsExact(t *testing.T) {
 		store := NewRedis(c, testsvc.Unique("x"), 0)
 		clk := &fakeClock{}
 		clk.ns.Store(w0)
+		store.pin = clk.Now // the sync scripts run on the test's clock
 		ch, err := checker.New(checker.Config{InstanceName: "x"}, config.NewStore(rs), store, applyProducer{store, rt}, clk)
 		if err != nil {
 			rt.Fatal(err)

@@ -25,6 +25,9 @@ type Redis struct {
 	slack  time.Duration
 	clock  func() int64 // unix ns, for expiries
 	loaded atomic.Bool  // the apply script is loaded on the servers
+	// pin, in tests only, replaces the server's clock in the `mode: sync`
+	// scripts; production always uses Redis TIME.
+	pin func() int64
 }
 
 // NewRedis returns a store over c whose keys start with prefix ("vr" if
@@ -76,20 +79,15 @@ func (r *Redis) Read(ctx context.Context, instance string, items []checker.ReadI
 	if len(items) == 0 {
 		return nil
 	}
-	f := "i:" + instance
+	f, sf := "i:"+instance, "s:"+instance
 	p := r.c.Pipeline()
 	gets := make([]*redis.SliceCmd, len(items))
-	lens := make([]*redis.IntCmd, len(items))
 	for i := range items {
 		it := &items[i]
 		if it.Kind == checker.KindTAT {
-			k := r.BucketKey(it.Key)
-			gets[i] = p.HMGet(ctx, k, "tat", "c", f)
-			lens[i] = p.HLen(ctx, k)
+			gets[i] = p.HMGet(ctx, r.BucketKey(it.Key), "tat", "c", "n", f, sf)
 		} else {
-			k := r.WindowKey(it.Key, it.Window)
-			gets[i] = p.HMGet(ctx, k, "t", f)
-			lens[i] = p.HLen(ctx, k)
+			gets[i] = p.HMGet(ctx, r.WindowKey(it.Key, it.Window), "t", "c", "n", f, sf)
 		}
 	}
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -98,19 +96,18 @@ func (r *Redis) Read(ctx context.Context, instance string, items []checker.ReadI
 	for i := range items {
 		it := &items[i]
 		vals := gets[i].Val()
-		n := int(lens[i].Val())
-		it.Found, it.Total, it.Cum, it.Own, it.Instances = n > 0, 0, 0, 0, 0
+		*it = checker.ReadItem{Key: it.Key, Kind: it.Kind, Window: it.Window}
+		if len(vals) != 5 {
+			continue
+		}
+		for _, v := range vals {
+			it.Found = it.Found || v != nil
+		}
+		it.Total, it.Cum, it.Instances = num(vals[0]), num(vals[1]), int(num(vals[2]))
+		it.OwnMem, it.OwnSync = num(vals[3]), num(vals[4])
+		it.Own = it.OwnMem + it.OwnSync
 		if it.Kind == checker.KindTAT {
-			if len(vals) == 3 {
-				it.Total = num(vals[0]) * int64(time.Microsecond)
-				it.Cum, it.Own = num(vals[1]), num(vals[2])
-			}
-			it.Instances = max(n-2, 0)
-		} else {
-			if len(vals) == 2 {
-				it.Total, it.Own = num(vals[0]), num(vals[1])
-			}
-			it.Instances = max(n-1, 0)
+			it.Total *= int64(time.Microsecond)
 		}
 	}
 	return nil
@@ -180,11 +177,11 @@ func (r *Redis) Charge(ctx context.Context, q *checker.ChargeRequest) (checker.C
 		return checker.ChargeResult{}, unavailable("charge", err)
 	}
 	v, err := ints(res)
-	if err != nil || len(v) != 6 {
+	if err != nil || len(v) != 8 {
 		return checker.ChargeResult{}, fmt.Errorf("counters: charge window: %v %v", v, err)
 	}
 	return checker.ChargeResult{Allowed: v[0] == 1, Total: v[1], Own: v[2], PrevTotal: v[3], PrevOwn: v[4],
-		Instances: int(v[5])}, nil
+		Instances: int(v[5]), OwnMem: v[6], OwnSync: v[7]}, nil
 }
 
 func (r *Redis) chargeBucket(ctx context.Context, q *checker.ChargeRequest) (checker.ChargeResult, error) {
@@ -196,10 +193,11 @@ func (r *Redis) chargeBucket(ctx context.Context, q *checker.ChargeRequest) (che
 		return checker.ChargeResult{}, unavailable("charge", err)
 	}
 	v, err := ints(res)
-	if err != nil || len(v) != 5 {
+	if err != nil || len(v) != 7 {
 		return checker.ChargeResult{}, fmt.Errorf("counters: charge bucket: %v %v", v, err)
 	}
-	return checker.ChargeResult{Allowed: v[0] == 1, Total: v[1] * us, Cum: v[2], Own: v[3], Instances: int(v[4])}, nil
+	return checker.ChargeResult{Allowed: v[0] == 1, Total: v[1] * us, Cum: v[2], Own: v[3], Instances: int(v[4]),
+		OwnMem: v[5], OwnSync: v[6]}, nil
 }
 
 // Refund implements checker.CounterStore.

@@ -16,22 +16,33 @@ import "github.com/redis/go-redis/v9"
 // the previous window, (W − elapsed) in ms, W in ms, charge denied (0/1),
 // TTL of the current window in ms, TTL of the previous window in ms
 //
-// Returns {allowed, total, own, prev total, prev own, instances}.
+// Returns {allowed, total, own, prev total, prev own, instances, own from
+// memory, own charged}.
 var chargeWindow = redis.NewScript(`
-local f = 'i:' .. ARGV[1]
+local f, sf = 'i:' .. ARGV[1], 's:' .. ARGV[1]
 local cost = tonumber(ARGV[2])
 local ceiling = tonumber(ARGV[3])
 local sliding = ARGV[5] == '1'
 
+-- counts the caller among the counter's instances the first time it adds
+local function seen(key)
+  if redis.call('HEXISTS', key, f) == 0 and redis.call('HEXISTS', key, sf) == 0 then
+    redis.call('HINCRBY', key, 'n', 1)
+  end
+end
+
+-- fold the caller's memory-path hits the counter has not applied yet;
+-- returns the total and the caller's whole part (memory + charged)
 local function fold(key, emitted)
   local own = tonumber(redis.call('HGET', key, f) or '0')
   local total = tonumber(redis.call('HGET', key, 't') or '0')
   if emitted > own then
+    seen(key)
     total = total + (emitted - own)
     redis.call('HSET', key, 't', total, f, emitted)
     own = emitted
   end
-  return total, own
+  return total, own + tonumber(redis.call('HGET', key, sf) or '0')
 end
 
 local total, own = fold(KEYS[1], tonumber(ARGV[4]))
@@ -55,16 +66,17 @@ else
   allowed = total + cost <= ceiling
 end
 if allowed or ARGV[9] == '1' then
+  seen(KEYS[1])
   total = redis.call('HINCRBY', KEYS[1], 't', cost)
-  own = redis.call('HINCRBY', KEYS[1], f, cost)
+  redis.call('HINCRBY', KEYS[1], sf, cost)
+  own = own + cost
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[10])
 if sliding then
   redis.call('PEXPIRE', KEYS[2], ARGV[11])
 end
-local n = redis.call('HLEN', KEYS[1])
-if redis.call('HEXISTS', KEYS[1], 't') == 1 then n = n - 1 end
-return {allowed and 1 or 0, total, own, prevTotal, prevOwn, n}
+local mem = tonumber(redis.call('HGET', KEYS[1], f) or '0')
+return {allowed and 1 or 0, total, own, prevTotal, prevOwn, tonumber(redis.call('HGET', KEYS[1], 'n') or '0'), mem, own - mem}
 `)
 
 // chargeBucket folds the caller's unapplied hits into the bucket's TAT,
@@ -74,10 +86,11 @@ return {allowed and 1 or 0, total, own, prevTotal, prevOwn, n}
 // ARGV: instance, cost, burst, rate tokens, rate period in µs, own
 // cumulative hits, the caller's TAT in µs, now in µs, slack in ms
 //
-// Returns {allowed, tat µs, cumulative, own, instances}.
+// Returns {allowed, tat µs, cumulative, own, instances, own from memory,
+// own charged}.
 var chargeBucket = redis.NewScript(`
 local K = KEYS[1]
-local f = 'i:' .. ARGV[1]
+local f, sf = 'i:' .. ARGV[1], 's:' .. ARGV[1]
 local cost = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
 local tokens = tonumber(ARGV[4])
@@ -94,6 +107,8 @@ end
 local tat = tonumber(redis.call('HGET', K, 'tat') or '0')
 local cum = tonumber(redis.call('HGET', K, 'c') or '0')
 local own = tonumber(redis.call('HGET', K, f) or '0')
+local charged = tonumber(redis.call('HGET', K, sf) or '0')
+local fresh = redis.call('HEXISTS', K, f) == 0 and redis.call('HEXISTS', K, sf) == 0
 local unapplied = math.max(0, ownCum - own)
 local base = math.max(tat + span(unapplied), localTAT, now)
 local after = base + span(cost)
@@ -104,12 +119,14 @@ own = math.max(own, ownCum)
 if allowed then
   tat = after
   cum = cum + cost
-  own = own + cost
+  charged = charged + cost
 end
-redis.call('HSET', K, 'tat', string.format('%d', tat), 'c', cum, f, own)
+if fresh and (own > 0 or charged > 0) then redis.call('HINCRBY', K, 'n', 1) end
+redis.call('HSET', K, 'tat', string.format('%d', tat), 'c', cum)
+if own > 0 then redis.call('HSET', K, f, own) end
+if charged > 0 then redis.call('HSET', K, sf, charged) end
 redis.call('PEXPIRE', K, math.max(1, math.ceil((tat - now) / 1000)) + tonumber(ARGV[9]))
-local n = redis.call('HLEN', K) - 2
-return {allowed and 1 or 0, string.format('%d', tat), cum, own, n}
+return {allowed and 1 or 0, string.format('%d', tat), cum, own + charged, tonumber(redis.call('HGET', K, 'n') or '0'), own, charged}
 `)
 
 // refund takes back a charge: KEYS[1] the window or bucket; ARGV:
@@ -117,10 +134,10 @@ return {allowed and 1 or 0, string.format('%d', tat), cum, own, n}
 var refund = redis.NewScript(`
 local K = KEYS[1]
 if redis.call('EXISTS', K) == 0 then return 0 end
-local f = 'i:' .. ARGV[1]
+local sf = 's:' .. ARGV[1]
 local cost = tonumber(ARGV[2])
-local own = tonumber(redis.call('HGET', K, f) or '0')
-redis.call('HSET', K, f, math.max(0, own - cost))
+local charged = tonumber(redis.call('HGET', K, sf) or '0')
+redis.call('HSET', K, sf, math.max(0, charged - cost))
 if tonumber(ARGV[3]) > 0 then
   local tat = tonumber(redis.call('HGET', K, 'tat') or '0')
   redis.call('HSET', K, 'tat', string.format('%d', tat - tonumber(ARGV[3])))
@@ -171,6 +188,9 @@ for i = first, #ARGV, 7 do
     applied = applied + 1
     local counted, ownAfter = tonumber(ARGV[i+3]), tonumber(ARGV[i+4])
     local f = 'i:' .. inst
+    if redis.call('HEXISTS', K, f) == 0 and redis.call('HEXISTS', K, 's:' .. inst) == 0 then
+      redis.call('HINCRBY', K, 'n', 1)
+    end
     local own = tonumber(redis.call('HGET', K, f) or '0')
     local add = counted
     if ownAfter > 0 then add = math.max(0, math.min(counted, ownAfter - own)) end

@@ -39,15 +39,19 @@ func (r *Redis) ChargeSync(ctx context.Context, q *checker.SyncRequest) (checker
 		ttl = max(int64(q.IdempotencyTTL/time.Millisecond), 1)
 	}
 	keys := r.syncKeys(q)
+	now := q.Now
+	if now == 0 && r.pin != nil {
+		now = r.pin()
+	}
 	var cmd *redis.Cmd
 	switch q.Algorithm {
 	case "", "fixed_window", "sliding_window":
 		kind := map[string]string{"": "e", "fixed_window": "f", "sliding_window": "s"}[q.Algorithm]
-		cmd = syncWindow.Run(ctx, r.c, keys, q.Now/us, ttl, kind, q.Limit, q.Window/us, q.Cost)
+		cmd = syncWindow.Run(ctx, r.c, keys, now/us, ttl, kind, q.Limit, q.Window/us, q.Cost)
 	case "token_bucket", "gcra", "leaky_bucket":
-		cmd = syncBucket.Run(ctx, r.c, keys, q.Now/us, ttl, q.Limit, q.Tokens, q.Window/us, q.Cost)
+		cmd = syncBucket.Run(ctx, r.c, keys, now/us, ttl, q.Limit, q.Tokens, q.Window/us, q.Cost)
 	case "sliding_log":
-		cmd = syncLog.Run(ctx, r.c, keys, q.Now/us, ttl, q.Limit, q.Window/us, q.Cost)
+		cmd = syncLog.Run(ctx, r.c, keys, now/us, ttl, q.Limit, q.Window/us, q.Cost)
 	default:
 		return checker.SyncResult{}, fmt.Errorf("counters: sync: unknown algorithm %q", q.Algorithm)
 	}

@@ -181,7 +181,7 @@ func TestEnvoyRulesChargeDeniedHitsToo(t *testing.T) {
 	window := dayStart()
 	admitted := fl.load(t, "envoy", 1500, 2, 0)
 	if admitted != 1000 {
-		t.Fatalf("admitted %d, limit 1000", admitted)
+		t.Fatalf("admitted %d, limit 1000 (checkers: %+v / %+v)", admitted, fl.checkers[0].Snapshot(), fl.checkers[1].Snapshot())
 	}
 	waitTotal(t, fl, "api:envoy|envoy=shared", window, 1500)
 }
