@@ -32,6 +32,19 @@ type App struct {
 	ClickHouse ClickHouseConfig `yaml:"clickhouse"`
 	Limiter    LimiterConfig    `yaml:"limiter"`
 	Checker    CheckerConfig    `yaml:"checker"`
+	Aggregator AggregatorConfig `yaml:"aggregator"`
+}
+
+// AggregatorConfig tunes the Kafka aggregator; the consumer timeouts are
+// short by default so that a dead aggregator's partitions move within
+// seconds.
+type AggregatorConfig struct {
+	Group             string        `yaml:"group"`
+	BatchSize         int           `yaml:"batch_size"`
+	BatchWait         time.Duration `yaml:"batch_wait"`
+	SessionTimeout    time.Duration `yaml:"session_timeout"`
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	RebalanceTimeout  time.Duration `yaml:"rebalance_timeout"`
 }
 
 // CheckerConfig tunes the async checker (see checker.Config for the
@@ -111,6 +124,8 @@ func DefaultApp() App {
 		Checker: CheckerConfig{MaxKeys: 1 << 20, FlushInterval: 10 * time.Millisecond, MinRefresh: 50 * time.Millisecond,
 			MaxRefresh: 5 * time.Second, PipelineLag: 250 * time.Millisecond, SafetyPercent: 200, NearFloor: 2,
 			NearFloorPct: 1, IdleAfter: 2 * time.Minute, SpillMaxBytes: 256 << 20, TopicPartitions: 16},
+		Aggregator: AggregatorConfig{Group: "velvetrope-aggregator", BatchSize: 1000, BatchWait: 20 * time.Millisecond,
+			SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second, RebalanceTimeout: 6 * time.Second},
 	}
 }
 
@@ -252,6 +267,20 @@ func (a App) Validate() error {
 		bad("checker.spill_max_bytes", "must be at least 1 MiB, got %d", ck.SpillMaxBytes)
 	case ck.TopicPartitions < 1:
 		bad("checker.topic_partitions", "must be >= 1")
+	}
+	ag := a.Aggregator
+	switch {
+	case ag.Group == "":
+		bad("aggregator.group", "must not be empty")
+	case ag.BatchSize < 1 || ag.BatchSize > 100_000:
+		bad("aggregator.batch_size", "must be between 1 and 100000, got %d", ag.BatchSize)
+	case ag.BatchWait <= 0:
+		bad("aggregator.batch_wait", "must be > 0")
+	case ag.HeartbeatInterval <= 0 || ag.SessionTimeout < 3*ag.HeartbeatInterval:
+		bad("aggregator.session_timeout/heartbeat_interval", "want heartbeat_interval > 0 and session_timeout >= 3 × heartbeat_interval, got %v and %v",
+			ag.HeartbeatInterval, ag.SessionTimeout)
+	case ag.RebalanceTimeout <= 0:
+		bad("aggregator.rebalance_timeout", "must be > 0")
 	}
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "\n"))

@@ -159,8 +159,11 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 				if app.ClickHouse.Addr == "" {
 					logger.Info("no ClickHouse configured: running without the analytics sink")
 				}
+				ag := app.Aggregator
 				a, err := aggregator.NewKafka(aggregator.Config{Brokers: app.Kafka.Brokers, Topic: app.Kafka.Topic,
-					Partitions: app.Checker.TopicPartitions, Logger: logger}, store)
+					Group: ag.Group, Partitions: app.Checker.TopicPartitions, BatchSize: ag.BatchSize, BatchWait: ag.BatchWait,
+					SessionTimeout: ag.SessionTimeout, HeartbeatInterval: ag.HeartbeatInterval,
+					RebalanceTimeout: ag.RebalanceTimeout, Logger: logger}, store)
 				if err != nil {
 					return nil, err
 				}
