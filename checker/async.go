@@ -185,6 +185,7 @@ type Checker struct {
 	refreshMu sync.Mutex
 	readItems []ReadItem // refresher scratch (under refreshMu)
 	readEnts  []*entry
+	readTags  []uint8
 
 	stop chan struct{}
 	wg   sync.WaitGroup

@@ -23,15 +23,15 @@ func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 	}
 	*s.w = syncWork{}
 	q := &s.w.req
-	*q = ChargeRequest{Key: e.key, Kind: e.kind, Instance: c.instance, Now: now, Cost: cost,
-		WindowNanos: int64(r.Window)}
+	*q = ChargeRequest{Key: e.skey, Kind: e.kind, Instance: c.instance, Now: now, Cost: cost,
+		WindowNanos: int64(r.Window), OtherShards: e.cur.shards}
 	if e.kind == KindWindow {
 		q.Window, q.Ceiling, q.OwnEmitted = e.cur.start, r.Ceiling(), e.cur.emitted
 		q.ChargeDenied = r.Algorithm == ""
 		if r.Algorithm == "sliding_window" {
 			q.Sliding = true
 			if e.prev.start == e.cur.start-int64(r.Window) {
-				q.PrevEmitted = e.prev.emitted
+				q.PrevEmitted, q.PrevOtherShards = e.prev.emitted, e.prev.shards
 			}
 		}
 	} else {

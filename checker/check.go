@@ -3,8 +3,10 @@ package checker
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"hash/maphash"
 	"slices"
+	"strconv"
 	"time"
 	"unsafe"
 
@@ -382,7 +384,8 @@ func (c *Checker) create(sh *shard, s *slot, req *Request, now int64) *entry {
 			vals[i] = s.rule.Path[i].Value
 		}
 	}
-	e := &entry{key: string(config.AppendCounterKey(nil, s.rule, es)), vals: vals, desc: descText(es),
+	key := string(config.AppendCounterKey(nil, s.rule, es))
+	e := &entry{key: key, skey: c.storeKey(key, s.rule), vals: vals, desc: descText(es),
 		hash: s.h, rule: s.rule, kind: kindOf(s.rule), heapIdx: -1, answerRemaining: -1, created: now}
 	if sh.tombs != nil {
 		i, j := tombSlots(s.h, len(sh.tombs))
@@ -570,3 +573,22 @@ type syncWork struct {
 	sres SyncResult
 	err  error
 }
+
+// storeKey is where this instance's consumption of key goes in the store:
+// a hot key spread over shards (`shards: N`) has one per shard, and an
+// instance always uses the same one.
+func (c *Checker) storeKey(key string, r *config.Rule) string {
+	if r.Shards <= 1 {
+		return key
+	}
+	return ShardKey(key, c.shardOf(r.Shards))
+}
+
+func (c *Checker) shardOf(n int64) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(c.instance))
+	return int64(h.Sum64() % uint64(n))
+}
+
+// ShardKey names shard i of a counter key spread over shards.
+func ShardKey(key string, i int64) string { return key + "#" + strconv.FormatInt(i, 10) }

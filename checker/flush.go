@@ -121,7 +121,7 @@ func (c *Checker) drain(sh *shard, e *entry) {
 func (c *Checker) delta(e *entry, p *pending, applied bool, ownAfter int64) *eventsv1.Delta {
 	r := e.rule
 	d := &eventsv1.Delta{
-		InstanceId: c.instance, Domain: r.Domain, RuleId: r.ID, DescriptorText: e.desc, CounterKey: e.key,
+		InstanceId: c.instance, Domain: r.Domain, RuleId: r.ID, DescriptorText: e.desc, CounterKey: e.skey,
 		Algorithm: r.Algorithm, WindowNanos: int64(r.Window), Limit: r.Limit,
 		AllowedCount: p.allowedCount, AllowedCost: p.allowedCost, DeniedCount: p.deniedCount,
 		DeniedCost: p.deniedCost, DeferredCount: p.deferred, ShadowDeniedCount: p.shadowDenied,

@@ -174,7 +174,7 @@ func (s *MemStore) chargeWindow(r *ChargeRequest) ChargeResult {
 	}
 	// prev·(W−e) + (total+cost)·W <= ceiling·W, exactly (no rounding in
 	// anyone's favour); for a fixed window prev is 0.
-	res := ChargeResult{Allowed: mulLE(prevTotal, W-elapsed, c.total+r.Cost, W, r.Ceiling, W),
+	res := ChargeResult{Allowed: mulLE(prevTotal+r.PrevOtherShards, W-elapsed, c.total+r.OtherShards+r.Cost, W, r.Ceiling, W),
 		PrevTotal: prevTotal, PrevOwn: prevOwn}
 	if res.Allowed || r.ChargeDenied {
 		c.total += r.Cost

@@ -34,7 +34,7 @@ func (c *Checker) Refresh(ctx context.Context) {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
 	now := c.clock.Now()
-	items, ents := c.readItems[:0], c.readEnts[:0]
+	items, ents, tags := c.readItems[:0], c.readEnts[:0], c.readTags[:0]
 	idle := now - int64(c.cfg.IdleAfter)
 	for i := range c.shards {
 		sh := &c.shards[i]
@@ -48,20 +48,18 @@ func (c *Checker) Refresh(ctx context.Context) {
 			// provisional: put back far out, so a failed read loses nothing
 			sh.schedule(e, now+int64(c.cfg.MaxRefresh))
 			if e.kind == KindWindow {
-				items = append(items, ReadItem{Key: e.key, Kind: KindWindow, Window: e.cur.start})
-				ents = append(ents, e)
+				items, ents, tags = c.windowItems(items, ents, tags, e, e.cur.start)
 				if e.rule.Algorithm == "sliding_window" && e.prev.start > 0 {
-					items = append(items, ReadItem{Key: e.key, Kind: KindWindow, Window: e.prev.start})
-					ents = append(ents, e)
+					items, ents, tags = c.windowItems(items, ents, tags, e, e.prev.start)
 				}
 			} else {
-				items = append(items, ReadItem{Key: e.key, Kind: KindTAT})
-				ents = append(ents, e)
+				items = append(items, ReadItem{Key: e.skey, Kind: KindTAT})
+				ents, tags = append(ents, e), append(tags, tagOwn)
 			}
 		}
 		sh.mu.Unlock()
 	}
-	c.readItems, c.readEnts = items, ents
+	c.readItems, c.readEnts, c.readTags = items, ents, tags
 	if len(items) == 0 {
 		return
 	}
@@ -78,11 +76,51 @@ func (c *Checker) Refresh(ctx context.Context) {
 		sh := &c.shards[e.hash&c.mask]
 		sh.mu.Lock()
 		if !e.gone {
-			c.applyRead(sh, e, it, now)
+			if tags[i] == tagOwn {
+				c.applyRead(sh, e, it, now)
+			} else { // another shard of a hot key: summed into the window's others
+				w := &e.cur
+				if it.Window == e.prev.start {
+					w = &e.prev
+				}
+				if tags[i] == tagOtherFirst {
+					w.shards = 0
+				}
+				if it.Window == w.start {
+					w.shards += it.Total
+				}
+			}
 		}
 		sh.mu.Unlock()
 		ents[i] = nil
 	}
+}
+
+// Refresh item tags: this instance's own counter, or another shard of a
+// hot key (the first of a window resets the sum).
+const (
+	tagOwn uint8 = iota
+	tagOtherFirst
+	tagOther
+)
+
+// windowItems appends the reads of window start of e: its own counter and,
+// for a hot key, every other shard.
+func (c *Checker) windowItems(items []ReadItem, ents []*entry, tags []uint8, e *entry, start int64) ([]ReadItem, []*entry, []uint8) {
+	items = append(items, ReadItem{Key: e.skey, Kind: KindWindow, Window: start})
+	ents, tags = append(ents, e), append(tags, tagOwn)
+	if n := e.rule.Shards; n > 1 {
+		mine := c.shardOf(n)
+		tag := tagOtherFirst
+		for j := range n {
+			if j != mine {
+				items = append(items, ReadItem{Key: ShardKey(e.key, j), Kind: KindWindow, Window: start})
+				ents, tags = append(ents, e), append(tags, tag)
+				tag = tagOther
+			}
+		}
+	}
+	return items, ents, tags
 }
 
 // applyRead records one read answer and schedules the next (requires the

@@ -61,6 +61,10 @@ type ChargeRequest struct {
 	OwnEmitted  int64
 	Sliding     bool
 	PrevEmitted int64
+	// OtherShards (PrevOtherShards): a hot key spread over shards (`shards:
+	// N`) is charged in this instance's shard only; these are the other
+	// shards' totals as last read, counted in the check.
+	OtherShards, PrevOtherShards int64
 	// ChargeDenied charges the cost even when refused (Envoy semantics).
 	ChargeDenied bool
 

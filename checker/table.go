@@ -13,7 +13,10 @@ import (
 // entry is the async state of one counter key. Every field is guarded by
 // its shard's mutex.
 type entry struct {
-	key     string   // counter key: rule id and request values
+	key string // counter key: rule id and request values
+	// skey is the key in the store: key, or key#shard for a hot key spread
+	// over shards (`shards: N`), where this instance's consumption goes.
+	skey    string
 	vals    []string // the request values (patterns where shared), compared on lookup
 	next    *entry   // the next entry with the same hash
 	desc    string   // descriptor text, for analytics
@@ -71,13 +74,14 @@ type winState struct {
 	start   int64 // window start, unix ns; 0 = none
 	emitted int64 // this instance's hits decided in memory in the window (exact)
 	charged int64 // this instance's hits the store charged in the window
-	total   int64 // the store's applied total at the last answer
+	total   int64 // the store's applied total at the last answer (this instance's shard)
 	own     int64 // the part of total that is this instance's
+	shards  int64 // the other shards' totals at the last read (`shards: N`)
 	known   bool  // the store answered for this window
 }
 
 // others is the applied consumption of other instances in w.
-func (w *winState) others() int64 { return max(0, w.total-w.own) }
+func (w *winState) others() int64 { return max(0, w.total-w.own) + w.shards }
 
 // mine is everything this instance counted in w.
 func (w *winState) mine() int64 { return w.emitted + w.charged }

@@ -507,6 +507,12 @@ func (p *parser) checkDescriptor(n *yaml.Node, d *Descriptor) {
 	if d.Shards != 0 && mode == "local" {
 		p.errorf(n, "descriptor %q: shards apply to shared counters, not mode local", d.Key)
 	}
+	if d.Shards > 1 && mode == "sync" {
+		p.errorf(n, "descriptor %q: shards apply to mode async (a sync decision is one atomic script on one key)", d.Key)
+	}
+	if d.Shards > 1 && slices.Contains([]string{"token_bucket", "gcra", "leaky_bucket", "sliding_log"}, d.Algorithm) {
+		p.errorf(n, "descriptor %q: shards need a window algorithm (none, fixed_window or sliding_window): a bucket's state cannot be summed", d.Key)
+	}
 	if d.Failure != "" && mode == "local" {
 		p.errorf(n, "descriptor %q: failure policies apply to shared counters, not mode local", d.Key)
 	}

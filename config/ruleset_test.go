@@ -174,6 +174,8 @@ descriptors:
     mode: async
     near_limit: async
     failure: local_budget
+  - key: hot
+    rate_limit: {unit: second, requests_per_unit: 100000}
     shards: 4
   - key: login
     rate_limit: {unit: minute, requests_per_unit: 10}
@@ -193,8 +195,11 @@ descriptors:
 	}
 	u := rs.Match("api", entries("user_id", "priya"))
 	if u.Algorithm != "token_bucket" || u.Burst != 20 || u.Throttle.OveragePercent != 5 || u.OnExceed != "defer" ||
-		u.NearLimit != "async" || u.Failure != "local_budget" || u.Shards != 4 || u.Ceiling() != 105 {
+		u.NearLimit != "async" || u.Failure != "local_budget" || u.Ceiling() != 105 {
 		t.Fatalf("extensions: got %+v", u)
+	}
+	if h := rs.Match("api", entries("hot", "x")); h.Shards != 4 {
+		t.Fatalf("shards: got %d", h.Shards)
 	}
 	if l := rs.Match("api", entries("login", "x")); l.Mode != "sync" || l.Limiter == nil {
 		t.Fatalf("sliding log: got %+v", l)
@@ -241,6 +246,10 @@ func TestRuleErrors(t *testing.T) {
 			"bad.yaml:3:5: descriptor \"k\": shards apply to shared counters"},
 		{"too many shards", "domain: a\ndescriptors:\n  - key: k\n    shards: 1000\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			"bad.yaml:4:13: shards: must be between 1 and 64"},
+		{"shards on a bucket", "domain: a\ndescriptors:\n  - key: k\n    algorithm: gcra\n    shards: 4\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			"bad.yaml:3:5: descriptor \"k\": shards need a window algorithm"},
+		{"shards in sync mode", "domain: a\ndescriptors:\n  - key: k\n    mode: sync\n    shards: 4\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			"bad.yaml:3:5: descriptor \"k\": shards apply to mode async"},
 		{"extension without rate_limit", "domain: a\ndescriptors:\n  - key: k\n    algorithm: gcra\n",
 			"bad.yaml:3:5: descriptor \"k\": limit extensions"},
 		{"unlimited with extension", "domain: a\ndescriptors:\n  - key: k\n    mode: sync\n    rate_limit: {unlimited: true}\n",

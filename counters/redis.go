@@ -172,7 +172,7 @@ func (r *Redis) Charge(ctx context.Context, q *checker.ChargeRequest) (checker.C
 		[]string{r.WindowKey(q.Key, q.Window), r.WindowKey(q.Key, q.Window-W)},
 		q.Instance, q.Cost, q.Ceiling, q.OwnEmitted, bool01(q.Sliding), q.PrevEmitted,
 		ceilDiv(W-elapsed, int64(time.Millisecond)), W/int64(time.Millisecond), bool01(q.ChargeDenied),
-		r.windowTTL(q.Window, W, q.Now), r.windowTTL(q.Window-W, W, q.Now)).Result()
+		r.windowTTL(q.Window, W, q.Now), r.windowTTL(q.Window-W, W, q.Now), q.OtherShards, q.PrevOtherShards).Result()
 	if err != nil {
 		return checker.ChargeResult{}, unavailable("charge", err)
 	}

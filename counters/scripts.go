@@ -14,7 +14,8 @@ import "github.com/redis/go-redis/v9"
 // KEYS[1] current window, KEYS[2] previous window
 // ARGV: instance, cost, ceiling, own emitted, sliding (0/1), own emitted in
 // the previous window, (W − elapsed) in ms, W in ms, charge denied (0/1),
-// TTL of the current window in ms, TTL of the previous window in ms
+// TTL of the current window in ms, TTL of the previous window in ms, the
+// other shards' totals of this and of the previous window (hot keys)
 //
 // Returns {allowed, total, own, prev total, prev own, instances, own from
 // memory, own charged}.
@@ -46,24 +47,25 @@ local function fold(key, emitted)
 end
 
 local total, own = fold(KEYS[1], tonumber(ARGV[4]))
+local shards, prevShards = tonumber(ARGV[12]), tonumber(ARGV[13])
 local prevTotal, prevOwn = 0, 0
 local allowed
 if sliding then
   prevTotal, prevOwn = fold(KEYS[2], tonumber(ARGV[6]))
-  local room = ceiling - total - cost
+  local room = ceiling - total - shards - cost
   if room < 0 then
     allowed = false
   else
-    local lhs = prevTotal * tonumber(ARGV[7])
+    local lhs = (prevTotal + prevShards) * tonumber(ARGV[7])
     local rhs = room * tonumber(ARGV[8])
     if lhs < 9007199254740992 and rhs < 9007199254740992 then
       allowed = lhs <= rhs
     else
-      allowed = prevTotal * (tonumber(ARGV[7]) / tonumber(ARGV[8])) <= room
+      allowed = (prevTotal + prevShards) * (tonumber(ARGV[7]) / tonumber(ARGV[8])) <= room
     end
   end
 else
-  allowed = total + cost <= ceiling
+  allowed = total + shards + cost <= ceiling
 end
 if allowed or ARGV[9] == '1' then
   seen(KEYS[1])
