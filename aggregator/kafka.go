@@ -61,6 +61,7 @@ func (c *Config) defaults() error {
 // Stats are the aggregator's counters, for metrics.
 type Stats struct {
 	Batches, Applied, Skipped, Bad atomic.Uint64
+	LastBatch                      atomic.Int64 // deltas in the last batch
 	RoundTrips, RedisErrors        atomic.Uint64
 	ApplyNanos                     atomic.Uint64 // total time spent applying
 }
@@ -134,6 +135,7 @@ func (a *Kafka) loop(ctx context.Context) {
 			continue
 		}
 		a.joined.Store(true)
+		a.Stats.LastBatch.Store(int64(len(batch)))
 		a.applyWithRetry(ctx, batch)
 		now := time.Now().UnixNano()
 		for _, x := range batch {

@@ -181,6 +181,7 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 				reg.Counter("velvetrope_aggregator_redis_errors_total", "Failed applies (retried).", func() float64 { return float64(a.Stats.RedisErrors.Load()) })
 				reg.Counter("velvetrope_aggregator_apply_seconds_total", "Time spent applying.", func() float64 { return float64(a.Stats.ApplyNanos.Load()) / 1e9 })
 				reg.Gauge("velvetrope_aggregator_consumer_lag", "Messages the consumer is behind.", func() float64 { return float64(a.Lag()) })
+				reg.Gauge("velvetrope_aggregator_last_batch_size", "Deltas in the last batch applied.", func() float64 { return float64(a.Stats.LastBatch.Load()) })
 				reg.Labeled("velvetrope_aggregator_overshoot_hits_total", "Hits admitted above a window's limit, per rule.", "counter", "rule",
 					func() map[string]float64 { o, _, _ := a.Accuracy.Report(); return o })
 				reg.Labeled("velvetrope_aggregator_under_admission_hits_total", "Hits refused while the window ended below its limit, per rule.", "counter", "rule",
