@@ -52,8 +52,9 @@
 //
 //   - far (remaining − cost ≥ threshold): decided from memory; no network
 //     call, no allocation, no lock shared across keys;
-//   - near (remaining − cost < threshold, or fewer than two store answers
-//     so far, so no rate is known yet): with `near_limit: sync` (default)
+//   - near (remaining − cost < threshold, or a key younger than
+//     min_refresh + pipeline_lag, or fewer than two store answers so far):
+//     with `near_limit: sync` (default)
 //     one atomic store charge per decision, which counts this instance's
 //     unapplied consumption and folds it into the counter; with
 //     `near_limit: async` decided from memory;
@@ -66,9 +67,13 @@
 // band is entered while the other instances' consumption still in flight
 // is smaller than the threshold: admissions do not exceed the limit as
 // long as the fleet's rate does not jump by more than the safety factor
-// within one refresh interval plus one pipeline lag. With `near_limit:
-// async` the overshoot is at most the other instances' admissions during
-// one pipeline lag, minus what the prediction catches.
+// within one refresh interval plus one pipeline lag. The rate in the
+// threshold is the learned one or, when higher, this instance's live rate
+// with every other instance assumed as fast, so a key that speeds up
+// widens its band at once. With `near_limit: async` the overshoot is at
+// most the other instances' admissions during one pipeline lag; the
+// prediction of in-flight hits chooses the band but never refuses a
+// request, so no rule refuses below its limit on a guess.
 //
 // # Refresh, memory, emission
 //
