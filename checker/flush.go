@@ -11,21 +11,29 @@ import (
 const flushBatch = 2048
 
 func (c *Checker) flushLoop() {
+	c.every(c.cfg.FlushInterval, c.flushNow, 10*time.Second, func(ctx context.Context) {
+		if err := c.Flush(ctx); err != nil && c.logs.allow(c.clock.Now()) {
+			c.cfg.Logger.Warn("emitting deltas failed; they stay buffered and are retried", "error", err,
+				"buffered", len(c.buffered))
+		}
+	})
+}
+
+// every runs fn every interval (and whenever wake fires) until Stop, each
+// run with its own timeout.
+func (c *Checker) every(interval time.Duration, wake <-chan struct{}, timeout time.Duration, fn func(context.Context)) {
 	defer c.wg.Done()
-	t := time.NewTicker(c.cfg.FlushInterval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-c.stop:
 			return
 		case <-t.C:
-		case <-c.flushNow:
+		case <-wake:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := c.Flush(ctx); err != nil && c.logs.allow(c.clock.Now()) {
-			c.cfg.Logger.Warn("emitting deltas failed; they stay buffered and are retried", "error", err,
-				"buffered", len(c.buffered))
-		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		fn(ctx)
 		cancel()
 	}
 }

@@ -9,21 +9,7 @@ import (
 // refreshBatch bounds the keys read in one refresher pass.
 const refreshBatch = 4096
 
-func (c *Checker) refreshLoop() {
-	defer c.wg.Done()
-	t := time.NewTicker(c.cfg.RefreshTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		c.Refresh(ctx)
-		cancel()
-	}
-}
+func (c *Checker) refreshLoop() { c.every(c.cfg.RefreshTick, nil, 5*time.Second, c.Refresh) }
 
 // Refresh re-reads the keys whose refresh is due and drops idle ones. A
 // key is due when it could reach its near-limit band before its next read
