@@ -144,7 +144,7 @@ func (c *Checker) keys(bufpp **[]byte, req *Request, rules []*config.Rule, slots
 	var offs [MaxDescriptors + 1]int
 	for i, r := range rules {
 		s := &slots[i]
-		*s = slot{rule: r, sh: -1, idx: i, dupOf: -1, cost: req.Hits}
+		*s = slot{rule: r, sh: -1, idx: i, dupOf: -1, cost: req.hitsOf(i)}
 		offs[i] = len(buf)
 		if r == nil || r.Unlimited || r.Limit == 0 {
 			continue
@@ -165,7 +165,7 @@ func (c *Checker) keys(bufpp **[]byte, req *Request, rules []*config.Rule, slots
 		for j := range i {
 			if p := &slots[j]; p.dupOf < 0 && p.rule == r && sameEntries(req.Descriptors[j].Entries, es, r) {
 				s.dupOf, s.sh = j, -1
-				p.cost += req.Hits
+				p.cost += s.cost
 				break
 			}
 		}

@@ -70,11 +70,11 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 	var cost [MaxDescriptors]int64
 	var dupOf [MaxDescriptors]int
 	for i := range n {
-		cost[i], dupOf[i] = req.Hits, -1
+		cost[i], dupOf[i] = req.hitsOf(i), -1
 		for j := range i {
 			if r := matched[i]; r != nil && dupOf[j] < 0 && matched[j] == r && sameEntries(req.Descriptors[j].Entries, req.Descriptors[i].Entries, r) {
 				dupOf[i] = j
-				cost[j] += req.Hits
+				cost[j] += cost[i]
 				break
 			}
 		}

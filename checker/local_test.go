@@ -123,6 +123,27 @@ func TestEnvoySemanticsChargeEveryCall(t *testing.T) {
 	}
 }
 
+// TestPerDescriptorHits: a descriptor's own hits replace the request's
+// (Envoy's descriptor-level hits_addend), also when two descriptors name
+// the same counter.
+func TestPerDescriptorHits(t *testing.T) {
+	l, _ := newLocal(t)
+	r := req(1, "envoy_ip", "9.9.9.9", "envoy_ip", "8.8.8.8", "envoy_ip", "9.9.9.9")
+	r.Descriptors[0].Hits, r.Descriptors[0].HasHits = 10, true
+	r.Descriptors[1].Hits, r.Descriptors[1].HasHits = 0, true // a probe
+	d := check(t, l, r)
+	// 9.9.9.9 is charged 10 + 1 (the request's hits for the third
+	// descriptor); 8.8.8.8 is only probed.
+	if got := []int64{d.Statuses[0].Remaining, d.Statuses[1].Remaining, d.Statuses[2].Remaining}; got[0] != 89 || got[1] != 100 || got[2] != 89 {
+		t.Fatalf("remaining = %v, want [89 100 89]", got)
+	}
+	r2 := req(1, "envoy_user", "z")
+	r2.Descriptors[0].Hits, r2.Descriptors[0].HasHits = 3, true
+	if d := check(t, l, r2); d.Code != OverLimit {
+		t.Fatalf("3 hits on a limit of 2: got %s, want deny", codes(d))
+	}
+}
+
 func TestAlgorithmRulesChargeNothingWhenDenied(t *testing.T) {
 	l, _ := newLocal(t)
 	steps := []struct {
@@ -269,6 +290,9 @@ func TestBadRequests(t *testing.T) {
 		{"empty entries", &Request{Domain: "api", Hits: 1, Descriptors: []Descriptor{{}}}, "descriptors[0].entries", ErrBadRequest},
 		{"empty key", req(1, "", "b"), "descriptors[0].entries[0].key", ErrBadRequest},
 		{"too many descriptors", long, "descriptors", ErrBadRequest},
+		{"negative descriptor hits", &Request{Domain: "api", Hits: 1, Descriptors: []Descriptor{
+			{Entries: []config.Entry{{Key: "a", Value: "b"}}}, {Entries: []config.Entry{{Key: "a", Value: "b"}}, Hits: -3, HasHits: true}}},
+			"descriptors[1].hits", ErrBadRequest},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

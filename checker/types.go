@@ -22,6 +22,18 @@ const (
 // or [tenant=acme, route=/export].
 type Descriptor struct {
 	Entries []config.Entry
+	// Hits, when HasHits is set, is this descriptor's cost instead of the
+	// request's (Envoy's per-descriptor hits_addend).
+	Hits    int64
+	HasHits bool
+}
+
+// hitsOf is the cost of descriptor i.
+func (r *Request) hitsOf(i int) int64 {
+	if d := &r.Descriptors[i]; d.HasHits {
+		return d.Hits
+	}
+	return r.Hits
 }
 
 // Request asks for a decision. Hits is the cost: 0 is a probe that reports
@@ -135,6 +147,9 @@ func (r *Request) validate(known bool) error {
 			return &FieldError{fmt.Sprintf("descriptors[%d].entries", i), fmt.Errorf("%w: must not be empty", ErrBadRequest)}
 		case len(d.Entries) > MaxEntries:
 			return &FieldError{fmt.Sprintf("descriptors[%d].entries", i), errTooManyEntries}
+		}
+		if d.HasHits && (d.Hits < 0 || d.Hits > MaxHits) {
+			return &FieldError{fmt.Sprintf("descriptors[%d].hits", i), fmt.Errorf("%w: must be within 0..%d, got %d", ErrBadRequest, int64(MaxHits), d.Hits)}
 		}
 		for j, e := range d.Entries {
 			if e.Key == "" {
