@@ -1,0 +1,241 @@
+// Package rls serves velvetrope as Envoy's global rate limit service:
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit over gRPC,
+// and the same request and response in protojson on POST /json, with the
+// answers Envoy's own ratelimit service gives for the same Envoy-format
+// rules and requests.
+//
+// Where velvetrope's native API is stricter, this one follows Envoy: an
+// unknown domain, or a descriptor no rule matches, answers OK with no
+// limit, because Envoy deployments rely on that to roll out rules
+// independently of the proxies that send descriptors.
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/httpapi"
+)
+
+// Checker decides requests; *checker.Checker and *checker.Local implement it.
+type Checker interface {
+	Check(ctx context.Context, req *checker.Request, d *checker.Decision) error
+	Rules() *config.RuleSet
+}
+
+// Options tune the service.
+type Options struct {
+	// ResponseHeaders adds RateLimit-Policy, RateLimit, X-RateLimit-* and
+	// (when refused) Retry-After to response_headers_to_add, for Envoy to
+	// forward to the client. Off by default, as in Envoy's service.
+	ResponseHeaders bool
+}
+
+// Server implements rlsv3.RateLimitServiceServer over a Checker.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	c    Checker
+	opts Options
+	work sync.Pool // *work: the converted request and its decision
+}
+
+// work is one call's reusable memory: the converted request must not
+// outlive the call, the response does (gRPC marshals it after we return).
+type work struct {
+	req     checker.Request
+	d       checker.Decision
+	entries []config.Entry
+}
+
+// New returns a Server deciding with c.
+func New(c Checker, opts Options) *Server {
+	s := &Server{c: c, opts: opts}
+	s.work.New = func() any { return new(work) }
+	return s
+}
+
+// maxUint32 is what Envoy answers as the remaining of an unlimited rule.
+const maxUint32 = math.MaxUint32
+
+// ShouldRateLimit decides req as Envoy's ratelimit service does. Malformed
+// requests get codes.InvalidArgument naming the field at fault.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	w := s.work.Get().(*work)
+	defer s.work.Put(w)
+	if err := w.convert(req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors))
+	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors))
+	for i := range statuses {
+		statuses[i].Code = rlsv3.RateLimitResponse_OK
+		resp.Statuses[i] = &statuses[i]
+	}
+	if !s.c.Rules().HasDomain(req.Domain) {
+		return resp, nil // Envoy answers OK, no limit, for a domain it does not know
+	}
+	if err := s.c.Check(ctx, &w.req, &w.d); err != nil {
+		var fe *checker.FieldError
+		if errors.As(err, &fe) {
+			return nil, status.Error(codes.InvalidArgument, fe.Error())
+		}
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if w.d.Code == checker.OverLimit {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	limits := make([]rlsv3.RateLimitResponse_RateLimit, len(w.d.Statuses))
+	for i := range w.d.Statuses {
+		fill(&statuses[i], &limits[i], &w.d.Statuses[i])
+	}
+	if s.opts.ResponseHeaders {
+		resp.ResponseHeadersToAdd = headers(&w.d)
+	}
+	return resp, nil
+}
+
+// convert validates req's shape and fills w.req, reusing w's memory.
+func (w *work) convert(req *rlsv3.RateLimitRequest) error {
+	switch {
+	case req.Domain == "":
+		return errors.New("domain: must not be empty")
+	case len(req.Descriptors) == 0:
+		return errors.New("descriptors: must not be empty")
+	case len(req.Descriptors) > checker.MaxDescriptors:
+		return fieldf("descriptors", "more than %d descriptors (got %d)", checker.MaxDescriptors, len(req.Descriptors))
+	}
+	n := 0
+	for i, d := range req.Descriptors {
+		switch {
+		case d == nil || len(d.Entries) == 0:
+			return fieldf(index("descriptors", i, "entries"), "must not be empty")
+		case len(d.Entries) > checker.MaxEntries:
+			return fieldf(index("descriptors", i, "entries"), "more than %d entries (got %d)", checker.MaxEntries, len(d.Entries))
+		case d.IsNegativeHits:
+			return fieldf(index("descriptors", i, "is_negative_hits"), "refunds through the Envoy API are not supported")
+		case d.Limit != nil:
+			return fieldf(index("descriptors", i, "limit"), "per-descriptor limit overrides are not supported yet")
+		}
+		n += len(d.Entries)
+	}
+	if cap(w.entries) < n {
+		w.entries = make([]config.Entry, n)
+	}
+	entries := w.entries[:n]
+	hits := int64(req.HitsAddend)
+	if hits == 0 {
+		hits = 1 // Envoy: an unset hits_addend means one hit
+	}
+	w.req = checker.Request{Domain: req.Domain, Hits: hits, Descriptors: w.req.Descriptors[:0]}
+	for i, d := range req.Descriptors {
+		es := entries[:len(d.Entries)]
+		entries = entries[len(d.Entries):]
+		for j, e := range d.Entries {
+			if e == nil || e.Key == "" {
+				return fieldf(index("descriptors", i, "entries")+index("", j, "key"), "must not be empty")
+			}
+			es[j] = config.Entry{Key: e.Key, Value: e.Value}
+		}
+		cd := checker.Descriptor{Entries: es}
+		if d.HitsAddend != nil {
+			if d.HitsAddend.Value > checker.MaxHits {
+				return fieldf(index("descriptors", i, "hits_addend"), "above %d (got %d)", int64(checker.MaxHits), d.HitsAddend.Value)
+			}
+			cd.Hits, cd.HasHits = int64(d.HitsAddend.Value), true
+		}
+		w.req.Descriptors = append(w.req.Descriptors, cd)
+	}
+	return nil
+}
+
+// fill writes one descriptor's status the way Envoy shapes it.
+func fill(out *rlsv3.RateLimitResponse_DescriptorStatus, lim *rlsv3.RateLimitResponse_RateLimit, st *checker.Status) {
+	if st.Code == checker.OverLimit {
+		out.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	r := st.Rule
+	switch {
+	case r == nil: // no rule: OK, no limit, remaining 0
+		return
+	case r.Unlimited:
+		out.LimitRemaining = maxUint32
+		return
+	}
+	lim.Name = r.Name
+	lim.RequestsPerUnit = clampUint32(r.Limit)
+	lim.Unit = unitOf(r.Unit)
+	out.CurrentLimit = lim
+	out.LimitRemaining = clampUint32(st.Remaining)
+	reset := st.ResetAfter
+	if r.Algorithm == "" {
+		// Envoy counts whole seconds: the reset is unit - now%unit, never 0.
+		reset = time.Duration(max(ceilSeconds(reset), 1)) * time.Second
+	}
+	out.DurationUntilReset = durationpb.New(reset)
+}
+
+func unitOf(u config.Unit) rlsv3.RateLimitResponse_RateLimit_Unit {
+	switch u {
+	case config.Second:
+		return rlsv3.RateLimitResponse_RateLimit_SECOND
+	case config.Minute:
+		return rlsv3.RateLimitResponse_RateLimit_MINUTE
+	case config.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_HOUR
+	case config.Day:
+		return rlsv3.RateLimitResponse_RateLimit_DAY
+	case config.Week:
+		return rlsv3.RateLimitResponse_RateLimit_WEEK
+	case config.Month:
+		return rlsv3.RateLimitResponse_RateLimit_MONTH
+	case config.Year:
+		return rlsv3.RateLimitResponse_RateLimit_YEAR
+	}
+	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+}
+
+func clampUint32(v int64) uint32 { return uint32(min(max(v, 0), maxUint32)) }
+
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// headers renders the same rate limit headers the HTTP API sets.
+func headers(d *checker.Decision) []*corev3.HeaderValue {
+	h := http.Header{}
+	httpapi.SetHeaders(h, d)
+	keys := slices.Sorted(maps.Keys(h)) // a stable order for Envoy and for tests
+	out := make([]*corev3.HeaderValue, 0, len(keys))
+	for _, k := range keys {
+		for _, v := range h[k] {
+			out = append(out, &corev3.HeaderValue{Key: k, Value: v})
+		}
+	}
+	return out
+}
+
+func fieldf(field, format string, args ...any) error {
+	return fmt.Errorf("%s: "+format, append([]any{field}, args...)...)
+}
+
+// index names element i of a repeated field, then a sub-field.
+func index(field string, i int, sub string) string {
+	return field + "[" + strconv.Itoa(i) + "]." + sub
+}
