@@ -1,0 +1,197 @@
+package rls
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+func newTestServer(t *testing.T, opts Options) *Server {
+	t.Helper()
+	clk := &clock{}
+	clk.ns.Store(t0)
+	return New(engines[0].make(t, loadEnvoyRules(t), clk), opts)
+}
+
+func desc(kv ...string) *ratelimitv3.RateLimitDescriptor {
+	d := &ratelimitv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
+	client := dial(t, newTestServer(t, Options{}))
+	many := make([]*ratelimitv3.RateLimitDescriptor, 33)
+	for i := range many {
+		many[i] = desc("foo", "a")
+	}
+	wide := desc()
+	for range 17 {
+		wide.Entries = append(wide.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
+	}
+	cases := []struct {
+		name  string
+		req   *rlsv3.RateLimitRequest
+		field string
+	}{
+		{"empty domain", &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("foo", "a")}}, "domain"},
+		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "rl"}, "descriptors"},
+		{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: many}, "descriptors"},
+		{"empty entries", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("foo", "a"), {}}}, "descriptors[1].entries"},
+		{"too many entries", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{wide}}, "descriptors[0].entries"},
+		{"empty key", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("", "a")}}, "descriptors[0].entries[0].key"},
+		{"huge descriptor hits", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: desc("foo", "a").Entries, HitsAddend: wrapperspb.UInt64(1 << 40)}}}, "descriptors[0].hits_addend"},
+		{"negative hits", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: desc("foo", "a").Entries, HitsAddend: wrapperspb.UInt64(1), IsNegativeHits: true}}}, "descriptors[0].is_negative_hits"},
+		// an unknown domain is still checked for shape
+		{"unknown domain, empty key", &rlsv3.RateLimitRequest{Domain: "nope", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("", "a")}}, "descriptors[0].entries[0].key"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := client.ShouldRateLimit(context.Background(), c.req)
+			st, _ := status.FromError(err)
+			if st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), c.field+":") {
+				t.Fatalf("got %v, want InvalidArgument naming %s", err, c.field)
+			}
+		})
+	}
+	// invalid UTF-8 never reaches the handler: protobuf refuses it in
+	// proto3 strings, and the server keeps answering
+	if _, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "rl\xff",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("foo", "a")}}); err == nil {
+		t.Fatal("invalid UTF-8 domain accepted")
+	}
+	resp, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "rl",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("foo", "a")}})
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("after bad requests: %v %v", resp, err)
+	}
+}
+
+func TestResponseHeaders(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		s := newTestServer(t, Options{ResponseHeaders: on})
+		// the limit is 2 a minute: 2 hits pass, the third is refused and
+		// can retry when the window rolls
+		req := &rlsv3.RateLimitRequest{Domain: "rl", HitsAddend: 2, Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("foo", "h")}}
+		if _, err := s.ShouldRateLimit(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		req.HitsAddend = 1
+		resp, err := s.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, h := range resp.ResponseHeadersToAdd {
+			got[h.Key] = h.Value
+		}
+		if !on {
+			if len(got) != 0 {
+				t.Fatalf("headers when disabled: %v", got)
+			}
+			continue
+		}
+		want := map[string]string{"X-Ratelimit-Limit": "2", "X-Ratelimit-Remaining": "0", "X-Ratelimit-Reset": "60",
+			"Ratelimit": `"rl:foo";r=0;t=60`, "Ratelimit-Policy": `"rl:foo";q=2;w=60`, "Retry-After": "60"}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s = %q, want %q (all: %v)", k, got[k], v, got)
+			}
+		}
+	}
+}
+
+func TestJSONEndpoint(t *testing.T) {
+	h := JSONHandler(newTestServer(t, Options{}), 1<<10)
+	post := func(body string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/json", strings.NewReader(body)))
+		return rec
+	}
+	cases := []struct {
+		name, body string
+		code       int
+		contains   string
+	}{
+		{"allowed", `{"domain":"rl","descriptors":[{"entries":[{"key":"foo","value":"j"}]}]}`, 200, `"overallCode":"OK"`},
+		{"denied", `{"domain":"rl","hitsAddend":5,"descriptors":[{"entries":[{"key":"foo","value":"k"}]}]}`, 429, `"overallCode":"OVER_LIMIT"`},
+		{"unknown domain", `{"domain":"nope","descriptors":[{"entries":[{"key":"foo","value":"j"}]}]}`, 200, `"overallCode":"OK"`},
+		{"snake_case names", `{"domain":"rl","hits_addend":1,"descriptors":[{"entries":[{"key":"foo","value":"l"}]}]}`, 200, `"limitRemaining":1`},
+		{"empty domain", `{"descriptors":[{"entries":[{"key":"foo","value":"j"}]}]}`, 400, "domain: must not be empty"},
+		{"unknown field", `{"domain":"rl","descriptorz":[]}`, 400, "descriptorz"},
+		{"not json", `{`, 400, "invalid RateLimitRequest JSON"},
+		{"negative hits", `{"domain":"rl","hitsAddend":-1,"descriptors":[{"entries":[{"key":"foo","value":"j"}]}]}`, 400, "invalid RateLimitRequest JSON"},
+		{"too big", `{"domain":"` + strings.Repeat("x", 2000) + `"}`, 413, "above the limit"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rec := post(c.body)
+			if rec.Code != c.code || !strings.Contains(rec.Body.String(), c.contains) {
+				t.Fatalf("got %d %s, want %d containing %q", rec.Code, rec.Body, c.code, c.contains)
+			}
+		})
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/json", nil))
+	if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != "POST" {
+		t.Fatalf("GET /json: %d", rec.Code)
+	}
+}
+
+func FuzzJSONHandler(f *testing.F) {
+	f.Add([]byte(`{"domain":"rl","descriptors":[{"entries":[{"key":"foo","value":"j"}]}]}`))
+	f.Add([]byte(`{"domain":"rl","hitsAddend":4294967295,"descriptors":[{"entries":[{"key":"foo"}],"hitsAddend":"18446744073709551615"}]}`))
+	f.Add([]byte(`{"domain":"nope","descriptors":[{}]}`))
+	clk := &clock{}
+	clk.ns.Store(t0)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		h := JSONHandler(New(engines[0].make(t, loadEnvoyRules(t), clk), Options{ResponseHeaders: true}), 1<<12)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/json", bytes.NewReader(body)))
+		switch rec.Code {
+		case 200, 429, 400, 413:
+		default:
+			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body)
+		}
+	})
+}
+
+func TestHealthService(t *testing.T) {
+	conn := dialRaw(t, newTestServer(t, Options{}))
+	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+		resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health %q: %v %v", svc, resp, err)
+		}
+	}
+}
+
+func dialRaw(t *testing.T, s *Server) *grpc.ClientConn {
+	t.Helper()
+	lis := listen(t)
+	g, _ := NewGRPCServer(s)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
