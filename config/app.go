@@ -72,9 +72,13 @@ type HTTPConfig struct {
 	WriteTimeout time.Duration `yaml:"write_timeout"`
 }
 
-// GRPCConfig is the Envoy rate limit service listener.
+// GRPCConfig is the Envoy rate limit service listener; an empty Addr
+// disables it.
 type GRPCConfig struct {
 	Addr string `yaml:"addr"`
+	// ResponseHeaders fills response_headers_to_add (RateLimit-Policy,
+	// RateLimit, X-RateLimit-*, Retry-After) for Envoy to forward.
+	ResponseHeaders bool `yaml:"response_headers"`
 }
 
 // RedisConfig addresses the counter store: one address for a standalone

@@ -21,6 +21,7 @@ import (
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/rls"
 )
 
 // runDev implements `velvetrope dev`: the HTTP check API over the whole
@@ -34,7 +35,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 // runProcess loads the configuration, builds the process from module with
 // fx, starts it, prints the banner, and stops it on SIGINT or SIGTERM.
 func runProcess(name string, args []string, stdout, stderr io.Writer,
-	module func(config.App, *slog.Logger) fx.Option, banner func(io.Writer, string)) int {
+	module func(config.App, *slog.Logger) fx.Option, banner func(w io.Writer, httpAddr, grpcAddr string)) int {
 	app, err := processConfig(name, args, stderr)
 	if err != nil {
 		if err != flag.ErrHelp {
@@ -44,9 +45,14 @@ func runProcess(name string, args []string, stdout, stderr io.Writer,
 		return 0
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	fxApp := fx.New(module(app, logger), fx.Invoke(func(lc fx.Lifecycle, srv *httpapi.Server) {
-		lc.Append(fx.Hook{OnStart: func(context.Context) error {
-			banner(stdout, srv.Addr())
+	fxApp := fx.New(module(app, logger), fx.Invoke(func(in struct {
+		fx.In
+		LC   fx.Lifecycle
+		HTTP *httpapi.Server
+		GRPC *grpcListener `optional:"true"`
+	}) {
+		in.LC.Append(fx.Hook{OnStart: func(context.Context) error {
+			banner(stdout, in.HTTP.Addr(), in.GRPC.Addr())
 			return nil
 		}})
 	}))
@@ -77,6 +83,7 @@ func processConfig(name string, args []string, stderr io.Writer) (config.App, er
 	fs.SetOutput(stderr)
 	rules := fs.String("rules", "", "rule file or directory (comma-separated for several)")
 	httpAddr := fs.String("http", "", "HTTP listen address (default :8080, or VELVETROPE_HTTP_ADDR)")
+	grpcAddr := fs.String("grpc", "", "gRPC (Envoy rate limit service) listen address (default :8081, or VELVETROPE_GRPC_ADDR)")
 	file := fs.String("config", "", "application config file (YAML)")
 	if err := fs.Parse(args); err != nil {
 		return config.App{}, err
@@ -94,6 +101,9 @@ func processConfig(name string, args []string, stderr io.Writer) (config.App, er
 	if *httpAddr != "" {
 		app.HTTP.Addr = *httpAddr
 	}
+	if *grpcAddr != "" {
+		app.GRPC.Addr = *grpcAddr
+	}
 	return app, app.Validate()
 }
 
@@ -109,6 +119,7 @@ func devModule(app config.App, logger *slog.Logger) fx.Option {
 			checker.NewMemStore,
 			func() (*events.MemBus, error) { return events.NewMemBus(16, 1<<20) },
 			newDevChecker,
+			newRLS,
 			newDevHTTP,
 		),
 		fx.Invoke(watchRules, runEmbeddedAggregator, expireCounters),
@@ -208,26 +219,39 @@ func watchRules(lc fx.Lifecycle, app config.App, store *config.Store, logger *sl
 	return nil
 }
 
-func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker) *httpapi.Server {
+func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls.Server) *httpapi.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes))
+	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
 	httpapi.Health(mux, nil)
 	srv := httpapi.NewServer(app.HTTP.Addr, mux, app.HTTP.ReadTimeout, app.HTTP.WriteTimeout)
 	lc.Append(fx.StartStopHook(srv.Start, srv.Stop))
 	return srv
 }
 
-func printBanner(w io.Writer, addr string) {
-	// An unspecified host (":8080", "[::]:8080", "0.0.0.0:8080") is
-	// reachable as localhost.
-	shown := addr
+func printBanner(w io.Writer, httpAddr, grpcAddr string) {
+	shown, grpcShown := reachable(httpAddr), reachable(grpcAddr)
+	fmt.Fprintf(w, "velvetrope dev: in-memory backends\n  HTTP  http://%s  (POST /v1/check, POST /json, /healthz, /readyz)\n", shown)
+	if grpcAddr != "" {
+		fmt.Fprintf(w, "  gRPC  %s  (envoy.service.ratelimit.v3.RateLimitService)\n", grpcShown)
+	}
+	fmt.Fprintf(w, `try:
+  curl -s -X POST http://%s/v1/check -d '{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}],"hits":1}'
+`, shown)
+	if grpcAddr != "" {
+		fmt.Fprintf(w, `  grpcurl -plaintext -import-path <envoy-api> -proto envoy/service/ratelimit/v3/rls.proto -d '{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}]}' %s envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+  curl -s -X POST http://%s/json -d '{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}]}'
+`, grpcShown, shown)
+	}
+}
+
+// reachable shows an unspecified host (":8080", "[::]:8080",
+// "0.0.0.0:8080") as localhost, where a local client can reach it.
+func reachable(addr string) string {
 	if host, port, err := net.SplitHostPort(addr); err == nil {
 		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-			shown = net.JoinHostPort("localhost", port)
+			return net.JoinHostPort("localhost", port)
 		}
 	}
-	fmt.Fprintf(w, `velvetrope dev: listening on http://%s (in-memory backends)
-try:
-  curl -s -X POST http://%s/v1/check -d '{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}],"hits":1}'
-`, shown, shown)
+	return addr
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,6 +15,11 @@ import (
 
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
@@ -22,9 +29,10 @@ import (
 // request end to end over HTTP.
 func TestDevSmoke(t *testing.T) {
 	app := config.DefaultApp()
-	app.HTTP.Addr = "127.0.0.1:0"
+	app.HTTP.Addr, app.GRPC.Addr = "127.0.0.1:0", "127.0.0.1:0"
 	var srv *httpapi.Server
-	fxApp := fxtest.New(t, devModule(app, slog.New(slog.NewTextHandler(io.Discard, nil))), fx.Populate(&srv))
+	var gl *grpcListener
+	fxApp := fxtest.New(t, devModule(app, slog.New(slog.NewTextHandler(io.Discard, nil))), fx.Populate(&srv, &gl))
 	fxApp.RequireStart()
 	defer fxApp.RequireStop()
 
@@ -41,6 +49,7 @@ func TestDevSmoke(t *testing.T) {
 	if resp.StatusCode != 200 || got.Decision != "allow" || got.Statuses[0].Remaining != 99 {
 		t.Fatalf("got %d %+v", resp.StatusCode, got)
 	}
+	checkEnvoyAPIs(t, srv.Addr(), gl.Addr(), 98)
 	for _, path := range []string{"/healthz", "/readyz"} {
 		r, err := http.Get("http://" + srv.Addr() + path)
 		if err != nil || r.StatusCode != 200 {
@@ -127,9 +136,46 @@ func TestBannerShowsReachableAddress(t *testing.T) {
 	for addr, want := range map[string]string{"[::]:8080": "http://localhost:8080", "0.0.0.0:9": "http://localhost:9",
 		":8080": "http://localhost:8080", "127.0.0.1:8080": "http://127.0.0.1:8080"} {
 		var b bytes.Buffer
-		printBanner(&b, addr)
-		if !strings.Contains(b.String(), "listening on "+want+" ") || !strings.Contains(b.String(), "curl -s -X POST "+want+"/v1/check") {
+		printBanner(&b, addr, ":8081")
+		if !strings.Contains(b.String(), "HTTP  "+want+" ") || !strings.Contains(b.String(), "curl -s -X POST "+want+"/v1/check") ||
+			!strings.Contains(b.String(), "gRPC  localhost:8081 ") || !strings.Contains(b.String(), " localhost:8081 envoy.service.ratelimit.v3") {
 			t.Fatalf("banner for %s:\n%s", addr, b.String())
 		}
+	}
+	var b bytes.Buffer
+	printBanner(&b, ":8080", "")
+	if strings.Contains(b.String(), "gRPC") {
+		t.Fatalf("banner shows a disabled gRPC listener:\n%s", b.String())
+	}
+}
+
+// checkEnvoyAPIs asks for user_id=priya once over gRPC and once over
+// POST /json, after one earlier hit over /v1/check: the three APIs share
+// one counter, so remaining goes want, want-1.
+func checkEnvoyAPIs(t *testing.T, httpAddr, grpcAddr string, want uint32) {
+	t.Helper()
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user_id", Value: "priya"}}}}}
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != want {
+		t.Fatalf("gRPC: %v", resp)
+	}
+	r, err := http.Post("http://"+httpAddr+"/json", "application/json",
+		strings.NewReader(`{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	if r.StatusCode != 200 || !strings.Contains(string(b), fmt.Sprintf(`"limitRemaining":%d`, want-1)) {
+		t.Fatalf("/json: %d %s", r.StatusCode, b)
 	}
 }

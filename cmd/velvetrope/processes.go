@@ -23,20 +23,25 @@ import (
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/metrics"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/rls"
 )
 
 // runChecker implements `velvetrope checker`: the check API over the
 // async checker, sharing counters through Redis and Kafka.
 func runChecker(args []string, stdout, stderr io.Writer) int {
-	return runProcess("checker", args, stdout, stderr, checkerModule, func(w io.Writer, addr string) {
-		fmt.Fprintf(w, "velvetrope checker: listening on http://%s\n", addr)
+	return runProcess("checker", args, stdout, stderr, checkerModule, func(w io.Writer, addr, grpcAddr string) {
+		fmt.Fprintf(w, "velvetrope checker: listening on http://%s", addr)
+		if grpcAddr != "" {
+			fmt.Fprintf(w, " and grpc %s (Envoy rate limit service)", grpcAddr)
+		}
+		fmt.Fprintln(w)
 	})
 }
 
 // runAggregator implements `velvetrope aggregator`: deltas from Kafka into
 // the Redis counters; /metrics, /healthz and /readyz on its HTTP listener.
 func runAggregator(args []string, stdout, stderr io.Writer) int {
-	return runProcess("aggregator", args, stdout, stderr, aggregatorModule, func(w io.Writer, addr string) {
+	return runProcess("aggregator", args, stdout, stderr, aggregatorModule, func(w io.Writer, addr, _ string) {
 		fmt.Fprintf(w, "velvetrope aggregator: serving metrics on http://%s/metrics\n", addr)
 	})
 }
@@ -88,9 +93,12 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 				lc.Append(fx.StartStopHook(c.Start, c.Stop))
 				return c, nil
 			},
-			func(lc fx.Lifecycle, app config.App, c *checker.Checker, rc redis.UniversalClient, prod *events.KafkaProducer) *httpapi.Server {
+			newRLS,
+			func(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls.Server, rc redis.UniversalClient,
+				prod *events.KafkaProducer) *httpapi.Server {
 				mux := http.NewServeMux()
 				mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes))
+				mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
 				reg := metrics.New()
 				checkerMetrics(reg, c, prod)
 				mux.Handle("GET /metrics", reg)

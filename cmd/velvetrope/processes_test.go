@@ -19,7 +19,7 @@ import (
 func realApp(t *testing.T) config.App {
 	t.Helper()
 	app := config.DefaultApp()
-	app.HTTP.Addr = "127.0.0.1:0"
+	app.HTTP.Addr, app.GRPC.Addr = "127.0.0.1:0", "127.0.0.1:0"
 	app.Redis.Addrs = []string{testsvc.Redis(t)}
 	app.Kafka.Brokers = []string{testsvc.Kafka(t)}
 	app.Kafka.Topic = testsvc.Unique("proc")
@@ -38,7 +38,8 @@ func TestCheckerAndAggregatorProcesses(t *testing.T) {
 	aggApp.RequireStart()
 	defer aggApp.RequireStop()
 	var chk *httpapi.Server
-	chkApp := fxtest.New(t, checkerModule(app, quiet), fx.Populate(&chk))
+	var gl *grpcListener
+	chkApp := fxtest.New(t, checkerModule(app, quiet), fx.Populate(&chk, &gl))
 	chkApp.RequireStart()
 	defer chkApp.RequireStop()
 
@@ -53,6 +54,7 @@ func TestCheckerAndAggregatorProcesses(t *testing.T) {
 	if got.Decision != "allow" || got.Statuses[0].Remaining != 99 {
 		t.Fatalf("check: %+v", got)
 	}
+	checkEnvoyAPIs(t, chk.Addr(), gl.Addr(), 98)
 	for _, url := range []string{"http://" + chk.Addr() + "/metrics", "http://" + agg.Addr() + "/metrics", "http://" + agg.Addr() + "/healthz"} {
 		r, err := http.Get(url)
 		if err != nil || r.StatusCode != 200 {

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"go.uber.org/fx"
+	"google.golang.org/grpc"
+
+	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/rls"
+)
+
+// grpcListener is the Envoy rate limit service listener of a process.
+type grpcListener struct {
+	srv *grpc.Server
+	lis net.Listener
+}
+
+// Addr is the bound address ("" when the listener is disabled).
+func (g *grpcListener) Addr() string {
+	if g == nil || g.lis == nil {
+		return ""
+	}
+	return g.lis.Addr().String()
+}
+
+// newRLS builds the Envoy rate limit service over c and, unless grpc.addr
+// is empty, its gRPC listener. The listener is registered after the
+// checker, so it stops first: no call is in flight when the checker makes
+// its final flush.
+func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, logger *slog.Logger) (*rls.Server, *grpcListener) {
+	s := rls.New(c, rls.Options{ResponseHeaders: app.GRPC.ResponseHeaders})
+	gl := &grpcListener{}
+	if app.GRPC.Addr == "" {
+		return s, gl
+	}
+	gl.srv, _ = rls.NewGRPCServer(s)
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			lis, err := net.Listen("tcp", app.GRPC.Addr)
+			if err != nil {
+				return fmt.Errorf("grpc.addr %s: %w", app.GRPC.Addr, err)
+			}
+			gl.lis = lis
+			go func() {
+				if err := gl.srv.Serve(lis); err != nil {
+					logger.Error("gRPC listener stopped", "addr", lis.Addr().String(), "error", err)
+				}
+			}()
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			done := make(chan struct{})
+			go func() { gl.srv.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				gl.srv.Stop() // drop what did not finish in time
+			}
+			return nil
+		},
+	})
+	return s, gl
+}
