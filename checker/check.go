@@ -56,7 +56,9 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 	d.Statuses = slices.Grow(d.Statuses[:0], n)[:n]
 	matched := matchBuf[:n]
 	for i := range req.Descriptors {
-		matched[i] = dom.Match(req.Descriptors[i].Entries)
+		if matched[i] = req.Descriptors[i].Rule; matched[i] == nil {
+			matched[i] = dom.Match(req.Descriptors[i].Entries)
+		}
 	}
 	dropReplaced(matched)
 

@@ -61,7 +61,9 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 
 	var matched [MaxDescriptors]*config.Rule
 	for i := range req.Descriptors {
-		matched[i] = dom.Match(req.Descriptors[i].Entries)
+		if matched[i] = req.Descriptors[i].Rule; matched[i] == nil {
+			matched[i] = dom.Match(req.Descriptors[i].Entries)
+		}
 	}
 	dropReplaced(matched[:n])
 

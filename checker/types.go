@@ -26,6 +26,9 @@ type Descriptor struct {
 	// request's (Envoy's per-descriptor hits_addend).
 	Hits    int64
 	HasHits bool
+	// Rule, when set, is decided instead of the rule the entries match:
+	// Envoy's per-descriptor limit override (see config.OverrideRule).
+	Rule *config.Rule
 }
 
 // hitsOf is the cost of descriptor i.

@@ -390,3 +390,28 @@ func LoadRules(paths ...string) (*RuleSet, error) {
 	}
 	return Compile(files)
 }
+
+// OverrideRule is the rule of an Envoy per-descriptor limit override: the
+// request names the limit, the descriptor's entries (every value) name the
+// counter, with Envoy's semantics (fixed window aligned to the unit, every
+// call charged, never shadowed). Its ID carries the limit and unit, so two
+// overrides of one descriptor with different limits count separately, as
+// in Envoy's service. limit 0 refuses everything, as in a rule file.
+func OverrideRule(domain string, entries []Entry, limit int64, unit Unit) (*Rule, error) {
+	if unit.Duration() <= 0 {
+		return nil, fmt.Errorf("unit: unknown unit %d", int(unit))
+	}
+	if limit < 0 {
+		return nil, fmt.Errorf("requests_per_unit: must be >= 0, got %d", limit)
+	}
+	path := make([]Entry, len(entries))
+	parts := make([]string, len(entries))
+	for i, e := range entries {
+		path[i] = Entry{Key: e.Key}
+		parts[i] = e.Key
+	}
+	d := &Descriptor{RateLimit: &RateLimit{RequestsPerUnit: limit, Unit: unit}}
+	r := newRule(domain, path, nil, d)
+	r.ID = fmt.Sprintf("%s:override/%s@%d/%s", domain, strings.Join(parts, "/"), limit, unit)
+	return r, nil
+}

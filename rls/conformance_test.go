@@ -12,6 +12,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -37,7 +38,7 @@ type conformanceCase struct {
 		At          string   `yaml:"at"` // offset from t0, e.g. 59.5s; empty keeps the time
 		Domain      string   `yaml:"domain"`
 		Hits        uint32   `yaml:"hits"`
-		Descriptors []string `yaml:"descriptors"` // "k=v,k2=v2[;hits=N]"
+		Descriptors []string `yaml:"descriptors"` // "k=v,k2=v2[;hits=N][;limit=N/unit]"
 		Repeat      int      `yaml:"repeat"`      // send it this many times, check the last answer
 		Want        string   `yaml:"want"`
 		Statuses    []string `yaml:"statuses"`
@@ -150,7 +151,7 @@ func TestEnvoyConformance(t *testing.T) {
 	}
 }
 
-// parseDescriptor reads "k=v,k2=v2[;hits=N]"; an entry without "=" is a
+// parseDescriptor reads "k=v,k2=v2[;hits=N][;limit=N/unit]"; an entry without "=" is a
 // key with an empty value.
 func parseDescriptor(t *testing.T, s string) *ratelimitv3.RateLimitDescriptor {
 	t.Helper()
@@ -160,12 +161,27 @@ func parseDescriptor(t *testing.T, s string) *ratelimitv3.RateLimitDescriptor {
 		k, v, _ := strings.Cut(kv, "=")
 		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: k, Value: v})
 	}
-	if opt != "" {
+	for _, o := range strings.Split(opt, ";") {
 		var n uint64
-		if _, err := fmt.Sscanf(opt, "hits=%d", &n); err != nil {
-			t.Fatalf("descriptor %q: %v", s, err)
+		var unit string
+		switch {
+		case o == "":
+		case strings.HasPrefix(o, "hits="):
+			if _, err := fmt.Sscanf(o, "hits=%d", &n); err != nil {
+				t.Fatalf("descriptor %q: %v", s, err)
+			}
+			d.HitsAddend = wrapperspb.UInt64(n)
+		case strings.HasPrefix(o, "limit="):
+			rpu, u, _ := strings.Cut(strings.TrimPrefix(o, "limit="), "/")
+			if _, err := fmt.Sscanf(rpu, "%d", &n); err != nil {
+				t.Fatalf("descriptor %q: %v", s, err)
+			}
+			unit = strings.ToUpper(u)
+			d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: uint32(n),
+				Unit: typev3.RateLimitUnit(typev3.RateLimitUnit_value[unit])}
+		default:
+			t.Fatalf("descriptor %q: unknown option %q", s, o)
 		}
-		d.HitsAddend = wrapperspb.UInt64(n)
 	}
 	return d
 }

@@ -50,9 +50,10 @@ type Options struct {
 // Server implements rlsv3.RateLimitServiceServer over a Checker.
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	c    Checker
-	opts Options
-	work sync.Pool // *work: the converted request and its decision
+	c         Checker
+	opts      Options
+	overrides *overrides
+	work      sync.Pool // *work: the converted request and its decision
 }
 
 // work is one call's reusable memory: the converted request must not
@@ -65,7 +66,7 @@ type work struct {
 
 // New returns a Server deciding with c.
 func New(c Checker, opts Options) *Server {
-	s := &Server{c: c, opts: opts}
+	s := &Server{c: c, opts: opts, overrides: newOverrides()}
 	s.work.New = func() any { return new(work) }
 	return s
 }
@@ -78,7 +79,8 @@ const maxUint32 = math.MaxUint32
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	w := s.work.Get().(*work)
 	defer s.work.Put(w)
-	if err := w.convert(req); err != nil {
+	known := s.c.Rules().HasDomain(req.Domain)
+	if err := w.convert(req, s.overrides, known); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
@@ -88,7 +90,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		statuses[i].Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = &statuses[i]
 	}
-	if !s.c.Rules().HasDomain(req.Domain) {
+	if !known {
 		return resp, nil // Envoy answers OK, no limit, for a domain it does not know
 	}
 	if err := s.c.Check(ctx, &w.req, &w.d); err != nil {
@@ -111,8 +113,15 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	return resp, nil
 }
 
+var (
+	errUnit           = errors.New("unit: must be SECOND, MINUTE, HOUR, DAY, MONTH or YEAR")
+	errUnitMultiplier = errors.New("unit_multiplier: only 1 is supported")
+)
+
 // convert validates req's shape and fills w.req, reusing w's memory.
-func (w *work) convert(req *rlsv3.RateLimitRequest) error {
+// known says whether req's domain has rules: overrides apply only there,
+// as in Envoy's service.
+func (w *work) convert(req *rlsv3.RateLimitRequest, o *overrides, known bool) error {
 	switch {
 	case req.Domain == "":
 		return errors.New("domain: must not be empty")
@@ -130,8 +139,6 @@ func (w *work) convert(req *rlsv3.RateLimitRequest) error {
 			return fieldf(index("descriptors", i, "entries"), "more than %d entries (got %d)", checker.MaxEntries, len(d.Entries))
 		case d.IsNegativeHits:
 			return fieldf(index("descriptors", i, "is_negative_hits"), "refunds through the Envoy API are not supported")
-		case d.Limit != nil:
-			return fieldf(index("descriptors", i, "limit"), "per-descriptor limit overrides are not supported yet")
 		}
 		n += len(d.Entries)
 	}
@@ -154,6 +161,13 @@ func (w *work) convert(req *rlsv3.RateLimitRequest) error {
 			es[j] = config.Entry{Key: e.Key, Value: e.Value}
 		}
 		cd := checker.Descriptor{Entries: es}
+		if d.Limit != nil && known {
+			r, err := o.rule(req.Domain, es, d.Limit)
+			if err != nil {
+				return fmt.Errorf("%s%w", index("descriptors", i, "limit."), err)
+			}
+			cd.Rule = r
+		}
 		if d.HitsAddend != nil {
 			if d.HitsAddend.Value > checker.MaxHits {
 				return fieldf(index("descriptors", i, "hits_addend"), "above %d (got %d)", int64(checker.MaxHits), d.HitsAddend.Value)

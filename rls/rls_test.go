@@ -5,17 +5,21 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/velvetrope/velvetrope/config"
 )
 
 func newTestServer(t *testing.T, opts Options) *Server {
@@ -58,6 +62,13 @@ func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
 			{Entries: desc("foo", "a").Entries, HitsAddend: wrapperspb.UInt64(1 << 40)}}}, "descriptors[0].hits_addend"},
 		{"negative hits", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{
 			{Entries: desc("foo", "a").Entries, HitsAddend: wrapperspb.UInt64(1), IsNegativeHits: true}}}, "descriptors[0].is_negative_hits"},
+		{"override without a unit", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: desc("foo", "a").Entries, Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3}}}},
+			"descriptors[0].limit.unit"},
+		{"override with a unit multiplier", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: desc("foo", "a").Entries, Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3,
+				Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(30)}}}},
+			"descriptors[0].limit.unit_multiplier"},
 		// an unknown domain is still checked for shape
 		{"unknown domain, empty key", &rlsv3.RateLimitRequest{Domain: "nope", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("", "a")}}, "descriptors[0].entries[0].key"},
 	}
@@ -194,4 +205,31 @@ func dialRaw(t *testing.T, s *Server) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
+}
+
+// TestOverrideCacheIsBounded: a client inventing overrides cannot grow the
+// cache past its bound, and rules built past it still count correctly.
+func TestOverrideCacheIsBounded(t *testing.T) {
+	o := newOverrides()
+	lim := &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typev3.RateLimitUnit_MINUTE}
+	for i := range maxOverrides * 2 {
+		es := []config.Entry{{Key: "k" + strconv.Itoa(i), Value: "v"}}
+		r, err := o.rule("rl", es, lim)
+		if err != nil || r.Limit != 7 || r.ID != "rl:override/k"+strconv.Itoa(i)+"@7/minute" {
+			t.Fatalf("override %d: %+v %v", i, r, err)
+		}
+	}
+	n := 0
+	for i := range o.shards {
+		n += len(o.shards[i].rules)
+	}
+	if n > maxOverrides || n < maxOverrides/2 {
+		t.Fatalf("cache holds %d rules, bound %d", n, maxOverrides)
+	}
+	es := []config.Entry{{Key: "k1", Value: "other"}}
+	a, _ := o.rule("rl", es, lim)
+	b, _ := o.rule("rl", es, lim)
+	if a != b {
+		t.Fatal("a cached override is rebuilt")
+	}
 }
