@@ -6,7 +6,7 @@ BIN := bin/velvetrope
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: run build test test-unit bench lint services-up services-down proto clean
+.PHONY: run build test test-unit bench lint compose-check services-up services-down proto clean
 
 ## run: the whole product on embedded in-memory backends (velvetrope dev)
 run:
@@ -16,8 +16,8 @@ run:
 build:
 	$(GO) build -ldflags "-X main.buildVersion=$(VERSION)" -o $(BIN) ./cmd/velvetrope
 
-## test: start the real services, run every test with -race, stop what was started
-test:
+## test: validate docker-compose.yml, start the real services, run every test with -race, stop what was started
+test: compose-check
 	@scripts/services.sh up || { scripts/services.sh down; exit 1; }
 	@set -o pipefail; source .services.env && $(GO) test -race -count=1 $(PKGS); status=$$?; \
 		scripts/services.sh down; exit $$status
@@ -35,6 +35,11 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+
+## compose-check: validate docker-compose.yml with Debian's docker-compose (no Docker engine needed)
+compose-check:
+	@command -v docker-compose >/dev/null || { sudo -n true 2>/dev/null && SUDO=sudo; $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends docker-compose >/dev/null; }
+	docker-compose -f docker-compose.yml config -q
 
 ## services-up / services-down: the real Redis, Redis Cluster, Kafka and ClickHouse on 127.0.0.1
 services-up:
