@@ -11,12 +11,14 @@ import (
 const usage = `velvetrope — a distributed rate limiter
 
 Usage:
-  velvetrope dev [--rules PATH] [--http ADDR] [--config FILE]
-                                   serve the HTTP check API on embedded in-memory backends
-  velvetrope checker [--rules PATH] [--http ADDR] [--config FILE]
-                                   serve the check API, sharing counters through Redis and Kafka
+  velvetrope dev [--rules PATH] [--http ADDR] [--grpc ADDR] [--config FILE]
+                                   serve the HTTP and Envoy gRPC APIs on embedded in-memory backends
+  velvetrope checker [--rules PATH] [--http ADDR] [--grpc ADDR] [--config FILE]
+                                   serve both APIs, sharing counters through Redis and Kafka
   velvetrope aggregator [--http ADDR] [--config FILE]
                                    apply consumption deltas from Kafka to the Redis counters
+  velvetrope check --domain D --descriptor k=v[,k2=v2] [--descriptor ...] [--hits N] [--addr HOST:PORT]
+                                   ask a running velvetrope (gRPC); exit 0 allow, 2 deny, 1 error
   velvetrope rules validate PATH... check rule files or directories; exit 1 on errors
   velvetrope version               print the version
 
@@ -44,6 +46,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runAggregator(args[1:], stdout, stderr)
 	case "rules":
 		return runRules(args[1:], stdout, stderr)
+	case "check":
+		return runCheck(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "velvetrope", version())
 		return 0

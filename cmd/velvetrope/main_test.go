@@ -179,3 +179,45 @@ func checkEnvoyAPIs(t *testing.T, httpAddr, grpcAddr string, want uint32) {
 		t.Fatalf("/json: %d %s", r.StatusCode, b)
 	}
 }
+
+// TestCheckCommand runs `velvetrope check` against the dev process graph.
+func TestCheckCommand(t *testing.T) {
+	app := config.DefaultApp()
+	app.HTTP.Addr, app.GRPC.Addr = "127.0.0.1:0", "127.0.0.1:0"
+	var gl *grpcListener
+	fxApp := fxtest.New(t, devModule(app, slog.New(slog.NewTextHandler(io.Discard, nil))), fx.Populate(&gl))
+	fxApp.RequireStart()
+	defer fxApp.RequireStop()
+
+	cases := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{"allowed", []string{"--domain", "api", "--descriptor", "user_id=cli", "--descriptor", "nothing=x"}, 0,
+			"allow\n  [0] allow limit=100/minute remaining=99 reset=600ms\n  [1] allow (no limit)\n", ""},
+		{"probe", []string{"--domain", "api", "--descriptor", "user_id=cli", "--hits", "0"}, 0, "remaining=99 ", ""},
+		{"denied", []string{"--domain", "api", "--descriptor", "user_id=cli", "--hits", "100"}, 2, "deny\n  [0] deny limit=100/minute remaining=99", ""},
+		{"no domain", []string{"--descriptor", "user_id=cli"}, 1, "", "--domain is required"},
+		{"no descriptor", []string{"--domain", "api"}, 1, "", "at least one --descriptor"},
+		{"bad descriptor", []string{"--domain", "api", "--descriptor", "user_id"}, 1, "", "has no '='"},
+		{"huge hits", []string{"--domain", "api", "--descriptor", "a=b", "--hits", "99999999999"}, 1, "", "--hits: at most"},
+		{"nobody there", []string{"--domain", "api", "--descriptor", "a=b", "--addr", "127.0.0.1:1", "--timeout", "200ms"}, 1, "", "velvetrope check: "},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			args := c.args
+			if !strings.Contains(strings.Join(args, " "), "--addr") {
+				args = append(args, "--addr", gl.Addr())
+			}
+			code := run(append([]string{"check"}, args...), &out, &errb)
+			if code != c.code || !strings.Contains(out.String(), c.stdout) || !strings.Contains(errb.String(), c.stderr) {
+				t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s\nwant exit %d, stdout containing %q, stderr containing %q",
+					code, out.String(), errb.String(), c.code, c.stdout, c.stderr)
+			}
+		})
+	}
+}

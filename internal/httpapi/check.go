@@ -35,6 +35,9 @@ type CheckRequest struct {
 // JSONDescriptor is one descriptor of a CheckRequest.
 type JSONDescriptor struct {
 	Entries []JSONEntry `json:"entries"`
+	// Hits, when present, is this descriptor's cost instead of the
+	// request's.
+	Hits *int64 `json:"hits,omitempty"`
 }
 
 // JSONEntry is one key=value pair.
@@ -116,6 +119,9 @@ func (in *CheckRequest) toRequest() checker.Request {
 			es[j] = config.Entry{Key: e.Key, Value: e.Value}
 		}
 		req.Descriptors[i].Entries = es
+		if d.Hits != nil {
+			req.Descriptors[i].Hits, req.Descriptors[i].HasHits = *d.Hits, true
+		}
 	}
 	return req
 }

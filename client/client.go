@@ -1,0 +1,100 @@
+// Package client calls a velvetrope service over its two public APIs:
+// Envoy's rate limit service (gRPC, the default) and the native HTTP JSON
+// API (POST /v1/check). Both return the same Response, so a caller can
+// switch transports without changing how it reads a decision.
+package client
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Entry is one key=value pair of a descriptor.
+type Entry struct {
+	Key, Value string
+}
+
+// Descriptor is one aspect of a request. Hits, when not nil, is this
+// descriptor's cost instead of the request's.
+type Descriptor struct {
+	Entries []Entry
+	Hits    *uint64
+}
+
+// Request asks for a decision. Hits 0 means one hit over gRPC (Envoy's
+// rule) and is sent as 1 over HTTP too, so both transports agree; use a
+// descriptor's Hits of 0 for a probe.
+type Request struct {
+	Domain      string
+	Descriptors []Descriptor
+	Hits        uint32
+	// RequestID makes retries idempotent (HTTP only; the Envoy API has no
+	// such field).
+	RequestID string
+}
+
+// Status is the answer for one descriptor, in request order.
+type Status struct {
+	OverLimit bool
+	// Limited is false when no rule applies (or the rule is unlimited);
+	// then Limit, Unit and Remaining carry no limit.
+	Limited    bool
+	Unlimited  bool
+	Limit      uint64
+	Unit       string // second, minute, hour, day, week, month, year
+	Name       string // the rule's name, when it has one (gRPC only)
+	Remaining  uint64
+	ResetAfter time.Duration
+}
+
+// Response is a decision.
+type Response struct {
+	OverLimit bool
+	Statuses  []Status
+}
+
+// ErrInvalidArgument wraps the service's refusal of a malformed request.
+var ErrInvalidArgument = errors.New("invalid request")
+
+// ParseDescriptor reads the CLI form "k=v[,k2=v2...]". A key must not be
+// empty; a value may be (a key-only entry). Commas and '=' cannot appear in
+// keys, commas not in values.
+func ParseDescriptor(s string) (Descriptor, error) {
+	if s == "" {
+		return Descriptor{}, errors.New("empty descriptor: want k=v[,k2=v2...]")
+	}
+	var d Descriptor
+	for i, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok:
+			return Descriptor{}, fmt.Errorf("descriptor %q: entry %d (%q) has no '=': want k=v", s, i+1, kv)
+		case k == "":
+			return Descriptor{}, fmt.Errorf("descriptor %q: entry %d has an empty key", s, i+1)
+		}
+		d.Entries = append(d.Entries, Entry{Key: k, Value: v})
+	}
+	return d, nil
+}
+
+// String renders a status for people: "allow limit=100/minute remaining=99
+// reset=1m0s", "allow (no limit)", "allow (unlimited)".
+func (s Status) String() string {
+	code := "allow"
+	if s.OverLimit {
+		code = "deny"
+	}
+	switch {
+	case s.Unlimited:
+		return code + " (unlimited)"
+	case !s.Limited:
+		return code + " (no limit)"
+	}
+	out := fmt.Sprintf("%s limit=%d/%s remaining=%d reset=%s", code, s.Limit, s.Unit, s.Remaining, s.ResetAfter)
+	if s.Name != "" {
+		out += " name=" + s.Name
+	}
+	return out
+}
