@@ -1,0 +1,166 @@
+// Package middleware limits net/http handlers with velvetrope: it builds
+// descriptors from the request (client address behind trusted proxies, a
+// header, a hashed API key, the authenticated user, method and route),
+// asks a Checker — in-process, or a remote velvetrope over gRPC — in one
+// call for every limit, and answers 429 with Retry-After and the RateLimit
+// headers when any limit refuses.
+package middleware
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/httpapi"
+)
+
+// Checker decides a request: *checker.Checker, *checker.Local and Remote
+// implement it.
+type Checker interface {
+	Check(ctx context.Context, req *checker.Request, d *checker.Decision) error
+}
+
+// Options configure a Limiter.
+type Options struct {
+	// Domain is the rule domain of every call.
+	Domain string
+	// Descriptors lists the limits to check, each a hierarchy of sources
+	// (e.g. {ClientIP(...)} and {User(...), Route(nil)}). A descriptor one
+	// of whose sources is absent from the request is left out.
+	Descriptors [][]Source
+	// Cost is the hits of a request (nil: 1), e.g. per route.
+	Cost func(r *http.Request) int64
+	// Timeout bounds each decision (0: the request's own context only).
+	Timeout time.Duration
+	// FailOpen lets requests through when the Checker fails (a remote
+	// velvetrope does not answer in time); false answers 503.
+	FailOpen bool
+	// Logger receives decision failures, at most one line per second.
+	Logger *slog.Logger
+}
+
+// Limiter is the middleware.
+type Limiter struct {
+	c    Checker
+	opts Options
+	pool sync.Pool // *call
+	// lastLog is the unix second of the last failure logged: failures can
+	// repeat per request, the log must not.
+	lastLog atomic.Int64
+	// Failures counts decisions the Checker could not make.
+	Failures atomic.Int64
+}
+
+type call struct {
+	req     checker.Request
+	d       checker.Decision
+	entries []config.Entry
+}
+
+// New returns a Limiter deciding with c.
+func New(c Checker, opts Options) (*Limiter, error) {
+	if opts.Domain == "" {
+		return nil, errors.New("middleware: Options.Domain must not be empty")
+	}
+	if len(opts.Descriptors) == 0 || len(opts.Descriptors) > checker.MaxDescriptors {
+		return nil, errors.New("middleware: Options.Descriptors needs 1 to 32 descriptors")
+	}
+	for i, d := range opts.Descriptors {
+		if len(d) == 0 || len(d) > checker.MaxEntries {
+			return nil, errors.New("middleware: Options.Descriptors[" + strconv.Itoa(i) + "] needs 1 to 16 sources")
+		}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	l := &Limiter{c: c, opts: opts}
+	l.pool.New = func() any { return new(call) }
+	return l, nil
+}
+
+// Handler limits next.
+func (l *Limiter) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cl := l.pool.Get().(*call)
+		defer l.pool.Put(cl)
+		if !l.build(cl, r) {
+			next.ServeHTTP(w, r) // no limit applies to this request
+			return
+		}
+		ctx := r.Context()
+		if l.opts.Timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, l.opts.Timeout)
+			defer cancel()
+		}
+		if err := l.c.Check(ctx, &cl.req, &cl.d); err != nil {
+			l.Failures.Add(1)
+			l.logFailure(err)
+			if l.opts.FailOpen {
+				next.ServeHTTP(w, r)
+				return
+			}
+			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		httpapi.SetHeaders(w.Header(), &cl.d)
+		if !cl.d.Allowed() {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte("too many requests\n"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// build fills cl.req from r, reusing cl's memory; false when no
+// descriptor applies.
+func (l *Limiter) build(cl *call, r *http.Request) bool {
+	cl.req.Domain = l.opts.Domain
+	cl.req.Hits = 1
+	if l.opts.Cost != nil {
+		cl.req.Hits = l.opts.Cost(r)
+	}
+	cl.req.Descriptors = cl.req.Descriptors[:0]
+	cl.entries = cl.entries[:0]
+	var lens [checker.MaxDescriptors]int
+	n := 0
+	for _, srcs := range l.opts.Descriptors {
+		start := len(cl.entries)
+		for _, src := range srcs {
+			k, v, ok := src(r)
+			if !ok {
+				cl.entries = cl.entries[:start]
+				break
+			}
+			cl.entries = append(cl.entries, config.Entry{Key: k, Value: v})
+		}
+		if len(cl.entries) > start {
+			lens[n] = len(cl.entries) - start
+			n++
+		}
+	}
+	// Sliced only now: appending may have moved the entries.
+	off := 0
+	for _, ln := range lens[:n] {
+		cl.req.Descriptors = append(cl.req.Descriptors, checker.Descriptor{Entries: cl.entries[off : off+ln : off+ln]})
+		off += ln
+	}
+	return n > 0
+}
+
+func (l *Limiter) logFailure(err error) {
+	now := time.Now().Unix()
+	if last := l.lastLog.Load(); last != now && l.lastLog.CompareAndSwap(last, now) {
+		l.opts.Logger.Warn("rate limit decision failed", "domain", l.opts.Domain, "error", err,
+			"fail_open", l.opts.FailOpen, "failures_total", l.Failures.Load())
+	}
+}

@@ -1,0 +1,308 @@
+package middleware
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/client"
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/httpapi"
+	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/rls"
+)
+
+type clock struct{ ns atomic.Int64 }
+
+func (c *clock) Now() int64 { return c.ns.Load() }
+
+const rules = `domain: web
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: user_id
+    descriptors:
+      - key: route
+        algorithm: fixed_window
+        rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: api_key
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
+
+func local(t *testing.T) *checker.Local {
+	t.Helper()
+	f, err := config.ParseRules("rules.yaml", []byte(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := config.Compile([]*config.File{f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{}
+	clk.ns.Store(int64(1_700_006_400) * 1e9)
+	k, _ := limiter.NewKeyed(limiter.WithClock(clk))
+	l, err := checker.NewLocal(config.NewStore(rs), k, clk, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+type userKey struct{}
+
+func userOf(ctx context.Context) (string, bool) {
+	u, ok := ctx.Value(userKey{}).(string)
+	return u, ok
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func handler(t *testing.T, c Checker, opts Options) http.Handler {
+	t.Helper()
+	if opts.Domain == "" {
+		opts.Domain = "web"
+	}
+	opts.Logger = quiet
+	l, err := New(c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
+	mux := http.NewServeMux()
+	mux.Handle("GET /export/{id}", l.Handler(ok))
+	mux.Handle("GET /", l.Handler(ok))
+	return mux
+}
+
+type hit struct {
+	peer, path, user string
+	headers          map[string]string
+}
+
+func do(h http.Handler, c hit) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodGet, "http://svc"+c.path, nil)
+	r.RemoteAddr = c.peer
+	for k, v := range c.headers {
+		r.Header.Set(k, v)
+	}
+	if c.user != "" {
+		r = r.WithContext(context.WithValue(r.Context(), userKey{}, c.user))
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	return rec
+}
+
+func TestHeadersAnd429(t *testing.T) {
+	h := handler(t, local(t), Options{Descriptors: [][]Source{{ClientIP()}}})
+	for i := range 5 {
+		rec := do(h, hit{peer: "203.0.113.9:5000", path: "/"})
+		if rec.Code != 200 || rec.Header().Get("X-RateLimit-Remaining") != string(rune('4'-i)) ||
+			rec.Header().Get("X-RateLimit-Limit") != "5" || rec.Header().Get("RateLimit-Policy") != `"web:remote_address";q=5;w=60` {
+			t.Fatalf("call %d: %d %v", i, rec.Code, rec.Header())
+		}
+	}
+	rec := do(h, hit{peer: "203.0.113.9:5000", path: "/"})
+	if rec.Code != 429 || rec.Header().Get("Retry-After") != "60" || rec.Header().Get("RateLimit") != `"web:remote_address";r=0;t=60` {
+		t.Fatalf("over the limit: %d %v", rec.Code, rec.Header())
+	}
+}
+
+func TestTrustedProxies(t *testing.T) {
+	proxy := netip.MustParsePrefix("10.0.0.0/8")
+	cases := []struct {
+		name    string
+		peer    string
+		headers map[string]string
+		want    string
+	}{
+		{"direct client", "198.51.100.1:1", nil, "198.51.100.1"},
+		{"spoofed XFF from an untrusted peer is ignored", "198.51.100.1:1", map[string]string{"X-Forwarded-For": "1.1.1.1"}, "198.51.100.1"},
+		{"XFF through a trusted proxy", "10.0.0.2:1", map[string]string{"X-Forwarded-For": "1.1.1.1, 198.51.100.7"}, "198.51.100.7"},
+		{"XFF through two trusted proxies", "10.0.0.2:1", map[string]string{"X-Forwarded-For": "198.51.100.7, 10.9.9.9"}, "198.51.100.7"},
+		{"a client-forged left part is not believed", "10.0.0.2:1", map[string]string{"X-Forwarded-For": "6.6.6.6, 198.51.100.8"}, "198.51.100.8"},
+		{"Forwarded wins over XFF", "10.0.0.2:1", map[string]string{"Forwarded": `for="[2001:db8::1]:443";proto=https`, "X-Forwarded-For": "1.1.1.1"}, "2001:db8::1"},
+		{"malformed hop stops the walk", "10.0.0.2:1", map[string]string{"X-Forwarded-For": "1.1.1.1, garbage"}, "10.0.0.2"},
+		{"only proxies", "10.0.0.2:1", map[string]string{"X-Forwarded-For": "10.1.1.1"}, "10.1.1.1"},
+		{"IPv4-mapped peer", "[::ffff:198.51.100.3]:1", nil, "198.51.100.3"},
+	}
+	src := ClientIP(proxy)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = c.peer
+			for k, v := range c.headers {
+				r.Header.Set(k, v)
+			}
+			k, v, ok := src(r)
+			if !ok || k != "remote_address" || v != c.want {
+				t.Fatalf("got %s=%s %v, want remote_address=%s", k, v, ok, c.want)
+			}
+		})
+	}
+}
+
+// TestHierarchicalDeny: the per-IP limit has room, the per-user-per-route
+// one does not: one call, denied; the route pattern, not the path, counts.
+func TestHierarchicalDeny(t *testing.T) {
+	h := handler(t, local(t), Options{Descriptors: [][]Source{{ClientIP()}, {User(userOf), Route(nil)}}})
+	for i, path := range []string{"/export/1", "/export/2"} {
+		if rec := do(h, hit{peer: "198.51.100.1:1", path: path, user: "priya"}); rec.Code != 200 {
+			t.Fatalf("call %d: %d", i, rec.Code)
+		}
+	}
+	rec := do(h, hit{peer: "198.51.100.1:1", path: "/export/3", user: "priya"})
+	if rec.Code != 429 || rec.Header().Get("X-RateLimit-Limit") != "2" {
+		t.Fatalf("third export: %d %v", rec.Code, rec.Header())
+	}
+	// another user on the same IP still passes (the IP has 5, used 3)
+	if rec := do(h, hit{peer: "198.51.100.1:1", path: "/export/1", user: "arjun"}); rec.Code != 200 {
+		t.Fatalf("other user: %d", rec.Code)
+	}
+	// without a user the user descriptor is left out: only the IP counts
+	if rec := do(h, hit{peer: "198.51.100.1:1", path: "/export/1"}); rec.Code != 200 || rec.Header().Get("X-RateLimit-Remaining") != "0" {
+		t.Fatalf("anonymous: %d %v", rec.Code, rec.Header())
+	}
+}
+
+func TestCostPerRoute(t *testing.T) {
+	h := handler(t, local(t), Options{Descriptors: [][]Source{{ClientIP()}},
+		Cost: func(r *http.Request) int64 {
+			if strings.HasPrefix(r.URL.Path, "/export/") {
+				return 3
+			}
+			return 1
+		}})
+	if rec := do(h, hit{peer: "198.51.100.1:1", path: "/export/1"}); rec.Code != 200 || rec.Header().Get("X-RateLimit-Remaining") != "2" {
+		t.Fatalf("export: %d %v", rec.Code, rec.Header())
+	}
+	if rec := do(h, hit{peer: "198.51.100.1:1", path: "/export/1"}); rec.Code != 429 {
+		t.Fatalf("second export: %d", rec.Code)
+	}
+}
+
+func TestAPIKeyIsHashed(t *testing.T) {
+	src := APIKey("X-API-Key", []byte("secret"))
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("X-API-Key", "sk_live_123")
+	k, v, ok := src(r)
+	if !ok || k != "api_key" || len(v) != 32 || strings.Contains(v, "sk_live") {
+		t.Fatalf("got %s=%s %v", k, v, ok)
+	}
+	if _, v2, _ := APIKey("X-API-Key", []byte("other"))(r); v2 == v {
+		t.Fatal("the hash does not depend on the secret")
+	}
+	h := handler(t, local(t), Options{Descriptors: [][]Source{{APIKey("X-API-Key", []byte("secret"))}}})
+	key := map[string]string{"X-API-Key": "sk_live_123"}
+	if rec := do(h, hit{peer: "198.51.100.1:1", path: "/", headers: key}); rec.Code != 200 {
+		t.Fatalf("first: %d", rec.Code)
+	}
+	if rec := do(h, hit{peer: "198.51.100.1:1", path: "/", headers: key}); rec.Code != 429 {
+		t.Fatalf("second: %d", rec.Code)
+	}
+	// no key: no descriptor, no limit
+	if rec := do(h, hit{peer: "198.51.100.1:1", path: "/"}); rec.Code != 200 || rec.Header().Get("X-RateLimit-Limit") != "" {
+		t.Fatalf("no key: %d %v", rec.Code, rec.Header())
+	}
+}
+
+func TestRemoteAndFailurePolicy(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := rls.NewGRPCServer(rls.New(local(t), rls.Options{}))
+	go func() { _ = g.Serve(lis) }()
+	defer g.Stop()
+	gc, err := client.DialGRPC(lis.Addr().String(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	h := handler(t, NewRemote(gc), Options{Descriptors: [][]Source{{ClientIP()}}})
+	for i := range 5 {
+		if rec := do(h, hit{peer: "198.51.100.1:1", path: "/"}); rec.Code != 200 || rec.Header().Get("X-RateLimit-Limit") != "5" {
+			t.Fatalf("remote call %d: %d %v", i, rec.Code, rec.Header())
+		}
+	}
+	if rec := do(h, hit{peer: "198.51.100.1:1", path: "/"}); rec.Code != 429 || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("remote over the limit: %d %v", rec.Code, rec.Header())
+	}
+
+	// a service that accepts connections and never answers
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	dc, err := client.DialGRPC(dead.Addr().String(), 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	for _, open := range []bool{true, false} {
+		l, _ := New(NewRemote(dc), Options{Domain: "web", Descriptors: [][]Source{{ClientIP()}}, FailOpen: open, Logger: quiet})
+		mux := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+		rec := do(mux, hit{peer: "198.51.100.1:1", path: "/"})
+		want := map[bool]int{true: 200, false: 503}[open]
+		if rec.Code != want || l.Failures.Load() != 1 {
+			t.Fatalf("fail open=%v: %d, failures %d", open, rec.Code, l.Failures.Load())
+		}
+	}
+}
+
+func TestNewRefusesBadOptions(t *testing.T) {
+	for name, o := range map[string]Options{
+		"no domain":      {Descriptors: [][]Source{{Method()}}},
+		"no descriptors": {Domain: "web"},
+		"empty":          {Domain: "web", Descriptors: [][]Source{{}}},
+	} {
+		if _, err := New(local(t), o); err == nil || !strings.Contains(err.Error(), "Options.") {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestPerRequestAllocations: beyond the response headers' strings, a
+// request costs the middleware a bounded handful of allocations (the
+// client address string, the handler's closure state; -race adds a few),
+// not memory per descriptor or per entry: the call is pooled.
+func TestPerRequestAllocations(t *testing.T) {
+	c := local(t)
+	l, _ := New(c, Options{Domain: "web", Descriptors: [][]Source{{ClientIP()}, {Header("X-Tenant", "tenant"), Method()}}, Logger: quiet})
+	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "198.51.100.1:1"
+	r.Header.Set("X-Tenant", "acme")
+	w := &discard{h: http.Header{}}
+	total := testing.AllocsPerRun(200, func() { clear(w.h); h.ServeHTTP(w, r) })
+
+	var d checker.Decision
+	req := &checker.Request{Domain: "web", Hits: 1, Descriptors: []checker.Descriptor{
+		{Entries: []config.Entry{{Key: "remote_address", Value: "198.51.100.1"}}},
+		{Entries: []config.Entry{{Key: "tenant", Value: "acme"}, {Key: "method", Value: "GET"}}}}}
+	if err := c.Check(context.Background(), req, &d); err != nil {
+		t.Fatal(err)
+	}
+	hdr := http.Header{}
+	headers := testing.AllocsPerRun(200, func() { clear(hdr); httpapi.SetHeaders(hdr, &d) })
+	if total > headers+6 {
+		t.Fatalf("%.0f allocations per request, %.0f of them the headers", total, headers)
+	}
+}
+
+type discard struct{ h http.Header }
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discard) WriteHeader(int)             {}

@@ -1,0 +1,71 @@
+package middleware
+
+import (
+	"context"
+	"strings"
+
+	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/client"
+	"github.com/velvetrope/velvetrope/config"
+)
+
+// Remote is a Checker that asks a velvetrope service over gRPC (Envoy's
+// rate limit API). Its errors — timeouts, an unreachable service — are the
+// Limiter's failures, handled by Options.FailOpen.
+type Remote struct {
+	c *client.GRPC
+}
+
+// NewRemote decides with c; its timeout is the per-call timeout.
+func NewRemote(c *client.GRPC) *Remote { return &Remote{c: c} }
+
+var units = map[string]config.Unit{"second": config.Second, "minute": config.Minute, "hour": config.Hour,
+	"day": config.Day, "week": config.Week, "month": config.Month, "year": config.Year}
+
+// Check implements Checker. The Envoy API names no rule ids: a status's
+// rule is described by the rule's name, else the descriptor's keys, which
+// is what the RateLimit headers show. A refused status may retry when its
+// window resets, the only time the Envoy API reports.
+func (rm *Remote) Check(ctx context.Context, req *checker.Request, d *checker.Decision) error {
+	in := client.Request{Domain: req.Domain, Descriptors: make([]client.Descriptor, len(req.Descriptors))}
+	hits := uint64(max(req.Hits, 0))
+	for i, desc := range req.Descriptors {
+		cd := client.Descriptor{Entries: make([]client.Entry, len(desc.Entries)), Hits: &hits}
+		for j, e := range desc.Entries {
+			cd.Entries[j] = client.Entry{Key: e.Key, Value: e.Value}
+		}
+		in.Descriptors[i] = cd
+	}
+	resp, err := rm.c.Check(ctx, in)
+	if err != nil {
+		return err
+	}
+	d.Code = checker.OK
+	if resp.OverLimit {
+		d.Code = checker.OverLimit
+	}
+	d.Statuses = d.Statuses[:0]
+	for i, s := range resp.Statuses {
+		st := checker.Status{Code: checker.OK, Limit: int64(s.Limit), Remaining: int64(s.Remaining), ResetAfter: s.ResetAfter}
+		if s.OverLimit {
+			st.Code, st.RetryAfter = checker.OverLimit, s.ResetAfter
+		}
+		switch {
+		case s.Unlimited:
+			st.Rule = &config.Rule{Unlimited: true}
+		case s.Limited && i < len(req.Descriptors):
+			id := s.Name
+			if id == "" {
+				keys := make([]string, len(req.Descriptors[i].Entries))
+				for j, e := range req.Descriptors[i].Entries {
+					keys[j] = e.Key
+				}
+				id = req.Domain + ":" + strings.Join(keys, "/")
+			}
+			u := units[s.Unit]
+			st.Rule = &config.Rule{ID: id, Domain: req.Domain, Limit: int64(s.Limit), Unit: u, Window: u.Duration()}
+		}
+		d.Statuses = append(d.Statuses, st)
+	}
+	return nil
+}
