@@ -306,3 +306,40 @@ type discard struct{ h http.Header }
 func (d *discard) Header() http.Header         { return d.h }
 func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discard) WriteHeader(int)             {}
+
+// FuzzClientIP: any peer and forwarding headers give either no address
+// (an unparsable peer) or a valid one without a zone, and an untrusted
+// peer is always the client whatever the headers claim.
+func FuzzClientIP(f *testing.F) {
+	f.Add("10.0.0.2:1", "1.1.1.1, 198.51.100.7", "")
+	f.Add("10.0.0.2:1", "", `for="[2001:db8::1]:443";proto=https, for=unknown`)
+	f.Add("198.51.100.1:1", "1.1.1.1", "for=2.2.2.2")
+	f.Add("garbage", "x", "for=")
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	src := ClientIP(trusted...)
+	f.Fuzz(func(t *testing.T, peer, xff, fwd string) {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = peer
+		if xff != "" {
+			r.Header.Set("X-Forwarded-For", xff)
+		}
+		if fwd != "" {
+			r.Header.Set("Forwarded", fwd)
+		}
+		k, v, ok := src(r)
+		p, good := parseAddr(peer)
+		if !ok {
+			if good {
+				t.Fatalf("valid peer %q gave no address", peer)
+			}
+			return
+		}
+		ip, err := netip.ParseAddr(v)
+		if k != "remote_address" || err != nil || ip.Zone() != "" {
+			t.Fatalf("got %s=%q (%v)", k, v, err)
+		}
+		if !isTrusted(p, trusted) && ip != p {
+			t.Fatalf("untrusted peer %q, headers %q / %q: client %s, want the peer", peer, xff, fwd, ip)
+		}
+	})
+}

@@ -81,7 +81,9 @@ func parseAddr(s string) (netip.Addr, bool) {
 	if err != nil {
 		return netip.Addr{}, false
 	}
-	return ip.Unmap(), true
+	// A zone names an interface of the sender: meaningless for a client
+	// and a way to mint endless distinct keys.
+	return ip.Unmap().WithZone(""), true
 }
 
 func isTrusted(ip netip.Addr, trusted []netip.Prefix) bool {
