@@ -33,6 +33,14 @@ type App struct {
 	Limiter    LimiterConfig    `yaml:"limiter"`
 	Checker    CheckerConfig    `yaml:"checker"`
 	Aggregator AggregatorConfig `yaml:"aggregator"`
+	Admin      AdminConfig      `yaml:"admin"`
+}
+
+// AdminConfig protects the admin endpoints that change state.
+type AdminConfig struct {
+	// Token is the bearer token those endpoints require; empty disables
+	// them (they answer 403). Never logged.
+	Token string `yaml:"token"`
 }
 
 // AggregatorConfig tunes the Kafka aggregator; the consumer timeouts are
@@ -135,7 +143,7 @@ func DefaultApp() App {
 
 // Env lists the environment overrides, applied after the file.
 var Env = []string{"VELVETROPE_INSTANCE_ID", "VELVETROPE_RULES", "VELVETROPE_HTTP_ADDR", "VELVETROPE_GRPC_ADDR",
-	"VELVETROPE_REDIS_ADDRS", "VELVETROPE_KAFKA_BROKERS", "VELVETROPE_CLICKHOUSE_ADDR"}
+	"VELVETROPE_REDIS_ADDRS", "VELVETROPE_KAFKA_BROKERS", "VELVETROPE_CLICKHOUSE_ADDR", "VELVETROPE_ADMIN_TOKEN"}
 
 // LoadApp reads the YAML file at path (none when path is ""), applies the
 // environment overrides read through getenv (os.LookupEnv in production),
@@ -185,6 +193,9 @@ func LoadApp(path string, getenv func(string) (string, bool)) (App, error) {
 	}
 	if v, ok := getenv("VELVETROPE_CLICKHOUSE_ADDR"); ok {
 		a.ClickHouse.Addr = v
+	}
+	if v, ok := getenv("VELVETROPE_ADMIN_TOKEN"); ok {
+		a.Admin.Token = v
 	}
 	return a, a.Validate()
 }

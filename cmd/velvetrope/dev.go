@@ -19,6 +19,7 @@ import (
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/events"
+	"github.com/velvetrope/velvetrope/internal/admin"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/rls"
@@ -219,10 +220,12 @@ func watchRules(lc fx.Lifecycle, app config.App, store *config.Store, logger *sl
 	return nil
 }
 
-func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls.Server) *httpapi.Server {
+func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls.Server, rules *config.Store,
+	logger *slog.Logger) *httpapi.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes))
 	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
+	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).Register(mux)
 	httpapi.Health(mux, nil)
 	srv := httpapi.NewServer(app.HTTP.Addr, mux, app.HTTP.ReadTimeout, app.HTTP.WriteTimeout)
 	lc.Append(fx.StartStopHook(srv.Start, srv.Stop))

@@ -50,6 +50,15 @@ func TestDevSmoke(t *testing.T) {
 		t.Fatalf("got %d %+v", resp.StatusCode, got)
 	}
 	checkEnvoyAPIs(t, srv.Addr(), gl.Addr(), 98)
+	if r, err := http.Get("http://" + srv.Addr() + "/v1/rules"); err != nil || r.StatusCode != 200 {
+		t.Fatalf("GET /v1/rules: %v %v", r, err)
+	} else {
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if !strings.Contains(string(b), `"api:user_id"`) {
+			t.Fatalf("GET /v1/rules: %s", b)
+		}
+	}
 	for _, path := range []string{"/healthz", "/readyz"} {
 		r, err := http.Get("http://" + srv.Addr() + path)
 		if err != nil || r.StatusCode != 200 {

@@ -20,6 +20,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
+	"github.com/velvetrope/velvetrope/internal/admin"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/metrics"
 	"github.com/velvetrope/velvetrope/limiter"
@@ -95,10 +96,11 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 			},
 			newRLS,
 			func(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls.Server, rc redis.UniversalClient,
-				prod *events.KafkaProducer) *httpapi.Server {
+				prod *events.KafkaProducer, rules *config.Store, logger *slog.Logger) *httpapi.Server {
 				mux := http.NewServeMux()
 				mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes))
 				mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
+				admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).Register(mux)
 				reg := metrics.New()
 				checkerMetrics(reg, c, prod)
 				mux.Handle("GET /metrics", reg)

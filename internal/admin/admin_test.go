@@ -1,0 +1,130 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/velvetrope/velvetrope/config"
+)
+
+const good = `domain: api
+descriptors:
+  - key: user_id
+    rate_limit: {unit: minute, requests_per_unit: 10, name: per_user}
+`
+
+func setup(t *testing.T, token string) (http.Handler, *config.Store, string, *bytes.Buffer) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "api.yaml")
+	if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := config.LoadRules(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := config.NewStore(rs)
+	var log bytes.Buffer
+	a := New(store, []string{dir}, token, 1<<16, slog.New(slog.NewTextHandler(&log, nil)))
+	mux := http.NewServeMux()
+	a.Register(mux)
+	return mux, store, path, &log
+}
+
+func send(h http.Handler, method, path, token, body string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	return rec
+}
+
+func TestRulesAndValidate(t *testing.T) {
+	h, _, _, _ := setup(t, "s3cret")
+	rec := send(h, "GET", "/v1/rules", "", "")
+	var got RulesJSON
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || rec.Code != 200 || len(got.Rules) != 1 ||
+		got.Rules[0].ID != "api:user_id" || got.Rules[0].Limit != 10 || got.Rules[0].Unit != "minute" ||
+		got.Rules[0].Name != "per_user" || !strings.HasSuffix(got.Rules[0].Source, "api.yaml:3:5") {
+		t.Fatalf("GET /v1/rules: %d %s", rec.Code, rec.Body)
+	}
+	cases := []struct {
+		name, body string
+		code       int
+		contains   string
+	}{
+		{"valid", good, 200, `"api:user_id"`},
+		{"bad unit", "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", 422, "posted.yaml:4:"},
+		{"not yaml", "domain: [", 422, "posted.yaml"},
+		{"too big", strings.Repeat("#", 1<<17), 413, "body limit"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rec := send(h, "POST", "/v1/rules/validate", "", c.body)
+			if rec.Code != c.code || !strings.Contains(rec.Body.String(), c.contains) {
+				t.Fatalf("got %d %s, want %d containing %q", rec.Code, rec.Body, c.code, c.contains)
+			}
+		})
+	}
+}
+
+func TestReloadNeedsTheToken(t *testing.T) {
+	h, store, path, log := setup(t, "s3cret")
+	if err := os.WriteFile(path, []byte(strings.Replace(good, "10", "20", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []string{"", "wrong"} {
+		if rec := send(h, "POST", "/v1/rules/reload", tok, ""); rec.Code != 401 || rec.Header().Get("WWW-Authenticate") == "" {
+			t.Fatalf("token %q: %d", tok, rec.Code)
+		}
+	}
+	if store.Load().Rules()[0].Limit != 10 {
+		t.Fatal("an unauthorized reload changed the rules")
+	}
+	if rec := send(h, "POST", "/v1/rules/reload", "s3cret", ""); rec.Code != 200 || store.Load().Rules()[0].Limit != 20 {
+		t.Fatalf("reload: %d %s, limit %d", rec.Code, rec.Body, store.Load().Rules()[0].Limit)
+	}
+	// a broken file is refused and the live rules stay
+	if err := os.WriteFile(path, []byte("domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec := send(h, "POST", "/v1/rules/reload", "s3cret", "")
+	if rec.Code != 422 || !strings.Contains(rec.Body.String(), "api.yaml:4:") || store.Load().Rules()[0].Limit != 20 {
+		t.Fatalf("broken reload: %d %s", rec.Code, rec.Body)
+	}
+	out := log.String()
+	if !strings.Contains(out, "action=rules.reload") || !strings.Contains(out, "bad or missing bearer token") ||
+		!strings.Contains(out, "status=422") || strings.Contains(out, "s3cret") {
+		t.Fatalf("audit log:\n%s", out)
+	}
+}
+
+func TestStateChangesDisabledWithoutToken(t *testing.T) {
+	h, _, _, _ := setup(t, "")
+	if rec := send(h, "POST", "/v1/rules/reload", "anything", ""); rec.Code != 403 || !strings.Contains(rec.Body.String(), "VELVETROPE_ADMIN_TOKEN") {
+		t.Fatalf("got %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestReloadOfBuiltInRules(t *testing.T) {
+	rs, err := config.ExampleRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(config.NewStore(rs), nil, "t", 1<<16, slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)))
+	mux := http.NewServeMux()
+	a.Register(mux)
+	if rec := send(mux, "POST", "/v1/rules/reload", "t", ""); rec.Code != 409 {
+		t.Fatalf("got %d %s", rec.Code, rec.Body)
+	}
+}
