@@ -36,6 +36,18 @@ type App struct {
 	Admin      AdminConfig      `yaml:"admin"`
 }
 
+// TLSConfig turns a listener to TLS: CertFile and KeyFile (PEM) together;
+// ClientCAFile additionally requires client certificates signed by it
+// (mutual TLS). All empty: plaintext.
+type TLSConfig struct {
+	CertFile     string `yaml:"cert_file"`
+	KeyFile      string `yaml:"key_file"`
+	ClientCAFile string `yaml:"client_ca_file"`
+}
+
+// Enabled reports whether the listener serves TLS.
+func (t TLSConfig) Enabled() bool { return t.CertFile != "" }
+
 // AdminConfig protects the admin endpoints that change state.
 type AdminConfig struct {
 	// Token is the bearer token those endpoints require; empty disables
@@ -75,6 +87,7 @@ type CheckerConfig struct {
 // HTTPConfig is the one HTTP listener of a process.
 type HTTPConfig struct {
 	Addr         string        `yaml:"addr"`
+	TLS          TLSConfig     `yaml:"tls"`
 	MaxBodyBytes int64         `yaml:"max_body_bytes"`
 	ReadTimeout  time.Duration `yaml:"read_timeout"`
 	WriteTimeout time.Duration `yaml:"write_timeout"`
@@ -83,7 +96,8 @@ type HTTPConfig struct {
 // GRPCConfig is the Envoy rate limit service listener; an empty Addr
 // disables it.
 type GRPCConfig struct {
-	Addr string `yaml:"addr"`
+	Addr string    `yaml:"addr"`
+	TLS  TLSConfig `yaml:"tls"`
 	// ResponseHeaders fills response_headers_to_add (RateLimit-Policy,
 	// RateLimit, X-RateLimit-*, Retry-After) for Envoy to forward.
 	ResponseHeaders bool `yaml:"response_headers"`
@@ -244,6 +258,18 @@ func (a App) Validate() error {
 		checkAddr("kafka.brokers (VELVETROPE_KAFKA_BROKERS)", b, false)
 	}
 	checkAddr("clickhouse.addr (VELVETROPE_CLICKHOUSE_ADDR)", a.ClickHouse.Addr, true)
+	for _, l := range []struct {
+		field string
+		t     TLSConfig
+	}{{"http.tls", a.HTTP.TLS}, {"grpc.tls", a.GRPC.TLS}} {
+		field, t := l.field, l.t
+		switch {
+		case (t.CertFile == "") != (t.KeyFile == ""):
+			bad(field, "cert_file and key_file go together")
+		case t.ClientCAFile != "" && t.CertFile == "":
+			bad(field, "client_ca_file needs cert_file and key_file")
+		}
+	}
 	if a.HTTP.MaxBodyBytes <= 0 {
 		bad("http.max_body_bytes", "must be > 0, got %d", a.HTTP.MaxBodyBytes)
 	}

@@ -221,15 +221,13 @@ func watchRules(lc fx.Lifecycle, app config.App, store *config.Store, logger *sl
 }
 
 func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls.Server, rules *config.Store,
-	logger *slog.Logger) *httpapi.Server {
+	logger *slog.Logger) (*httpapi.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes))
 	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
 	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).Register(mux)
 	httpapi.Health(mux, nil)
-	srv := httpapi.NewServer(app.HTTP.Addr, mux, app.HTTP.ReadTimeout, app.HTTP.WriteTimeout)
-	lc.Append(fx.StartStopHook(srv.Start, srv.Stop))
-	return srv
+	return newHTTPServer(lc, app, mux, app.HTTP.WriteTimeout)
 }
 
 func printBanner(w io.Writer, httpAddr, grpcAddr string) {

@@ -5,12 +5,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"time"
 
 	"go.uber.org/fx"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/httpapi"
+	"github.com/velvetrope/velvetrope/internal/tlsconf"
 	"github.com/velvetrope/velvetrope/rls"
 )
 
@@ -32,13 +37,21 @@ func (g *grpcListener) Addr() string {
 // is empty, its gRPC listener. The listener is registered after the
 // checker, so it stops first: no call is in flight when the checker makes
 // its final flush.
-func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, logger *slog.Logger) (*rls.Server, *grpcListener) {
+func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, logger *slog.Logger) (*rls.Server, *grpcListener, error) {
 	s := rls.New(c, rls.Options{ResponseHeaders: app.GRPC.ResponseHeaders})
 	gl := &grpcListener{}
 	if app.GRPC.Addr == "" {
-		return s, gl
+		return s, gl, nil
 	}
-	gl.srv, _ = rls.NewGRPCServer(s)
+	tlsCfg, err := tlsconf.Server(app.GRPC.TLS, "grpc.tls")
+	if err != nil {
+		return nil, nil, err
+	}
+	var opts []grpc.ServerOption
+	if tlsCfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	gl.srv, _ = rls.NewGRPCServer(s, opts...)
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
 			lis, err := net.Listen("tcp", app.GRPC.Addr)
@@ -64,5 +77,18 @@ func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, logger *slog.Lo
 			return nil
 		},
 	})
-	return s, gl
+	return s, gl, nil
+}
+
+// newHTTPServer is a process's one HTTP listener, with TLS when
+// http.tls says so.
+func newHTTPServer(lc fx.Lifecycle, app config.App, mux http.Handler, writeTimeout time.Duration) (*httpapi.Server, error) {
+	tlsCfg, err := tlsconf.Server(app.HTTP.TLS, "http.tls")
+	if err != nil {
+		return nil, err
+	}
+	srv := httpapi.NewServer(app.HTTP.Addr, mux, app.HTTP.ReadTimeout, writeTimeout)
+	srv.UseTLS(tlsCfg)
+	lc.Append(fx.StartStopHook(srv.Start, srv.Stop))
+	return srv, nil
 }

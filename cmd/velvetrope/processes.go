@@ -96,7 +96,7 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 			},
 			newRLS,
 			func(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls.Server, rc redis.UniversalClient,
-				prod *events.KafkaProducer, rules *config.Store, logger *slog.Logger) *httpapi.Server {
+				prod *events.KafkaProducer, rules *config.Store, logger *slog.Logger) (*httpapi.Server, error) {
 				mux := http.NewServeMux()
 				mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes))
 				mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
@@ -105,9 +105,7 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 				checkerMetrics(reg, c, prod)
 				mux.Handle("GET /metrics", reg)
 				httpapi.Health(mux, func() error { return rc.Ping(context.Background()).Err() })
-				srv := httpapi.NewServer(app.HTTP.Addr, mux, app.HTTP.ReadTimeout, app.HTTP.WriteTimeout)
-				lc.Append(fx.StartStopHook(srv.Start, srv.Stop))
-				return srv
+				return newHTTPServer(lc, app, mux, app.HTTP.WriteTimeout)
 			},
 		),
 		fx.Invoke(watchRules),
@@ -180,7 +178,7 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 				lc.Append(fx.StartStopHook(a.Start, a.Stop))
 				return a, nil
 			},
-			func(lc fx.Lifecycle, app config.App, a *aggregator.Kafka, rc redis.UniversalClient) *httpapi.Server {
+			func(lc fx.Lifecycle, app config.App, a *aggregator.Kafka, rc redis.UniversalClient) (*httpapi.Server, error) {
 				mux := http.NewServeMux()
 				reg := metrics.New()
 				reg.Counter("velvetrope_aggregator_batches_total", "Batches applied and committed.", func() float64 { return float64(a.Stats.Batches.Load()) })
@@ -205,9 +203,7 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 					}
 					return rc.Ping(context.Background()).Err()
 				})
-				srv := httpapi.NewServer(app.HTTP.Addr, mux, app.HTTP.ReadTimeout, 10*time.Second)
-				lc.Append(fx.StartStopHook(srv.Start, srv.Stop))
-				return srv
+				return newHTTPServer(lc, app, mux, 10*time.Second)
 			},
 		),
 	)

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +13,7 @@ import (
 // Server is a process's one HTTP listener.
 type Server struct {
 	srv  *http.Server
+	tls  bool
 	ln   net.Listener
 	addr string
 	done chan error
@@ -23,6 +25,13 @@ func NewServer(addr string, h http.Handler, readTimeout, writeTimeout time.Durat
 		ReadHeaderTimeout: readTimeout, MaxHeaderBytes: 64 << 10}}
 }
 
+// UseTLS serves TLS (HTTP/2 and HTTP/1.1) with cfg; call before Start.
+func (s *Server) UseTLS(cfg *tls.Config) {
+	if cfg != nil {
+		s.srv.TLSConfig, s.tls = cfg, true
+	}
+}
+
 // Start binds the listener, then serves in the background: when Start
 // returns nil the address accepts connections.
 func (s *Server) Start(context.Context) error {
@@ -32,7 +41,12 @@ func (s *Server) Start(context.Context) error {
 	}
 	s.ln, s.done = ln, make(chan error, 1)
 	go func() {
-		err := s.srv.Serve(ln)
+		var err error
+		if s.tls {
+			err = s.srv.ServeTLS(ln, "", "") // the certificates are in TLSConfig
+		} else {
+			err = s.srv.Serve(ln)
+		}
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}
