@@ -107,7 +107,8 @@ type GRPCConfig struct {
 // server, several for a cluster.
 type RedisConfig struct {
 	Addrs      []string `yaml:"addrs"`
-	Password   string   `yaml:"password"`
+	Username   string   `yaml:"username"` // ACL user; empty: default
+	Password   string   `yaml:"password"` // AUTH; never logged
 	DB         int      `yaml:"db"`
 	MasterName string   `yaml:"master_name"` // Sentinel
 }
@@ -157,7 +158,8 @@ func DefaultApp() App {
 
 // Env lists the environment overrides, applied after the file.
 var Env = []string{"VELVETROPE_INSTANCE_ID", "VELVETROPE_RULES", "VELVETROPE_HTTP_ADDR", "VELVETROPE_GRPC_ADDR",
-	"VELVETROPE_REDIS_ADDRS", "VELVETROPE_KAFKA_BROKERS", "VELVETROPE_CLICKHOUSE_ADDR", "VELVETROPE_ADMIN_TOKEN"}
+	"VELVETROPE_REDIS_ADDRS", "VELVETROPE_REDIS_PASSWORD", "VELVETROPE_KAFKA_BROKERS", "VELVETROPE_CLICKHOUSE_ADDR",
+	"VELVETROPE_ADMIN_TOKEN"}
 
 // LoadApp reads the YAML file at path (none when path is ""), applies the
 // environment overrides read through getenv (os.LookupEnv in production),
@@ -201,6 +203,9 @@ func LoadApp(path string, getenv func(string) (string, bool)) (App, error) {
 	}
 	if v, ok := getenv("VELVETROPE_REDIS_ADDRS"); ok {
 		a.Redis.Addrs = list(v)
+	}
+	if v, ok := getenv("VELVETROPE_REDIS_PASSWORD"); ok {
+		a.Redis.Password = v
 	}
 	if v, ok := getenv("VELVETROPE_KAFKA_BROKERS"); ok {
 		a.Kafka.Brokers = list(v)

@@ -53,7 +53,7 @@ func newRedis(lc fx.Lifecycle, app config.App) (redis.UniversalClient, error) {
 	if len(app.Redis.Addrs) == 0 {
 		return nil, errors.New("no Redis configured: set VELVETROPE_REDIS_ADDRS (or redis.addrs)")
 	}
-	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: app.Redis.Addrs, Password: app.Redis.Password,
+	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: app.Redis.Addrs, Username: app.Redis.Username, Password: app.Redis.Password,
 		DB: app.Redis.DB, MasterName: app.Redis.MasterName, ClientName: "velvetrope-" + app.InstanceID})
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -9,7 +10,10 @@ import (
 	"testing"
 
 	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
 	"go.uber.org/fx/fxtest"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
@@ -77,6 +81,33 @@ func TestProcessesNeedTheirBackends(t *testing.T) {
 		a := fx.New(mod(app, quiet), fx.Populate(&srv))
 		if err := a.Err(); err == nil || !strings.Contains(err.Error(), "VELVETROPE_REDIS_ADDRS") {
 			t.Fatalf("%s without Redis: %v", name, err)
+		}
+	}
+}
+
+// TestRedisAuth: a Redis that requires a password is reached with the
+// configured one and refused, naming Redis and never the secret, without.
+func TestRedisAuth(t *testing.T) {
+	const secret = "s3cret-redis-pw"
+	addr := testsvc.StartRedisWithPassword(t, secret)
+	for _, c := range []struct {
+		password string
+		ok       bool
+	}{{secret, true}, {"wrong", false}, {"", false}} {
+		app := config.DefaultApp()
+		app.Redis.Addrs, app.Redis.Password = []string{addr}, c.password
+		a := fxtest.New(t, fx.Supply(app), fx.Provide(newRedis), fx.Invoke(func(redis.UniversalClient) {}),
+			fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }))
+		err := a.Start(context.Background())
+		if c.ok {
+			if err != nil {
+				t.Fatalf("right password: %v", err)
+			}
+			a.RequireStop()
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "redis") || strings.Contains(err.Error(), secret) {
+			t.Fatalf("password %q: %v", c.password, err)
 		}
 	}
 }

@@ -121,3 +121,39 @@ func (p *PrivateKafka) Stop(t testing.TB) {
 		t.Fatalf("stop private Kafka: %v\n%s", err, out)
 	}
 }
+
+// StartRedisWithPassword starts a private redis-server (the binary
+// scripts/services.sh installed) on a free loopback port that requires
+// password, and stops it, by PID, when the test ends. It skips like
+// [Redis] when the shared services are not configured.
+func StartRedisWithPassword(t testing.TB, password string) string {
+	t.Helper()
+	Redis(t) // same skip/fail rule as the shared Redis
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not found, although the shared Redis runs: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	ln.Close()
+	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", port, "--requirepass", password,
+		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+			conn.Close()
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server with a password did not listen on %s", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
