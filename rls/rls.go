@@ -94,6 +94,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return resp, nil // Envoy answers OK, no limit, for a domain it does not know
 	}
 	if err := s.c.Check(ctx, &w.req, &w.d); err != nil {
+		if errors.Is(err, checker.ErrUnknownDomain) {
+			return resp, nil // a reload removed the domain since the look-up above
+		}
 		var fe *checker.FieldError
 		if errors.As(err, &fe) {
 			return nil, status.Error(codes.InvalidArgument, fe.Error())
