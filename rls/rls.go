@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -54,6 +55,13 @@ type Server struct {
 	opts      Options
 	overrides *overrides
 	work      sync.Pool // *work: the converted request and its decision
+	// Stats count calls by outcome, for metrics.
+	Stats Stats
+}
+
+// Stats are the service's call counters.
+type Stats struct {
+	OK, OverLimit, Invalid, Errors atomic.Uint64
 }
 
 // work is one call's reusable memory: the converted request must not
@@ -81,6 +89,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	defer s.work.Put(w)
 	known := s.c.Rules().HasDomain(req.Domain)
 	if err := w.convert(req, s.overrides, known); err != nil {
+		s.Stats.Invalid.Add(1)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
@@ -91,20 +100,27 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		resp.Statuses[i] = &statuses[i]
 	}
 	if !known {
+		s.Stats.OK.Add(1)
 		return resp, nil // Envoy answers OK, no limit, for a domain it does not know
 	}
 	if err := s.c.Check(ctx, &w.req, &w.d); err != nil {
 		if errors.Is(err, checker.ErrUnknownDomain) {
+			s.Stats.OK.Add(1)
 			return resp, nil // a reload removed the domain since the look-up above
 		}
 		var fe *checker.FieldError
 		if errors.As(err, &fe) {
+			s.Stats.Invalid.Add(1)
 			return nil, status.Error(codes.InvalidArgument, fe.Error())
 		}
+		s.Stats.Errors.Add(1)
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	if w.d.Code == checker.OverLimit {
+		s.Stats.OverLimit.Add(1)
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	} else {
+		s.Stats.OK.Add(1)
 	}
 	limits := make([]rlsv3.RateLimitResponse_RateLimit, len(w.d.Statuses))
 	for i := range w.d.Statuses {

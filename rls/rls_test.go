@@ -94,6 +94,23 @@ func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
 	}
 }
 
+func TestStatsCountOutcomes(t *testing.T) {
+	s := newTestServer(t, Options{})
+	ctx := context.Background()
+	ok := &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("foo", "s")}}
+	for range 3 { // limit 2 a minute: OK, OK, OVER_LIMIT
+		if _, err := s.ShouldRateLimit(ctx, ok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _ = s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "rl"})
+	_, _ = s.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "nope", Descriptors: ok.Descriptors})
+	got := [4]uint64{s.Stats.OK.Load(), s.Stats.OverLimit.Load(), s.Stats.Invalid.Load(), s.Stats.Errors.Load()}
+	if got != [4]uint64{3, 1, 1, 0} {
+		t.Fatalf("ok, over, invalid, errors = %v, want [3 1 1 0]", got)
+	}
+}
+
 func TestResponseHeaders(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		s := newTestServer(t, Options{ResponseHeaders: on})

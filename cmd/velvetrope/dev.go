@@ -21,6 +21,7 @@ import (
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/admin"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
+	"github.com/velvetrope/velvetrope/internal/metrics"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/rls"
 )
@@ -226,6 +227,10 @@ func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls.Ser
 	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes))
 	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
 	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).Register(mux)
+	reg := metrics.New()
+	checkerMetrics(reg, c, nil)
+	rlsMetrics(reg, rs)
+	mux.Handle("GET /metrics", reg)
 	httpapi.Health(mux, nil)
 	return newHTTPServer(lc, app, mux, app.HTTP.WriteTimeout)
 }

@@ -59,7 +59,7 @@ func TestDevSmoke(t *testing.T) {
 			t.Fatalf("GET /v1/rules: %s", b)
 		}
 	}
-	for _, path := range []string{"/healthz", "/readyz"} {
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		r, err := http.Get("http://" + srv.Addr() + path)
 		if err != nil || r.StatusCode != 200 {
 			t.Fatalf("%s: %v %v", path, r, err)

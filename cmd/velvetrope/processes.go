@@ -103,6 +103,7 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 				admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).Register(mux)
 				reg := metrics.New()
 				checkerMetrics(reg, c, prod)
+				rlsMetrics(reg, rs)
 				mux.Handle("GET /metrics", reg)
 				httpapi.Health(mux, func() error { return rc.Ping(context.Background()).Err() })
 				return newHTTPServer(lc, app, mux, app.HTTP.WriteTimeout)
@@ -133,6 +134,15 @@ func newKafkaProducer(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*ev
 	return p, nil
 }
 
+// rlsMetrics exposes the Envoy rate limit service's calls by outcome.
+func rlsMetrics(reg *metrics.Registry, s *rls.Server) {
+	reg.Labeled("velvetrope_rls_calls_total", "ShouldRateLimit calls (gRPC and /json) by outcome.", "counter", "code",
+		func() map[string]float64 {
+			return map[string]float64{"ok": float64(s.Stats.OK.Load()), "over_limit": float64(s.Stats.OverLimit.Load()),
+				"invalid_argument": float64(s.Stats.Invalid.Load()), "internal": float64(s.Stats.Errors.Load())}
+		})
+}
+
 func checkerMetrics(reg *metrics.Registry, c *checker.Checker, prod *events.KafkaProducer) {
 	snap := func(f func(checker.Snapshot) uint64) func() float64 {
 		return func() float64 { return float64(f(c.Snapshot())) }
@@ -149,6 +159,9 @@ func checkerMetrics(reg *metrics.Registry, c *checker.Checker, prod *events.Kafk
 	reg.Counter("velvetrope_checker_refresh_errors_total", "Counter refreshes that failed.", snap(func(s checker.Snapshot) uint64 { return s.RefreshErrors }))
 	reg.Counter("velvetrope_checker_evictions_total", "Keys evicted from the table.", snap(func(s checker.Snapshot) uint64 { return s.Evictions }))
 	reg.Gauge("velvetrope_checker_keys", "Counter keys held in memory.", func() float64 { return float64(c.Snapshot().Keys) })
+	if prod == nil {
+		return // velvetrope dev: the in-memory bus has no spill file
+	}
 	reg.Counter("velvetrope_producer_spilled_total", "Deltas written to the spill file.", func() float64 { return float64(prod.Spilled.Load()) })
 	reg.Gauge("velvetrope_producer_spill_records", "Deltas waiting in the spill file.", func() float64 { return float64(prod.SpillRecords()) })
 }

@@ -69,6 +69,10 @@ func TestCheckerAndAggregatorProcesses(t *testing.T) {
 		if strings.Contains(url, "metrics") && !strings.Contains(string(b), "velvetrope_") {
 			t.Fatalf("%s: no velvetrope_ metrics:\n%s", url, b)
 		}
+		// the gRPC call and the /json call of checkEnvoyAPIs
+		if url == "http://"+chk.Addr()+"/metrics" && !strings.Contains(string(b), `velvetrope_rls_calls_total{code="ok"} 2`) {
+			t.Fatalf("%s: Envoy API calls not counted:\n%s", url, b)
+		}
 	}
 }
 
