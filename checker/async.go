@@ -44,7 +44,10 @@ type Config struct {
 
 	IdleAfter      time.Duration // a clean key unused this long is dropped (2 min)
 	IdempotencyTTL time.Duration // request ids remembered (1 min; 0 disables)
-	Logger         *slog.Logger
+	// HashKey keys the hash of hash_values entries; every checker that
+	// shares counters needs the same one (empty: a random key per process).
+	HashKey []byte
+	Logger  *slog.Logger
 }
 
 func (c *Config) defaults() error {
@@ -190,6 +193,7 @@ type Checker struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 	logs logLimiter
+	hash *hashing
 
 	// Stats are updated by every decision and background pass.
 	Stats Stats
@@ -219,6 +223,9 @@ func New(cfg Config, rules *config.Store, cs CounterStore, prod events.Producer,
 		flushNow: make(chan struct{}, 1), logs: logLimiter{every: int64(10 * time.Second)}}
 	for i := range c.shards {
 		c.shards[i].keys = map[uint64]*entry{}
+	}
+	if c.hash, err = newHashing(cfg.HashKey); err != nil {
+		return nil, err
 	}
 	c.exact, _ = cs.(SyncStore)
 	if cfg.IdempotencyTTL > 0 {

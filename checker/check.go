@@ -61,6 +61,7 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 		}
 	}
 	dropReplaced(matched)
+	req = c.applyHashing(req, matched)
 
 	slots := slotBuf[:n]
 	c.keys(buf, req, matched, slots)

@@ -82,6 +82,9 @@ type CheckerConfig struct {
 	SpillPath       string        `yaml:"spill_path"`
 	SpillMaxBytes   int64         `yaml:"spill_max_bytes"`
 	TopicPartitions int           `yaml:"topic_partitions"`
+	// HashKey keys the hash of hash_values entries; the same secret on
+	// every checker. Never logged.
+	HashKey string `yaml:"hash_key"`
 }
 
 // HTTPConfig is the one HTTP listener of a process.
@@ -159,7 +162,7 @@ func DefaultApp() App {
 // Env lists the environment overrides, applied after the file.
 var Env = []string{"VELVETROPE_INSTANCE_ID", "VELVETROPE_RULES", "VELVETROPE_HTTP_ADDR", "VELVETROPE_GRPC_ADDR",
 	"VELVETROPE_REDIS_ADDRS", "VELVETROPE_REDIS_PASSWORD", "VELVETROPE_KAFKA_BROKERS", "VELVETROPE_CLICKHOUSE_ADDR",
-	"VELVETROPE_ADMIN_TOKEN"}
+	"VELVETROPE_ADMIN_TOKEN", "VELVETROPE_HASH_KEY"}
 
 // LoadApp reads the YAML file at path (none when path is ""), applies the
 // environment overrides read through getenv (os.LookupEnv in production),
@@ -215,6 +218,9 @@ func LoadApp(path string, getenv func(string) (string, bool)) (App, error) {
 	}
 	if v, ok := getenv("VELVETROPE_ADMIN_TOKEN"); ok {
 		a.Admin.Token = v
+	}
+	if v, ok := getenv("VELVETROPE_HASH_KEY"); ok {
+		a.Checker.HashKey = v
 	}
 	return a, a.Validate()
 }

@@ -97,6 +97,9 @@ type Descriptor struct {
 	DetailedMetric bool
 	ShareThreshold bool
 	Descriptors    []*Descriptor
+	// HashValues (velvetrope extension): this key's request values are
+	// replaced by a keyed hash before they leave the checker.
+	HashValues bool
 
 	// velvetrope extensions; empty means the default.
 	Algorithm string
@@ -254,7 +257,7 @@ func (p *parser) file(n *yaml.Node) *File {
 	return f
 }
 
-var descriptorFields = []string{"key", "value", "rate_limit", "shadow_mode", "detailed_metric",
+var descriptorFields = []string{"key", "value", "rate_limit", "shadow_mode", "detailed_metric", "hash_values",
 	"share_threshold", "value_to_metric", "descriptors", "algorithm", "burst", "throttle", "on_exceed", "mode", "near_limit",
 	"failure", "shards"}
 
@@ -305,6 +308,8 @@ func (p *parser) descriptor(n *yaml.Node) *Descriptor {
 			d.DetailedMetric = p.boolean(v, "detailed_metric")
 		case "share_threshold":
 			d.ShareThreshold = p.boolean(v, "share_threshold")
+		case "hash_values":
+			d.HashValues = p.boolean(v, "hash_values")
 		case "value_to_metric": // Envoy's metrics option; accepted, metrics carry values anyway
 			p.boolean(v, "value_to_metric")
 		case "descriptors":

@@ -36,6 +36,9 @@ type Rule struct {
 	// Shared[i] is true where entry i is a wildcard with share_threshold:
 	// every matching value counts against one counter.
 	Shared []bool
+	// Hashed[i] is true where entry i's values are replaced by a keyed hash
+	// before they leave the checker (hash_values); nil when none is.
+	Hashed []bool
 
 	// Algorithm is "" for Envoy's semantics (fixed window aligned to the
 	// unit, every call charged), or the extension's name.
@@ -286,7 +289,7 @@ func Compile(files []*File) (*RuleSet, error) {
 		first[f.Domain] = f
 		root := &node{}
 		rs.domains[f.Domain] = root
-		rs.build(root, f.Domain, nil, nil, f.Descriptors, &errs)
+		rs.build(root, f.Domain, nil, nil, nil, f.Descriptors, &errs)
 	}
 	if err := errs.err(); err != nil {
 		return nil, err
@@ -304,11 +307,12 @@ func posError(p Position, msg string) *Error {
 	return &Error{File: p.File, Line: p.Line, Column: p.Column, Msg: msg}
 }
 
-func (rs *RuleSet) build(n *node, domain string, path []Entry, shared []bool, ds []*Descriptor, errs *ErrorList) {
+func (rs *RuleSet) build(n *node, domain string, path []Entry, shared, hashed []bool, ds []*Descriptor, errs *ErrorList) {
 	for _, d := range ds {
 		e := Entry{d.Key, d.Value}
 		p := append(slices.Clip(path), e)
 		sh := append(slices.Clip(shared), d.ShareThreshold && strings.Contains(d.Value, "*"))
+		hs := append(slices.Clip(hashed), d.HashValues)
 		child := &node{}
 		if n.keys == nil {
 			n.keys = map[string]*keyNode{}
@@ -331,6 +335,9 @@ func (rs *RuleSet) build(n *node, domain string, path []Entry, shared []bool, ds
 		}
 		if d.RateLimit != nil {
 			r := newRule(domain, p, sh, d)
+			if slices.Contains(hs, true) {
+				r.Hashed = hs
+			}
 			if r.Limiter != nil && r.Limit > 0 {
 				if err := r.Limiter.Validate(); err != nil {
 					*errs = append(*errs, posError(d.Pos, fmt.Sprintf("descriptor %q: %v", d.Key, err)))
@@ -339,7 +346,7 @@ func (rs *RuleSet) build(n *node, domain string, path []Entry, shared []bool, ds
 			child.rule = r
 			rs.rules = append(rs.rules, r)
 		}
-		rs.build(child, domain, p, sh, d.Descriptors, errs)
+		rs.build(child, domain, p, sh, hs, d.Descriptors, errs)
 	}
 }
 
