@@ -223,15 +223,23 @@ func watchRules(lc fx.Lifecycle, app config.App, store *config.Store, logger *sl
 
 func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls.Server, rules *config.Store,
 	logger *slog.Logger) (*httpapi.Server, error) {
+	return newCheckerHTTP(lc, app, c, rs, rules, logger, nil, nil)
+}
+
+// newCheckerHTTP is the HTTP listener of a process that decides (dev and
+// checker): the check API, Envoy's /json, admin, metrics and health.
+// prod is nil in dev (no spill file); ready nil means always ready.
+func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls.Server, rules *config.Store,
+	logger *slog.Logger, prod *events.KafkaProducer, ready func() error) (*httpapi.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes))
 	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
 	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).Register(mux)
 	reg := metrics.New()
-	checkerMetrics(reg, c, nil)
+	checkerMetrics(reg, c, prod)
 	rlsMetrics(reg, rs)
 	mux.Handle("GET /metrics", reg)
-	httpapi.Health(mux, nil)
+	httpapi.Health(mux, ready)
 	return newHTTPServer(lc, app, mux, app.HTTP.WriteTimeout)
 }
 

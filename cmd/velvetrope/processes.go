@@ -20,7 +20,6 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
-	"github.com/velvetrope/velvetrope/internal/admin"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/metrics"
 	"github.com/velvetrope/velvetrope/limiter"
@@ -97,16 +96,8 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 			newRLS,
 			func(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls.Server, rc redis.UniversalClient,
 				prod *events.KafkaProducer, rules *config.Store, logger *slog.Logger) (*httpapi.Server, error) {
-				mux := http.NewServeMux()
-				mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes))
-				mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
-				admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).Register(mux)
-				reg := metrics.New()
-				checkerMetrics(reg, c, prod)
-				rlsMetrics(reg, rs)
-				mux.Handle("GET /metrics", reg)
-				httpapi.Health(mux, func() error { return rc.Ping(context.Background()).Err() })
-				return newHTTPServer(lc, app, mux, app.HTTP.WriteTimeout)
+				return newCheckerHTTP(lc, app, c, rs, rules, logger, prod,
+					func() error { return rc.Ping(context.Background()).Err() })
 			},
 		),
 		fx.Invoke(watchRules),
