@@ -109,11 +109,23 @@ type GRPCConfig struct {
 // RedisConfig addresses the counter store: one address for a standalone
 // server, several for a cluster.
 type RedisConfig struct {
-	Addrs      []string `yaml:"addrs"`
-	Username   string   `yaml:"username"` // ACL user; empty: default
-	Password   string   `yaml:"password"` // AUTH; never logged
-	DB         int      `yaml:"db"`
-	MasterName string   `yaml:"master_name"` // Sentinel
+	Addrs      []string  `yaml:"addrs"`
+	Username   string    `yaml:"username"` // ACL user; empty: default
+	Password   string    `yaml:"password"` // AUTH; never logged
+	DB         int       `yaml:"db"`
+	MasterName string    `yaml:"master_name"` // Sentinel
+	TLS        ClientTLS `yaml:"tls"`
+}
+
+// ClientTLS turns a client connection to TLS when Enabled: the server is
+// verified against CAFile (empty: the system roots) and ServerName (empty:
+// the host dialled); CertFile and KeyFile present a client certificate.
+type ClientTLS struct {
+	Enabled    bool   `yaml:"enabled"`
+	CAFile     string `yaml:"ca_file"`
+	CertFile   string `yaml:"cert_file"`
+	KeyFile    string `yaml:"key_file"`
+	ServerName string `yaml:"server_name"`
 }
 
 // KafkaConfig addresses the event bus.
@@ -269,6 +281,11 @@ func (a App) Validate() error {
 		checkAddr("kafka.brokers (VELVETROPE_KAFKA_BROKERS)", b, false)
 	}
 	checkAddr("clickhouse.addr (VELVETROPE_CLICKHOUSE_ADDR)", a.ClickHouse.Addr, true)
+	if t := a.Redis.TLS; (t.CertFile == "") != (t.KeyFile == "") {
+		bad("redis.tls", "cert_file and key_file go together")
+	} else if !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.ServerName != "") {
+		bad("redis.tls", "files or server_name are set but enabled is false")
+	}
 	for _, l := range []struct {
 		field string
 		t     TLSConfig

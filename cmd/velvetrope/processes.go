@@ -22,6 +22,7 @@ import (
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/metrics"
+	"github.com/velvetrope/velvetrope/internal/tlsconf"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/rls"
 )
@@ -52,8 +53,13 @@ func newRedis(lc fx.Lifecycle, app config.App) (redis.UniversalClient, error) {
 	if len(app.Redis.Addrs) == 0 {
 		return nil, errors.New("no Redis configured: set VELVETROPE_REDIS_ADDRS (or redis.addrs)")
 	}
-	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: app.Redis.Addrs, Username: app.Redis.Username, Password: app.Redis.Password,
-		DB: app.Redis.DB, MasterName: app.Redis.MasterName, ClientName: "velvetrope-" + app.InstanceID})
+	tlsCfg, err := tlsconf.Client(app.Redis.TLS, "redis.tls")
+	if err != nil {
+		return nil, err
+	}
+	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: app.Redis.Addrs, Username: app.Redis.Username,
+		Password: app.Redis.Password, DB: app.Redis.DB, MasterName: app.Redis.MasterName,
+		ClientName: "velvetrope-" + app.InstanceID, TLSConfig: tlsCfg})
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
 			if err := c.Ping(ctx).Err(); err != nil {

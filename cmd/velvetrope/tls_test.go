@@ -22,13 +22,16 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
 	"go.uber.org/fx/fxtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
+	"github.com/velvetrope/velvetrope/internal/testsvc"
 )
 
 // pki is a throwaway CA with a server certificate for 127.0.0.1 and a
@@ -139,5 +142,39 @@ func TestTLSConfigErrorsNameTheField(t *testing.T) {
 	app.GRPC.TLS = config.TLSConfig{KeyFile: "k.pem"}
 	if err := app.Validate(); err == nil || !strings.Contains(err.Error(), "grpc.tls: cert_file and key_file go together") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestRedisTLS: a TLS-only Redis is reached with redis.tls and the CA, and
+// refused when the server cannot be verified.
+func TestRedisTLS(t *testing.T) {
+	p := newPKI(t)
+	addr := testsvc.StartRedisTLS(t, p.certFile, p.keyFile, p.caFile)
+	for _, c := range []struct {
+		name string
+		tls  config.ClientTLS
+		err  string
+	}{
+		{"verified", config.ClientTLS{Enabled: true, CAFile: p.caFile}, ""},
+		{"unknown authority", config.ClientTLS{Enabled: true}, "certificate"},
+		{"missing CA file", config.ClientTLS{Enabled: true, CAFile: "/nonexistent/ca.pem"}, "redis.tls.ca_file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			app := config.DefaultApp()
+			app.Redis.Addrs, app.Redis.TLS = []string{addr}, c.tls
+			a := fx.New(fx.Supply(app), fx.Provide(newRedis), fx.Invoke(func(redis.UniversalClient) {}),
+				fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }))
+			err := a.Err()
+			if err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err = a.Start(ctx); err == nil {
+					defer a.Stop(ctx)
+				}
+			}
+			if c.err == "" && err != nil || c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)) {
+				t.Fatalf("got %v, want %q", err, c.err)
+			}
+		})
 	}
 }

@@ -128,6 +128,24 @@ func (p *PrivateKafka) Stop(t testing.TB) {
 // [Redis] when the shared services are not configured.
 func StartRedisWithPassword(t testing.TB, password string) string {
 	t.Helper()
+	return startPrivateRedis(t, func(port string) []string {
+		return []string{"--port", port, "--requirepass", password}
+	})
+}
+
+// StartRedisTLS starts a private redis-server that speaks only TLS with
+// the given server certificate and key (client certificates not
+// required), like [StartRedisWithPassword].
+func StartRedisTLS(t testing.TB, certFile, keyFile, caFile string) string {
+	t.Helper()
+	return startPrivateRedis(t, func(port string) []string {
+		return []string{"--port", "0", "--tls-port", port, "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+			"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no"}
+	})
+}
+
+func startPrivateRedis(t testing.TB, args func(port string) []string) string {
+	t.Helper()
 	Redis(t) // same skip/fail rule as the shared Redis
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -140,8 +158,8 @@ func StartRedisWithPassword(t testing.TB, password string) string {
 	addr := ln.Addr().String()
 	_, port, _ := net.SplitHostPort(addr)
 	ln.Close()
-	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", port, "--requirepass", password,
-		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	cmd := exec.Command(bin, append([]string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", t.TempDir()}, args(port)...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start redis-server: %v", err)
 	}
@@ -152,7 +170,7 @@ func StartRedisWithPassword(t testing.TB, password string) string {
 			return addr
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("redis-server with a password did not listen on %s", addr)
+			t.Fatalf("private redis-server did not listen on %s", addr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -45,3 +45,27 @@ func Pool(path string) (*x509.CertPool, error) {
 	}
 	return pool, nil
 }
+
+// Client returns the client TLS configuration for c, or nil when c is not
+// enabled. field names the section in errors (e.g. "redis.tls").
+func Client(c config.ClientTLS, field string) (*tls.Config, error) {
+	if !c.Enabled {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
+	if c.CAFile != "" {
+		pool, err := Pool(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s.ca_file: %w", field, err)
+		}
+		cfg.RootCAs = pool
+	}
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s.cert_file/key_file: %w", field, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
