@@ -18,15 +18,16 @@ import (
 type Config struct {
 	Brokers           []string
 	Topic             string
-	Group             string        // "velvetrope-aggregator"
-	Partitions        int           // when creating the topic: 16
-	Replication       int           // when creating the topic: 1
-	BatchSize         int           // deltas applied per round: 1000
-	BatchWait         time.Duration // longest wait to fill a batch: 20 ms
-	SessionTimeout    time.Duration // 6 s
-	HeartbeatInterval time.Duration // 1 s
-	RebalanceTimeout  time.Duration // 6 s
-	RetryBackoff      time.Duration // first wait after a Redis error: 100 ms (doubling to 5 s)
+	Group             string          // "velvetrope-aggregator"
+	Partitions        int             // when creating the topic: 16
+	Replication       int             // when creating the topic: 1
+	BatchSize         int             // deltas applied per round: 1000
+	BatchWait         time.Duration   // longest wait to fill a batch: 20 ms
+	SessionTimeout    time.Duration   // 6 s
+	HeartbeatInterval time.Duration   // 1 s
+	RebalanceTimeout  time.Duration   // 6 s
+	RetryBackoff      time.Duration   // first wait after a Redis error: 100 ms (doubling to 5 s)
+	Security          events.Security // TLS and SASL towards the brokers (zero: plaintext)
 	Logger            *slog.Logger
 }
 
@@ -103,12 +104,12 @@ func NewKafka(cfg Config, store *counters.Redis) (*Kafka, error) {
 // Start creates the topic if it is missing (the aggregator may start
 // before any checker), joins the consumer group and starts the loop.
 func (a *Kafka) Start(ctx context.Context) error {
-	if err := events.EnsureTopic(ctx, a.cfg.Brokers, a.cfg.Topic, a.cfg.Partitions, a.cfg.Replication); err != nil {
+	if err := events.EnsureTopic(ctx, a.cfg.Security, a.cfg.Brokers, a.cfg.Topic, a.cfg.Partitions, a.cfg.Replication); err != nil {
 		return fmt.Errorf("aggregator: %w", err)
 	}
 	cons, err := events.NewKafkaConsumer(events.KafkaConsumerConfig{Brokers: a.cfg.Brokers, Topic: a.cfg.Topic,
 		Group: a.cfg.Group, SessionTimeout: a.cfg.SessionTimeout, HeartbeatInterval: a.cfg.HeartbeatInterval,
-		RebalanceTimeout: a.cfg.RebalanceTimeout})
+		RebalanceTimeout: a.cfg.RebalanceTimeout, Security: a.cfg.Security})
 	if err != nil {
 		return err
 	}

@@ -130,9 +130,18 @@ type ClientTLS struct {
 
 // KafkaConfig addresses the event bus.
 type KafkaConfig struct {
-	Brokers       []string `yaml:"brokers"`
-	Topic         string   `yaml:"topic"`
-	DeferredTopic string   `yaml:"deferred_topic"`
+	Brokers       []string  `yaml:"brokers"`
+	Topic         string    `yaml:"topic"`
+	DeferredTopic string    `yaml:"deferred_topic"`
+	TLS           ClientTLS `yaml:"tls"`
+	SASL          KafkaSASL `yaml:"sasl"`
+}
+
+// KafkaSASL authenticates to the brokers; an empty Mechanism disables it.
+type KafkaSASL struct {
+	Mechanism string `yaml:"mechanism"` // plain | scram-sha-256 | scram-sha-512
+	Username  string `yaml:"username"`
+	Password  string `yaml:"password"` // never logged
 }
 
 // ClickHouseConfig addresses the analytics store; an empty Addr disables it.
@@ -174,7 +183,7 @@ func DefaultApp() App {
 // Env lists the environment overrides, applied after the file.
 var Env = []string{"VELVETROPE_INSTANCE_ID", "VELVETROPE_RULES", "VELVETROPE_HTTP_ADDR", "VELVETROPE_GRPC_ADDR",
 	"VELVETROPE_REDIS_ADDRS", "VELVETROPE_REDIS_PASSWORD", "VELVETROPE_KAFKA_BROKERS", "VELVETROPE_CLICKHOUSE_ADDR",
-	"VELVETROPE_ADMIN_TOKEN", "VELVETROPE_HASH_KEY"}
+	"VELVETROPE_ADMIN_TOKEN", "VELVETROPE_HASH_KEY", "VELVETROPE_KAFKA_SASL_PASSWORD"}
 
 // LoadApp reads the YAML file at path (none when path is ""), applies the
 // environment overrides read through getenv (os.LookupEnv in production),
@@ -231,6 +240,9 @@ func LoadApp(path string, getenv func(string) (string, bool)) (App, error) {
 	if v, ok := getenv("VELVETROPE_ADMIN_TOKEN"); ok {
 		a.Admin.Token = v
 	}
+	if v, ok := getenv("VELVETROPE_KAFKA_SASL_PASSWORD"); ok {
+		a.Kafka.SASL.Password = v
+	}
 	if v, ok := getenv("VELVETROPE_HASH_KEY"); ok {
 		a.Checker.HashKey = v
 	}
@@ -281,10 +293,23 @@ func (a App) Validate() error {
 		checkAddr("kafka.brokers (VELVETROPE_KAFKA_BROKERS)", b, false)
 	}
 	checkAddr("clickhouse.addr (VELVETROPE_CLICKHOUSE_ADDR)", a.ClickHouse.Addr, true)
-	if t := a.Redis.TLS; (t.CertFile == "") != (t.KeyFile == "") {
-		bad("redis.tls", "cert_file and key_file go together")
-	} else if !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.ServerName != "") {
-		bad("redis.tls", "files or server_name are set but enabled is false")
+	for _, l := range []struct {
+		field string
+		t     ClientTLS
+	}{{"redis.tls", a.Redis.TLS}, {"kafka.tls", a.Kafka.TLS}} {
+		if t := l.t; (t.CertFile == "") != (t.KeyFile == "") {
+			bad(l.field, "cert_file and key_file go together")
+		} else if !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.ServerName != "") {
+			bad(l.field, "files or server_name are set but enabled is false")
+		}
+	}
+	switch m := a.Kafka.SASL.Mechanism; m {
+	case "", "plain", "scram-sha-256", "scram-sha-512":
+		if m != "" && a.Kafka.SASL.Username == "" {
+			bad("kafka.sasl.username", "must not be empty with mechanism %s", m)
+		}
+	default:
+		bad("kafka.sasl.mechanism", "want plain, scram-sha-256 or scram-sha-512, got %q", m)
 	}
 	for _, l := range []struct {
 		field string

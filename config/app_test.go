@@ -58,6 +58,11 @@ func TestLoadAppErrors(t *testing.T) {
 		{"bad port", "", map[string]string{"VELVETROPE_KAFKA_BROKERS": "h:99999"}, "kafka.brokers (VELVETROPE_KAFKA_BROKERS): bad port"},
 		{"bad instance", "", map[string]string{"VELVETROPE_INSTANCE_ID": "a b"}, "instance_id (VELVETROPE_INSTANCE_ID)"},
 		{"zero max keys", "limiter:\n  max_keys: 0\n", nil, "limiter.max_keys: must be at least 64"},
+		{"unknown sasl", "kafka:\n  sasl: {mechanism: gssapi, username: u}\n", nil, `kafka.sasl.mechanism: want plain, scram-sha-256 or scram-sha-512, got "gssapi"`},
+		{"sasl without user", "kafka:\n  sasl: {mechanism: plain}\n", nil, "kafka.sasl.username: must not be empty"},
+		{"tls half a pair", "redis:\n  tls: {enabled: true, cert_file: c.pem}\n", nil, "redis.tls: cert_file and key_file go together"},
+		{"tls files while off", "kafka:\n  tls: {ca_file: ca.pem}\n", nil, "kafka.tls: files or server_name are set but enabled is false"},
+		{"http tls half", "http:\n  tls: {key_file: k.pem}\n", nil, "http.tls: cert_file and key_file go together"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -32,7 +32,9 @@ type KafkaConfig struct {
 	SpillMaxBytes int64
 	// ReplayInterval is how often spilled records are retried; default 1 s.
 	ReplayInterval time.Duration
-	Logger         *slog.Logger
+	// Security is TLS and SASL towards the brokers (zero: plaintext).
+	Security Security
+	Logger   *slog.Logger
 }
 
 func (c *KafkaConfig) defaults() error {
@@ -136,7 +138,7 @@ func NewKafkaProducer(cfg KafkaConfig) (*KafkaProducer, error) {
 		MaxAttempts:     3,
 		WriteBackoffMin: 50 * time.Millisecond,
 		WriteBackoffMax: 500 * time.Millisecond,
-		Transport:       &kafka.Transport{DialTimeout: time.Second, MetadataTTL: 5 * time.Second},
+		Transport:       p.cfg.Security.transport(),
 	}
 	if cfg.SpillPath != "" {
 		if p.spill, err = OpenSpill(cfg.SpillPath, cfg.SpillMaxBytes, cfg.Logger); err != nil {
@@ -193,7 +195,7 @@ func (p *KafkaProducer) ensureTopic(ctx context.Context) error {
 	if p.topicReady.Load() {
 		return nil
 	}
-	if err := EnsureTopic(ctx, p.cfg.Brokers, p.cfg.Topic, p.cfg.Partitions, p.cfg.ReplicationFactor); err != nil {
+	if err := EnsureTopic(ctx, p.cfg.Security, p.cfg.Brokers, p.cfg.Topic, p.cfg.Partitions, p.cfg.ReplicationFactor); err != nil {
 		return err
 	}
 	p.topicReady.Store(true)
@@ -202,9 +204,8 @@ func (p *KafkaProducer) ensureTopic(ctx context.Context) error {
 
 // EnsureTopic creates topic with the given partitions and replication on
 // the cluster at brokers, unless it exists.
-func EnsureTopic(ctx context.Context, brokers []string, topic string, partitions, replication int) error {
-	var d kafka.Dialer
-	d.Timeout = 3 * time.Second
+func EnsureTopic(ctx context.Context, sec Security, brokers []string, topic string, partitions, replication int) error {
+	d := sec.dialer(3 * time.Second)
 	var conn *kafka.Conn
 	var err error
 	for _, b := range brokers {

@@ -67,6 +67,7 @@ type KafkaConsumerConfig struct {
 	HeartbeatInterval time.Duration // default 1 s
 	RebalanceTimeout  time.Duration // default 6 s
 	MaxWait           time.Duration // longest fetch wait; default 100 ms
+	Security          Security      // TLS and SASL (zero: plaintext)
 }
 
 // NewKafkaConsumer joins cfg.Group on cfg.Topic, starting from the
@@ -89,6 +90,7 @@ func NewKafkaConsumer(cfg KafkaConsumerConfig) (*KafkaConsumer, error) {
 		SessionTimeout: cfg.SessionTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		RebalanceTimeout: cfg.RebalanceTimeout, MaxWait: cfg.MaxWait, MinBytes: 1, MaxBytes: 8 << 20,
 		CommitInterval: 0, // synchronous commits: an offset is committed only when asked
+		Dialer:         cfg.Security.dialer(10 * time.Second),
 	})
 	return &KafkaConsumer{r: r}, nil
 }

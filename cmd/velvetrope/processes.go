@@ -74,6 +74,21 @@ func newRedis(lc fx.Lifecycle, app config.App) (redis.UniversalClient, error) {
 
 func newCounters(c redis.UniversalClient) *counters.Redis { return counters.NewRedis(c, "vr", 0) }
 
+// kafkaSecurity builds TLS and SASL towards the brokers from kafka.tls
+// and kafka.sasl.
+func kafkaSecurity(app config.App) (events.Security, error) {
+	tlsCfg, err := tlsconf.Client(app.Kafka.TLS, "kafka.tls")
+	if err != nil {
+		return events.Security{}, err
+	}
+	s := app.Kafka.SASL
+	mech, err := events.SASLMechanism(s.Mechanism, s.Username, s.Password)
+	if err != nil {
+		return events.Security{}, fmt.Errorf("kafka.sasl: %w", err)
+	}
+	return events.Security{TLS: tlsCfg, SASL: mech}, nil
+}
+
 func requireKafka(app config.App) error {
 	if len(app.Kafka.Brokers) == 0 {
 		return errors.New("no Kafka configured: set VELVETROPE_KAFKA_BROKERS (or kafka.brokers)")
@@ -120,7 +135,11 @@ func newKafkaProducer(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*ev
 	if spill == "" {
 		spill = filepath.Join(os.TempDir(), "velvetrope-"+app.InstanceID+".spill")
 	}
-	p, err := events.NewKafkaProducer(events.KafkaConfig{Brokers: app.Kafka.Brokers, Topic: app.Kafka.Topic,
+	sec, err := kafkaSecurity(app)
+	if err != nil {
+		return nil, err
+	}
+	p, err := events.NewKafkaProducer(events.KafkaConfig{Brokers: app.Kafka.Brokers, Topic: app.Kafka.Topic, Security: sec,
 		Partitions: app.Checker.TopicPartitions, SpillPath: spill, SpillMaxBytes: app.Checker.SpillMaxBytes,
 		Logger: logger})
 	if err != nil {
@@ -177,11 +196,15 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 				if app.ClickHouse.Addr == "" {
 					logger.Info("no ClickHouse configured: running without the analytics sink")
 				}
+				sec, err := kafkaSecurity(app)
+				if err != nil {
+					return nil, err
+				}
 				ag := app.Aggregator
 				a, err := aggregator.NewKafka(aggregator.Config{Brokers: app.Kafka.Brokers, Topic: app.Kafka.Topic,
 					Group: ag.Group, Partitions: app.Checker.TopicPartitions, BatchSize: ag.BatchSize, BatchWait: ag.BatchWait,
 					SessionTimeout: ag.SessionTimeout, HeartbeatInterval: ag.HeartbeatInterval,
-					RebalanceTimeout: ag.RebalanceTimeout, Logger: logger}, store)
+					RebalanceTimeout: ag.RebalanceTimeout, Security: sec, Logger: logger}, store)
 				if err != nil {
 					return nil, err
 				}
