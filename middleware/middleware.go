@@ -19,6 +19,7 @@ import (
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
+	"github.com/velvetrope/velvetrope/internal/logx"
 )
 
 // Checker decides a request: *checker.Checker, *checker.Local and Remote
@@ -51,9 +52,8 @@ type Limiter struct {
 	c    Checker
 	opts Options
 	pool sync.Pool // *call
-	// lastLog is the unix second of the last failure logged: failures can
-	// repeat per request, the log must not.
-	lastLog atomic.Int64
+	// log is rate-limited: failures can repeat per request, the log must not.
+	log *logx.Limited
 	// Failures counts decisions the Checker could not make.
 	Failures atomic.Int64
 }
@@ -80,7 +80,7 @@ func New(c Checker, opts Options) (*Limiter, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	l := &Limiter{c: c, opts: opts}
+	l := &Limiter{c: c, opts: opts, log: logx.New(opts.Logger, time.Second)}
 	l.pool.New = func() any { return new(call) }
 	return l, nil
 }
@@ -158,9 +158,6 @@ func (l *Limiter) build(cl *call, r *http.Request) bool {
 }
 
 func (l *Limiter) logFailure(err error) {
-	now := time.Now().Unix()
-	if last := l.lastLog.Load(); last != now && l.lastLog.CompareAndSwap(last, now) {
-		l.opts.Logger.Warn("rate limit decision failed", "domain", l.opts.Domain, "error", err,
-			"fail_open", l.opts.FailOpen, "failures_total", l.Failures.Load())
-	}
+	l.log.Warn("rate limit decision failed", "domain", l.opts.Domain, "error", err,
+		"fail_open", l.opts.FailOpen, "failures_total", l.Failures.Load())
 }

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"net/http"
@@ -32,6 +33,7 @@ import (
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
+	"github.com/velvetrope/velvetrope/internal/logx"
 )
 
 // Checker decides requests; *checker.Checker and *checker.Local implement it.
@@ -46,6 +48,10 @@ type Options struct {
 	// (when refused) Retry-After to response_headers_to_add, for Envoy to
 	// forward to the client. Off by default, as in Envoy's service.
 	ResponseHeaders bool
+	// Logger receives decisions that failed for another reason than the
+	// request (answered Internal), at most one line per 10 s (nil: the
+	// default logger).
+	Logger *slog.Logger
 }
 
 // Server implements rlsv3.RateLimitServiceServer over a Checker.
@@ -54,6 +60,7 @@ type Server struct {
 	c         Checker
 	opts      Options
 	overrides *overrides
+	log       *logx.Limited
 	work      sync.Pool // *work: the converted request and its decision
 	// Stats count calls by outcome, for metrics.
 	Stats Stats
@@ -74,7 +81,7 @@ type work struct {
 
 // New returns a Server deciding with c.
 func New(c Checker, opts Options) *Server {
-	s := &Server{c: c, opts: opts, overrides: newOverrides()}
+	s := &Server{c: c, opts: opts, overrides: newOverrides(), log: logx.New(opts.Logger, 10*time.Second)}
 	s.work.New = func() any { return new(work) }
 	return s
 }
@@ -114,6 +121,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			return nil, status.Error(codes.InvalidArgument, fe.Error())
 		}
 		s.Stats.Errors.Add(1)
+		s.log.Warn("ShouldRateLimit failed", "domain", req.Domain, "error", err)
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	if w.d.Code == checker.OverLimit {

@@ -3,6 +3,8 @@ package rls
 import (
 	"bytes"
 	"context"
+	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -19,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 )
 
@@ -248,5 +251,28 @@ func TestOverrideCacheIsBounded(t *testing.T) {
 	b, _ := o.rule("rl", es, lim)
 	if a != b {
 		t.Fatal("a cached override is rebuilt")
+	}
+}
+
+// failing is a Checker whose decisions fail for an internal reason.
+type failing struct{ Checker }
+
+func (f failing) Check(context.Context, *checker.Request, *checker.Decision) error {
+	return errors.New("store exploded")
+}
+
+func TestInternalErrorsAreLoggedRateLimited(t *testing.T) {
+	var log bytes.Buffer
+	base := newTestServer(t, Options{})
+	s := New(failing{base.c}, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	req := &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("foo", "a")}}
+	for range 3 {
+		_, err := s.ShouldRateLimit(context.Background(), req)
+		if status.Code(err) != codes.Internal {
+			t.Fatalf("got %v, want Internal", err)
+		}
+	}
+	if n := strings.Count(log.String(), "store exploded"); n != 1 || s.Stats.Errors.Load() != 3 {
+		t.Fatalf("%d log lines, %d errors counted:\n%s", n, s.Stats.Errors.Load(), log.String())
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/admin"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
+	"github.com/velvetrope/velvetrope/internal/logx"
 	"github.com/velvetrope/velvetrope/internal/metrics"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/rls"
@@ -232,7 +233,7 @@ func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls.Ser
 func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls.Server, rules *config.Store,
 	logger *slog.Logger, prod *events.KafkaProducer, ready func() error) (*httpapi.Server, error) {
 	mux := http.NewServeMux()
-	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes))
+	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes, logx.New(logger, 10*time.Second)))
 	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
 	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).Register(mux)
 	reg := metrics.New()

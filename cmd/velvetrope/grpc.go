@@ -38,7 +38,7 @@ func (g *grpcListener) Addr() string {
 // checker, so it stops first: no call is in flight when the checker makes
 // its final flush.
 func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, logger *slog.Logger) (*rls.Server, *grpcListener, error) {
-	s := rls.New(c, rls.Options{ResponseHeaders: app.GRPC.ResponseHeaders})
+	s := rls.New(c, rls.Options{ResponseHeaders: app.GRPC.ResponseHeaders, Logger: logger})
 	gl := &grpcListener{}
 	if app.GRPC.Addr == "" {
 		return s, gl, nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/logx"
 )
 
 // Checker decides a request; *checker.Local implements it.
@@ -78,8 +79,10 @@ type ErrorResponse struct {
 	Field string `json:"field,omitempty"`
 }
 
-// CheckHandler serves POST /v1/check over c, reading at most maxBody bytes.
-func CheckHandler(c Checker, maxBody int64) http.Handler {
+// CheckHandler serves POST /v1/check over c, reading at most maxBody
+// bytes. Decisions that fail for another reason than the request (500)
+// are logged through log (rate-limited; nil: not logged).
+func CheckHandler(c Checker, maxBody int64, log *logx.Limited) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -98,6 +101,9 @@ func CheckHandler(c Checker, maxBody int64) http.Handler {
 			if errors.As(err, &fe) {
 				writeError(w, http.StatusBadRequest, fe.Field, fe.Error())
 				return
+			}
+			if log != nil {
+				log.Warn("check failed", "api", "/v1/check", "domain", in.Domain, "error", err)
 			}
 			writeError(w, http.StatusInternalServerError, "", err.Error())
 			return

@@ -31,7 +31,7 @@ func newHandler(t testing.TB) http.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return CheckHandler(l, 1024)
+	return CheckHandler(l, 1024, nil)
 }
 
 func post(t *testing.T, h http.Handler, body string) *httptest.ResponseRecorder {
