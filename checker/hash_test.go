@@ -3,6 +3,7 @@ package checker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -120,5 +121,56 @@ func TestHashValuesWithoutKeyWarnsOnce(t *testing.T) {
 	}
 	if n := strings.Count(log.String(), "VELVETROPE_HASH_KEY"); n != 1 {
 		t.Fatalf("%d warnings:\n%s", n, log.String())
+	}
+}
+
+// TestInspect: the local and the store view of a window counter, hashed
+// values included; non-window or non-async rules are refused by name.
+func TestInspect(t *testing.T) {
+	ms := NewMemStore()
+	prod := &applyProducer{store: ms}
+	clk := &clock{}
+	clk.ns.Store(t0)
+	ms.SetClock(clk)
+	c, err := New(Config{HashKey: []byte("k")}, ruleStore(t, hashRules+`  - key: bucket
+    algorithm: token_bucket
+    rate_limit: {unit: second, requests_per_unit: 5}
+`), ms, prod, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	es := []config.Entry{{Key: "api_key", Value: "sk_live_SECRET"}}
+	st, err := c.Inspect(ctx, "api", es)
+	if err != nil || st.Local != nil || st.Global.Found || st.Global.Remaining != 2 || strings.Contains(st.CounterKey, "SECRET") {
+		t.Fatalf("unknown key: %+v %v", st, err)
+	}
+	var d Decision
+	if err := c.Check(ctx, req(1, "api_key", "sk_live_SECRET"), &d); err != nil {
+		t.Fatal(err)
+	}
+	st, err = c.Inspect(ctx, "api", es)
+	if err != nil || st.Local == nil || st.Local.Mine != 1 || st.Local.Remaining != 1 {
+		t.Fatalf("after one hit, before the flush: %+v %+v %v", st, st.Local, err)
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err = c.Inspect(ctx, "api", es)
+	if err != nil || !st.Global.Found || st.Global.Total != 1 || st.Global.Remaining != 1 || st.Global.Instances != 1 {
+		t.Fatalf("after the flush: %+v %v", st.Global, err)
+	}
+	for _, bad := range []struct {
+		domain string
+		es     []config.Entry
+		is     error
+	}{
+		{"nope", es, ErrUnknownDomain},
+		{"api", []config.Entry{{Key: "unknown", Value: "x"}}, ErrNoRule},
+		{"api", []config.Entry{{Key: "bucket", Value: "x"}}, ErrNotInspection},
+	} {
+		if _, err := c.Inspect(ctx, bad.domain, bad.es); !errors.Is(err, bad.is) {
+			t.Fatalf("%s %v: got %v, want %v", bad.domain, bad.es, err, bad.is)
+		}
 	}
 }

@@ -235,7 +235,7 @@ func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls
 	mux := http.NewServeMux()
 	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes, logx.New(logger, 10*time.Second)))
 	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
-	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).Register(mux)
+	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).WithInspector(c).Register(mux)
 	reg := metrics.New()
 	checkerMetrics(reg, c, prod)
 	rlsMetrics(reg, rs)

@@ -5,6 +5,7 @@
 package admin
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -14,17 +15,25 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/client"
 	"github.com/velvetrope/velvetrope/config"
 )
 
+// Inspector reports a counter's state; *checker.Checker implements it.
+type Inspector interface {
+	Inspect(ctx context.Context, domain string, entries []config.Entry) (checker.KeyState, error)
+}
+
 // Admin serves the endpoints over one rule store.
 type Admin struct {
-	store   *config.Store
-	paths   []string // rule files and directories; empty: built in, not reloadable
-	token   []byte
-	maxBody int64
-	logger  *slog.Logger
-	mu      sync.Mutex // one reload at a time
+	inspector Inspector
+	store     *config.Store
+	paths     []string // rule files and directories; empty: built in, not reloadable
+	token     []byte
+	maxBody   int64
+	logger    *slog.Logger
+	mu        sync.Mutex // one reload at a time
 }
 
 // New returns the admin endpoints for store, loaded from paths, requiring
@@ -33,12 +42,52 @@ func New(store *config.Store, paths []string, token string, maxBody int64, logge
 	return &Admin{store: store, paths: paths, token: []byte(token), maxBody: maxBody, logger: logger}
 }
 
-// Register adds GET /v1/rules, POST /v1/rules/validate and
-// POST /v1/rules/reload to mux.
+// WithInspector enables GET /v1/keys over i.
+func (a *Admin) WithInspector(i Inspector) *Admin {
+	a.inspector = i
+	return a
+}
+
+// Register adds GET /v1/rules, POST /v1/rules/validate,
+// POST /v1/rules/reload and, with an inspector, GET /v1/keys to mux.
 func (a *Admin) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/rules", a.rules)
 	mux.HandleFunc("POST /v1/rules/validate", a.validate)
 	mux.HandleFunc("POST /v1/rules/reload", a.authorized("rules.reload", a.reload))
+	if a.inspector != nil {
+		mux.HandleFunc("GET /v1/keys", a.authorized("keys.inspect", a.inspect))
+	}
+}
+
+// inspect answers GET /v1/keys?domain=D&descriptor=k=v[,k2=v2]: the
+// counter's state in this instance and in the store.
+func (a *Admin) inspect(w http.ResponseWriter, r *http.Request) (string, int) {
+	q := r.URL.Query()
+	domain := q.Get("domain")
+	d, err := client.ParseDescriptor(q.Get("descriptor"))
+	if err == nil && domain == "" {
+		err = errors.New("domain: must not be empty")
+	}
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
+		return "bad request", http.StatusBadRequest
+	}
+	es := make([]config.Entry, len(d.Entries))
+	for i, e := range d.Entries {
+		es[i] = config.Entry{Key: e.Key, Value: e.Value}
+	}
+	st, err := a.inspector.Inspect(r.Context(), domain, es)
+	var fe *checker.FieldError
+	switch {
+	case errors.As(err, &fe):
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
+		return "refused: " + err.Error(), http.StatusBadRequest
+	case err != nil:
+		writeJSON(w, http.StatusServiceUnavailable, ErrorsJSON{Error: err.Error()})
+		return "store: " + err.Error(), http.StatusServiceUnavailable
+	}
+	writeJSON(w, http.StatusOK, st)
+	return "inspected " + st.Rule, http.StatusOK
 }
 
 // RuleJSON is one effective rule as GET /v1/rules shows it.

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -11,7 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/events"
+	"github.com/velvetrope/velvetrope/limiter"
 )
 
 const good = `domain: api
@@ -126,5 +130,53 @@ func TestReloadOfBuiltInRules(t *testing.T) {
 	a.Register(mux)
 	if rec := send(mux, "POST", "/v1/rules/reload", "t", ""); rec.Code != 409 {
 		t.Fatalf("got %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestInspectKeys(t *testing.T) {
+	rs, err := config.LoadRules("../../config/testdata/envoy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := config.NewStore(rs)
+	bus, err := events.NewMemBus(1, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := checker.New(checker.Config{}, store, checker.NewMemStore(), bus, limiter.SystemClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d checker.Decision
+	if err := c.Check(context.Background(), &checker.Request{Domain: "rl", Hits: 1, Descriptors: []checker.Descriptor{
+		{Entries: []config.Entry{{Key: "foo", Value: "a"}}}}}, &d); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	mux := http.NewServeMux()
+	New(store, nil, "tok", 1<<16, slog.New(slog.NewTextHandler(&log, nil))).WithInspector(c).Register(mux)
+	cases := []struct {
+		name, query, token string
+		code               int
+		contains           string
+	}{
+		{"no token", "domain=rl&descriptor=foo=a", "", 401, "bearer token"},
+		{"known key", "domain=rl&descriptor=foo=a", "tok", 200, `"mine":1`},
+		{"no such key yet", "domain=rl&descriptor=foo=b", "tok", 200, `"local":null`},
+		{"bad descriptor", "domain=rl&descriptor=foo", "tok", 400, "has no '='"},
+		{"no domain", "descriptor=foo=a", "tok", 400, "domain: must not be empty"},
+		{"unknown domain", "domain=nope&descriptor=foo=a", "tok", 400, "unknown domain"},
+		{"no rule", "domain=rl&descriptor=zzz=a", "tok", 400, "no rule matches"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := send(mux, "GET", "/v1/keys?"+tc.query, tc.token, "")
+			if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.contains) {
+				t.Fatalf("got %d %s, want %d containing %q", rec.Code, rec.Body, tc.code, tc.contains)
+			}
+		})
+	}
+	if !strings.Contains(log.String(), "action=keys.inspect") {
+		t.Fatalf("not audited:\n%s", log.String())
 	}
 }
