@@ -246,7 +246,7 @@ func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls
 
 func printBanner(w io.Writer, httpAddr, grpcAddr string) {
 	shown, grpcShown := reachable(httpAddr), reachable(grpcAddr)
-	fmt.Fprintf(w, "velvetrope dev: in-memory backends\n  HTTP  http://%s  (POST /v1/check, POST /json, /healthz, /readyz)\n", shown)
+	fmt.Fprintf(w, "velvetrope dev: in-memory backends\n  HTTP  http://%s  (POST /v1/check, POST /json, /v1/rules, /metrics, /healthz, /readyz)\n", shown)
 	if grpcAddr != "" {
 		fmt.Fprintf(w, "  gRPC  %s  (envoy.service.ratelimit.v3.RateLimitService)\n", grpcShown)
 	}
