@@ -1,101 +1,93 @@
-// Package metrics exposes counters and gauges in the Prometheus text
-// format (version 0.0.4) without a client library: each metric reads its
-// value from a function when scraped, so the code that counts keeps its
-// own atomic counters and pays nothing on the request path.
+// Package metrics exposes velvetrope's counters and gauges through the
+// Prometheus client library (client_golang). Every metric reads its value
+// from a function when scraped, so the code that counts keeps its own
+// atomic counters and pays nothing on the request path. Only velvetrope_
+// metrics are registered: no Go runtime or process collectors, so every
+// name a process exposes starts with velvetrope_.
 package metrics
 
 import (
 	"fmt"
 	"net/http"
-	"sort"
 	"strings"
 	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Registry holds named metrics. Safe for concurrent use.
 type Registry struct {
 	mu      sync.Mutex
-	metrics map[string]metric
-}
-
-type metric struct {
-	help, kind string
-	value      func() float64
-	label      string
-	values     func() map[string]float64
+	reg     *prometheus.Registry
+	byName  map[string]prometheus.Collector
+	handler http.Handler
 }
 
 // New returns an empty registry.
-func New() *Registry { return &Registry{metrics: map[string]metric{}} }
+func New() *Registry {
+	reg := prometheus.NewRegistry()
+	return &Registry{reg: reg, byName: map[string]prometheus.Collector{},
+		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})}
+}
 
 // Counter registers a monotonic counter read from value. Names must start
 // with "velvetrope_" and be unique; a second registration replaces the first.
 func (r *Registry) Counter(name, help string, value func() float64) {
-	r.add(name, help, "counter", value)
+	r.add(name, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, value))
 }
 
 // Gauge registers a gauge read from value.
-func (r *Registry) Gauge(name, help string, value func() float64) { r.add(name, help, "gauge", value) }
+func (r *Registry) Gauge(name, help string, value func() float64) {
+	r.add(name, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, value))
+}
 
-func (r *Registry) add(name, help, kind string, value func() float64) {
+// Labeled registers a metric with one label, its values read from values
+// (label value → sample) when scraped. kind is "counter" or "gauge".
+func (r *Registry) Labeled(name, help, kind, label string, values func() map[string]float64) {
+	vt := prometheus.CounterValue
+	switch kind {
+	case "counter":
+	case "gauge":
+		vt = prometheus.GaugeValue
+	default:
+		panic("metrics: kind must be counter or gauge") // a programming error, caught by tests
+	}
+	r.add(name, &labeled{desc: prometheus.NewDesc(name, help, []string{label}, nil), kind: vt, values: values})
+}
+
+func (r *Registry) add(name string, c prometheus.Collector) {
 	if !strings.HasPrefix(name, "velvetrope_") {
 		panic(fmt.Sprintf("metrics: %q: names start with velvetrope_", name)) // a programming error, caught by tests
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.metrics[name] = metric{help: help, kind: kind, value: value}
+	if old, ok := r.byName[name]; ok {
+		r.reg.Unregister(old)
+	}
+	r.reg.MustRegister(c)
+	r.byName[name] = c
 }
 
-// ServeHTTP writes every metric, sorted by name.
-func (r *Registry) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	r.mu.Lock()
-	names := make([]string, 0, len(r.metrics))
-	for n := range r.metrics {
-		names = append(names, n)
-	}
-	ms := make([]metric, len(names))
-	sort.Strings(names)
-	for i, n := range names {
-		ms[i] = r.metrics[n]
-	}
-	r.mu.Unlock()
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	var b strings.Builder
-	for i, n := range names {
-		m := ms[i]
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", n, m.help, n, m.kind)
-		if m.values == nil {
-			fmt.Fprintf(&b, "%s %g\n", n, m.value())
-			continue
-		}
-		vals := m.values()
-		keys := make([]string, 0, len(vals))
-		for k := range vals {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Fprintf(&b, "%s{%s=\"%s\"} %g\n", n, m.label, escape(k), vals[k])
-		}
-	}
-	_, _ = w.Write([]byte(b.String()))
+// ServeHTTP writes every metric in the format the scraper asks for (the
+// text format by default).
+func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.handler.ServeHTTP(w, req) }
+
+// labeled is a collector of one metric with one label, read when scraped.
+type labeled struct {
+	desc   *prometheus.Desc
+	kind   prometheus.ValueType
+	values func() map[string]float64
 }
 
-// Labeled registers a metric with one label, its values read from values
-// (label value → sample) when scraped.
-func (r *Registry) Labeled(name, help, kind, label string, values func() map[string]float64) {
-	if kind != "counter" && kind != "gauge" {
-		panic("metrics: kind must be counter or gauge")
-	}
-	r.add(name, help, kind, nil)
-	r.mu.Lock()
-	m := r.metrics[name]
-	m.label, m.values = label, values
-	r.metrics[name] = m
-	r.mu.Unlock()
-}
+func (l *labeled) Describe(ch chan<- *prometheus.Desc) { ch <- l.desc }
 
-// escape quotes a label value.
-func escape(v string) string {
-	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(v)
+func (l *labeled) Collect(ch chan<- prometheus.Metric) {
+	for v, x := range l.values() {
+		m, err := prometheus.NewConstMetric(l.desc, l.kind, x, v)
+		if err != nil { // e.g. a label value that is not UTF-8: reported, never a panic
+			m = prometheus.NewInvalidMetric(l.desc, err)
+		}
+		ch <- m
+	}
 }

@@ -33,6 +33,18 @@ func TestExposition(t *testing.T) {
 	if got := rec.Body.String(); got != want {
 		t.Fatalf("labeled: got:\n%s\nwant:\n%s", got, want)
 	}
+	// a label value that is not UTF-8 is reported in the scrape, the other
+	// series still come out
+	r3 := New()
+	r3.Labeled("velvetrope_bad_total", "Bad.", "counter", "rule", func() map[string]float64 {
+		return map[string]float64{"ok": 1, "\xff": 2}
+	})
+	r3.Gauge("velvetrope_fine", "Fine.", func() float64 { return 3 })
+	rec = httptest.NewRecorder()
+	r3.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), "velvetrope_fine 3") {
+		t.Fatalf("one bad series hid the others: %d\n%s", rec.Code, rec.Body)
+	}
 	defer func() {
 		if recover() == nil {
 			t.Fatal("a name without the prefix was accepted")
