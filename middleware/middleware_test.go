@@ -343,3 +343,38 @@ func FuzzClientIP(f *testing.F) {
 		}
 	})
 }
+
+// TestRemoteHits: request hits, per-descriptor hits and probes (0) reach
+// the remote service as they would an in-process checker.
+func TestRemoteHits(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := rls.NewGRPCServer(rls.New(local(t), rls.Options{}))
+	go func() { _ = g.Serve(lis) }()
+	defer g.Stop()
+	gc, err := client.DialGRPC(lis.Addr().String(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	rm := NewRemote(gc)
+	ip := func(hits int64, own int64) *checker.Request {
+		d := checker.Descriptor{Entries: []config.Entry{{Key: "remote_address", Value: "192.0.2.1"}}}
+		if own >= 0 {
+			d.Hits, d.HasHits = own, true
+		}
+		return &checker.Request{Domain: "web", Hits: hits, Descriptors: []checker.Descriptor{d}}
+	}
+	steps := []struct {
+		req       *checker.Request
+		remaining int64
+	}{{ip(2, -1), 3}, {ip(1, 0), 3}, {ip(0, -1), 3}, {ip(1, 2), 1}}
+	for i, s := range steps {
+		var d checker.Decision
+		if err := rm.Check(context.Background(), s.req, &d); err != nil || d.Statuses[0].Remaining != s.remaining {
+			t.Fatalf("step %d: %v remaining %d, want %d", i, err, d.Statuses[0].Remaining, s.remaining)
+		}
+	}
+}

@@ -28,9 +28,15 @@ var units = map[string]config.Unit{"second": config.Second, "minute": config.Min
 // window resets, the only time the Envoy API reports.
 func (rm *Remote) Check(ctx context.Context, req *checker.Request, d *checker.Decision) error {
 	in := client.Request{Domain: req.Domain, Descriptors: make([]client.Descriptor, len(req.Descriptors))}
-	hits := uint64(max(req.Hits, 0))
+	// Hits travel per descriptor: the Envoy API reads a request-level 0 as
+	// one hit, and a descriptor may carry its own.
+	hits := make([]uint64, len(req.Descriptors))
 	for i, desc := range req.Descriptors {
-		cd := client.Descriptor{Entries: make([]client.Entry, len(desc.Entries)), Hits: &hits}
+		hits[i] = uint64(max(req.Hits, 0))
+		if desc.HasHits {
+			hits[i] = uint64(max(desc.Hits, 0))
+		}
+		cd := client.Descriptor{Entries: make([]client.Entry, len(desc.Entries)), Hits: &hits[i]}
 		for j, e := range desc.Entries {
 			cd.Entries[j] = client.Entry{Key: e.Key, Value: e.Value}
 		}
