@@ -20,6 +20,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/admin"
+	"github.com/velvetrope/velvetrope/internal/decisions"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/logx"
 	"github.com/velvetrope/velvetrope/internal/metrics"
@@ -122,6 +123,7 @@ func devModule(app config.App, logger *slog.Logger) fx.Option {
 			checker.NewMemStore,
 			func() (*events.MemBus, error) { return events.NewMemBus(16, 1<<20) },
 			newDevChecker,
+			newDecisionCounter,
 			newRLS,
 			newDevHTTP,
 		),
@@ -222,23 +224,27 @@ func watchRules(lc fx.Lifecycle, app config.App, store *config.Store, logger *sl
 	return nil
 }
 
-func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls.Server, rules *config.Store,
-	logger *slog.Logger) (*httpapi.Server, error) {
-	return newCheckerHTTP(lc, app, c, rs, rules, logger, nil, nil)
+func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
+	rules *config.Store, logger *slog.Logger) (*httpapi.Server, error) {
+	return newCheckerHTTP(lc, app, c, n, rs, rules, logger, nil, nil)
 }
+
+// newDecisionCounter counts the decisions the APIs answer, per rule.
+func newDecisionCounter() *decisions.Counter { return new(decisions.Counter) }
 
 // newCheckerHTTP is the HTTP listener of a process that decides (dev and
 // checker): the check API, Envoy's /json, admin, metrics and health.
 // prod is nil in dev (no spill file); ready nil means always ready.
-func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls.Server, rules *config.Store,
-	logger *slog.Logger, prod *events.KafkaProducer, ready func() error) (*httpapi.Server, error) {
+func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
+	rules *config.Store, logger *slog.Logger, prod *events.KafkaProducer, ready func() error) (*httpapi.Server, error) {
 	mux := http.NewServeMux()
-	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes, logx.New(logger, 10*time.Second)))
+	mux.Handle("/v1/check", httpapi.CheckHandler(decisions.Wrap(c, n), app.HTTP.MaxBodyBytes, logx.New(logger, 10*time.Second)))
 	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
 	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).WithInspector(c).Register(mux)
 	reg := metrics.New()
 	checkerMetrics(reg, c, prod)
 	rlsMetrics(reg, rs)
+	n.Register(reg)
 	mux.Handle("GET /metrics", reg)
 	httpapi.Health(mux, ready)
 	return newHTTPServer(lc, app, mux, app.HTTP.WriteTimeout)

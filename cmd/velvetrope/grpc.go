@@ -14,6 +14,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/decisions"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/tlsconf"
 	"github.com/velvetrope/velvetrope/rls"
@@ -37,8 +38,9 @@ func (g *grpcListener) Addr() string {
 // is empty, its gRPC listener. The listener is registered after the
 // checker, so it stops first: no call is in flight when the checker makes
 // its final flush.
-func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, logger *slog.Logger) (*rls.Server, *grpcListener, error) {
-	s := rls.New(c, rls.Options{ResponseHeaders: app.GRPC.ResponseHeaders, Logger: logger})
+func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter,
+	logger *slog.Logger) (*rls.Server, *grpcListener, error) {
+	s := rls.New(decisions.Wrap(c, n), rls.Options{ResponseHeaders: app.GRPC.ResponseHeaders, Logger: logger})
 	gl := &grpcListener{}
 	if app.GRPC.Addr == "" {
 		return s, gl, nil

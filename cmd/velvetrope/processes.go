@@ -20,6 +20,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
+	"github.com/velvetrope/velvetrope/internal/decisions"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/metrics"
 	"github.com/velvetrope/velvetrope/internal/tlsconf"
@@ -114,10 +115,12 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 				lc.Append(fx.StartStopHook(c.Start, c.Stop))
 				return c, nil
 			},
+			newDecisionCounter,
 			newRLS,
-			func(lc fx.Lifecycle, app config.App, c *checker.Checker, rs *rls.Server, rc redis.UniversalClient,
-				prod *events.KafkaProducer, rules *config.Store, logger *slog.Logger) (*httpapi.Server, error) {
-				return newCheckerHTTP(lc, app, c, rs, rules, logger, prod,
+			func(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
+				rc redis.UniversalClient, prod *events.KafkaProducer, rules *config.Store,
+				logger *slog.Logger) (*httpapi.Server, error) {
+				return newCheckerHTTP(lc, app, c, n, rs, rules, logger, prod,
 					func() error { return rc.Ping(context.Background()).Err() })
 			},
 		),

@@ -70,7 +70,9 @@ func TestCheckerAndAggregatorProcesses(t *testing.T) {
 			t.Fatalf("%s: no velvetrope_ metrics:\n%s", url, b)
 		}
 		// the gRPC call and the /json call of checkEnvoyAPIs
-		if url == "http://"+chk.Addr()+"/metrics" && !strings.Contains(string(b), `velvetrope_rls_calls_total{code="ok"} 2`) {
+		// /v1/check, gRPC and /json: three decisions of api:user_id
+		if url == "http://"+chk.Addr()+"/metrics" && (!strings.Contains(string(b), `velvetrope_rls_calls_total{code="ok"} 2`) ||
+			!strings.Contains(string(b), `velvetrope_decisions_total{decision="allow",domain="api",mode="async",rule="api:user_id"} 3`)) {
 			t.Fatalf("%s: Envoy API calls not counted:\n%s", url, b)
 		}
 	}

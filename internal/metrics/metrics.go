@@ -56,6 +56,27 @@ func (r *Registry) Labeled(name, help, kind, label string, values func() map[str
 	r.add(name, &labeled{desc: prometheus.NewDesc(name, help, []string{label}, nil), kind: vt, values: values})
 }
 
+// Sample is one series of a multi-label metric: label values in the order
+// the metric declared its labels.
+type Sample struct {
+	Labels []string
+	Value  float64
+}
+
+// Multi registers a metric with several labels, its series read from
+// samples when scraped. kind is "counter" or "gauge".
+func (r *Registry) Multi(name, help, kind string, labels []string, samples func() []Sample) {
+	vt := prometheus.CounterValue
+	switch kind {
+	case "counter":
+	case "gauge":
+		vt = prometheus.GaugeValue
+	default:
+		panic("metrics: kind must be counter or gauge") // a programming error, caught by tests
+	}
+	r.add(name, &multi{desc: prometheus.NewDesc(name, help, labels, nil), kind: vt, samples: samples})
+}
+
 func (r *Registry) add(name string, c prometheus.Collector) {
 	if !strings.HasPrefix(name, "velvetrope_") {
 		panic(fmt.Sprintf("metrics: %q: names start with velvetrope_", name)) // a programming error, caught by tests
@@ -89,5 +110,24 @@ func (l *labeled) Collect(ch chan<- prometheus.Metric) {
 			m = prometheus.NewInvalidMetric(l.desc, err)
 		}
 		ch <- m
+	}
+}
+
+// multi is a collector of one metric with several labels.
+type multi struct {
+	desc    *prometheus.Desc
+	kind    prometheus.ValueType
+	samples func() []Sample
+}
+
+func (m *multi) Describe(ch chan<- *prometheus.Desc) { ch <- m.desc }
+
+func (m *multi) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range m.samples() {
+		pm, err := prometheus.NewConstMetric(m.desc, m.kind, s.Value, s.Labels...)
+		if err != nil {
+			pm = prometheus.NewInvalidMetric(m.desc, err)
+		}
+		ch <- pm
 	}
 }
