@@ -6,20 +6,13 @@ import (
 	"net"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
-	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
-	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/internal/testrules"
 	"github.com/velvetrope/velvetrope/rls"
 )
-
-type clock struct{ ns atomic.Int64 }
-
-func (c *clock) Now() int64 { return c.ns.Load() }
 
 const rules = `domain: api
 descriptors:
@@ -36,21 +29,7 @@ descriptors:
 // each.
 func serve(t *testing.T) (*GRPC, *HTTP) {
 	t.Helper()
-	f, err := config.ParseRules("rules.yaml", []byte(rules))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := config.Compile([]*config.File{f})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := &clock{}
-	clk.ns.Store(int64(1_700_006_400) * 1e9)
-	k, _ := limiter.NewKeyed(limiter.WithClock(clk))
-	l, err := checker.NewLocal(config.NewStore(rs), k, clk, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testrules.Local(t, testrules.Store(t, rules), testrules.NewClock(), time.Minute)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,13 +16,9 @@ import (
 	"github.com/velvetrope/velvetrope/client"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
-	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/internal/testrules"
 	"github.com/velvetrope/velvetrope/rls"
 )
-
-type clock struct{ ns atomic.Int64 }
-
-func (c *clock) Now() int64 { return c.ns.Load() }
 
 const rules = `domain: web
 descriptors:
@@ -40,22 +35,26 @@ descriptors:
 
 func local(t *testing.T) *checker.Local {
 	t.Helper()
-	f, err := config.ParseRules("rules.yaml", []byte(rules))
+	return testrules.Local(t, testrules.Store(t, rules), testrules.NewClock(), 0)
+}
+
+// remote serves an exact checker as Envoy's rate limit service on
+// loopback and returns a Remote of it.
+func remote(t *testing.T) *Remote {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := config.Compile([]*config.File{f})
+	g, _ := rls.NewGRPCServer(rls.New(local(t), rls.Options{}))
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	gc, err := client.DialGRPC(lis.Addr().String(), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &clock{}
-	clk.ns.Store(int64(1_700_006_400) * 1e9)
-	k, _ := limiter.NewKeyed(limiter.WithClock(clk))
-	l, err := checker.NewLocal(config.NewStore(rs), k, clk, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	t.Cleanup(func() { _ = gc.Close() })
+	return NewRemote(gc)
 }
 
 type userKey struct{}
@@ -217,19 +216,7 @@ func TestAPIKeyIsHashed(t *testing.T) {
 }
 
 func TestRemoteAndFailurePolicy(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, _ := rls.NewGRPCServer(rls.New(local(t), rls.Options{}))
-	go func() { _ = g.Serve(lis) }()
-	defer g.Stop()
-	gc, err := client.DialGRPC(lis.Addr().String(), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gc.Close()
-	h := handler(t, NewRemote(gc), Options{Descriptors: [][]Source{{ClientIP()}}})
+	h := handler(t, remote(t), Options{Descriptors: [][]Source{{ClientIP()}}})
 	for i := range 5 {
 		if rec := do(h, hit{peer: "198.51.100.1:1", path: "/"}); rec.Code != 200 || rec.Header().Get("X-RateLimit-Limit") != "5" {
 			t.Fatalf("remote call %d: %d %v", i, rec.Code, rec.Header())
@@ -347,19 +334,7 @@ func FuzzClientIP(f *testing.F) {
 // TestRemoteHits: request hits, per-descriptor hits and probes (0) reach
 // the remote service as they would an in-process checker.
 func TestRemoteHits(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, _ := rls.NewGRPCServer(rls.New(local(t), rls.Options{}))
-	go func() { _ = g.Serve(lis) }()
-	defer g.Stop()
-	gc, err := client.DialGRPC(lis.Addr().String(), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gc.Close()
-	rm := NewRemote(gc)
+	rm := remote(t)
 	ip := func(hits int64, own int64) *checker.Request {
 		d := checker.Descriptor{Entries: []config.Entry{{Key: "remote_address", Value: "192.0.2.1"}}}
 		if own >= 0 {

@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,23 +18,15 @@ import (
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/events"
-	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/internal/testrules"
 )
 
-// t0 is aligned to a day (and so to every shorter unit), as Envoy's
-// windows are aligned to the unit.
-const t0 = int64(1_700_006_400) * 1e9
-
-type clock struct{ ns atomic.Int64 }
-
-func (c *clock) Now() int64 { return c.ns.Load() }
-
 // conformanceCase is one scenario of testdata/conformance.yaml: requests
-// at times relative to t0 and the answers Envoy's ratelimit service gives.
+// at times relative to testrules.T0 and the answers Envoy's ratelimit service gives.
 type conformanceCase struct {
 	Name  string `yaml:"name"`
 	Steps []struct {
-		At          string   `yaml:"at"` // offset from t0, e.g. 59.5s; empty keeps the time
+		At          string   `yaml:"at"` // offset from T0, e.g. 59.5s; empty keeps the time
 		Domain      string   `yaml:"domain"`
 		Hits        uint32   `yaml:"hits"`
 		Descriptors []string `yaml:"descriptors"` // "k=v,k2=v2[;hits=N][;limit=N/unit]"
@@ -49,20 +40,12 @@ type conformanceCase struct {
 // one and the async one (a single instance, so it must be exact too).
 var engines = []struct {
 	name string
-	make func(t *testing.T, rules *config.Store, clk *clock) Checker
+	make func(t *testing.T, rules *config.Store, clk *testrules.Clock) Checker
 }{
-	{"local", func(t *testing.T, rules *config.Store, clk *clock) Checker {
-		k, err := limiter.NewKeyed(limiter.WithClock(clk))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := checker.NewLocal(rules, k, clk, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
+	{"local", func(t *testing.T, rules *config.Store, clk *testrules.Clock) Checker {
+		return testrules.Local(t, rules, clk, 0)
 	}},
-	{"async", func(t *testing.T, rules *config.Store, clk *clock) Checker {
+	{"async", func(t *testing.T, rules *config.Store, clk *testrules.Clock) Checker {
 		ms := checker.NewMemStore()
 		ms.SetClock(clk)
 		bus, err := events.NewMemBus(1, 64<<20)
@@ -119,8 +102,7 @@ func TestEnvoyConformance(t *testing.T) {
 	for _, eng := range engines {
 		for _, tc := range cases {
 			t.Run(eng.name+"/"+tc.Name, func(t *testing.T) {
-				clk := &clock{}
-				clk.ns.Store(t0)
+				clk := testrules.NewClock()
 				client := dial(t, New(eng.make(t, loadEnvoyRules(t), clk), Options{}))
 				for i, st := range tc.Steps {
 					if st.At != "" {
@@ -128,7 +110,7 @@ func TestEnvoyConformance(t *testing.T) {
 						if err != nil {
 							t.Fatalf("step %d: at: %v", i, err)
 						}
-						clk.ns.Store(t0 + int64(d))
+						clk.Set(d)
 					}
 					req := &rlsv3.RateLimitRequest{Domain: st.Domain, HitsAddend: st.Hits}
 					for _, d := range st.Descriptors {

@@ -23,12 +23,12 @@ import (
 
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/testrules"
 )
 
 func newTestServer(t *testing.T, opts Options) *Server {
 	t.Helper()
-	clk := &clock{}
-	clk.ns.Store(t0)
+	clk := testrules.NewClock()
 	return New(engines[0].make(t, loadEnvoyRules(t), clk), opts)
 }
 
@@ -189,8 +189,7 @@ func FuzzJSONHandler(f *testing.F) {
 	f.Add([]byte(`{"domain":"rl","descriptors":[{"entries":[{"key":"foo","value":"j"}]}]}`))
 	f.Add([]byte(`{"domain":"rl","hitsAddend":4294967295,"descriptors":[{"entries":[{"key":"foo"}],"hitsAddend":"18446744073709551615"}]}`))
 	f.Add([]byte(`{"domain":"nope","descriptors":[{}]}`))
-	clk := &clock{}
-	clk.ns.Store(t0)
+	clk := testrules.NewClock()
 	f.Fuzz(func(t *testing.T, body []byte) {
 		h := JSONHandler(New(engines[0].make(t, loadEnvoyRules(t), clk), Options{ResponseHeaders: true}), 1<<12)
 		rec := httptest.NewRecorder()

@@ -4,18 +4,13 @@ import (
 	"context"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/metrics"
-	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/internal/testrules"
 )
-
-type clock struct{ ns atomic.Int64 }
-
-func (c *clock) Now() int64 { return c.ns.Load() }
 
 const rules = `domain: api
 descriptors:
@@ -29,22 +24,8 @@ descriptors:
 `
 
 func TestCountsPerRuleAndOutcome(t *testing.T) {
-	f, err := config.ParseRules("r.yaml", []byte(rules))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := config.Compile([]*config.File{f})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := config.NewStore(rs)
-	clk := &clock{}
-	clk.ns.Store(int64(1_700_006_400) * 1e9)
-	k, _ := limiter.NewKeyed(limiter.WithClock(clk))
-	l, err := checker.NewLocal(store, k, clk, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := testrules.Store(t, rules)
+	l := testrules.Local(t, store, testrules.NewClock(), 0)
 	n := new(Counter)
 	c := Wrap(l, n)
 	one := func(kv ...string) *checker.Request {
@@ -61,8 +42,7 @@ func TestCountsPerRuleAndOutcome(t *testing.T) {
 		}
 	}
 	// a reload: new rule pointers, same ids, the counts continue
-	rs2, _ := config.Compile([]*config.File{f})
-	store.Swap(rs2)
+	store.Swap(testrules.Store(t, rules).Load())
 	if err := c.Check(context.Background(), one("ip", "2"), &d); err != nil {
 		t.Fatal(err)
 	}
