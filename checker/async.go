@@ -44,6 +44,7 @@ type Config struct {
 
 	IdleAfter      time.Duration // a clean key unused this long is dropped (2 min)
 	IdempotencyTTL time.Duration // request ids remembered (1 min; 0 disables)
+	ControlPoll    time.Duration // how often operator controls are re-read (1 s)
 	// HashKey keys the hash of hash_values entries; every checker that
 	// shares counters needs the same one (empty: a random key per process).
 	HashKey []byte
@@ -77,6 +78,7 @@ func (c *Config) defaults() error {
 	def(&c.MaxRefresh, 5*time.Second)
 	def(&c.PipelineLag, 250*time.Millisecond)
 	def(&c.IdleAfter, 2*time.Minute)
+	def(&c.ControlPoll, time.Second)
 	if c.SafetyPercent == 0 {
 		c.SafetyPercent = 200
 	}
@@ -113,6 +115,9 @@ type Stats struct {
 	EmitErrors               atomic.Uint64
 	Evictions, EvictedDirty  atomic.Uint64
 	Keys                     atomic.Int64
+	// Controlled counts descriptors an operator control decided;
+	// ControlErrors failed reads of the control store.
+	Controlled, ControlErrors atomic.Uint64
 	// decisions that locked no shard (local-mode or unlimited rules only)
 	unsharded, unshardedDenied atomic.Uint64
 }
@@ -132,6 +137,7 @@ type Snapshot struct {
 	Flushes, DeltasEmitted, EmitErrors uint64
 	Evictions, EvictedDirty            uint64
 	Keys                               int64
+	Controlled, ControlErrors          uint64
 }
 
 // Snapshot adds up the counters.
@@ -142,6 +148,7 @@ func (c *Checker) Snapshot() Snapshot {
 		Refreshes: c.Stats.Refreshes.Load(), RefreshErrors: c.Stats.RefreshErrors.Load(),
 		Flushes: c.Stats.Flushes.Load(), DeltasEmitted: c.Stats.DeltasEmitted.Load(), EmitErrors: c.Stats.EmitErrors.Load(),
 		Evictions: c.Stats.Evictions.Load(), EvictedDirty: c.Stats.EvictedDirty.Load(), Keys: c.Stats.Keys.Load(),
+		Controlled: c.Stats.Controlled.Load(), ControlErrors: c.Stats.ControlErrors.Load(),
 	}
 	for i := range c.shards {
 		sh := &c.shards[i]
@@ -190,6 +197,13 @@ type Checker struct {
 	readEnts  []*entry
 	readTags  []uint8
 
+	// Operator controls: the store (nil when the counter store keeps
+	// none), what the request path applies, and the poller's state.
+	ctlStore   ControlStore
+	controls   atomic.Pointer[controlSet]
+	ctlMu      sync.Mutex
+	ctlVersion int64
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 	logs logLimiter
@@ -228,6 +242,7 @@ func New(cfg Config, rules *config.Store, cs CounterStore, prod events.Producer,
 		return nil, err
 	}
 	c.exact, _ = cs.(SyncStore)
+	c.ctlStore, _ = cs.(ControlStore)
 	if cfg.IdempotencyTTL > 0 {
 		c.idem = newIdempotency(int64(cfg.IdempotencyTTL), 1<<16)
 	}
@@ -243,12 +258,21 @@ func (c *Checker) Instance() string { return c.instance }
 // Rules returns the live rule set.
 func (c *Checker) Rules() *config.RuleSet { return c.rules.Load() }
 
-// Start runs the flusher and the refresher.
-func (c *Checker) Start(context.Context) error {
+// Start runs the flusher, the refresher and, when the store keeps
+// operator controls, their poller (a first read that fails is logged: the
+// checker starts without controls and the poller retries).
+func (c *Checker) Start(ctx context.Context) error {
 	c.stop = make(chan struct{})
 	c.wg.Add(2)
 	go c.flushLoop()
 	go c.refreshLoop()
+	if c.ctlStore != nil {
+		if err := c.SyncControls(ctx); err != nil {
+			c.cfg.Logger.Warn("operator controls not read at start; retrying in the background", "err", err)
+		}
+		c.wg.Add(1)
+		go c.controlLoop()
+	}
 	return nil
 }
 

@@ -62,6 +62,11 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 	}
 	dropReplaced(matched)
 	req = c.applyHashing(req, matched)
+	if cs := c.controls.Load(); cs != nil {
+		if m := cs.domains[req.Domain]; m != nil {
+			c.applyControls(m, req, matched, now)
+		}
+	}
 
 	slots := slotBuf[:n]
 	c.keys(buf, req, matched, slots)

@@ -21,6 +21,7 @@ type MemStore struct {
 	win  map[winKey]*memCounter
 	tat  map[string]*memCounter
 	seen map[seqKey]uint64
+	ctl  memControls // operator controls
 
 	down  atomic.Bool                   // SetUnavailable: every call fails
 	sync  memSync                       // mode: sync decisions, on the exact limiter

@@ -81,6 +81,51 @@ func (r *Rule) derive() {
 	}
 }
 
+// WithLimit returns a copy of r that admits limit hits per window, with
+// everything else (id, algorithm, mode, counters) unchanged: an operator's
+// temporary limit for one key keeps that key's count, as editing a limit
+// does. limit 0 refuses every request.
+func (r *Rule) WithLimit(limit int64) (*Rule, error) {
+	switch {
+	case limit < 0:
+		return nil, fmt.Errorf("limit: must be >= 0, got %d", limit)
+	case r.Unlimited:
+		return nil, fmt.Errorf("limit: rule %s is unlimited; an exemption or a deny is what applies to it", r.ID)
+	}
+	cp := *r
+	cp.Limit = limit
+	if cp.Burst > 0 && limit > 0 {
+		// A burst is sized against the limit it was written for: scale it.
+		cp.Burst = max(1, r.Burst*limit/max(r.Limit, 1))
+	}
+	cp.derive()
+	cp.Limiter = nil
+	if limit > 0 {
+		cp.Limiter = cp.buildLimiter()
+	}
+	return &cp, nil
+}
+
+// Exempt returns a copy of r that admits everything and counts nothing
+// (an operator's allow list entry or exemption).
+func (r *Rule) Exempt() *Rule {
+	cp := *r
+	cp.Unlimited, cp.Limiter = true, nil
+	return &cp
+}
+
+// Blocked returns a copy of r that refuses every request, also in shadow
+// mode (an operator's deny list entry).
+func (r *Rule) Blocked() *Rule {
+	cp := *r
+	cp.Unlimited, cp.Shadow, cp.Limit, cp.Limiter = false, false, 0, nil
+	if cp.Window <= 0 {
+		cp.Unit, cp.Window = Second, Second.Duration()
+	}
+	cp.derive()
+	return &cp
+}
+
 func (r *Rule) buildLimiter() limiter.Algorithm {
 	rate := limiter.Rate{Tokens: r.Limit, Period: r.Window}
 	switch r.Algorithm {

@@ -1,0 +1,387 @@
+package checker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"hash/maphash"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/velvetrope/velvetrope/config"
+)
+
+// Control actions. An operator's control applies to one descriptor of one
+// domain (its exact entries) on every checker that shares the control
+// store.
+const (
+	// ActionAllow exempts the descriptor: it is admitted and counted
+	// nowhere (an allow-list entry, or a temporary exemption).
+	ActionAllow = "allow"
+	// ActionDeny refuses the descriptor whatever its counter says (a
+	// deny-list entry), also under a shadow_mode rule.
+	ActionDeny = "deny"
+	// ActionLimit replaces the matched rule's limit for this descriptor
+	// (same algorithm, mode and counter: the count so far still applies).
+	ActionLimit = "limit"
+)
+
+// Control is one operator control as stored and listed. Values of entries
+// the matched rule hashes (hash_values) are stored hashed: a control never
+// carries a value the rules keep private.
+type Control struct {
+	ID      string         `json:"id"` // derived from domain and entries: one control per descriptor
+	Domain  string         `json:"domain"`
+	Entries []config.Entry `json:"entries"`
+	Action  string         `json:"action"`
+	Limit   int64          `json:"limit,omitempty"` // ActionLimit only
+	// Rule is the id of the rule the descriptor matched when the control
+	// was set (empty: none); a limit applies to that rule only.
+	Rule      string `json:"rule,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	CreatedAt int64  `json:"created_unix_nanos"`
+	ExpiresAt int64  `json:"expires_unix_nanos,omitempty"` // 0: until deleted
+}
+
+// Live reports whether c applies at now.
+func (c *Control) Live(now int64) bool { return c.ExpiresAt == 0 || now < c.ExpiresAt }
+
+// ControlID is the id of the control of one descriptor.
+func ControlID(domain string, entries []config.Entry) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(domain))
+	for _, e := range entries {
+		_, _ = h.Write([]byte{0})
+		_, _ = h.Write([]byte(e.Key))
+		_, _ = h.Write([]byte{0})
+		_, _ = h.Write([]byte(e.Value))
+	}
+	return strconv.FormatUint(h.Sum64(), 16)
+}
+
+// ControlStore keeps the operator controls every checker applies. The
+// Redis counter store and [MemStore] implement it.
+type ControlStore interface {
+	// PutControl stores c, replacing the control with the same id.
+	PutControl(ctx context.Context, c Control) error
+	// DeleteControl removes the control id and reports whether it existed.
+	DeleteControl(ctx context.Context, id string) (bool, error)
+	// Controls returns the store's version and, when it differs from
+	// since, every control not expired at now (else nil).
+	Controls(ctx context.Context, since, now int64) (version int64, cs []Control, err error)
+}
+
+// ControlSpec is what an operator asks for (POST /v1/controls).
+type ControlSpec struct {
+	Domain  string
+	Entries []config.Entry
+	Action  string
+	Limit   int64
+	TTL     time.Duration // 0: until deleted
+	Reason  string
+}
+
+// ErrNoControls is returned when the checker's store keeps no controls.
+var ErrNoControls = errors.New("the counter store keeps no operator controls")
+
+// MaxControls bounds the controls one checker applies (allow and deny
+// lists included); past it new controls are refused.
+const MaxControls = 100_000
+
+// SetControl validates spec, stores it for every checker and applies it
+// here at once. Input errors are *FieldError values naming the field.
+func (c *Checker) SetControl(ctx context.Context, spec ControlSpec) (Control, error) {
+	if c.ctlStore == nil {
+		return Control{}, ErrNoControls
+	}
+	rs := c.rules.Load()
+	dom, known := rs.Lookup(spec.Domain)
+	switch {
+	case spec.Domain == "":
+		return Control{}, &FieldError{"domain", errors.New("must not be empty")}
+	case !known:
+		return Control{}, &FieldError{"domain", fmt.Errorf("%w %q", ErrUnknownDomain, spec.Domain)}
+	case len(spec.Entries) == 0 || len(spec.Entries) > MaxEntries:
+		return Control{}, &FieldError{"descriptor", fmt.Errorf("want 1 to %d entries, got %d", MaxEntries, len(spec.Entries))}
+	case spec.TTL < 0:
+		return Control{}, &FieldError{"ttl", fmt.Errorf("must not be negative, got %v", spec.TTL)}
+	case len(spec.Reason) > 512:
+		return Control{}, &FieldError{"reason", errors.New("longer than 512 bytes")}
+	}
+	for i, e := range spec.Entries {
+		if e.Key == "" {
+			return Control{}, &FieldError{fmt.Sprintf("descriptor[%d].key", i), errors.New("must not be empty")}
+		}
+	}
+	r := dom.Match(spec.Entries)
+	switch spec.Action {
+	case ActionAllow, ActionDeny:
+		if spec.Limit != 0 {
+			return Control{}, &FieldError{"limit", fmt.Errorf("only action %q takes a limit", ActionLimit)}
+		}
+	case ActionLimit:
+		if r == nil {
+			return Control{}, &FieldError{"descriptor", fmt.Errorf("%w in domain %q: a limit override needs a rule's algorithm and unit", ErrNoRule, spec.Domain)}
+		}
+		if _, err := r.WithLimit(spec.Limit); err != nil {
+			return Control{}, &FieldError{"limit", err}
+		}
+		if spec.TTL == 0 {
+			return Control{}, &FieldError{"ttl", errors.New("a limit override is temporary: give it a ttl")}
+		}
+	default:
+		return Control{}, &FieldError{"action", fmt.Errorf("want %q, %q or %q, got %q", ActionAllow, ActionDeny, ActionLimit, spec.Action)}
+	}
+	es := slices.Clone(spec.Entries)
+	if r != nil && r.Hashed != nil {
+		for i := range es {
+			if i < len(r.Hashed) && r.Hashed[i] {
+				es[i].Value = c.hash.value(spec.Domain, es[i].Key, es[i].Value)
+			}
+		}
+	}
+	now := c.clock.Now()
+	ct := Control{ID: ControlID(spec.Domain, es), Domain: spec.Domain, Entries: es, Action: spec.Action,
+		Limit: spec.Limit, Reason: spec.Reason, CreatedAt: now}
+	if r != nil {
+		ct.Rule = r.ID
+	}
+	if spec.TTL > 0 {
+		ct.ExpiresAt = now + int64(spec.TTL)
+	}
+	if cur := c.controls.Load(); cur != nil && cur.n >= MaxControls && cur.find(ct.ID) == nil {
+		return Control{}, fmt.Errorf("checker: %d controls in force: delete some first", MaxControls)
+	}
+	if err := c.ctlStore.PutControl(ctx, ct); err != nil {
+		return Control{}, fmt.Errorf("checker: storing control: %w", err)
+	}
+	return ct, c.SyncControls(ctx)
+}
+
+// DeleteControl removes the control id everywhere and here at once.
+func (c *Checker) DeleteControl(ctx context.Context, id string) (bool, error) {
+	if c.ctlStore == nil {
+		return false, ErrNoControls
+	}
+	ok, err := c.ctlStore.DeleteControl(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("checker: deleting control: %w", err)
+	}
+	return ok, c.SyncControls(ctx)
+}
+
+// Controls returns the controls in force, as this checker applies them.
+func (c *Checker) Controls() []Control {
+	cs := c.controls.Load()
+	if cs == nil {
+		return []Control{}
+	}
+	now := c.clock.Now()
+	out := make([]Control, 0, len(cs.list))
+	for i := range cs.list {
+		if cs.list[i].Live(now) {
+			out = append(out, cs.list[i])
+		}
+	}
+	return out
+}
+
+// ControlFor returns the control in force for one descriptor (entries as
+// the operator writes them), if any.
+func (c *Checker) ControlFor(domain string, entries []config.Entry) (Control, bool) {
+	cs := c.controls.Load()
+	if cs == nil {
+		return Control{}, false
+	}
+	r := c.rules.Load().Match(domain, entries)
+	es := entries
+	if r != nil && r.Hashed != nil {
+		req := c.applyHashing(&Request{Domain: domain, Descriptors: []Descriptor{{Entries: entries}}}, []*config.Rule{r})
+		es = req.Descriptors[0].Entries
+	}
+	if ct := cs.find(ControlID(domain, es)); ct != nil && ct.Live(c.clock.Now()) {
+		return *ct, true
+	}
+	return Control{}, false
+}
+
+// SyncControls reads the control store now (the poller does it every
+// ControlPoll) and rebuilds what the request path applies when the store
+// or the rules changed.
+func (c *Checker) SyncControls(ctx context.Context) error {
+	if c.ctlStore == nil {
+		return nil
+	}
+	c.ctlMu.Lock()
+	defer c.ctlMu.Unlock()
+	now := c.clock.Now()
+	since := c.ctlVersion
+	if since == 0 {
+		since = -1
+	}
+	v, list, err := c.ctlStore.Controls(ctx, since, now)
+	if err != nil {
+		c.Stats.ControlErrors.Add(1)
+		return fmt.Errorf("checker: reading controls: %w", err)
+	}
+	rs := c.rules.Load()
+	cur := c.controls.Load()
+	switch {
+	case v != c.ctlVersion || c.ctlVersion == 0:
+		c.ctlVersion = v
+	case cur != nil && cur.rules == rs && !cur.expiredBy(now):
+		return nil // nothing changed
+	case cur == nil:
+		return nil
+	default:
+		list = cur.list // the rules changed or a control expired: rebuild
+	}
+	if set := c.compileControls(rs, list, now); set.n > 0 {
+		c.controls.Store(set)
+	} else {
+		c.controls.Store(nil) // the request path then skips controls with one load
+	}
+	return nil
+}
+
+// controlLoop re-reads the controls every ControlPoll.
+func (c *Checker) controlLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.ControlPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ControlPoll)
+			if err := c.SyncControls(ctx); err != nil && c.logs.allow(c.clock.Now()) {
+				c.cfg.Logger.Warn("operator controls not refreshed; the last ones stay in force", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// controlSet is what the request path applies: immutable once built.
+type controlSet struct {
+	rules   *config.RuleSet // the rule set the overrides were built against
+	list    []Control
+	domains map[string]map[uint64]*liveControl
+	n       int
+	expires int64 // the earliest expiry (0: none)
+}
+
+// liveControl is one control compiled against the rule set.
+type liveControl struct {
+	ctl     *Control
+	entries []config.Entry
+	expires int64
+	// rule replaces the matched rule; nil leaves the descriptor unmatched
+	// (an allow on a descriptor no rule limits).
+	rule *config.Rule
+	next *liveControl // same hash
+}
+
+func (s *controlSet) find(id string) *Control {
+	for i := range s.list {
+		if s.list[i].ID == id {
+			return &s.list[i]
+		}
+	}
+	return nil
+}
+
+func (s *controlSet) expiredBy(now int64) bool { return s.expires != 0 && now >= s.expires }
+
+// compileControls builds the request path's view of list under rs.
+func (c *Checker) compileControls(rs *config.RuleSet, list []Control, now int64) *controlSet {
+	s := &controlSet{rules: rs, domains: map[string]map[uint64]*liveControl{}}
+	for i := range list {
+		ct := &list[i]
+		if !ct.Live(now) {
+			continue
+		}
+		s.list = append(s.list, *ct)
+	}
+	for i := range s.list {
+		ct := &s.list[i]
+		lc := &liveControl{ctl: ct, entries: ct.Entries, expires: ct.ExpiresAt}
+		base := ruleByID(rs, ct.Rule)
+		switch ct.Action {
+		case ActionAllow:
+			if base != nil {
+				lc.rule = base.Exempt()
+			}
+		case ActionDeny:
+			if base == nil {
+				base, _ = config.OverrideRule(ct.Domain, ct.Entries, 0, config.Second)
+				base.ID = ct.Domain + ":control/deny"
+			}
+			lc.rule = base.Blocked()
+		case ActionLimit:
+			if base == nil {
+				continue // the rule is gone: nothing to override
+			}
+			r, err := base.WithLimit(ct.Limit)
+			if err != nil {
+				continue
+			}
+			lc.rule = r
+		}
+		if ct.ExpiresAt != 0 && (s.expires == 0 || ct.ExpiresAt < s.expires) {
+			s.expires = ct.ExpiresAt
+		}
+		m := s.domains[ct.Domain]
+		if m == nil {
+			m = map[uint64]*liveControl{}
+			s.domains[ct.Domain] = m
+		}
+		h := c.entriesHash(ct.Entries)
+		lc.next = m[h]
+		m[h] = lc
+		s.n++
+	}
+	return s
+}
+
+func ruleByID(rs *config.RuleSet, id string) *config.Rule {
+	if id == "" {
+		return nil
+	}
+	for _, r := range rs.Rules() {
+		if r.ID == id {
+			return r
+		}
+	}
+	return nil
+}
+
+// entriesHash hashes a descriptor's keys and values (controls match the
+// exact entries, whatever rule they match).
+func (c *Checker) entriesHash(es []config.Entry) uint64 {
+	var h uint64 = 0x5bd1e995
+	for i := range es {
+		h = (h^maphash.String(c.seed, es[i].Key))*0x9e3779b97f4a7c15 + 1
+		h = (h^maphash.String(c.seed, es[i].Value))*0x9e3779b97f4a7c15 + uint64(i)
+	}
+	return h
+}
+
+// applyControls replaces the matched rule of every descriptor that has a
+// control in force. It runs only when the domain has controls, after
+// hashing, and allocates nothing.
+func (c *Checker) applyControls(m map[uint64]*liveControl, req *Request, matched []*config.Rule, now int64) {
+	for i := range req.Descriptors {
+		es := req.Descriptors[i].Entries
+		for lc := m[c.entriesHash(es)]; lc != nil; lc = lc.next {
+			if (lc.expires == 0 || now < lc.expires) && slices.Equal(lc.entries, es) {
+				matched[i] = lc.rule
+				c.Stats.Controlled.Add(1)
+				break
+			}
+		}
+	}
+}
