@@ -228,9 +228,9 @@ func (c *Checker) answerWindow(s *slot, now, cost int64) {
 		e.cur.emitted = max(e.cur.emitted, res.OwnMem)
 		e.cur.charged = max(e.cur.charged, before)
 	}
-	e.cur.total, e.cur.own, e.cur.known = res.Total, res.Own, true
+	e.cur.total, e.cur.own, e.cur.base, e.cur.known = res.Total, res.Own, res.Base, true
 	if s.w.req.Sliding && e.prev.start == e.cur.start-s.w.req.WindowNanos {
-		e.prev.total, e.prev.own, e.prev.known = res.PrevTotal, res.PrevOwn, true
+		e.prev.total, e.prev.own, e.prev.base, e.prev.known = res.PrevTotal, res.PrevOwn, res.PrevBase, true
 	}
 	c.learn(e, now, e.cur.others(), e.cur.mine(), res.Instances)
 	if s.charged {
@@ -271,6 +271,9 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 		c.countApplied(e, now, cost, true)
 	} else {
 		c.countDenied(e, now, cost)
+	}
+	if res.Gen != e.gen { // an operator reset the bucket: forget our view of it
+		e.gs, e.gen = limiter.State{}, res.Gen
 	}
 	e.storeCum, e.storeOwnCum = res.Cum, res.Own
 	g.Raise(&e.gs, res.Total+span(max(0, e.cum-res.OwnMem), int64(s.rule.Window), s.rule.Limit))

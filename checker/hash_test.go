@@ -125,7 +125,7 @@ func TestHashValuesWithoutKeyWarnsOnce(t *testing.T) {
 }
 
 // TestInspect: the local and the store view of a window counter, hashed
-// values included; non-window or non-async rules are refused by name.
+// values included; a bucket through a probe.
 func TestInspect(t *testing.T) {
 	ms := NewMemStore()
 	prod := &applyProducer{store: ms}
@@ -167,10 +167,20 @@ func TestInspect(t *testing.T) {
 	}{
 		{"nope", es, ErrUnknownDomain},
 		{"api", []config.Entry{{Key: "unknown", Value: "x"}}, ErrNoRule},
-		{"api", []config.Entry{{Key: "bucket", Value: "x"}}, ErrNotInspection},
 	} {
 		if _, err := c.Inspect(ctx, bad.domain, bad.es); !errors.Is(err, bad.is) {
 			t.Fatalf("%s %v: got %v, want %v", bad.domain, bad.es, err, bad.is)
+		}
+	}
+	// A bucket is shown by a zero-cost probe: nothing is consumed.
+	bucket := []config.Entry{{Key: "bucket", Value: "x"}}
+	if err := c.Check(ctx, req(2, "bucket", "x"), &d); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		st, err = c.Inspect(ctx, "api", bucket)
+		if err != nil || st.Probe == nil || st.Probe.Remaining != 3 || !st.Probe.Allowed || st.Probe.Scope != "this checker" || st.Local != nil {
+			t.Fatalf("bucket: %+v %+v %v", st, st.Probe, err)
 		}
 	}
 }

@@ -22,6 +22,18 @@ type KeyState struct {
 	WindowStart int64       `json:"window_start_unix_nanos,omitempty"`
 	Local       *LocalState `json:"local"` // nil: this instance does not hold the key
 	Global      GlobalState `json:"global"`
+	// Probe is a zero-cost decision of the key, for counters kept other
+	// than as async windows (buckets, sync and local mode, unlimited and
+	// blocking rules): what the next request would see, where Scope says.
+	Probe *ProbeState `json:"probe,omitempty"`
+}
+
+// ProbeState is what a zero-cost request of the key reports.
+type ProbeState struct {
+	Scope        string `json:"scope"` // "all checkers" (sync) or "this checker"
+	Allowed      bool   `json:"allowed"`
+	Remaining    int64  `json:"remaining"`
+	ResetAfterMs int64  `json:"reset_after_ms"`
 }
 
 // LocalState is this instance's view of a window counter.
@@ -45,34 +57,40 @@ type GlobalState struct {
 	Instances int   `json:"instances"`
 }
 
-// Errors of Inspect.
-var (
-	ErrNoRule        = errors.New("no rule matches the descriptor")
-	ErrNotInspection = errors.New("only async window counters can be inspected")
-)
+// ErrNoRule is returned by Inspect and Reset for a descriptor no rule
+// matches.
+var ErrNoRule = errors.New("no rule matches the descriptor")
+
+// counterOf finds the rule entries match in domain and the counter key
+// (values hashed where the rule says so).
+func (c *Checker) counterOf(domain string, entries []config.Entry) (*config.Rule, []config.Entry, string, error) {
+	rs := c.rules.Load()
+	dom, ok := rs.Lookup(domain)
+	if !ok {
+		return nil, nil, "", &FieldError{"domain", fmt.Errorf("%w %q", ErrUnknownDomain, domain)}
+	}
+	r := dom.Match(entries)
+	if r == nil {
+		return nil, nil, "", &FieldError{"descriptor", ErrNoRule}
+	}
+	req := c.applyHashing(&Request{Domain: domain, Descriptors: []Descriptor{{Entries: entries}}}, []*config.Rule{r})
+	es := req.Descriptors[0].Entries
+	return r, es, string(config.AppendCounterKey(nil, r, es)), nil
+}
 
 // Inspect reports the counter of the rule that entries match in domain.
 // It reads the store once and never charges.
 func (c *Checker) Inspect(ctx context.Context, domain string, entries []config.Entry) (KeyState, error) {
-	rs := c.rules.Load()
-	dom, ok := rs.Lookup(domain)
-	if !ok {
-		return KeyState{}, &FieldError{"domain", fmt.Errorf("%w %q", ErrUnknownDomain, domain)}
+	r, es, key, err := c.counterOf(domain, entries)
+	if err != nil {
+		return KeyState{}, err
 	}
-	r := dom.Match(entries)
-	switch {
-	case r == nil:
-		return KeyState{}, &FieldError{"descriptor", ErrNoRule}
-	case r.Unlimited || r.Limit == 0 || r.Mode != "async" || kindOf(r) != KindWindow:
-		return KeyState{Rule: r.ID, Mode: r.Mode, Limit: r.Limit}, &FieldError{"descriptor",
-			fmt.Errorf("%w; rule %s is %s/%s", ErrNotInspection, r.ID, r.Mode, or(r.Algorithm, "envoy fixed window"))}
-	}
-	req := c.applyHashing(&Request{Domain: domain, Descriptors: []Descriptor{{Entries: entries}}}, []*config.Rule{r})
-	es := req.Descriptors[0].Entries
-	key := string(config.AppendCounterKey(nil, r, es))
 	now := c.clock.Now()
-	st := KeyState{Rule: r.ID, CounterKey: key, Mode: r.Mode, Limit: r.Limit, Ceiling: r.Ceiling(),
-		WindowStart: windowStart(now, int64(r.Window))}
+	st := KeyState{Rule: r.ID, CounterKey: key, Mode: r.Mode, Limit: r.Limit, Ceiling: r.Ceiling()}
+	if r.Unlimited || r.Limit == 0 || r.Mode != "async" || kindOf(r) != KindWindow {
+		return c.probe(ctx, st, domain, entries, r)
+	}
+	st.WindowStart = windowStart(now, int64(r.Window))
 
 	h := c.counterHash(r, es)
 	sh := &c.shards[h&c.mask]
@@ -113,6 +131,113 @@ func (c *Checker) Inspect(ctx context.Context, domain string, entries []config.E
 	}
 	st.Global.Remaining = max(0, r.Ceiling()-st.Global.Total)
 	return st, nil
+}
+
+// probe fills st.Probe with a zero-cost decision of the key.
+func (c *Checker) probe(ctx context.Context, st KeyState, domain string, entries []config.Entry, r *config.Rule) (KeyState, error) {
+	q := &Request{Domain: domain, Descriptors: []Descriptor{{Entries: entries}}}
+	var d Decision
+	if err := c.Check(ctx, q, &d); err != nil {
+		return st, err
+	}
+	p := &ProbeState{Scope: "this checker", Allowed: d.Code == OK, Remaining: d.Statuses[0].Remaining,
+		ResetAfterMs: d.Statuses[0].ResetAfter.Milliseconds()}
+	if r.Mode == "sync" {
+		p.Scope = "all checkers"
+	}
+	st.Probe = p
+	return st, nil
+}
+
+// ResetResult says what a reset forgot.
+type ResetResult struct {
+	Rule       string `json:"rule"`
+	CounterKey string `json:"counter_key"`
+	Mode       string `json:"mode"`
+	Scope      string `json:"scope"` // "all checkers", or "this checker" for mode: local
+	StoreKeys  int    `json:"store_keys"`
+}
+
+// ErrNoReset is returned when the counter store cannot reset counters.
+var ErrNoReset = errors.New("the counter store cannot reset counters")
+
+// Reset forgets the counter of the rule entries match in domain: its
+// count (every shard, and the previous window a sliding window still
+// weighs) or its bucket debt, in the store for every checker; this checker
+// re-reads it at once, the others at their next refresh (before it they
+// still count the old consumption: they refuse more, never less).
+// Consumption decided before the reset and still on its way to the store
+// (one pipeline lag) is added after it. A `mode: local` counter lives in
+// one checker: only this one's is reset.
+func (c *Checker) Reset(ctx context.Context, domain string, entries []config.Entry) (ResetResult, error) {
+	r, es, key, err := c.counterOf(domain, entries)
+	if err != nil {
+		return ResetResult{}, err
+	}
+	res := ResetResult{Rule: r.ID, CounterKey: key, Mode: r.Mode, Scope: "all checkers"}
+	if r.Unlimited || r.Limit == 0 {
+		return res, &FieldError{"descriptor", fmt.Errorf("rule %s keeps no counter (unlimited or blocking)", r.ID)}
+	}
+	if r.Mode == "local" {
+		c.local.Reset(key, r.Limiter)
+		res.Scope = "this checker"
+		return res, nil
+	}
+	rst, ok := c.store.(Resetter)
+	if !ok {
+		return res, ErrNoReset
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if r.Mode == "sync" && c.exact != nil {
+		q := SyncRequestFor(r, key, 0)
+		if err := rst.ResetSync(rctx, &q); err != nil {
+			return res, fmt.Errorf("checker: resetting %s: %w", key, err)
+		}
+		res.StoreKeys = 1
+		return res, nil
+	}
+	now := c.clock.Now()
+	keys := []string{key}
+	if r.Shards > 1 {
+		keys = keys[:0]
+		for i := range r.Shards {
+			keys = append(keys, ShardKey(key, i))
+		}
+	}
+	var items []ResetItem
+	for _, k := range keys {
+		if kindOf(r) == KindTAT {
+			items = append(items, ResetItem{Key: k, Kind: KindTAT})
+			continue
+		}
+		ws := windowStart(now, int64(r.Window))
+		items = append(items, ResetItem{Key: k, Kind: KindWindow, Window: ws},
+			ResetItem{Key: k, Kind: KindWindow, Window: ws - int64(r.Window)})
+	}
+	if err := rst.Reset(rctx, items); err != nil {
+		return res, fmt.Errorf("checker: resetting %s: %w", key, err)
+	}
+	res.StoreKeys = len(items)
+
+	h := c.counterHash(r, es)
+	sh := &c.shards[h&c.mask]
+	sh.mu.Lock()
+	if sh.tombs != nil { // an evicted key must not come back refused
+		i, j := tombSlots(h, len(sh.tombs))
+		sh.tombs[i], sh.tombs[j] = 0, 0
+	}
+	e := sh.lookup(h, r, es)
+	held := e != nil && !e.gone
+	if held {
+		e.overUntil, e.room, e.roomUntil = 0, 0, 0
+		sh.schedule(e, now) // learn the reset before the next decision
+	}
+	sh.mu.Unlock()
+	if held {
+		c.Refresh(rctx)
+	}
+	return res, nil
 }
 
 func or(s, def string) string {

@@ -46,6 +46,8 @@ type memCounter struct {
 	cum    int64            // KindTAT: cumulative hits
 	own    map[string]int64 // per instance: memory-path hits included (high-water)
 	synced map[string]int64 // per instance: hits the store charged
+	base   map[string]int64 // per instance: own+synced at the last reset
+	gen    int64            // resets (buckets)
 	end    int64            // expiry: window end + one window (sliding needs it), or the TAT
 }
 
@@ -58,6 +60,12 @@ func (c *memCounter) mine(instance string) (mem, synced int64, instances int) {
 		}
 	}
 	return c.own[instance], c.synced[instance], n
+}
+
+// parts returns instance's Own (less its base) and base.
+func (c *memCounter) parts(instance string) (own, base int64) {
+	b := c.base[instance]
+	return c.own[instance] + c.synced[instance] - b, b
 }
 
 // NewMemStore returns an empty store.
@@ -105,9 +113,11 @@ func (s *MemStore) Read(_ context.Context, instance string, items []ReadItem) er
 		it := &items[i]
 		c := s.counter(it.Kind, it.Key, it.Window)
 		it.Found, it.Total, it.Cum, it.Own, it.OwnMem, it.OwnSync, it.Instances = c != nil, 0, 0, 0, 0, 0, 0
+		it.Base, it.Gen = 0, 0
 		if c != nil {
 			m, sy, n := c.mine(instance)
-			it.Total, it.Cum, it.Own, it.OwnMem, it.OwnSync, it.Instances = c.total, c.cum, m+sy, m, sy, n
+			it.Total, it.Cum, it.OwnMem, it.OwnSync, it.Instances, it.Gen = c.total, c.cum, m, sy, n, c.gen
+			it.Own, it.Base = c.parts(instance)
 		}
 	}
 	return nil
@@ -165,24 +175,26 @@ func fold(c *memCounter, instance string, emitted int64) {
 func (s *MemStore) chargeWindow(r *ChargeRequest) ChargeResult {
 	c := s.create(KindWindow, r.Key, r.Window, r.WindowNanos)
 	fold(c, r.Instance, r.OwnEmitted)
-	var prevTotal, prevOwn, elapsed int64
+	var prevTotal, prevOwn, prevBase, elapsed int64
 	W := r.WindowNanos
 	if r.Sliding {
 		p := s.create(KindWindow, r.Key, r.Window-W, W)
 		fold(p, r.Instance, r.PrevEmitted)
-		prevTotal, prevOwn = p.total, p.own[r.Instance]+p.synced[r.Instance]
+		prevTotal = p.total
+		prevOwn, prevBase = p.parts(r.Instance)
 		elapsed = min(max(r.Now-r.Window, 0), W)
 	}
 	// prev·(W−e) + (total+cost)·W <= ceiling·W, exactly (no rounding in
 	// anyone's favour); for a fixed window prev is 0.
 	res := ChargeResult{Allowed: mulLE(prevTotal+r.PrevOtherShards, W-elapsed, c.total+r.OtherShards+r.Cost, W, r.Ceiling, W),
-		PrevTotal: prevTotal, PrevOwn: prevOwn}
+		PrevTotal: prevTotal, PrevOwn: prevOwn, PrevBase: prevBase}
 	if res.Allowed || r.ChargeDenied {
 		c.total += r.Cost
 		c.synced[r.Instance] += r.Cost
 	}
 	m, sy, n := c.mine(r.Instance)
-	res.Total, res.Own, res.OwnMem, res.OwnSync, res.Instances = c.total, m+sy, m, sy, n
+	res.Total, res.OwnMem, res.OwnSync, res.Instances = c.total, m, sy, n
+	res.Own, res.Base = c.parts(r.Instance)
 	return res
 }
 
@@ -206,8 +218,36 @@ func (s *MemStore) chargeTAT(r *ChargeRequest) ChargeResult {
 		c.synced[r.Instance] += r.Cost
 	}
 	m, sy, n := c.mine(r.Instance)
-	res.Total, res.Cum, res.Own, res.OwnMem, res.OwnSync, res.Instances = c.total, c.cum, m+sy, m, sy, n
+	res.Total, res.Cum, res.OwnMem, res.OwnSync, res.Instances, res.Gen = c.total, c.cum, m, sy, n, c.gen
+	res.Own, res.Base = c.parts(r.Instance)
 	return res
+}
+
+// Reset implements [Resetter].
+func (s *MemStore) Reset(_ context.Context, items []ResetItem) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range items {
+		c := s.counter(it.Kind, it.Key, it.Window)
+		if c == nil {
+			continue
+		}
+		if c.base == nil {
+			c.base = map[string]int64{}
+		}
+		for inst := range c.own {
+			c.base[inst] = c.own[inst] + c.synced[inst]
+		}
+		for inst := range c.synced {
+			c.base[inst] = c.own[inst] + c.synced[inst]
+		}
+		c.total, c.cum = 0, 0
+		c.gen++
+	}
+	return nil
 }
 
 // Refund implements [CounterStore].

@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"context"
 	"time"
+
+	"github.com/velvetrope/velvetrope/limiter"
 )
 
 // refreshBatch bounds the keys read in one refresher pass.
@@ -120,10 +122,10 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *ReadItem, now int64) {
 				e.cur.emitted = max(e.cur.emitted, it.OwnMem)
 				e.cur.charged = max(e.cur.charged, it.OwnSync)
 			}
-			e.cur.total, e.cur.own, e.cur.known = it.Total, it.Own, true
+			e.cur.total, e.cur.own, e.cur.base, e.cur.known = it.Total, it.Own, it.Base, true
 			c.learn(e, now, e.cur.others(), e.cur.mine(), it.Instances)
 		case e.prev.start:
-			e.prev.total, e.prev.own, e.prev.known = it.Total, it.Own, true
+			e.prev.total, e.prev.own, e.prev.base, e.prev.known = it.Total, it.Own, it.Base, true
 			return
 		default:
 			return // the window rolled while reading
@@ -135,6 +137,9 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *ReadItem, now int64) {
 		if !e.answered {
 			e.cum = max(e.cum, it.OwnMem)
 			e.cumCharged = max(e.cumCharged, it.OwnSync)
+		}
+		if it.Found && it.Gen != e.gen { // an operator reset the bucket
+			e.gs, e.gen = limiter.State{}, it.Gen
 		}
 		if it.Found {
 			e.storeCum, e.storeOwnCum = it.Cum, it.Own

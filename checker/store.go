@@ -39,6 +39,10 @@ type ReadItem struct {
 	// Instances: how many instances have applied consumption to the
 	// counter (for the local_budget failure policy).
 	Instances int
+	// Base: this instance's part (OwnMem + OwnSync) when the counter was
+	// last reset; Own excludes it. Gen counts a bucket's resets, so a
+	// checker knows to forget its own view of the bucket.
+	Base, Gen int64
 }
 
 // ChargeRequest is one atomic check-and-charge of a shared counter, made
@@ -87,6 +91,8 @@ type ChargeResult struct {
 	// PrevTotal, PrevOwn: the previous window (sliding window only).
 	PrevTotal, PrevOwn int64
 	Instances          int
+	// Base, PrevBase, Gen: as in ReadItem (PrevBase: the previous window).
+	Base, PrevBase, Gen int64
 }
 
 // CounterStore is the shared counter store as the checker sees it: batch
@@ -104,3 +110,22 @@ type CounterStore interface {
 
 // ErrStoreUnavailable marks store errors the failure policy applies to.
 var ErrStoreUnavailable = errors.New("checker: counter store unavailable")
+
+// ResetItem is one counter state to forget: a window's count (one shard's
+// key of it), or a bucket's debt.
+type ResetItem struct {
+	Key    string
+	Kind   Kind
+	Window int64 // KindWindow: window start, unix ns
+}
+
+// Resetter forgets counters on an operator's request. A reset zeroes the
+// count (or empties the bucket) and records each instance's part at that
+// moment as its base, so consumption still in flight adds only what it
+// adds, and every checker learns the reset from its next read. The
+// counter stores implement it.
+type Resetter interface {
+	Reset(ctx context.Context, items []ResetItem) error
+	// ResetSync forgets a `mode: sync` counter (every window it keeps).
+	ResetSync(ctx context.Context, q *SyncRequest) error
+}

@@ -128,6 +128,19 @@ func (s *MemStore) RefundSync(_ context.Context, q *SyncRequest, _ string) error
 	return s.sync.keyed.RefundAt(syncKey(q), alg, now, q.Cost)
 }
 
+// ResetSync implements [Resetter].
+func (s *MemStore) ResetSync(_ context.Context, q *SyncRequest) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	alg, err := syncAlgorithm(q)
+	if err != nil || s.sync.keyed == nil {
+		return err
+	}
+	s.sync.keyed.Reset(syncKey(q), alg)
+	return nil
+}
+
 func syncKey(q *SyncRequest) string { return q.Algorithm + "|" + q.Key }
 
 // now is the store's own clock (SetClock), the wall clock by default.

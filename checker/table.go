@@ -36,6 +36,7 @@ type entry struct {
 	cumCharged  int64 // hits the store charged, cumulative
 	storeOwnCum int64
 	storeCum    int64
+	gen         int64 // the bucket's resets, as the store last said
 
 	answered bool // the store has answered for this key at least once
 	restored bool // created again after an eviction while over its limit
@@ -77,14 +78,17 @@ type winState struct {
 	total   int64 // the store's applied total at the last answer (this instance's shard)
 	own     int64 // the part of total that is this instance's
 	shards  int64 // the other shards' totals at the last read (`shards: N`)
-	known   bool  // the store answered for this window
+	// base is this instance's part (emitted + charged) when an operator
+	// last reset the counter: counted, but no longer used.
+	base  int64
+	known bool // the store answered for this window
 }
 
 // others is the applied consumption of other instances in w.
 func (w *winState) others() int64 { return max(0, w.total-w.own) + w.shards }
 
 // mine is everything this instance counted in w.
-func (w *winState) mine() int64 { return w.emitted + w.charged }
+func (w *winState) mine() int64 { return w.emitted + w.charged - w.base }
 
 // pending is consumption counted but not yet flushed, for one window.
 type pending struct {

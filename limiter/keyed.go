@@ -382,6 +382,41 @@ func (k *Keyed) Len() int {
 // Evictions returns how many keys were evicted to stay within MaxKeys.
 func (k *Keyed) Evictions() uint64 { return k.evictions.Load() }
 
+// Reset makes key fresh under alg, as if it had never been used (also
+// when an eviction left it a tombstone). It reports whether the key was
+// held.
+func (k *Keyed) Reset(key string, alg Algorithm) bool {
+	h := maphash.String(k.seed, key)
+	sh := &k.shards[h&k.mask]
+	now := k.clock.Now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.keys[h]
+	if e != nil && e.key != key {
+		e = sh.spill[key]
+	}
+	if e != nil {
+		e.st, e.alg, e.used = State{}, alg, now
+		return true
+	}
+	if sh.tombs == nil {
+		return false // a new key starts fresh anyway
+	}
+	if sh.len() >= k.perShard {
+		k.evict(sh, now)
+	}
+	e = &entry{key: strings.Clone(key), alg: alg, used: now} // overrides the tombstone
+	if _, taken := sh.keys[h]; !taken {
+		sh.keys[h] = e
+	} else {
+		if sh.spill == nil {
+			sh.spill = make(map[string]*entry)
+		}
+		sh.spill[e.key] = e
+	}
+	return false
+}
+
 // PeekAt decides cost for key at now exactly as AllowAt would, without
 // changing anything: no charge, no key created, no request id remembered.
 // Callers that must check several limits before charging any use it.

@@ -238,3 +238,43 @@ func TestKeyedRefund(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyedReset: a reset key has its whole limit again, whether it was
+// held or only remembered by a tombstone after an eviction.
+func TestKeyedReset(t *testing.T) {
+	algs := []Algorithm{
+		TokenBucket{Capacity: 5, Refill: PerSecond(1)},
+		GCRA{Burst: 5, Rate: PerSecond(1)},
+		LeakyBucket{Capacity: 5, Leak: PerSecond(1)},
+		FixedWindow{Limit: 5, Window: 5 * time.Second},
+		SlidingWindow{Limit: 5, Window: 5 * time.Second},
+		SlidingLog{Limit: 5, Window: 5 * time.Second},
+	}
+	for _, alg := range algs {
+		for _, evicted := range []bool{false, true} {
+			t.Run(typeName(alg)+"/evicted="+strconv.FormatBool(evicted), func(t *testing.T) {
+				clk := &fakeClock{}
+				clk.ns.Store(w0 + 1e9)
+				k, _ := NewKeyed(WithMaxKeys(1), WithShards(1), WithClock(clk))
+				if d, _ := k.Allow("victim", alg, 5, ""); !d.Allowed {
+					t.Fatal("first burst refused")
+				}
+				if d, _ := k.Allow("victim", alg, 1, ""); d.Allowed {
+					t.Fatal("over the limit admitted")
+				}
+				if evicted {
+					k.Allow("other", alg, 1, "")
+				}
+				if held := k.Reset("victim", alg); held == evicted {
+					t.Fatalf("Reset reported held=%v", held)
+				}
+				if d, _ := k.Allow("victim", alg, 5, ""); !d.Allowed {
+					t.Fatalf("reset key refused its limit: %+v", d)
+				}
+				if d, _ := k.Allow("victim", alg, 1, ""); d.Allowed {
+					t.Fatal("reset key admitted beyond its limit")
+				}
+			})
+		}
+	}
+}
