@@ -79,15 +79,15 @@ func (r *Redis) Read(ctx context.Context, instance string, items []checker.ReadI
 	if len(items) == 0 {
 		return nil
 	}
-	f, sf := "i:"+instance, "s:"+instance
+	f, sf, zf := "i:"+instance, "s:"+instance, "z:"+instance
 	p := r.c.Pipeline()
 	gets := make([]*redis.SliceCmd, len(items))
 	for i := range items {
 		it := &items[i]
 		if it.Kind == checker.KindTAT {
-			gets[i] = p.HMGet(ctx, r.BucketKey(it.Key), "tat", "c", "n", f, sf)
+			gets[i] = p.HMGet(ctx, r.BucketKey(it.Key), "tat", "c", "n", f, sf, zf, "g")
 		} else {
-			gets[i] = p.HMGet(ctx, r.WindowKey(it.Key, it.Window), "t", "c", "n", f, sf)
+			gets[i] = p.HMGet(ctx, r.WindowKey(it.Key, it.Window), "t", "c", "n", f, sf, zf, "g")
 		}
 	}
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -97,15 +97,15 @@ func (r *Redis) Read(ctx context.Context, instance string, items []checker.ReadI
 		it := &items[i]
 		vals := gets[i].Val()
 		*it = checker.ReadItem{Key: it.Key, Kind: it.Kind, Window: it.Window}
-		if len(vals) != 5 {
+		if len(vals) != 7 {
 			continue
 		}
 		for _, v := range vals {
 			it.Found = it.Found || v != nil
 		}
 		it.Total, it.Cum, it.Instances = num(vals[0]), num(vals[1]), int(num(vals[2]))
-		it.OwnMem, it.OwnSync = num(vals[3]), num(vals[4])
-		it.Own = it.OwnMem + it.OwnSync
+		it.OwnMem, it.OwnSync, it.Base, it.Gen = num(vals[3]), num(vals[4]), num(vals[5]), num(vals[6])
+		it.Own = it.OwnMem + it.OwnSync - it.Base
 		if it.Kind == checker.KindTAT {
 			it.Total *= int64(time.Microsecond)
 		}
@@ -177,11 +177,11 @@ func (r *Redis) Charge(ctx context.Context, q *checker.ChargeRequest) (checker.C
 		return checker.ChargeResult{}, unavailable("charge", err)
 	}
 	v, err := ints(res)
-	if err != nil || len(v) != 8 {
+	if err != nil || len(v) != 10 {
 		return checker.ChargeResult{}, fmt.Errorf("counters: charge window: %v %v", v, err)
 	}
 	return checker.ChargeResult{Allowed: v[0] == 1, Total: v[1], Own: v[2], PrevTotal: v[3], PrevOwn: v[4],
-		Instances: int(v[5]), OwnMem: v[6], OwnSync: v[7]}, nil
+		Instances: int(v[5]), OwnMem: v[6], OwnSync: v[7], Base: v[8], PrevBase: v[9]}, nil
 }
 
 func (r *Redis) chargeBucket(ctx context.Context, q *checker.ChargeRequest) (checker.ChargeResult, error) {
@@ -193,11 +193,11 @@ func (r *Redis) chargeBucket(ctx context.Context, q *checker.ChargeRequest) (che
 		return checker.ChargeResult{}, unavailable("charge", err)
 	}
 	v, err := ints(res)
-	if err != nil || len(v) != 7 {
+	if err != nil || len(v) != 9 {
 		return checker.ChargeResult{}, fmt.Errorf("counters: charge bucket: %v %v", v, err)
 	}
 	return checker.ChargeResult{Allowed: v[0] == 1, Total: v[1] * us, Cum: v[2], Own: v[3], Instances: int(v[4]),
-		OwnMem: v[5], OwnSync: v[6]}, nil
+		OwnMem: v[5], OwnSync: v[6], Base: v[7], Gen: v[8]}, nil
 }
 
 // Refund implements checker.CounterStore.
@@ -208,6 +208,22 @@ func (r *Redis) Refund(ctx context.Context, q *checker.ChargeRequest) error {
 		tat = ceilDiv(q.Cost*(q.WindowNanos/int64(time.Microsecond)), q.RateTokens)
 	}
 	return unavailable("refund", refund.Run(ctx, r.c, []string{key}, q.Instance, q.Cost, tat).Err())
+}
+
+// Reset implements checker.Resetter (EVAL, not EVALSHA: a pipeline cannot
+// fall back on NOSCRIPT, and resets are rare): one script per key (a hot key's
+// shards live in different slots), all in one pipeline.
+func (r *Redis) Reset(ctx context.Context, items []checker.ResetItem) error {
+	p := r.c.Pipeline()
+	for _, it := range items {
+		if it.Kind == checker.KindTAT {
+			resetCounter.Eval(ctx, p, []string{r.BucketKey(it.Key)}, "b")
+		} else {
+			resetCounter.Eval(ctx, p, []string{r.WindowKey(it.Key, it.Window)}, "w")
+		}
+	}
+	_, err := p.Exec(ctx)
+	return unavailable("reset", err)
 }
 
 // Delivered is a delta as the aggregator read it: which partition it came

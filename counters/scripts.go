@@ -18,7 +18,8 @@ import "github.com/redis/go-redis/v9"
 // other shards' totals of this and of the previous window (hot keys)
 //
 // Returns {allowed, total, own, prev total, prev own, instances, own from
-// memory, own charged}.
+// memory, own charged, base, prev base}; own excludes the instance's base
+// (its part when an operator last reset the counter, "z:<instance>").
 var chargeWindow = redis.NewScript(`
 local f, sf = 'i:' .. ARGV[1], 's:' .. ARGV[1]
 local cost = tonumber(ARGV[2])
@@ -43,15 +44,16 @@ local function fold(key, emitted)
     redis.call('HSET', key, 't', total, f, emitted)
     own = emitted
   end
-  return total, own + tonumber(redis.call('HGET', key, sf) or '0')
+  local base = tonumber(redis.call('HGET', key, 'z:' .. ARGV[1]) or '0')
+  return total, own + tonumber(redis.call('HGET', key, sf) or '0') - base, base
 end
 
-local total, own = fold(KEYS[1], tonumber(ARGV[4]))
+local total, own, base = fold(KEYS[1], tonumber(ARGV[4]))
 local shards, prevShards = tonumber(ARGV[12]), tonumber(ARGV[13])
-local prevTotal, prevOwn = 0, 0
+local prevTotal, prevOwn, prevBase = 0, 0, 0
 local allowed
 if sliding then
-  prevTotal, prevOwn = fold(KEYS[2], tonumber(ARGV[6]))
+  prevTotal, prevOwn, prevBase = fold(KEYS[2], tonumber(ARGV[6]))
   local room = ceiling - total - shards - cost
   if room < 0 then
     allowed = false
@@ -78,7 +80,7 @@ if sliding then
   redis.call('PEXPIRE', KEYS[2], ARGV[11])
 end
 local mem = tonumber(redis.call('HGET', KEYS[1], f) or '0')
-return {allowed and 1 or 0, total, own, prevTotal, prevOwn, tonumber(redis.call('HGET', KEYS[1], 'n') or '0'), mem, own - mem}
+return {allowed and 1 or 0, total, own, prevTotal, prevOwn, tonumber(redis.call('HGET', KEYS[1], 'n') or '0'), mem, own + base - mem, base, prevBase}
 `)
 
 // chargeBucket folds the caller's unapplied hits into the bucket's TAT,
@@ -89,7 +91,7 @@ return {allowed and 1 or 0, total, own, prevTotal, prevOwn, tonumber(redis.call(
 // cumulative hits, the caller's TAT in µs, now in µs, slack in ms
 //
 // Returns {allowed, tat µs, cumulative, own, instances, own from memory,
-// own charged}.
+// own charged, base, resets}.
 var chargeBucket = redis.NewScript(`
 local K = KEYS[1]
 local f, sf = 'i:' .. ARGV[1], 's:' .. ARGV[1]
@@ -128,7 +130,8 @@ redis.call('HSET', K, 'tat', string.format('%d', tat), 'c', cum)
 if own > 0 then redis.call('HSET', K, f, own) end
 if charged > 0 then redis.call('HSET', K, sf, charged) end
 redis.call('PEXPIRE', K, math.max(1, math.ceil((tat - now) / 1000)) + tonumber(ARGV[9]))
-return {allowed and 1 or 0, string.format('%d', tat), cum, own + charged, tonumber(redis.call('HGET', K, 'n') or '0'), own, charged}
+local base = tonumber(redis.call('HGET', K, 'z:' .. ARGV[1]) or '0')
+return {allowed and 1 or 0, string.format('%d', tat), cum, own + charged - base, tonumber(redis.call('HGET', K, 'n') or '0'), own, charged, base, tonumber(redis.call('HGET', K, 'g') or '0')}
 `)
 
 // refund takes back a charge: KEYS[1] the window or bucket; ARGV:
@@ -214,4 +217,49 @@ else
 end
 redis.call('PEXPIRE', Q, 86400000)
 return {applied, skipped}
+`)
+
+// resetCounter forgets a window's count or a bucket's debt on an
+// operator's request: the total (and TAT) become zero, each instance's
+// part becomes its base ("z:<instance>", excluded from what reads call its
+// own), and a bucket's reset count "g" grows so checkers drop their own
+// view of it. Per-instance high-water marks stay, so a delta still in
+// flight adds only the hits it carries. KEYS[1] the window or bucket;
+// ARGV[1] "w" or "b". Returns 1 if the key existed.
+var resetCounter = redis.NewScript(`
+local K = KEYS[1]
+if redis.call('EXISTS', K) == 0 then return 0 end
+local h = redis.call('HGETALL', K)
+local parts = {}
+for i = 1, #h, 2 do
+  local name, v = h[i], tonumber(h[i+1])
+  local kind, inst = string.sub(name, 1, 2), string.sub(name, 3)
+  if kind == 'i:' or kind == 's:' then parts[inst] = (parts[inst] or 0) + v end
+end
+for inst, v in pairs(parts) do redis.call('HSET', K, 'z:' .. inst, v) end
+if ARGV[1] == 'b' then
+  redis.call('HSET', K, 'tat', 0, 'c', 0)
+  redis.call('HINCRBY', K, 'g', 1)
+else
+  redis.call('HSET', K, 't', 0)
+end
+return 1
+`)
+
+// resetSync forgets a `mode: sync` counter: KEYS[1] the counter stem (its
+// windows are stem:<start µs>), KEYS[2..] keys deleted as they are; ARGV:
+// window µs (0: no windows), now µs (0: the server's TIME).
+var resetSync = redis.NewScript(`
+local W, now = tonumber(ARGV[1]), tonumber(ARGV[2])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local n = 0
+if W > 0 then
+  local ws = now - now % W
+  n = n + redis.call('DEL', KEYS[1] .. ':' .. string.format('%d', ws), KEYS[1] .. ':' .. string.format('%d', ws - W))
+end
+for i = 2, #KEYS do n = n + redis.call('DEL', KEYS[i]) end
+return n
 `)

@@ -30,6 +30,29 @@ func (r *Redis) syncKeys(q *checker.SyncRequest) []string {
 	return []string{stem + ":s", rid}
 }
 
+// ResetSync implements checker.Resetter: every key of the counter (both
+// windows a sliding window weighs, the TAT, the log); stored answers of
+// idempotent requests stay.
+func (r *Redis) ResetSync(ctx context.Context, q *checker.SyncRequest) error {
+	stem := r.base(q.Key + "|" + q.Algorithm)
+	us := int64(time.Microsecond)
+	now := q.Now
+	if now == 0 && r.pin != nil {
+		now = r.pin()
+	}
+	var keys []string
+	var window int64
+	switch q.Algorithm {
+	case "token_bucket", "gcra", "leaky_bucket":
+		keys = []string{stem + ":g", stem + ":g"}
+	case "sliding_log":
+		keys = []string{stem + ":l", stem + ":l", stem + ":lm"}
+	default:
+		keys, window = []string{stem + ":s"}, q.Window/us
+	}
+	return unavailable("reset sync", resetSync.Run(ctx, r.c, keys, window, now/us).Err())
+}
+
 // ChargeSync implements checker.SyncStore: the rule's algorithm, atomic in
 // one script, on the Redis server's clock.
 func (r *Redis) ChargeSync(ctx context.Context, q *checker.SyncRequest) (checker.SyncResult, error) {
