@@ -11,7 +11,8 @@ import (
 
 // Entry is one key=value pair of a request descriptor.
 type Entry struct {
-	Key, Value string
+	Key   string `json:"key"`
+	Value string `json:"value"`
 }
 
 // Rule is a compiled limit: what one matched descriptor path is held to.

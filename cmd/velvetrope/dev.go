@@ -240,7 +240,7 @@ func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *deci
 	mux := http.NewServeMux()
 	mux.Handle("/v1/check", httpapi.CheckHandler(decisions.Wrap(c, n), app.HTTP.MaxBodyBytes, logx.New(logger, 10*time.Second)))
 	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
-	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).WithInspector(c).Register(mux)
+	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).WithKeys(c).Register(mux)
 	reg := metrics.New()
 	checkerMetrics(reg, c, prod)
 	rlsMetrics(reg, rs)

@@ -9,31 +9,40 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
+	"time"
+	"unicode/utf8"
 
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/client"
 	"github.com/velvetrope/velvetrope/config"
 )
 
-// Inspector reports a counter's state; *checker.Checker implements it.
-type Inspector interface {
+// Keys is what the per-key operator endpoints act on; *checker.Checker
+// implements it.
+type Keys interface {
 	Inspect(ctx context.Context, domain string, entries []config.Entry) (checker.KeyState, error)
+	Reset(ctx context.Context, domain string, entries []config.Entry) (checker.ResetResult, error)
+	SetControl(ctx context.Context, spec checker.ControlSpec) (checker.Control, error)
+	DeleteControl(ctx context.Context, id string) (bool, error)
+	Controls() []checker.Control
+	ControlFor(domain string, entries []config.Entry) (checker.Control, bool)
 }
 
 // Admin serves the endpoints over one rule store.
 type Admin struct {
-	inspector Inspector
-	store     *config.Store
-	paths     []string // rule files and directories; empty: built in, not reloadable
-	token     []byte
-	maxBody   int64
-	logger    *slog.Logger
-	mu        sync.Mutex // one reload at a time
+	keys    Keys
+	store   *config.Store
+	paths   []string // rule files and directories; empty: built in, not reloadable
+	token   []byte
+	maxBody int64
+	logger  *slog.Logger
+	mu      sync.Mutex // one reload at a time
 }
 
 // New returns the admin endpoints for store, loaded from paths, requiring
@@ -42,52 +51,225 @@ func New(store *config.Store, paths []string, token string, maxBody int64, logge
 	return &Admin{store: store, paths: paths, token: []byte(token), maxBody: maxBody, logger: logger}
 }
 
-// WithInspector enables GET /v1/keys over i.
-func (a *Admin) WithInspector(i Inspector) *Admin {
-	a.inspector = i
+// WithKeys enables the per-key endpoints over k: GET /v1/keys,
+// POST /v1/keys/reset, GET and POST /v1/controls, DELETE
+// /v1/controls/{id}.
+func (a *Admin) WithKeys(k Keys) *Admin {
+	a.keys = k
 	return a
 }
 
 // Register adds GET /v1/rules, POST /v1/rules/validate,
-// POST /v1/rules/reload and, with an inspector, GET /v1/keys to mux.
+// POST /v1/rules/reload and, with WithKeys, the per-key endpoints to mux.
 func (a *Admin) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/rules", a.rules)
 	mux.HandleFunc("POST /v1/rules/validate", a.validate)
 	mux.HandleFunc("POST /v1/rules/reload", a.authorized("rules.reload", a.reload))
-	if a.inspector != nil {
+	if a.keys != nil {
 		mux.HandleFunc("GET /v1/keys", a.authorized("keys.inspect", a.inspect))
+		mux.HandleFunc("POST /v1/keys/reset", a.authorized("keys.reset", a.reset))
+		mux.HandleFunc("GET /v1/controls", a.authorized("controls.list", a.listControls))
+		mux.HandleFunc("POST /v1/controls", a.authorized("controls.set", a.setControl))
+		mux.HandleFunc("DELETE /v1/controls/{id}", a.authorized("controls.delete", a.deleteControl))
 	}
+}
+
+// KeyJSON is the body of GET /v1/keys: the counter's state and the
+// operator control in force for the descriptor, if any.
+type KeyJSON struct {
+	checker.KeyState
+	Control *checker.Control `json:"control,omitempty"`
 }
 
 // inspect answers GET /v1/keys?domain=D&descriptor=k=v[,k2=v2]: the
 // counter's state in this instance and in the store.
 func (a *Admin) inspect(w http.ResponseWriter, r *http.Request) (string, int) {
 	q := r.URL.Query()
-	domain := q.Get("domain")
-	d, err := client.ParseDescriptor(q.Get("descriptor"))
-	if err == nil && domain == "" {
-		err = errors.New("domain: must not be empty")
-	}
+	domain, es, err := keyOf(q.Get("domain"), q.Get("descriptor"), nil)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
-		return "bad request", http.StatusBadRequest
+		return refuse(w, http.StatusBadRequest, err)
 	}
-	es := make([]config.Entry, len(d.Entries))
-	for i, e := range d.Entries {
+	st, err := a.keys.Inspect(r.Context(), domain, es)
+	if err != nil {
+		return refuseKey(w, err)
+	}
+	out := KeyJSON{KeyState: st}
+	if ct, ok := a.keys.ControlFor(domain, es); ok {
+		out.Control = &ct
+	}
+	writeJSON(w, http.StatusOK, out)
+	return "inspected " + st.Rule, http.StatusOK
+}
+
+// KeyRequest names one descriptor in a request body: "descriptor" as
+// k=v[,k2=v2], or "entries" when values contain ',' or '='.
+type KeyRequest struct {
+	Domain     string      `json:"domain"`
+	Descriptor string      `json:"descriptor,omitempty"`
+	Entries    []EntryJSON `json:"entries,omitempty"`
+}
+
+// EntryJSON is one descriptor entry in a request body.
+type EntryJSON struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// reset answers POST /v1/keys/reset {"domain":..., "descriptor":...}.
+func (a *Admin) reset(w http.ResponseWriter, r *http.Request) (string, int) {
+	var kr KeyRequest
+	if status, err := a.decode(w, r, &kr); err != nil {
+		return refuse(w, status, err)
+	}
+	domain, es, err := keyOf(kr.Domain, kr.Descriptor, kr.Entries)
+	if err != nil {
+		return refuse(w, http.StatusBadRequest, err)
+	}
+	res, err := a.keys.Reset(r.Context(), domain, es)
+	if err != nil {
+		return refuseKey(w, err)
+	}
+	writeJSON(w, http.StatusOK, res)
+	return "reset " + res.CounterKey + " (" + res.Scope + ")", http.StatusOK
+}
+
+// ControlRequest is the body of POST /v1/controls.
+type ControlRequest struct {
+	KeyRequest
+	Action string `json:"action"`          // allow | deny | limit
+	Limit  int64  `json:"limit,omitempty"` // action limit
+	TTL    string `json:"ttl,omitempty"`   // Go duration, e.g. "15m"; empty: until deleted
+	Reason string `json:"reason,omitempty"`
+}
+
+// ControlsJSON is the body of GET /v1/controls.
+type ControlsJSON struct {
+	Controls []checker.Control `json:"controls"`
+}
+
+func (a *Admin) listControls(w http.ResponseWriter, _ *http.Request) (string, int) {
+	cs := a.keys.Controls()
+	writeJSON(w, http.StatusOK, ControlsJSON{Controls: cs})
+	return fmt.Sprintf("listed %d", len(cs)), http.StatusOK
+}
+
+func (a *Admin) setControl(w http.ResponseWriter, r *http.Request) (string, int) {
+	var cr ControlRequest
+	if status, err := a.decode(w, r, &cr); err != nil {
+		return refuse(w, status, err)
+	}
+	domain, es, err := keyOf(cr.Domain, cr.Descriptor, cr.Entries)
+	if err != nil {
+		return refuse(w, http.StatusBadRequest, err)
+	}
+	var ttl time.Duration
+	if cr.TTL != "" {
+		if ttl, err = time.ParseDuration(cr.TTL); err != nil {
+			return refuse(w, http.StatusBadRequest, fmt.Errorf("ttl: %w", err))
+		}
+	}
+	ct, err := a.keys.SetControl(r.Context(), checker.ControlSpec{Domain: domain, Entries: es, Action: cr.Action,
+		Limit: cr.Limit, TTL: ttl, Reason: cr.Reason})
+	if err != nil {
+		return refuseKey(w, err)
+	}
+	writeJSON(w, http.StatusCreated, ct)
+	// The audit line names the key as stored (hashed where the rule says).
+	return fmt.Sprintf("set %s %s on %s %s ttl=%s reason=%q", ct.ID, ct.Action, ct.Domain, entriesText(ct.Entries), or(cr.TTL, "none"), ct.Reason), http.StatusCreated
+}
+
+func (a *Admin) deleteControl(w http.ResponseWriter, r *http.Request) (string, int) {
+	id := r.PathValue("id")
+	ok, err := a.keys.DeleteControl(r.Context(), id)
+	switch {
+	case err != nil:
+		return refuseKey(w, err)
+	case !ok:
+		return refuse(w, http.StatusNotFound, fmt.Errorf("id: no control %q", id))
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
+	return "deleted " + id, http.StatusOK
+}
+
+// decode reads a JSON body strictly (unknown fields are errors).
+func (a *Admin) decode(w http.ResponseWriter, r *http.Request, v any) (int, error) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, a.maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return http.StatusRequestEntityTooLarge, errors.New("body above the limit")
+		}
+		return http.StatusBadRequest, fmt.Errorf("body: %w", err)
+	}
+	return 0, nil
+}
+
+// keyOf turns the operator's domain and descriptor (text or entries;
+// exactly one) into rule entries.
+func keyOf(domain, text string, entries []EntryJSON) (string, []config.Entry, error) {
+	if domain == "" {
+		return "", nil, errors.New("domain: must not be empty")
+	}
+	switch {
+	case text != "" && len(entries) > 0:
+		return "", nil, errors.New("descriptor: give descriptor or entries, not both")
+	case text != "":
+		d, err := client.ParseDescriptor(text)
+		if err != nil {
+			return "", nil, fmt.Errorf("descriptor: %w", err)
+		}
+		for _, e := range d.Entries {
+			entries = append(entries, EntryJSON{e.Key, e.Value})
+		}
+	case len(entries) == 0:
+		return "", nil, errors.New("descriptor: must not be empty")
+	}
+	es := make([]config.Entry, len(entries))
+	for i, e := range entries {
+		if !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value) {
+			return "", nil, fmt.Errorf("entries[%d]: not valid UTF-8", i)
+		}
 		es[i] = config.Entry{Key: e.Key, Value: e.Value}
 	}
-	st, err := a.inspector.Inspect(r.Context(), domain, es)
+	return domain, es, nil
+}
+
+// refuse writes a client error and returns the audit outcome.
+func refuse(w http.ResponseWriter, status int, err error) (string, int) {
+	writeJSON(w, status, ErrorsJSON{Error: err.Error()})
+	return "refused: " + err.Error(), status
+}
+
+// refuseKey maps a checker error: field errors are the caller's, the rest
+// the store's.
+func refuseKey(w http.ResponseWriter, err error) (string, int) {
 	var fe *checker.FieldError
 	switch {
 	case errors.As(err, &fe):
-		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
-		return "refused: " + err.Error(), http.StatusBadRequest
-	case err != nil:
-		writeJSON(w, http.StatusServiceUnavailable, ErrorsJSON{Error: err.Error()})
-		return "store: " + err.Error(), http.StatusServiceUnavailable
+		return refuse(w, http.StatusBadRequest, err)
+	case errors.Is(err, checker.ErrNoControls), errors.Is(err, checker.ErrNoReset):
+		return refuse(w, http.StatusNotImplemented, err)
 	}
-	writeJSON(w, http.StatusOK, st)
-	return "inspected " + st.Rule, http.StatusOK
+	return refuse(w, http.StatusServiceUnavailable, err)
+}
+
+func entriesText(es []config.Entry) string {
+	var b strings.Builder
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(e.Key + "=" + e.Value)
+	}
+	return b.String()
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // RuleJSON is one effective rule as GET /v1/rules shows it.

@@ -154,7 +154,7 @@ func TestInspectKeys(t *testing.T) {
 	}
 	var log bytes.Buffer
 	mux := http.NewServeMux()
-	New(store, nil, "tok", 1<<16, slog.New(slog.NewTextHandler(&log, nil))).WithInspector(c).Register(mux)
+	New(store, nil, "tok", 1<<16, slog.New(slog.NewTextHandler(&log, nil))).WithKeys(c).Register(mux)
 	cases := []struct {
 		name, query, token string
 		code               int
@@ -178,5 +178,110 @@ func TestInspectKeys(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "action=keys.inspect") {
 		t.Fatalf("not audited:\n%s", log.String())
+	}
+}
+
+// TestKeyControls: operators deny, allow and limit one key, list and
+// delete controls, and reset a counter — token-protected, audited, with
+// errors naming the field.
+func TestKeyControls(t *testing.T) {
+	rs, err := config.ParseRules("r.yaml", []byte(`domain: api
+descriptors:
+  - key: user
+    algorithm: fixed_window
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: api_key
+    hash_values: true
+    algorithm: fixed_window
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := config.Compile([]*config.File{rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := config.NewStore(set)
+	bus, err := events.NewMemBus(1, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := checker.New(checker.Config{HashKey: []byte("k")}, store, checker.NewMemStore(), bus, limiter.SystemClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	mux := http.NewServeMux()
+	New(store, nil, "tok", 1<<12, slog.New(slog.NewTextHandler(&log, nil))).WithKeys(c).Register(mux)
+	decide := func(k, v string) checker.Code {
+		var d checker.Decision
+		if err := c.Check(context.Background(), &checker.Request{Domain: "api", Hits: 1, Descriptors: []checker.Descriptor{
+			{Entries: []config.Entry{{Key: k, Value: v}}}}}, &d); err != nil {
+			t.Fatal(err)
+		}
+		return d.Code
+	}
+
+	steps := []struct {
+		name, method, path, token, body string
+		code                            int
+		contains                        string
+	}{
+		{"no token", "POST", "/v1/controls", "", `{"domain":"api","descriptor":"user=priya","action":"deny"}`, 401, "bearer token"},
+		{"deny", "POST", "/v1/controls", "tok", `{"domain":"api","descriptor":"user=priya","action":"deny","reason":"abuse"}`, 201, `"action":"deny"`},
+		{"listed", "GET", "/v1/controls", "tok", "", 200, `"reason":"abuse"`},
+		{"inspect shows it", "GET", "/v1/keys?domain=api&descriptor=user=priya", "tok", "", 200, `"control":{`},
+		{"bad action", "POST", "/v1/controls", "tok", `{"domain":"api","descriptor":"user=a","action":"block"}`, 400, "action: want"},
+		{"bad ttl", "POST", "/v1/controls", "tok", `{"domain":"api","descriptor":"user=a","action":"allow","ttl":"soon"}`, 400, "ttl:"},
+		{"limit without ttl", "POST", "/v1/controls", "tok", `{"domain":"api","descriptor":"user=a","action":"limit","limit":9}`, 400, "ttl:"},
+		{"unknown field", "POST", "/v1/controls", "tok", `{"domain":"api","descriptor":"user=a","action":"allow","tll":"1m"}`, 400, `unknown field \"tll\"`},
+		{"both forms", "POST", "/v1/controls", "tok", `{"domain":"api","descriptor":"user=a","entries":[{"key":"user","value":"a"}],"action":"allow"}`, 400, "not both"},
+		{"no domain", "POST", "/v1/keys/reset", "tok", `{"descriptor":"user=a"}`, 400, "domain: must not be empty"},
+		{"too big", "POST", "/v1/controls", "tok", `{"reason":"` + strings.Repeat("x", 5000) + `"}`, 413, "body above the limit"},
+		{"hashed key", "POST", "/v1/controls", "tok", `{"domain":"api","entries":[{"key":"api_key","value":"sk_live_SECRET"}],"action":"deny"}`, 201, `"key":"api_key"`},
+		{"delete unknown", "DELETE", "/v1/controls/nope", "tok", "", 404, "no control"},
+	}
+	for _, st := range steps {
+		rec := send(mux, st.method, st.path, st.token, st.body)
+		if rec.Code != st.code || !strings.Contains(rec.Body.String(), st.contains) {
+			t.Fatalf("%s: got %d %s, want %d containing %q", st.name, rec.Code, rec.Body, st.code, st.contains)
+		}
+		if st.name == "hashed key" && strings.Contains(rec.Body.String(), "SECRET") {
+			t.Fatalf("a hashed value came back raw: %s", rec.Body)
+		}
+	}
+	if decide("user", "priya") != checker.OverLimit || decide("user", "other") != checker.OK {
+		t.Fatal("the deny must refuse priya only")
+	}
+	if decide("api_key", "sk_live_SECRET") != checker.OverLimit {
+		t.Fatal("the hashed deny must refuse the raw key")
+	}
+	var list ControlsJSON
+	if err := json.Unmarshal(send(mux, "GET", "/v1/controls", "tok", "").Body.Bytes(), &list); err != nil || len(list.Controls) != 2 {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	for _, ct := range list.Controls {
+		if rec := send(mux, "DELETE", "/v1/controls/"+ct.ID, "tok", ""); rec.Code != 200 {
+			t.Fatalf("delete: %d %s", rec.Code, rec.Body)
+		}
+	}
+	// Exhaust, then reset.
+	for decide("user", "priya") == checker.OK {
+	}
+	rec := send(mux, "POST", "/v1/keys/reset", "tok", `{"domain":"api","descriptor":"user=priya"}`)
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"scope":"all checkers"`) {
+		t.Fatalf("reset: %d %s", rec.Code, rec.Body)
+	}
+	if decide("user", "priya") != checker.OK {
+		t.Fatal("a reset key must admit again")
+	}
+	for _, want := range []string{"action=controls.set", "action=controls.delete", "action=keys.reset", `reason=\"abuse\"`} {
+		if !strings.Contains(log.String(), want) {
+			t.Fatalf("audit log lacks %s:\n%s", want, log.String())
+		}
+	}
+	if strings.Contains(log.String(), "SECRET") || strings.Contains(log.String(), "tok") && strings.Contains(log.String(), "Bearer") {
+		t.Fatalf("the audit log leaks a secret:\n%s", log.String())
 	}
 }
