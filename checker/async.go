@@ -15,6 +15,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/events"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/internal/hist"
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
@@ -118,6 +119,13 @@ type Stats struct {
 	// Controlled counts descriptors an operator control decided;
 	// ControlErrors failed reads of the control store.
 	Controlled, ControlErrors atomic.Uint64
+	// StoreErrors counts store charges that failed (the failure policy
+	// decided); refresh failures are RefreshErrors.
+	StoreErrors atomic.Uint64
+	// EmitLatency: from a key's first pending decision to the producer
+	// accepting its delta. Staleness: the age of a key's store view when
+	// a refresh replaces it.
+	EmitLatency, Staleness hist.Histogram
 	// decisions that locked no shard (local-mode or unlimited rules only)
 	unsharded, unshardedDenied atomic.Uint64
 }
@@ -250,6 +258,16 @@ func New(cfg Config, rules *config.Store, cs CounterStore, prod events.Producer,
 	c.works.New = func() any { return new(syncWork) }
 	c.keyBufs.New = func() any { b := make([]byte, 0, 512); return &b }
 	return c, nil
+}
+
+// Queue reports consumption not yet handed to the producer: keys with
+// pending consumption, and deltas the producer refused and that wait for
+// the next flush.
+func (c *Checker) Queue() (dirtyKeys int64, buffered int) {
+	c.flushMu.Lock()
+	buffered = len(c.buffered)
+	c.flushMu.Unlock()
+	return c.dirtyN.Load(), buffered
 }
 
 // Instance returns this checker's instance id (name/nonce).

@@ -251,3 +251,25 @@ func TestControlsStoreDown(t *testing.T) {
 		t.Fatalf("sync with the store down: %v, %d errors counted", err, a.Snapshot().ControlErrors)
 	}
 }
+
+// TestLatencyHistograms: the emit latency is measured from a key's first
+// pending decision, the staleness from the store's last answer.
+func TestLatencyHistograms(t *testing.T) {
+	ctx := context.Background()
+	a, _, clk := controlPair(t)
+	if got := run(t, a, 1, "user", "priya"); got != "allow" {
+		t.Fatal(got)
+	}
+	clk.ns.Add(int64(20 * time.Millisecond))
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := a.Stats.EmitLatency.Snapshot(); s.Count != 1 || s.SumSeconds != 0.02 {
+		t.Fatalf("emit latency: %+v", s)
+	}
+	clk.ns.Add(int64(10 * time.Second))
+	a.Refresh(ctx)
+	if s := a.Stats.Staleness.Snapshot(); s.Count != 1 || s.SumSeconds < 10 {
+		t.Fatalf("staleness: %+v", s)
+	}
+}

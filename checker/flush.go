@@ -80,6 +80,12 @@ func (c *Checker) Flush(ctx context.Context) error {
 			return err
 		}
 		c.Stats.DeltasEmitted.Add(uint64(n))
+		now := c.clock.Now()
+		for _, d := range deltas[:n] {
+			if d.FirstUnixNanos > 0 {
+				c.Stats.EmitLatency.Observe(time.Duration(now - d.FirstUnixNanos))
+			}
+		}
 		deltas = deltas[n:]
 	}
 	c.buffered = nil

@@ -65,6 +65,9 @@ func (c *Checker) Refresh(ctx context.Context) {
 		sh.mu.Lock()
 		if !e.gone {
 			if tags[i] == tagOwn {
+				if e.answered {
+					c.Stats.Staleness.Observe(time.Duration(now - e.lastAnswer))
+				}
 				c.applyRead(sh, e, it, now)
 			} else { // another shard of a hot key: summed into the window's others
 				w := &e.cur

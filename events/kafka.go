@@ -111,6 +111,9 @@ type KafkaProducer struct {
 	Produced atomic.Uint64 // deltas acknowledged by Kafka (directly or by replay)
 	Spilled  atomic.Uint64 // deltas written to the spill file
 	Failed   atomic.Uint64 // Produce calls that returned an error
+	// KafkaErrors counts writes Kafka refused in part or whole (the
+	// deltas went to the spill file, or Failed counts them).
+	KafkaErrors atomic.Uint64
 }
 
 // NewKafkaProducer returns a producer; Start creates the topic and starts
@@ -258,6 +261,7 @@ func (p *KafkaProducer) Produce(ctx context.Context, deltas []*eventsv1.Delta) e
 		p.Produced.Add(uint64(len(msgs)))
 		return nil
 	}
+	p.KafkaErrors.Add(1)
 	var werrs kafka.WriteErrors
 	failed := msgs
 	if errors.As(err, &werrs) && len(werrs) == len(msgs) {
@@ -320,6 +324,15 @@ func (p *KafkaProducer) SpillRecords() int64 {
 		return 0
 	}
 	return p.spill.Records()
+}
+
+// SpillBytes is the size of the spill file's unreplayed part (0 without
+// one).
+func (p *KafkaProducer) SpillBytes() int64 {
+	if p.spill == nil {
+		return 0
+	}
+	return p.spill.Bytes()
 }
 
 // Close stops the replay loop, makes one last attempt to replay the spill

@@ -178,11 +178,25 @@ func checkerMetrics(reg *metrics.Registry, c *checker.Checker, prod *events.Kafk
 	reg.Counter("velvetrope_checker_refresh_errors_total", "Counter refreshes that failed.", snap(func(s checker.Snapshot) uint64 { return s.RefreshErrors }))
 	reg.Counter("velvetrope_checker_evictions_total", "Keys evicted from the table.", snap(func(s checker.Snapshot) uint64 { return s.Evictions }))
 	reg.Gauge("velvetrope_checker_keys", "Counter keys held in memory.", func() float64 { return float64(c.Snapshot().Keys) })
+	reg.Labeled("velvetrope_checker_store_errors_total", "Counter store calls that failed, by operation (charge: the failure policy decided; read: a refresh; controls: reading operator controls).",
+		"counter", "op", func() map[string]float64 {
+			s := c.Snapshot()
+			return map[string]float64{"charge": float64(c.Stats.StoreErrors.Load()), "read": float64(s.RefreshErrors), "controls": float64(s.ControlErrors)}
+		})
+	reg.Histogram("velvetrope_checker_emit_latency_seconds", "From a key's first pending decision to the producer accepting its delta.", &c.Stats.EmitLatency)
+	reg.Histogram("velvetrope_checker_refresh_staleness_seconds", "Age of a key's store view when a refresh replaces it.", &c.Stats.Staleness)
+	reg.Gauge("velvetrope_checker_queue_keys", "Keys with consumption not yet emitted.", func() float64 { k, _ := c.Queue(); return float64(k) })
+	reg.Gauge("velvetrope_checker_queue_buffered_deltas", "Deltas the producer refused, waiting for the next flush.", func() float64 { _, b := c.Queue(); return float64(b) })
+	reg.Counter("velvetrope_checker_controlled_total", "Descriptors an operator control (allow, deny, limit) decided.", snap(func(s checker.Snapshot) uint64 { return s.Controlled }))
+	reg.Gauge("velvetrope_checker_controls", "Operator controls in force.", func() float64 { return float64(len(c.Controls())) })
 	if prod == nil {
 		return // velvetrope dev: the in-memory bus has no spill file
 	}
 	reg.Counter("velvetrope_producer_spilled_total", "Deltas written to the spill file.", func() float64 { return float64(prod.Spilled.Load()) })
 	reg.Gauge("velvetrope_producer_spill_records", "Deltas waiting in the spill file.", func() float64 { return float64(prod.SpillRecords()) })
+	reg.Gauge("velvetrope_producer_spill_bytes", "Bytes of the spill file not yet replayed.", func() float64 { return float64(prod.SpillBytes()) })
+	reg.Counter("velvetrope_producer_kafka_errors_total", "Writes Kafka refused in part or whole (the deltas went to the spill file).", func() float64 { return float64(prod.KafkaErrors.Load()) })
+	reg.Counter("velvetrope_producer_failed_total", "Produce calls that failed with the spill file unable to take the deltas (the checker keeps them buffered).", func() float64 { return float64(prod.Failed.Load()) })
 }
 
 func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {

@@ -75,6 +75,15 @@ func TestCheckerAndAggregatorProcesses(t *testing.T) {
 			!strings.Contains(string(b), `velvetrope_decisions_total{decision="allow",domain="api",mode="async",rule="api:user_id"} 3`)) {
 			t.Fatalf("%s: Envoy API calls not counted:\n%s", url, b)
 		}
+		if url == "http://"+chk.Addr()+"/metrics" {
+			for _, series := range []string{"velvetrope_checker_emit_latency_seconds_count", "velvetrope_checker_refresh_staleness_seconds_bucket",
+				`velvetrope_checker_store_errors_total{op="charge"} 0`, "velvetrope_producer_kafka_errors_total 0",
+				"velvetrope_producer_spill_bytes 0", "velvetrope_checker_queue_keys", "velvetrope_checker_controls 0"} {
+				if !strings.Contains(string(b), series) {
+					t.Fatalf("%s: no %s:\n%s", url, series, b)
+				}
+			}
+		}
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/velvetrope/velvetrope/internal/hist"
 )
 
 // Registry holds named metrics. Safe for concurrent use.
@@ -130,4 +132,29 @@ func (m *multi) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- pm
 	}
+}
+
+// Histogram registers a histogram in seconds read from h when scraped.
+func (r *Registry) Histogram(name, help string, h *hist.Histogram) {
+	r.add(name, &histogram{desc: prometheus.NewDesc(name, help, nil, nil), h: h})
+}
+
+type histogram struct {
+	desc *prometheus.Desc
+	h    *hist.Histogram
+}
+
+func (x *histogram) Describe(ch chan<- *prometheus.Desc) { ch <- x.desc }
+
+func (x *histogram) Collect(ch chan<- prometheus.Metric) {
+	s := x.h.Snapshot()
+	buckets := make(map[float64]uint64, len(s.Cumulative))
+	for i, b := range hist.Bounds {
+		buckets[b.Seconds()] = s.Cumulative[i]
+	}
+	m, err := prometheus.NewConstHistogram(x.desc, s.Count, s.SumSeconds, buckets)
+	if err != nil {
+		m = prometheus.NewInvalidMetric(x.desc, err)
+	}
+	ch <- m
 }

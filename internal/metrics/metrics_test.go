@@ -1,6 +1,9 @@
 package metrics
 
 import (
+	"time"
+
+	"github.com/velvetrope/velvetrope/internal/hist"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -51,4 +54,22 @@ func TestExposition(t *testing.T) {
 		}
 	}()
 	r.Counter("other_total", "x", func() float64 { return 0 })
+}
+
+func TestHistogramExposition(t *testing.T) {
+	var h hist.Histogram
+	h.Observe(3 * time.Millisecond)
+	h.Observe(2 * time.Second)
+	r := New()
+	r.Histogram("velvetrope_lat_seconds", "Latency.", &h)
+	rec := httptest.NewRecorder()
+	r.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{"# TYPE velvetrope_lat_seconds histogram", `velvetrope_lat_seconds_bucket{le="0.001"} 0`,
+		`velvetrope_lat_seconds_bucket{le="0.005"} 1`, `velvetrope_lat_seconds_bucket{le="2.5"} 2`,
+		`velvetrope_lat_seconds_bucket{le="+Inf"} 2`, "velvetrope_lat_seconds_sum 2.003", "velvetrope_lat_seconds_count 2"} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("no %q in:\n%s", want, body)
+		}
+	}
 }
