@@ -317,7 +317,7 @@ func (c *Checker) compileControls(rs *config.RuleSet, list []Control, now int64)
 			}
 		case ActionDeny:
 			if base == nil {
-				base, _ = config.OverrideRule(ct.Domain, ct.Entries, 0, config.Second)
+				base, _ = config.OverrideRule(ct.Domain, ct.Entries, 0, config.Second, 1)
 				base.ID = ct.Domain + ":control/deny"
 			}
 			lc.rule = base.Blocked()

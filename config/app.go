@@ -79,6 +79,7 @@ type CheckerConfig struct {
 	NearFloor       int64         `yaml:"near_floor"`
 	NearFloorPct    int64         `yaml:"near_floor_percent"`
 	IdleAfter       time.Duration `yaml:"idle_after"`
+	ControlPoll     time.Duration `yaml:"control_poll"`
 	SpillPath       string        `yaml:"spill_path"`
 	SpillMaxBytes   int64         `yaml:"spill_max_bytes"`
 	TopicPartitions int           `yaml:"topic_partitions"`
@@ -174,7 +175,7 @@ func DefaultApp() App {
 		Limiter:     LimiterConfig{MaxKeys: 1 << 20, IdempotencyTTL: time.Minute},
 		Checker: CheckerConfig{MaxKeys: 1 << 20, FlushInterval: 10 * time.Millisecond, MinRefresh: 50 * time.Millisecond,
 			MaxRefresh: 5 * time.Second, PipelineLag: 250 * time.Millisecond, SafetyPercent: 200, NearFloor: 2,
-			NearFloorPct: 1, IdleAfter: 2 * time.Minute, SpillMaxBytes: 256 << 20, TopicPartitions: 16},
+			NearFloorPct: 1, IdleAfter: 2 * time.Minute, ControlPoll: time.Second, SpillMaxBytes: 256 << 20, TopicPartitions: 16},
 		Aggregator: AggregatorConfig{Group: "velvetrope-aggregator", BatchSize: 1000, BatchWait: 20 * time.Millisecond,
 			SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second, RebalanceTimeout: 6 * time.Second},
 	}
@@ -357,6 +358,8 @@ func (a App) Validate() error {
 		bad("checker.near_floor/near_floor_percent", "want near_floor >= 1 and 0 <= near_floor_percent <= 100")
 	case ck.IdleAfter <= 0:
 		bad("checker.idle_after", "must be > 0")
+	case ck.ControlPoll < 10*time.Millisecond || ck.ControlPoll > time.Hour:
+		bad("checker.control_poll", "must be in [10ms, 1h], got %v", ck.ControlPoll)
 	case ck.SpillMaxBytes < 1<<20:
 		bad("checker.spill_max_bytes", "must be at least 1 MiB, got %d", ck.SpillMaxBytes)
 	case ck.TopicPartitions < 1:

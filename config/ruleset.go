@@ -449,13 +449,21 @@ func LoadRules(paths ...string) (*RuleSet, error) {
 // counter, with Envoy's semantics (fixed window aligned to the unit, every
 // call charged, never shadowed). Its ID carries the limit and unit, so two
 // overrides of one descriptor with different limits count separately, as
-// in Envoy's service. limit 0 refuses everything, as in a rule file.
-func OverrideRule(domain string, entries []Entry, limit int64, unit Unit) (*Rule, error) {
+// in Envoy's service. limit 0 refuses everything, as in a rule file. A
+// multiplier above 1 makes the window that many units long (Envoy's
+// unit_multiplier: 30 × second is a 30-second window, aligned to 30 s).
+func OverrideRule(domain string, entries []Entry, limit int64, unit Unit, multiplier uint32) (*Rule, error) {
 	if unit.Duration() <= 0 {
 		return nil, fmt.Errorf("unit: unknown unit %d", int(unit))
 	}
 	if limit < 0 {
 		return nil, fmt.Errorf("requests_per_unit: must be >= 0, got %d", limit)
+	}
+	if multiplier == 0 {
+		multiplier = 1
+	}
+	if multiplier > 1<<20 {
+		return nil, fmt.Errorf("unit_multiplier: must be at most %d, got %d", 1<<20, multiplier)
 	}
 	path := make([]Entry, len(entries))
 	parts := make([]string, len(entries))
@@ -466,5 +474,13 @@ func OverrideRule(domain string, entries []Entry, limit int64, unit Unit) (*Rule
 	d := &Descriptor{RateLimit: &RateLimit{RequestsPerUnit: limit, Unit: unit}}
 	r := newRule(domain, path, nil, d)
 	r.ID = fmt.Sprintf("%s:override/%s@%d/%s", domain, strings.Join(parts, "/"), limit, unit)
+	if multiplier > 1 {
+		r.ID = fmt.Sprintf("%s:override/%s@%d/%d%s", domain, strings.Join(parts, "/"), limit, multiplier, unit)
+		r.Window = unit.Duration() * time.Duration(multiplier)
+		r.derive()
+		if r.Limiter != nil {
+			r.Limiter = r.buildLimiter()
+		}
+	}
 	return r, nil
 }

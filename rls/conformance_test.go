@@ -29,7 +29,7 @@ type conformanceCase struct {
 		At          string   `yaml:"at"` // offset from T0, e.g. 59.5s; empty keeps the time
 		Domain      string   `yaml:"domain"`
 		Hits        uint32   `yaml:"hits"`
-		Descriptors []string `yaml:"descriptors"` // "k=v,k2=v2[;hits=N][;limit=N/unit]"
+		Descriptors []string `yaml:"descriptors"` // "k=v,k2=v2[;hits=N][;limit=N/[M]unit]"
 		Repeat      int      `yaml:"repeat"`      // send it this many times, check the last answer
 		Want        string   `yaml:"want"`
 		Statuses    []string `yaml:"statuses"`
@@ -158,9 +158,17 @@ func parseDescriptor(t *testing.T, s string) *ratelimitv3.RateLimitDescriptor {
 			if _, err := fmt.Sscanf(rpu, "%d", &n); err != nil {
 				t.Fatalf("descriptor %q: %v", s, err)
 			}
-			unit = strings.ToUpper(u)
+			mult := strings.TrimRight(u, "abcdefghijklmnopqrstuvwxyz") // limit=N/30second: a unit multiplier
+			unit = strings.ToUpper(strings.TrimPrefix(u, mult))
 			d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: uint32(n),
 				Unit: typev3.RateLimitUnit(typev3.RateLimitUnit_value[unit])}
+			if mult != "" {
+				var m uint32
+				if _, err := fmt.Sscanf(mult, "%d", &m); err != nil {
+					t.Fatalf("descriptor %q: %v", s, err)
+				}
+				d.Limit.UnitMultiplier = wrapperspb.UInt32(m)
+			}
 		default:
 			t.Fatalf("descriptor %q: unknown option %q", s, o)
 		}

@@ -3,6 +3,7 @@ package rls
 import (
 	"hash/maphash"
 	"sync"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -39,22 +40,24 @@ func (o *overrides) rule(domain string, es []config.Entry, lim *ratelimitv3.Rate
 	if err != nil {
 		return nil, err
 	}
-	if m := lim.UnitMultiplier; m != nil && m.Value != 1 {
-		return nil, errUnitMultiplier
+	mult := uint32(1)
+	if m := lim.UnitMultiplier; m != nil && m.Value > 1 {
+		mult = m.Value
 	}
 	h := maphash.String(o.seed, domain)
 	for _, e := range es {
 		h = (h ^ maphash.String(o.seed, e.Key)) * 0x9e3779b97f4a7c15
 	}
 	h ^= uint64(lim.RequestsPerUnit)<<8 | uint64(unit)
+	h = (h ^ uint64(mult)) * 0x9e3779b97f4a7c15
 	sh := &o.shards[h%uint64(len(o.shards))]
 	sh.mu.RLock()
 	r := sh.rules[h]
 	sh.mu.RUnlock()
-	if r != nil && same(r, domain, es, int64(lim.RequestsPerUnit), unit) {
+	if r != nil && same(r, domain, es, int64(lim.RequestsPerUnit), unit, mult) {
 		return r, nil
 	}
-	r, err = config.OverrideRule(domain, es, int64(lim.RequestsPerUnit), unit)
+	r, err = config.OverrideRule(domain, es, int64(lim.RequestsPerUnit), unit, mult)
 	if err != nil {
 		return nil, err
 	}
@@ -67,8 +70,8 @@ func (o *overrides) rule(domain string, es []config.Entry, lim *ratelimitv3.Rate
 }
 
 // same guards against a hash collision between two overrides.
-func same(r *config.Rule, domain string, es []config.Entry, limit int64, unit config.Unit) bool {
-	if r.Domain != domain || r.Limit != limit || r.Unit != unit || len(r.Path) != len(es) {
+func same(r *config.Rule, domain string, es []config.Entry, limit int64, unit config.Unit, mult uint32) bool {
+	if r.Domain != domain || r.Limit != limit || r.Unit != unit || r.Window != unit.Duration()*time.Duration(mult) || len(r.Path) != len(es) {
 		return false
 	}
 	for i := range es {

@@ -141,8 +141,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 }
 
 var (
-	errUnit           = errors.New("unit: must be SECOND, MINUTE, HOUR, DAY, MONTH or YEAR")
-	errUnitMultiplier = errors.New("unit_multiplier: only 1 is supported")
+	errUnit = errors.New("unit: must be SECOND, MINUTE, HOUR, DAY, MONTH or YEAR")
 )
 
 // convert validates req's shape and fills w.req, reusing w's memory.

@@ -68,9 +68,9 @@ func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
 		{"override without a unit", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{
 			{Entries: desc("foo", "a").Entries, Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3}}}},
 			"descriptors[0].limit.unit"},
-		{"override with a unit multiplier", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{"override with a huge unit multiplier", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{
 			{Entries: desc("foo", "a").Entries, Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3,
-				Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(30)}}}},
+				Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(1 << 30)}}}},
 			"descriptors[0].limit.unit_multiplier"},
 		// an unknown domain is still checked for shape
 		{"unknown domain, empty key", &rlsv3.RateLimitRequest{Domain: "nope", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("", "a")}}, "descriptors[0].entries[0].key"},
