@@ -134,6 +134,7 @@ type KafkaConfig struct {
 	Brokers       []string  `yaml:"brokers"`
 	Topic         string    `yaml:"topic"`
 	DeferredTopic string    `yaml:"deferred_topic"`
+	Compression   string    `yaml:"compression"` // lz4 | zstd | snappy | gzip | none
 	TLS           ClientTLS `yaml:"tls"`
 	SASL          KafkaSASL `yaml:"sasl"`
 }
@@ -170,7 +171,7 @@ func DefaultApp() App {
 		RulesReload: 5 * time.Second,
 		HTTP:        HTTPConfig{Addr: ":8080", MaxBodyBytes: 1 << 20, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second},
 		GRPC:        GRPCConfig{Addr: ":8081"},
-		Kafka:       KafkaConfig{Topic: "velvetrope.deltas", DeferredTopic: "velvetrope.deferred"},
+		Kafka:       KafkaConfig{Topic: "velvetrope.deltas", DeferredTopic: "velvetrope.deferred", Compression: "lz4"},
 		ClickHouse:  ClickHouseConfig{Database: "velvetrope", Username: "default"},
 		Limiter:     LimiterConfig{MaxKeys: 1 << 20, IdempotencyTTL: time.Minute},
 		Checker: CheckerConfig{MaxKeys: 1 << 20, FlushInterval: 10 * time.Millisecond, MinRefresh: 50 * time.Millisecond,
@@ -341,6 +342,11 @@ func (a App) Validate() error {
 	}
 	if a.Limiter.IdempotencyTTL < 0 {
 		bad("limiter.idempotency_ttl", "must not be negative")
+	}
+	switch a.Kafka.Compression {
+	case "lz4", "zstd", "snappy", "gzip", "none":
+	default:
+		bad("kafka.compression", "want lz4, zstd, snappy, gzip or none, got %q", a.Kafka.Compression)
 	}
 	ck := a.Checker
 	switch {

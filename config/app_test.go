@@ -63,6 +63,7 @@ func TestLoadAppErrors(t *testing.T) {
 		{"tls half a pair", "redis:\n  tls: {enabled: true, cert_file: c.pem}\n", nil, "redis.tls: cert_file and key_file go together"},
 		{"tls files while off", "kafka:\n  tls: {ca_file: ca.pem}\n", nil, "kafka.tls: files or server_name are set but enabled is false"},
 		{"http tls half", "http:\n  tls: {key_file: k.pem}\n", nil, "http.tls: cert_file and key_file go together"},
+		{"unknown compression", "kafka:\n  compression: brotli\n", nil, `kafka.compression: want lz4, zstd, snappy, gzip or none, got "brotli"`},
 		{"control poll too fast", "checker:\n  control_poll: 1ms\n", nil, "checker.control_poll: must be in [10ms, 1h], got 1ms"},
 	}
 	for _, c := range cases {

@@ -2,6 +2,8 @@ package counters
 
 import (
 	"context"
+	"hash/fnv"
+	"strconv"
 	"testing"
 	"time"
 
@@ -117,5 +119,24 @@ func TestControlsAcrossCheckers(t *testing.T) {
 				time.Sleep(10 * time.Millisecond) // real poller, real Redis
 			}
 		})
+	}
+}
+
+// TestKeyLayout pins the documented key layout (package doc): the hash
+// tag is FNV-1a 64 of the counter key in hex.
+func TestKeyLayout(t *testing.T) {
+	r := NewRedis(nil, "vr", 0)
+	h := fnv.New64a()
+	h.Write([]byte("api:user_id/priya"))
+	tag := "vr:{" + strconv.FormatUint(h.Sum64(), 16) + "}:api:user_id/priya"
+	for got, want := range map[string]string{
+		r.WindowKey("api:user_id/priya", 1700000000000000000): tag + ":w:1700000000000000000",
+		r.BucketKey("api:user_id/priya"):                      tag + ":b",
+		r.SeqKey("api:user_id/priya"):                         tag + ":q",
+		r.base("api:user_id/priya"):                           tag,
+	} {
+		if got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
 	}
 }

@@ -6,7 +6,7 @@
 // rejecting malformed ones with a *[DecodeError].
 //
 // Implementations: [KafkaProducer] (github.com/segmentio/kafka-go; keyed by
-// counter key, zstd-compressed, acks from all in-sync replicas, with a local
+// counter key, lz4-compressed (configurable), acks from all in-sync replicas, with a local
 // [Spill] file that holds deltas in order while Kafka is unreachable and
 // replays them when it returns) and [MemBus] (in-memory, for `velvetrope
 // dev` and unit tests), which is both a Producer and a Consumer.

@@ -1,6 +1,8 @@
 package rls
 
 import (
+	"runtime"
+
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -11,8 +13,14 @@ import (
 // service and the standard health service (SERVING for "" and for
 // envoy.service.ratelimit.v3.RateLimitService). Server reflection is not
 // registered: it would publish the API surface to anyone who can connect.
+// opts come after the defaults, so a caller can override them.
 func NewGRPCServer(s *Server, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	g := grpc.NewServer(opts...)
+	// A pool of stream workers, one per CPU, serves the calls: a goroutine
+	// per call (gRPC's default) grows a fresh stack on every call, which
+	// showed as a tenth of the server's CPU under load. Connections share
+	// one write buffer pool instead of holding one each.
+	defaults := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))), grpc.SharedWriteBuffer(true)}
+	g := grpc.NewServer(append(defaults, opts...)...)
 	rlsv3.RegisterRateLimitServiceServer(g, s)
 	h := health.NewServer()
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

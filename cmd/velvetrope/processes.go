@@ -142,7 +142,7 @@ func newKafkaProducer(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*ev
 	if err != nil {
 		return nil, err
 	}
-	p, err := events.NewKafkaProducer(events.KafkaConfig{Brokers: app.Kafka.Brokers, Topic: app.Kafka.Topic, Security: sec,
+	p, err := events.NewKafkaProducer(events.KafkaConfig{Brokers: app.Kafka.Brokers, Topic: app.Kafka.Topic, Security: sec, Compression: app.Kafka.Compression,
 		Partitions: app.Checker.TopicPartitions, SpillPath: spill, SpillMaxBytes: app.Checker.SpillMaxBytes,
 		Logger: logger})
 	if err != nil {
