@@ -174,7 +174,7 @@ func DefaultApp() App {
 		Kafka:       KafkaConfig{Topic: "velvetrope.deltas", DeferredTopic: "velvetrope.deferred", Compression: "lz4"},
 		ClickHouse:  ClickHouseConfig{Database: "velvetrope", Username: "default"},
 		Limiter:     LimiterConfig{MaxKeys: 1 << 20, IdempotencyTTL: time.Minute},
-		Checker: CheckerConfig{MaxKeys: 1 << 20, FlushInterval: 10 * time.Millisecond, MinRefresh: 50 * time.Millisecond,
+		Checker: CheckerConfig{MaxKeys: 1 << 20, FlushInterval: 50 * time.Millisecond, MinRefresh: 50 * time.Millisecond,
 			MaxRefresh: 5 * time.Second, PipelineLag: 250 * time.Millisecond, SafetyPercent: 200, NearFloor: 2,
 			NearFloorPct: 1, IdleAfter: 2 * time.Minute, ControlPoll: time.Second, SpillMaxBytes: 256 << 20, TopicPartitions: 16},
 		Aggregator: AggregatorConfig{Group: "velvetrope-aggregator", BatchSize: 1000, BatchWait: 20 * time.Millisecond,
@@ -358,6 +358,8 @@ func (a App) Validate() error {
 		bad("checker.min_refresh/max_refresh", "want 0 < min_refresh <= max_refresh, got %v and %v", ck.MinRefresh, ck.MaxRefresh)
 	case ck.PipelineLag < 0:
 		bad("checker.pipeline_lag", "must not be negative")
+	case ck.FlushInterval > ck.PipelineLag:
+		bad("checker.flush_interval", "must not exceed checker.pipeline_lag (%v): the lag includes the flush, got %v", ck.PipelineLag, ck.FlushInterval)
 	case ck.SafetyPercent < 100:
 		bad("checker.safety_percent", "must be at least 100, got %d", ck.SafetyPercent)
 	case ck.NearFloor < 1 || ck.NearFloorPct < 0 || ck.NearFloorPct > 100:
