@@ -248,21 +248,11 @@ func (c *Checker) SyncControls(ctx context.Context) error {
 
 // controlLoop re-reads the controls every ControlPoll.
 func (c *Checker) controlLoop() {
-	defer c.wg.Done()
-	t := time.NewTicker(c.cfg.ControlPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ControlPoll)
-			if err := c.SyncControls(ctx); err != nil && c.logs.allow(c.clock.Now()) {
-				c.cfg.Logger.Warn("operator controls not refreshed; the last ones stay in force", "err", err)
-			}
-			cancel()
+	c.every(c.cfg.ControlPoll, nil, c.cfg.ControlPoll, func(ctx context.Context) {
+		if err := c.SyncControls(ctx); err != nil && c.logs.allow(c.clock.Now()) {
+			c.cfg.Logger.Warn("operator controls not refreshed; the last ones stay in force", "err", err)
 		}
-	}
+	})
 }
 
 // controlSet is what the request path applies: immutable once built.

@@ -252,15 +252,20 @@ func (k *Keyed) create(sh *shard, key string, h uint64, alg Algorithm, now int64
 			alg.restore(&e.st, t, now)
 		}
 	}
+	sh.insert(h, e)
+	return e
+}
+
+// insert adds e under hash h (requires sh.mu held).
+func (sh *shard) insert(h uint64, e *entry) {
 	if _, taken := sh.keys[h]; !taken {
 		sh.keys[h] = e
-	} else {
-		if sh.spill == nil {
-			sh.spill = make(map[string]*entry)
-		}
-		sh.spill[e.key] = e
+		return
 	}
-	return e
+	if sh.spill == nil {
+		sh.spill = make(map[string]*entry)
+	}
+	sh.spill[e.key] = e
 }
 
 // len counts sh's keys (requires sh.mu held).
@@ -405,15 +410,7 @@ func (k *Keyed) Reset(key string, alg Algorithm) bool {
 	if sh.len() >= k.perShard {
 		k.evict(sh, now)
 	}
-	e = &entry{key: strings.Clone(key), alg: alg, used: now} // overrides the tombstone
-	if _, taken := sh.keys[h]; !taken {
-		sh.keys[h] = e
-	} else {
-		if sh.spill == nil {
-			sh.spill = make(map[string]*entry)
-		}
-		sh.spill[e.key] = e
-	}
+	sh.insert(h, &entry{key: strings.Clone(key), alg: alg, used: now}) // overrides the tombstone
 	return false
 }
 

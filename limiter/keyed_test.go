@@ -32,8 +32,9 @@ func TestKeyedBoundedUnderManyDistinctKeys(t *testing.T) {
 	}
 }
 
-func TestKeyedEvictedKeyStaysExhausted(t *testing.T) {
-	algs := []Algorithm{
+// fiveEach is every algorithm admitting 5, refilling within 5 s.
+func fiveEach() []Algorithm {
+	return []Algorithm{
 		TokenBucket{Capacity: 5, Refill: PerSecond(1)},
 		GCRA{Burst: 5, Rate: PerSecond(1)},
 		LeakyBucket{Capacity: 5, Leak: PerSecond(1)},
@@ -41,7 +42,10 @@ func TestKeyedEvictedKeyStaysExhausted(t *testing.T) {
 		SlidingWindow{Limit: 5, Window: 5 * time.Second},
 		SlidingLog{Limit: 5, Window: 5 * time.Second},
 	}
-	for _, alg := range algs {
+}
+
+func TestKeyedEvictedKeyStaysExhausted(t *testing.T) {
+	for _, alg := range fiveEach() {
 		t.Run(strconv.Itoa(int(alg.Max()))+"/"+typeName(alg), func(t *testing.T) {
 			k, _ := NewKeyed(WithMaxKeys(1), WithShards(1))
 			now := w0 + 1e9
@@ -242,15 +246,7 @@ func TestKeyedRefund(t *testing.T) {
 // TestKeyedReset: a reset key has its whole limit again, whether it was
 // held or only remembered by a tombstone after an eviction.
 func TestKeyedReset(t *testing.T) {
-	algs := []Algorithm{
-		TokenBucket{Capacity: 5, Refill: PerSecond(1)},
-		GCRA{Burst: 5, Rate: PerSecond(1)},
-		LeakyBucket{Capacity: 5, Leak: PerSecond(1)},
-		FixedWindow{Limit: 5, Window: 5 * time.Second},
-		SlidingWindow{Limit: 5, Window: 5 * time.Second},
-		SlidingLog{Limit: 5, Window: 5 * time.Second},
-	}
-	for _, alg := range algs {
+	for _, alg := range fiveEach() {
 		for _, evicted := range []bool{false, true} {
 			t.Run(typeName(alg)+"/evicted="+strconv.FormatBool(evicted), func(t *testing.T) {
 				clk := &fakeClock{}
