@@ -239,10 +239,3 @@ func (c *Checker) Reset(ctx context.Context, domain string, entries []config.Ent
 	}
 	return res, nil
 }
-
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}

@@ -17,9 +17,8 @@ import (
 func NewGRPCServer(s *Server, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	// A pool of stream workers, one per CPU, serves the calls: a goroutine
 	// per call (gRPC's default) grows a fresh stack on every call, which
-	// showed as a tenth of the server's CPU under load. Connections share
-	// one write buffer pool instead of holding one each.
-	defaults := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))), grpc.SharedWriteBuffer(true)}
+	// showed as a tenth of the server's CPU under load.
+	defaults := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}
 	g := grpc.NewServer(append(defaults, opts...)...)
 	rlsv3.RegisterRateLimitServiceServer(g, s)
 	h := health.NewServer()
