@@ -20,8 +20,9 @@ type KeyState struct {
 	Ceiling    int64  `json:"ceiling"` // the limit with a soft throttle's overage
 	// WindowStart is the current window (window algorithms), unix ns.
 	WindowStart int64       `json:"window_start_unix_nanos,omitempty"`
-	Local       *LocalState `json:"local"` // nil: this instance does not hold the key
-	Global      GlobalState `json:"global"`
+	Local *LocalState `json:"local,omitempty"` // window counters; nil: this instance does not hold the key
+	// Global is the store's view (window counters only).
+	Global *GlobalState `json:"global,omitempty"`
 	// Probe is a zero-cost decision of the key, for counters kept other
 	// than as async windows (buckets, sync and local mode, unlimited and
 	// blocking rules): what the next request would see, where Scope says.
@@ -122,6 +123,7 @@ func (c *Checker) Inspect(ctx context.Context, domain string, entries []config.E
 	if err := c.store.Read(rctx, c.instance, items); err != nil {
 		return st, fmt.Errorf("checker: reading %s from the store: %w", key, err)
 	}
+	st.Global = &GlobalState{}
 	for _, it := range items {
 		if it.Found {
 			st.Global.Found = true

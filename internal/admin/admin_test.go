@@ -162,7 +162,7 @@ func TestInspectKeys(t *testing.T) {
 	}{
 		{"no token", "domain=rl&descriptor=foo=a", "", 401, "bearer token"},
 		{"known key", "domain=rl&descriptor=foo=a", "tok", 200, `"mine":1`},
-		{"no such key yet", "domain=rl&descriptor=foo=b", "tok", 200, `"local":null`},
+		{"no such key yet", "domain=rl&descriptor=foo=b", "tok", 200, `"global":{"found":false`},
 		{"bad descriptor", "domain=rl&descriptor=foo", "tok", 400, "has no '='"},
 		{"no domain", "descriptor=foo=a", "tok", 400, "domain: must not be empty"},
 		{"unknown domain", "domain=nope&descriptor=foo=a", "tok", 400, "unknown domain"},
