@@ -20,7 +20,7 @@ type KeyState struct {
 	Ceiling    int64  `json:"ceiling"` // the limit with a soft throttle's overage
 	// WindowStart is the current window (window algorithms), unix ns.
 	WindowStart int64       `json:"window_start_unix_nanos,omitempty"`
-	Local *LocalState `json:"local,omitempty"` // window counters; nil: this instance does not hold the key
+	Local       *LocalState `json:"local,omitempty"` // window counters; nil: this instance does not hold the key
 	// Global is the store's view (window counters only).
 	Global *GlobalState `json:"global,omitempty"`
 	// Probe is a zero-cost decision of the key, for counters kept other
