@@ -196,6 +196,7 @@ type Checker struct {
 	mask     uint64
 	perShard int
 	seq      atomic.Uint64
+	streams  atomic.Uint64 // analytics stream ids, one per key entry
 	idem     *idempotency
 	scratch  sync.Pool // *scratch, for requests of many descriptors
 	works    sync.Pool // *syncWork, one per store charge

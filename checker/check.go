@@ -245,8 +245,8 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 	s.need = needMemory
 	switch {
 	case r.Algorithm != "" && cost > r.Capacity(): // can never fit: no store call
+		// (commit counts the refusal for analytics, once)
 		s.allowed, s.never, s.shadowed = false, true, r.Shadow
-		c.countDenied(e, now, cost)
 		c.fillView(s, now)
 		s.remaining = 0 // as the exact limiter reports a cost it can never admit
 		sh.markDirty(e)
@@ -394,7 +394,8 @@ func (c *Checker) create(sh *shard, s *slot, req *Request, now int64) *entry {
 	}
 	key := string(config.AppendCounterKey(nil, s.rule, es))
 	e := &entry{key: key, skey: c.storeKey(key, s.rule), vals: vals, desc: descText(es),
-		hash: s.h, rule: s.rule, kind: kindOf(s.rule), heapIdx: -1, answerRemaining: -1, created: now}
+		hash: s.h, rule: s.rule, kind: kindOf(s.rule), heapIdx: -1, answerRemaining: -1, created: now,
+		usage: minuteUsage{stream: c.streams.Add(1)}}
 	if sh.tombs != nil {
 		i, j := tombSlots(s.h, len(sh.tombs))
 		if t := min(sh.tombs[i], sh.tombs[j]); t > now {

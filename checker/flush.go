@@ -51,6 +51,11 @@ func (c *Checker) Flush(ctx context.Context) error {
 		for i := range c.shards {
 			sh := &c.shards[i]
 			sh.mu.Lock()
+			// Orphans first: they were built before the deltas built now,
+			// and a key's deltas must carry their minute usage in sequence
+			// order (the newest sequence's row wins in the analytics).
+			deltas = append(deltas, sh.orphans...)
+			sh.orphans = nil
 			for _, e := range sh.dirty {
 				if !e.gone {
 					deltas = c.appendDeltas(deltas, e)
@@ -59,8 +64,6 @@ func (c *Checker) Flush(ctx context.Context) error {
 			}
 			clear(sh.dirty)
 			sh.dirty = sh.dirty[:0]
-			deltas = append(deltas, sh.orphans...)
-			sh.orphans = nil
 			sh.mu.Unlock()
 		}
 		c.dirtyN.Store(0)
@@ -140,7 +143,7 @@ func (c *Checker) delta(e *entry, p *pending, applied bool, ownAfter int64) *eve
 		AllowedCount: p.allowedCount, AllowedCost: p.allowedCost, DeniedCount: p.deniedCount,
 		DeniedCost: p.deniedCost, DeferredCount: p.deferred, ShadowDeniedCount: p.shadowDenied,
 		CountedCost: p.counted, AlreadyApplied: applied, FirstUnixNanos: p.first, LastUnixNanos: p.last,
-		OwnAfter: uint64(max(ownAfter, 0)),
+		OwnAfter: uint64(max(ownAfter, 0)), Minute: e.usage.add(p),
 	}
 	if e.kind == KindWindow {
 		d.WindowStartUnixNanos = p.window

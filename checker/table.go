@@ -66,6 +66,7 @@ type entry struct {
 	heapIdx         int // index in the shard's refresh heap; -1 when not in it
 
 	pend, pendOld, pendApplied pending
+	usage                      minuteUsage // this minute's usage so far, carried by every delta
 	dirty                      bool
 	gone                       bool // evicted: flusher and refresher skip it
 }
@@ -117,6 +118,37 @@ func (p *pending) tally(now, cost int64, allowed bool) {
 		p.deniedCount++
 		p.deniedCost += uint64(cost)
 	}
+}
+
+// minuteUsage is an entry's usage in its current analytics minute.
+type minuteUsage struct {
+	stream                    uint64 // unique per entry of this checker
+	minute                    int64  // unix seconds; 0: none yet
+	allowedCount, allowedCost uint64
+	deniedCount, deniedCost   uint64
+	deferred, shadowDenied    uint64
+}
+
+// add folds p into the usage of its minute (never going back to an
+// earlier one) and returns the cumulative row a delta carries.
+func (u *minuteUsage) add(p *pending) *eventsv1.MinuteUsage {
+	t := p.first
+	if t == 0 {
+		t = p.last
+	}
+	m := max(t/1e9/60*60, u.minute)
+	if m != u.minute {
+		*u = minuteUsage{stream: u.stream, minute: m}
+	}
+	u.allowedCount += p.allowedCount
+	u.allowedCost += p.allowedCost
+	u.deniedCount += p.deniedCount
+	u.deniedCost += p.deniedCost
+	u.deferred += p.deferred
+	u.shadowDenied += p.shadowDenied
+	return &eventsv1.MinuteUsage{MinuteUnix: u.minute, Stream: u.stream, AllowedCount: u.allowedCount,
+		AllowedCost: u.allowedCost, DeniedCount: u.deniedCount, DeniedCost: u.deniedCost,
+		DeferredCount: u.deferred, ShadowDeniedCount: u.shadowDenied}
 }
 
 // shard is one lock domain of the key table.

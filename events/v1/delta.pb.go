@@ -96,7 +96,13 @@ type Delta struct {
 	// started tracking the key for bucket algorithms. The aggregator keeps
 	// max(own + counted_cost, own_after) per instance, so a counter that
 	// expired and is created again starts from the right baseline.
-	OwnAfter      uint64 `protobuf:"varint,24,opt,name=own_after,json=ownAfter,proto3" json:"own_after,omitempty"`
+	OwnAfter uint64 `protobuf:"varint,24,opt,name=own_after,json=ownAfter,proto3" json:"own_after,omitempty"`
+	// Analytics: this instance's usage of the counter in one minute, up to
+	// and including this delta. Cumulative, so any one delta carries the
+	// whole row it belongs to: a copy or a re-delivery writes the same row or
+	// an older one, and the row of the highest sequence wins (the sink's
+	// ReplacingMergeTree). Absent from deltas of older checkers.
+	Minute        *MinuteUsage `protobuf:"bytes,25,opt,name=minute,proto3" json:"minute,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -299,11 +305,125 @@ func (x *Delta) GetOwnAfter() uint64 {
 	return 0
 }
 
+func (x *Delta) GetMinute() *MinuteUsage {
+	if x != nil {
+		return x.Minute
+	}
+	return nil
+}
+
+// MinuteUsage is one instance's usage of one counter in one minute.
+type MinuteUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Start of the minute, unix seconds. A delta belongs to the minute of
+	// its first request, or to the stream's current minute if that is later
+	// (a stream's minutes never go back).
+	MinuteUnix int64 `protobuf:"varint,1,opt,name=minute_unix,json=minuteUnix,proto3" json:"minute_unix,omitempty"`
+	// Identifies this instance's tracking of the key (unique per instance):
+	// a key evicted and tracked again starts a new stream, whose rows add to
+	// the old one's instead of replacing them.
+	Stream            uint64 `protobuf:"varint,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	AllowedCount      uint64 `protobuf:"varint,3,opt,name=allowed_count,json=allowedCount,proto3" json:"allowed_count,omitempty"`
+	AllowedCost       uint64 `protobuf:"varint,4,opt,name=allowed_cost,json=allowedCost,proto3" json:"allowed_cost,omitempty"`
+	DeniedCount       uint64 `protobuf:"varint,5,opt,name=denied_count,json=deniedCount,proto3" json:"denied_count,omitempty"`
+	DeniedCost        uint64 `protobuf:"varint,6,opt,name=denied_cost,json=deniedCost,proto3" json:"denied_cost,omitempty"`
+	DeferredCount     uint64 `protobuf:"varint,7,opt,name=deferred_count,json=deferredCount,proto3" json:"deferred_count,omitempty"`
+	ShadowDeniedCount uint64 `protobuf:"varint,8,opt,name=shadow_denied_count,json=shadowDeniedCount,proto3" json:"shadow_denied_count,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *MinuteUsage) Reset() {
+	*x = MinuteUsage{}
+	mi := &file_delta_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MinuteUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MinuteUsage) ProtoMessage() {}
+
+func (x *MinuteUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_delta_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MinuteUsage.ProtoReflect.Descriptor instead.
+func (*MinuteUsage) Descriptor() ([]byte, []int) {
+	return file_delta_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *MinuteUsage) GetMinuteUnix() int64 {
+	if x != nil {
+		return x.MinuteUnix
+	}
+	return 0
+}
+
+func (x *MinuteUsage) GetStream() uint64 {
+	if x != nil {
+		return x.Stream
+	}
+	return 0
+}
+
+func (x *MinuteUsage) GetAllowedCount() uint64 {
+	if x != nil {
+		return x.AllowedCount
+	}
+	return 0
+}
+
+func (x *MinuteUsage) GetAllowedCost() uint64 {
+	if x != nil {
+		return x.AllowedCost
+	}
+	return 0
+}
+
+func (x *MinuteUsage) GetDeniedCount() uint64 {
+	if x != nil {
+		return x.DeniedCount
+	}
+	return 0
+}
+
+func (x *MinuteUsage) GetDeniedCost() uint64 {
+	if x != nil {
+		return x.DeniedCost
+	}
+	return 0
+}
+
+func (x *MinuteUsage) GetDeferredCount() uint64 {
+	if x != nil {
+		return x.DeferredCount
+	}
+	return 0
+}
+
+func (x *MinuteUsage) GetShadowDeniedCount() uint64 {
+	if x != nil {
+		return x.ShadowDeniedCount
+	}
+	return 0
+}
+
 var File_delta_proto protoreflect.FileDescriptor
 
 const file_delta_proto_rawDesc = "" +
 	"\n" +
-	"\vdelta.proto\x12\x14velvetrope.events.v1\"\xd3\x06\n" +
+	"\vdelta.proto\x12\x14velvetrope.events.v1\"\x8e\a\n" +
 	"\x05Delta\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x1a\n" +
@@ -333,7 +453,19 @@ const file_delta_proto_rawDesc = "" +
 	"rateTokens\x12\x14\n" +
 	"\x05burst\x18\x16 \x01(\x03R\x05burst\x12/\n" +
 	"\x14tat_after_unix_nanos\x18\x17 \x01(\x03R\x11tatAfterUnixNanos\x12\x1b\n" +
-	"\town_after\x18\x18 \x01(\x04R\bownAfterB5Z3github.com/velvetrope/velvetrope/events/v1;eventsv1b\x06proto3"
+	"\town_after\x18\x18 \x01(\x04R\bownAfter\x129\n" +
+	"\x06minute\x18\x19 \x01(\v2!.velvetrope.events.v1.MinuteUsageR\x06minute\"\xa9\x02\n" +
+	"\vMinuteUsage\x12\x1f\n" +
+	"\vminute_unix\x18\x01 \x01(\x03R\n" +
+	"minuteUnix\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\x04R\x06stream\x12#\n" +
+	"\rallowed_count\x18\x03 \x01(\x04R\fallowedCount\x12!\n" +
+	"\fallowed_cost\x18\x04 \x01(\x04R\vallowedCost\x12!\n" +
+	"\fdenied_count\x18\x05 \x01(\x04R\vdeniedCount\x12\x1f\n" +
+	"\vdenied_cost\x18\x06 \x01(\x04R\n" +
+	"deniedCost\x12%\n" +
+	"\x0edeferred_count\x18\a \x01(\x04R\rdeferredCount\x12.\n" +
+	"\x13shadow_denied_count\x18\b \x01(\x04R\x11shadowDeniedCountB5Z3github.com/velvetrope/velvetrope/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_delta_proto_rawDescOnce sync.Once
@@ -347,16 +479,18 @@ func file_delta_proto_rawDescGZIP() []byte {
 	return file_delta_proto_rawDescData
 }
 
-var file_delta_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_delta_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_delta_proto_goTypes = []any{
-	(*Delta)(nil), // 0: velvetrope.events.v1.Delta
+	(*Delta)(nil),       // 0: velvetrope.events.v1.Delta
+	(*MinuteUsage)(nil), // 1: velvetrope.events.v1.MinuteUsage
 }
 var file_delta_proto_depIdxs = []int32{
-	0, // [0:0] is the sub-list for method output_type
-	0, // [0:0] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	1, // 0: velvetrope.events.v1.Delta.minute:type_name -> velvetrope.events.v1.MinuteUsage
+	1, // [1:1] is the sub-list for method output_type
+	1, // [1:1] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for extension type_name
+	1, // [1:1] is the sub-list for extension extendee
+	0, // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_delta_proto_init() }
@@ -370,7 +504,7 @@ func file_delta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_delta_proto_rawDesc), len(file_delta_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   1,
+			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
