@@ -1,0 +1,152 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+)
+
+// Row is one stream's usage of one counter in one minute, up to Version.
+type Row struct {
+	Minute     int64 // unix seconds, a multiple of 60
+	Domain     string
+	Rule       string
+	Descriptor string // "key=value" entries joined by ","
+	Instance   string
+	Stream     uint64
+	Version    uint64 // the sequence of the delta it was taken from
+
+	Allowed, Denied, Deferred, ShadowDenied uint64
+	AllowedCost, DeniedCost                 uint64
+}
+
+// rowKey names a row; versions of one row share it.
+type rowKey struct {
+	minute                             int64
+	domain, rule, descriptor, instance string
+	stream                             uint64
+}
+
+func (r *Row) key() rowKey {
+	return rowKey{r.Minute, r.Domain, r.Rule, r.Descriptor, r.Instance, r.Stream}
+}
+
+// RowOf returns the row a delta carries; false for a delta without minute
+// usage (from a checker older than the field).
+func RowOf(d *eventsv1.Delta) (Row, bool) {
+	m := d.GetMinute()
+	if m == nil {
+		return Row{}, false
+	}
+	return Row{Minute: m.MinuteUnix, Domain: d.Domain, Rule: d.RuleId, Descriptor: d.DescriptorText,
+		Instance: d.InstanceId, Stream: m.Stream, Version: d.Sequence,
+		Allowed: m.AllowedCount, Denied: m.DeniedCount, Deferred: m.DeferredCount, ShadowDenied: m.ShadowDeniedCount,
+		AllowedCost: m.AllowedCost, DeniedCost: m.DeniedCost}, true
+}
+
+// Store keeps rows (the newest version of each) and answers the queries.
+// [ClickHouse] and [Memory] implement it.
+type Store interface {
+	// Insert writes rows; a row whose key exists keeps the higher version.
+	Insert(ctx context.Context, rows []Row) error
+	Analytics
+}
+
+// Analytics answers the analytics queries.
+type Analytics interface {
+	TopDenied(ctx context.Context, q TopQuery) ([]KeyUsage, error)
+	Usage(ctx context.Context, q UsageQuery) ([]MinuteUsage, error)
+	Rules(ctx context.Context, q RulesQuery) ([]RuleUsage, error)
+	Timeline(ctx context.Context, q TimelineQuery) ([]MinuteUsage, error)
+}
+
+// TopQuery asks for the most denied keys since Since, optionally within a
+// domain and a rule, at most Limit of them.
+type TopQuery struct {
+	Since        time.Time
+	Domain, Rule string // empty: any
+	Limit        int
+}
+
+// KeyUsage is one key's totals over a window.
+type KeyUsage struct {
+	Domain     string `json:"domain"`
+	Rule       string `json:"rule"`
+	Descriptor string `json:"descriptor"`
+	Denied     uint64 `json:"denied"`
+	Allowed    uint64 `json:"allowed"`
+	Deferred   uint64 `json:"deferred"`
+}
+
+// UsageQuery asks for one key's usage per minute since Since.
+type UsageQuery struct {
+	Since      time.Time
+	Domain     string
+	Descriptor string // the key, as "k=v[,k2=v2]"
+	Rule       string // empty: any
+}
+
+// MinuteUsage is the usage of one minute (of a key, or of everything).
+type MinuteUsage struct {
+	Minute       time.Time `json:"minute"`
+	Allowed      uint64    `json:"allowed"`
+	Denied       uint64    `json:"denied"`
+	Deferred     uint64    `json:"deferred"`
+	ShadowDenied uint64    `json:"shadow_denied"`
+	AllowedCost  uint64    `json:"allowed_cost"`
+	DeniedCost   uint64    `json:"denied_cost"`
+}
+
+// RulesQuery asks for every rule's totals since Since.
+type RulesQuery struct {
+	Since  time.Time
+	Domain string // empty: any
+}
+
+// RuleUsage is one rule's totals and deny rate over a window.
+type RuleUsage struct {
+	Domain       string  `json:"domain"`
+	Rule         string  `json:"rule"`
+	Allowed      uint64  `json:"allowed"`
+	Denied       uint64  `json:"denied"`
+	Deferred     uint64  `json:"deferred"`
+	ShadowDenied uint64  `json:"shadow_denied"`
+	DenyRate     float64 `json:"deny_rate"` // denied / (allowed + denied + deferred); 0 with no traffic
+}
+
+// TimelineQuery asks for the usage of everything per minute since Since.
+type TimelineQuery struct {
+	Since  time.Time
+	Domain string // empty: any
+}
+
+// MaxTopLimit bounds TopQuery.Limit.
+const MaxTopLimit = 1000
+
+// validate checks the query fields every store needs.
+func (q *TopQuery) validate() error {
+	if q.Limit < 1 || q.Limit > MaxTopLimit {
+		return fmt.Errorf("limit: want 1 to %d, got %d", MaxTopLimit, q.Limit)
+	}
+	return nil
+}
+
+func (q *UsageQuery) validate() error {
+	switch {
+	case q.Domain == "":
+		return errors.New("domain: must not be empty")
+	case q.Descriptor == "":
+		return errors.New("key: must not be empty")
+	}
+	return nil
+}
+
+func denyRate(allowed, denied, deferred uint64) float64 {
+	if n := allowed + denied + deferred; n > 0 {
+		return float64(denied) / float64(n)
+	}
+	return 0
+}

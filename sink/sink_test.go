@@ -1,0 +1,365 @@
+package sink
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/config"
+	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/internal/testsvc"
+)
+
+// t0 is a minute boundary.
+var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+
+type clock struct{ ns atomic.Int64 }
+
+func (c *clock) Now() int64 { return c.ns.Load() }
+
+// recorder is a producer that keeps what it is given.
+type recorder struct{ all []*eventsv1.Delta }
+
+func (r *recorder) Produce(_ context.Context, ds []*eventsv1.Delta) error {
+	r.all = append(r.all, ds...)
+	return nil
+}
+func (r *recorder) Close(context.Context) error { return nil }
+
+const mixRules = `domain: api
+descriptors:
+  - key: user
+    algorithm: fixed_window
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 3}
+`
+
+// mix is a known traffic mix: the deltas a real checker emitted for it
+// (one flush per decision, so each delta is one decision in its minute),
+// and what the decisions were.
+type mix struct {
+	deltas   []*eventsv1.Delta
+	keys     map[string]*KeyUsage // "domain|rule|descriptor"
+	perMin   map[string]map[int64]*MinuteUsage
+	timeline map[int64]*MinuteUsage
+}
+
+func newMix(t *testing.T, n int, seed uint64) *mix {
+	t.Helper()
+	f, err := config.ParseRules("r.yaml", []byte(mixRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := config.Compile([]*config.File{f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{}
+	clk.ns.Store(t0.UnixNano())
+	ms := checker.NewMemStore()
+	ms.SetClock(clk)
+	rec := &recorder{}
+	c, err := checker.New(checker.Config{InstanceName: "mix"}, config.NewStore(rs), ms, rec, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &mix{keys: map[string]*KeyUsage{}, perMin: map[string]map[int64]*MinuteUsage{}, timeline: map[int64]*MinuteUsage{}}
+	rng := rand.New(rand.NewPCG(seed, 7))
+	ctx := context.Background()
+	for range n {
+		clk.ns.Add(int64(rng.IntN(400)) * int64(time.Millisecond)) // ~3 minutes for 900 requests
+		key := []string{"user", "ip"}[rng.IntN(2)]
+		val := fmt.Sprintf("%c", 'a'+rng.IntN(4))
+		var d checker.Decision
+		req := &checker.Request{Domain: "api", Hits: int64(1 + rng.IntN(2)), Descriptors: []checker.Descriptor{
+			{Entries: []config.Entry{{Key: key, Value: val}}}}}
+		if err := c.Check(ctx, req, &d); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rule := d.Statuses[0].Rule.ID
+		desc := key + "=" + val
+		k := "api|" + rule + "|" + desc
+		u := m.keys[k]
+		if u == nil {
+			u = &KeyUsage{Domain: "api", Rule: rule, Descriptor: desc}
+			m.keys[k] = u
+		}
+		minute := clk.Now() / 1e9 / 60 * 60
+		if m.perMin[desc] == nil {
+			m.perMin[desc] = map[int64]*MinuteUsage{}
+		}
+		pm := m.perMin[desc][minute]
+		if pm == nil {
+			pm = &MinuteUsage{Minute: time.Unix(minute, 0).UTC()}
+			m.perMin[desc][minute] = pm
+		}
+		tl := m.timeline[minute]
+		if tl == nil {
+			tl = &MinuteUsage{Minute: time.Unix(minute, 0).UTC()}
+			m.timeline[minute] = tl
+		}
+		if d.Allowed() {
+			u.Allowed++
+			pm.Allowed++
+			tl.Allowed++
+			pm.AllowedCost += uint64(req.Hits)
+			tl.AllowedCost += uint64(req.Hits)
+		} else {
+			u.Denied++
+			pm.Denied++
+			tl.Denied++
+			pm.DeniedCost += uint64(req.Hits)
+			tl.DeniedCost += uint64(req.Hits)
+		}
+	}
+	m.deltas = rec.all
+	if len(m.deltas) < n {
+		t.Fatalf("%d deltas for %d decisions", len(m.deltas), n)
+	}
+	return m
+}
+
+// top is the expected TopDenied answer.
+func (m *mix) top(limit int) []KeyUsage {
+	var out []KeyUsage
+	for _, u := range m.keys {
+		if u.Denied > 0 {
+			out = append(out, *u)
+		}
+	}
+	slices.SortFunc(out, compareTop)
+	return out[:min(limit, len(out))]
+}
+
+func sorted(m map[int64]*MinuteUsage) []MinuteUsage {
+	var out []MinuteUsage
+	for _, u := range m {
+		out = append(out, *u)
+	}
+	slices.SortFunc(out, func(a, b MinuteUsage) int { return a.Minute.Compare(b.Minute) })
+	return out
+}
+
+// check compares every query's answer with the mix.
+func (m *mix) check(t *testing.T, s Analytics) {
+	t.Helper()
+	ctx := context.Background()
+	since := t0.Add(-time.Hour)
+	top, err := s.TopDenied(ctx, TopQuery{Since: since, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := m.top(100); !slices.Equal(top, want) {
+		t.Fatalf("top denied:\n got %+v\nwant %+v", top, want)
+	}
+	if top3, _ := s.TopDenied(ctx, TopQuery{Since: since, Limit: 3, Domain: "api"}); !slices.Equal(top3, m.top(3)) {
+		t.Fatalf("top 3: %+v", top3)
+	}
+	for desc, per := range m.perMin {
+		got, err := s.Usage(ctx, UsageQuery{Since: since, Domain: "api", Descriptor: desc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := sorted(per); !slices.Equal(got, want) {
+			t.Fatalf("usage of %s:\n got %+v\nwant %+v", desc, got, want)
+		}
+	}
+	tl, err := s.Timeline(ctx, TimelineQuery{Since: since})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := sorted(m.timeline); !slices.Equal(tl, want) {
+		t.Fatalf("timeline:\n got %+v\nwant %+v", tl, want)
+	}
+	rules, err := s.Rules(ctx, RulesQuery{Since: since})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var allowed, denied uint64
+	for _, r := range rules {
+		allowed += r.Allowed
+		denied += r.Denied
+		if r.DenyRate != denyRate(r.Allowed, r.Denied, r.Deferred) {
+			t.Fatalf("deny rate of %s: %v", r.Rule, r.DenyRate)
+		}
+	}
+	var wa, wd uint64
+	for _, u := range m.keys {
+		wa += u.Allowed
+		wd += u.Denied
+	}
+	if len(rules) != 2 || allowed != wa || denied != wd {
+		t.Fatalf("rules: %+v, want %d allowed and %d denied over 2 rules", rules, wa, wd)
+	}
+}
+
+// stores returns a fresh Memory store and, with the test services, a
+// ClickHouse store on a database of its own.
+func stores(t *testing.T) map[string]Store {
+	t.Helper()
+	out := map[string]Store{"memory": NewMemory(0)}
+	if os.Getenv(testsvc.EnvClickHouse) != "" {
+		out["clickhouse"] = newCH(t, testsvc.ClickHouse(t), nil)
+	}
+	return out
+}
+
+func newCH(t *testing.T, addr string, log *bytes.Buffer) *ClickHouse {
+	t.Helper()
+	var logger *slog.Logger
+	if log != nil {
+		logger = slog.New(slog.NewTextHandler(log, nil))
+	}
+	db := testsvc.Unique("sink")
+	ch, err := NewClickHouse(ClickHouseConfig{Addr: addr, Database: db, RetentionDays: 30, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = ch.conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ch.db)
+		ch.Close()
+	})
+	return ch
+}
+
+func writer(t *testing.T, s Store) *Writer {
+	t.Helper()
+	w, err := NewWriter(WriterConfig{}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// feed adds deltas in batches of size n, flushing after each batch.
+func feed(t *testing.T, w *Writer, deltas []*eventsv1.Delta, n int) {
+	t.Helper()
+	for i := 0; i < len(deltas); i += n {
+		w.Add(deltas[i:min(i+n, len(deltas))])
+		if err := w.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestEachDeltaCountsOnce: the rows of a known traffic mix give exact
+// totals, top-denied order and per-minute usage, whatever repeats the
+// deltas on their way: producer copies, spill replays arriving after newer
+// deltas, re-deliveries cut into other batches, and an aggregator killed
+// after writing but before committing.
+func TestEachDeltaCountsOnce(t *testing.T) {
+	m := newMix(t, 900, 1)
+	ds := m.deltas
+	cases := map[string]func(t *testing.T, s Store){
+		"once": func(t *testing.T, s Store) { feed(t, writer(t, s), ds, 50) },
+		"producer copies": func(t *testing.T, s Store) {
+			var twice []*eventsv1.Delta
+			for _, d := range ds {
+				twice = append(twice, d, d)
+			}
+			feed(t, writer(t, s), twice, 64)
+		},
+		"spill replay after newer deltas": func(t *testing.T, s Store) {
+			w := writer(t, s)
+			feed(t, w, ds, 100)
+			feed(t, w, ds[100:400], 37) // the spilled part comes again, late
+		},
+		"re-delivery with other batch boundaries": func(t *testing.T, s Store) {
+			w := writer(t, s)
+			feed(t, w, ds[:500], 7)
+			feed(t, w, ds[300:], 3)
+		},
+		"aggregator killed between write and commit": func(t *testing.T, s Store) {
+			a := writer(t, s)
+			feed(t, a, ds[:600], 100) // written; offsets committed up to 400 only
+			b := writer(t, s)         // the partition's next owner starts at the commit
+			feed(t, b, ds[400:], 70)
+		},
+		"all at once, shuffled copies": func(t *testing.T, s Store) {
+			all := slices.Concat(ds, ds[200:700])
+			rand.New(rand.NewPCG(3, 3)).Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+			feed(t, writer(t, s), all, len(all))
+		},
+	}
+	for name, run := range cases {
+		for sname, s := range stores(t) {
+			t.Run(name+"/"+sname, func(t *testing.T) {
+				run(t, s)
+				m.check(t, s)
+			})
+		}
+	}
+}
+
+// TestMigrations: migrating twice records each version once; the 18.16
+// server refuses a table TTL, which is logged, not fatal.
+func TestMigrations(t *testing.T) {
+	var log bytes.Buffer
+	ch := newCH(t, testsvc.ClickHouse(t), &log)
+	ctx := context.Background()
+	for range 2 {
+		if err := ch.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ch.migrated = false
+	}
+	var n uint64
+	if err := ch.conn.QueryRow(ctx, "SELECT count() FROM "+ch.db+".schema_migrations FINAL").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if int(n) != len(migrations) {
+		t.Fatalf("%d migrations recorded, want %d", n, len(migrations))
+	}
+	var version string
+	if err := ch.conn.QueryRow(ctx, "SELECT version()").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(version, "18.") && !strings.Contains(log.String(), "retention skipped") {
+		t.Fatalf("ClickHouse %s: no retention line in the log:\n%s", version, log.String())
+	}
+	if !strings.Contains(log.String(), "retention") {
+		t.Fatalf("retention neither set nor skipped:\n%s", log.String())
+	}
+}
+
+func TestQueryErrors(t *testing.T) {
+	ctx := context.Background()
+	for name, s := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			for _, lim := range []int{0, -1, MaxTopLimit + 1} {
+				if _, err := s.TopDenied(ctx, TopQuery{Limit: lim}); err == nil || !strings.HasPrefix(err.Error(), "limit:") {
+					t.Errorf("limit %d: %v", lim, err)
+				}
+			}
+			if _, err := s.Usage(ctx, UsageQuery{Descriptor: "user=a"}); err == nil || !strings.HasPrefix(err.Error(), "domain:") {
+				t.Errorf("no domain: %v", err)
+			}
+			if _, err := s.Usage(ctx, UsageQuery{Domain: "api"}); err == nil || !strings.HasPrefix(err.Error(), "key:") {
+				t.Errorf("no key: %v", err)
+			}
+			// values that look like SQL are values
+			got, err := s.TopDenied(ctx, TopQuery{Limit: 5, Domain: "api' OR 1=1 --"})
+			if err != nil || len(got) != 0 {
+				t.Errorf("quoted domain: %v %v", got, err)
+			}
+		})
+	}
+	if _, err := NewClickHouse(ClickHouseConfig{Addr: "127.0.0.1:1", Database: "x; DROP"}); err == nil {
+		t.Fatal("a database name that is not an identifier was accepted")
+	}
+}
