@@ -12,6 +12,9 @@
 #                                       a broker of one test's own, for tests
 #                                       that need a Kafka outage; prints its
 #                                       address on start
+#   scripts/services.sh private-clickhouse start|stop NAME
+#                                       a ClickHouse server of one test's own
+#                                       (an outage); prints its address
 #   scripts/services.sh status
 #
 # Reuse: a service whose VELVETROPE_TEST_* variable is already set in the
@@ -30,6 +33,7 @@ KAFKA_PORT=${VELVETROPE_KAFKA_PORT:-19092}
 KAFKA_PRIVATE_PORT=${VELVETROPE_KAFKA_PRIVATE_PORT:-19192}
 CH_PORT=${VELVETROPE_CLICKHOUSE_PORT:-19000}
 CH_HTTP_PORT=${VELVETROPE_CLICKHOUSE_HTTP_PORT:-18123}
+CH_PRIVATE_PORT=${VELVETROPE_CLICKHOUSE_PRIVATE_PORT:-19400}
 
 log() { printf 'services: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -195,17 +199,26 @@ clickhouse_up() {
   if [[ -n ${VELVETROPE_TEST_CLICKHOUSE:-} ]] && port_open "${VELVETROPE_TEST_CLICKHOUSE##*:}"; then
     log "reusing ClickHouse at $VELVETROPE_TEST_CLICKHOUSE"; CH_ADDR=$VELVETROPE_TEST_CLICKHOUSE; return
   fi
+  check_free "$CH_PORT" "$CH_HTTP_PORT"
+  clickhouse_start clickhouse "$CH_PORT" "$CH_HTTP_PORT"
+  CH_ADDR=127.0.0.1:$CH_PORT
+  log "ClickHouse on $CH_ADDR (HTTP $CH_HTTP_PORT)"
+}
+
+# clickhouse_start NAME TCP_PORT HTTP_PORT: a server with its own data
+# directory (kept across a stop and a start of the same NAME).
+clickhouse_start() {
+  local name=$1 port=$2 http=$3
   [[ -x /usr/sbin/clickhouse-server ]] || command -v clickhouse-server >/dev/null || apt_install clickhouse-server
   local bin; bin=$(command -v clickhouse-server || echo /usr/sbin/clickhouse-server)
-  check_free "$CH_PORT" "$CH_HTTP_PORT"
-  local d; d=$(datadir)/clickhouse; mkdir -p "$d/data" "$d/tmp" "$d/user_files"
+  local d; d=$(datadir)/$name; mkdir -p "$d/data" "$d/tmp" "$d/user_files"
   # <yandex> is the root element 18.16 knows; current servers accept it too.
   cat >"$d/config.xml" <<XML
 <?xml version="1.0"?>
 <yandex>
     <logger><level>warning</level><log>$d/server.log</log><errorlog>$d/error.log</errorlog><console>0</console></logger>
-    <http_port>$CH_HTTP_PORT</http_port>
-    <tcp_port>$CH_PORT</tcp_port>
+    <http_port>$http</http_port>
+    <tcp_port>$port</tcp_port>
     <listen_host>127.0.0.1</listen_host>
     <max_connections>256</max_connections>
     <max_concurrent_queries>64</max_concurrent_queries>
@@ -237,10 +250,8 @@ XML
 </yandex>
 XML
   "$bin" --config-file="$d/config.xml" >"$d/stdout.log" 2>&1 &
-  remember clickhouse $!
-  wait_for "ClickHouse" 60 curl -sf "http://127.0.0.1:$CH_HTTP_PORT/ping"
-  CH_ADDR=127.0.0.1:$CH_PORT
-  log "ClickHouse on $CH_ADDR (HTTP $CH_HTTP_PORT)"
+  remember "$name" $!
+  wait_for "ClickHouse $name" 60 curl -sf "http://127.0.0.1:$http/ping"
 }
 
 # ---------------------------------------------------------------- commands
@@ -331,10 +342,42 @@ private_kafka() {
   esac
 }
 
+# private-clickhouse start|stop NAME: a ClickHouse server of one test's
+# own, for tests that need an outage; its data survives a stop and start.
+# Start prints its native-protocol address.
+private_clickhouse() {
+  local cmd=${1:-} name=${2:-default}
+  [[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || die "private-clickhouse: bad name '$name'"
+  case $cmd in
+    start)
+      mkdir -p "$STATE"
+      local pidf=$STATE/clickhouse-private-$name.pid portf=$STATE/clickhouse-private-$name.port
+      if [[ -f $pidf ]] && kill -0 "$(cat "$pidf")" 2>/dev/null; then
+        echo "127.0.0.1:$(cat "$portf")"; return
+      fi
+      local port
+      if [[ -f $portf ]]; then
+        port=$(cat "$portf")
+      else
+        port=$CH_PRIVATE_PORT
+        while port_open "$port" || port_open $((port + 1)) || grep -qx "$port" "$STATE"/clickhouse-private-*.port 2>/dev/null; do
+          port=$((port + 2))
+          ((port < CH_PRIVATE_PORT + 200)) || die "no free port pair for a private ClickHouse"
+        done
+        echo "$port" >"$portf"
+      fi
+      clickhouse_start "clickhouse-private-$name" "$port" $((port + 1)) >&2
+      echo "127.0.0.1:$port" ;;
+    stop) stop_pid "$STATE/clickhouse-private-$name.pid" ;;
+    *) die "usage: $0 private-clickhouse start|stop NAME" ;;
+  esac
+}
+
 case ${1:-} in
   up) up ;;
   down) down ;;
   private-kafka) shift; private_kafka "$@" ;;
+  private-clickhouse) shift; private_clickhouse "$@" ;;
   status)
     shopt -s nullglob
     for f in "$STATE"/*.pid; do
@@ -342,5 +385,5 @@ case ${1:-} in
       echo "$(basename "$f" .pid) pid $pid $state"
     done
     [[ -f $ENVFILE ]] && cat "$ENVFILE" ;;
-  *) echo "usage: $0 up|down|status|private-kafka start|stop NAME" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|private-kafka start|stop NAME|private-clickhouse start|stop NAME" >&2; exit 2 ;;
 esac

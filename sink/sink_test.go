@@ -363,3 +363,90 @@ func TestQueryErrors(t *testing.T) {
 		t.Fatal("a database name that is not an identifier was accepted")
 	}
 }
+
+// TestClickHouseOutage: the writer keeps buffering while ClickHouse is
+// stopped (Add never waits), retries, and once the server is back writes
+// everything: totals exact, nothing dropped within the bound. A process
+// that starts while ClickHouse is down migrates when it returns.
+func TestClickHouseOutage(t *testing.T) {
+	pc := testsvc.StartPrivateClickHouse(t)
+	m := newMix(t, 600, 2)
+	ch := newCH(t, pc.Addr, nil)
+	var log bytes.Buffer
+	w, err := NewWriter(WriterConfig{FlushInterval: 50 * time.Millisecond, MinBackoff: 50 * time.Millisecond,
+		MaxBackoff: 200 * time.Millisecond, WriteTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(&log, nil))}, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.Stop(t) // down before the first write: not even migrated yet
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	third := len(m.deltas) / 3
+	start := time.Now()
+	w.Add(m.deltas[:third])
+	waitFor(t, "a failed write", func() bool { return w.Stats.WriteErrors.Load() > 0 })
+	w.Add(m.deltas[third : 2*third]) // still down: buffered
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("Add waited on the store: %v", took)
+	}
+	pc.Start(t)
+	w.Add(m.deltas[2*third:])
+	waitFor(t, "the buffer to drain", func() bool { return w.Stats.Rows.Load() == 0 && w.Stats.Written.Load() > 0 })
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if w.Stats.Dropped.Load() != 0 {
+		t.Fatalf("%d rows dropped within the bound", w.Stats.Dropped.Load())
+	}
+	if !strings.Contains(log.String(), "writing analytics failed") {
+		t.Fatalf("the outage was not logged:\n%s", log.String())
+	}
+	m.check(t, ch)
+}
+
+// TestBufferBound: past MaxRows the rows of the oldest minutes go, counted
+// and logged; the newest stay.
+func TestBufferBound(t *testing.T) {
+	var log bytes.Buffer
+	mem := NewMemory(0)
+	w, err := NewWriter(WriterConfig{MaxRows: 10, Logger: slog.New(slog.NewTextHandler(&log, nil))}, mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []*eventsv1.Delta
+	for i := range 12 { // 12 rows: minutes 0..3, 3 streams each
+		ds = append(ds, &eventsv1.Delta{InstanceId: "c/1", Sequence: uint64(i + 1), Domain: "api", RuleId: "api:user",
+			DescriptorText: "user=a", Minute: &eventsv1.MinuteUsage{MinuteUnix: t0.Unix() + int64(i/3)*60, Stream: uint64(i%3 + 1), AllowedCount: 1}})
+	}
+	w.Add(ds)
+	if got := w.Stats.Dropped.Load(); got != 3 || w.Stats.Rows.Load() != 9 {
+		t.Fatalf("dropped %d, kept %d; want the 3 rows of the oldest minute dropped", got, w.Stats.Rows.Load())
+	}
+	if !strings.Contains(log.String(), "analytics buffer full") {
+		t.Fatalf("not logged:\n%s", log.String())
+	}
+	if err := w.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tl, _ := mem.Timeline(context.Background(), TimelineQuery{Since: t0})
+	if len(tl) != 3 || !tl[0].Minute.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("timeline after the drop: %+v", tl)
+	}
+	// A delta without minute usage (an older checker) is skipped, counted.
+	w.Add([]*eventsv1.Delta{{InstanceId: "old/1", Sequence: 1}})
+	if w.Stats.Skipped.Load() != 1 {
+		t.Fatal("a delta without minute usage was not counted as skipped")
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a real server's progress
+	}
+}

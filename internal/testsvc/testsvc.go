@@ -75,50 +75,68 @@ func Unique(prefix string) string {
 	return prefix + "_" + hex.EncodeToString(b[:])
 }
 
-// PrivateKafka is a broker of one test's own, started and stopped through
-// scripts/services.sh, for tests that need a Kafka outage without
-// disturbing the shared broker.
-type PrivateKafka struct {
+// Private is a server of one test's own (a Kafka broker or a ClickHouse
+// server), started and stopped through scripts/services.sh, for tests that
+// need an outage without disturbing the shared services. Its data survives
+// a Stop and a Start.
+type Private struct {
 	Addr   string
 	script string
+	kind   string // the script's command: private-kafka, private-clickhouse
 	name   string
 }
 
-// StartPrivateKafka starts (or finds running) the private broker and stops
-// it when the test ends. It skips like [Kafka] when the shared services are
-// not configured, and fails when the script cannot start the broker.
-func StartPrivateKafka(t testing.TB) *PrivateKafka {
+// PrivateKafka is a broker of one test's own.
+type PrivateKafka = Private
+
+// StartPrivateKafka starts a private broker and stops it when the test
+// ends. It skips like [Kafka] when the shared services are not configured,
+// and fails when the script cannot start the broker.
+func StartPrivateKafka(t testing.TB) *Private {
 	t.Helper()
 	Kafka(t) // same skip/fail rule as the shared broker
+	return startPrivate(t, "private-kafka", "pk")
+}
+
+// StartPrivateClickHouse starts a private ClickHouse server and stops it
+// when the test ends, with the skip and fail rules of [ClickHouse].
+func StartPrivateClickHouse(t testing.TB) *Private {
+	t.Helper()
+	ClickHouse(t)
+	return startPrivate(t, "private-clickhouse", "pc")
+}
+
+func startPrivate(t testing.TB, kind, prefix string) *Private {
+	t.Helper()
 	script := os.Getenv(EnvScript)
 	if script == "" {
 		t.Fatalf("%s is unset: run the tests through `make test`", EnvScript)
 	}
-	p := &PrivateKafka{script: script, name: Unique("pk")}
+	p := &Private{script: script, kind: kind, name: Unique(prefix)}
 	p.Start(t)
 	t.Cleanup(func() { p.Stop(t) })
 	return p
 }
 
-// Start starts the broker again after Stop; its data survives.
-func (p *PrivateKafka) Start(t testing.TB) {
+// Start starts the server again after Stop.
+func (p *Private) Start(t testing.TB) {
 	t.Helper()
-	out, err := exec.Command(p.script, "private-kafka", "start", p.name).Output()
+	out, err := exec.Command(p.script, p.kind, "start", p.name).Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			t.Fatalf("start private Kafka: %v\n%s", err, ee.Stderr)
+			t.Fatalf("%s start: %v\n%s", p.kind, err, ee.Stderr)
 		}
-		t.Fatalf("start private Kafka: %v", err)
+		t.Fatalf("%s start: %v", p.kind, err)
 	}
 	p.Addr = strings.TrimSpace(string(out))
 }
 
-// Stop stops the broker (the outage).
-func (p *PrivateKafka) Stop(t testing.TB) {
+// Stop stops the server (the outage).
+func (p *Private) Stop(t testing.TB) {
 	t.Helper()
-	if out, err := exec.Command(p.script, "private-kafka", "stop", p.name).CombinedOutput(); err != nil {
-		t.Fatalf("stop private Kafka: %v\n%s", err, out)
+	if out, err := exec.Command(p.script, p.kind, "stop", p.name).CombinedOutput(); err != nil {
+		t.Fatalf("%s stop: %v\n%s", p.kind, err, out)
 	}
 }
 
