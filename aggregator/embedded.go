@@ -19,11 +19,12 @@ type Applier interface {
 // Embedded consumes deltas and applies them, committing each message
 // after it was applied. Malformed records are counted and skipped.
 type Embedded struct {
-	r       *events.Reader
-	applier Applier
-	log     *slog.Logger
-	cancel  context.CancelFunc
-	done    chan struct{}
+	r         *events.Reader
+	applier   Applier
+	analytics Analytics
+	log       *slog.Logger
+	cancel    context.CancelFunc
+	done      chan struct{}
 
 	// Applied and Duplicates count new and repeated deltas.
 	Applied, Duplicates atomic.Uint64
@@ -35,6 +36,12 @@ func NewEmbedded(c events.Consumer, a Applier, logger *slog.Logger) *Embedded {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Embedded{r: events.NewReader(c, logger), applier: a, log: logger}
+}
+
+// WithAnalytics hands every delta to a as well, once applied.
+func (e *Embedded) WithAnalytics(a Analytics) *Embedded {
+	e.analytics = a
+	return e
 }
 
 // Start runs the consume loop until Stop.
@@ -55,6 +62,9 @@ func (e *Embedded) Start(context.Context) error {
 				e.Applied.Add(1)
 			} else {
 				e.Duplicates.Add(1)
+			}
+			if e.analytics != nil {
+				e.analytics.Add([]*eventsv1.Delta{d})
 			}
 			if err := e.r.Commit(ctx, m); err != nil && ctx.Err() == nil {
 				e.log.Error("commit failed", "partition", m.Partition, "offset", m.Offset, "error", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
+	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 )
 
 // Config configures the Kafka aggregator. Zero values take the defaults
@@ -28,7 +29,16 @@ type Config struct {
 	RebalanceTimeout  time.Duration   // 6 s
 	RetryBackoff      time.Duration   // first wait after a Redis error: 100 ms (doubling to 5 s)
 	Security          events.Security // TLS and SASL towards the brokers (zero: plaintext)
-	Logger            *slog.Logger
+	// Analytics, when set, receives every batch once Redis has applied it
+	// (the ClickHouse sink's buffer: it must not block).
+	Analytics Analytics
+	Logger    *slog.Logger
+}
+
+// Analytics takes deltas for the usage analytics; Add must return at once
+// (sink.Writer buffers). Copies are fine: the sink keeps one row version.
+type Analytics interface {
+	Add(deltas []*eventsv1.Delta)
 }
 
 func (c *Config) defaults() error {
@@ -141,6 +151,13 @@ func (a *Kafka) loop(ctx context.Context) {
 		now := time.Now().UnixNano()
 		for _, x := range batch {
 			a.Accuracy.Observe(x.Delta, now)
+		}
+		if a.cfg.Analytics != nil {
+			ds := make([]*eventsv1.Delta, len(batch))
+			for i, x := range batch {
+				ds[i] = x.Delta
+			}
+			a.cfg.Analytics.Add(ds)
 		}
 		if a.afterApply != nil {
 			a.afterApply()

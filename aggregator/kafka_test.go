@@ -13,6 +13,7 @@ import (
 	"github.com/velvetrope/velvetrope/events"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
+	"github.com/velvetrope/velvetrope/sink"
 )
 
 func produceAll(t *testing.T, broker, topic string, ds []*eventsv1.Delta) {
@@ -31,6 +32,37 @@ func produceAll(t *testing.T, broker, topic string, ds []*eventsv1.Delta) {
 	if err := p.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// usageSink is a sink writer into a ClickHouse database of the test's own.
+func usageSink(t *testing.T) (*sink.Writer, *sink.ClickHouse) {
+	t.Helper()
+	ch, err := sink.NewClickHouse(sink.ClickHouseConfig{Addr: testsvc.ClickHouse(t), Database: testsvc.Unique("agg")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ch.Close() })
+	w, err := sink.NewWriter(sink.WriterConfig{FlushInterval: 100 * time.Millisecond}, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Start(context.Background())
+	t.Cleanup(func() { w.Stop(context.Background()) })
+	return w, ch
+}
+
+// allowedIn sums the allowed requests ClickHouse holds per descriptor.
+func allowedIn(t *testing.T, ch *sink.ClickHouse) map[string]uint64 {
+	t.Helper()
+	rules, err := ch.Rules(context.Background(), sink.RulesQuery{Since: time.Unix(0, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, r := range rules {
+		out[r.Rule] += r.Allowed
+	}
+	return out
 }
 
 func total(t *testing.T, store *counters.Redis, key string) int64 {
@@ -61,7 +93,9 @@ func TestKafkaAggregatorAtMostOnce(t *testing.T) {
 		key := keys[i%3]
 		d := &eventsv1.Delta{InstanceId: "c/1", Sequence: uint64(i + 1), Domain: "api", RuleId: "api:k",
 			CounterKey: key, Algorithm: "fixed_window", WindowStartUnixNanos: w0, WindowNanos: 60e9, Limit: 1000,
-			AllowedCount: 1, AllowedCost: uint64(i%4 + 1), CountedCost: uint64(i%4 + 1), FirstUnixNanos: w0 + 1, LastUnixNanos: w0 + 1}
+			AllowedCount: 1, AllowedCost: uint64(i%4 + 1), CountedCost: uint64(i%4 + 1), FirstUnixNanos: w0 + 1, LastUnixNanos: w0 + 1,
+			// the key's stream: one allowed request per delta, cumulative in the minute
+			Minute: &eventsv1.MinuteUsage{MinuteUnix: w0 / 1e9 / 60 * 60, Stream: uint64(i%3 + 1), AllowedCount: uint64(i/3 + 1)}}
 		want[key] += int64(d.CountedCost)
 		ds = append(ds, d)
 		if i%10 == 0 {
@@ -69,9 +103,10 @@ func TestKafkaAggregatorAtMostOnce(t *testing.T) {
 		}
 	}
 	produceAll(t, broker, topic, ds)
+	analytics, ch := usageSink(t) // both aggregators write usage to ClickHouse too
 
 	// The first aggregator dies right after its first Redis apply.
-	a, _ := NewKafka(Config{Brokers: []string{broker}, Topic: topic, Group: group, BatchSize: 7}, store)
+	a, _ := NewKafka(Config{Brokers: []string{broker}, Topic: topic, Group: group, BatchSize: 7, Analytics: analytics}, store)
 	killed := make(chan struct{})
 	var once sync.Once
 	a.afterApply = func() {
@@ -89,7 +124,7 @@ func TestKafkaAggregatorAtMostOnce(t *testing.T) {
 	}
 	a.cons.Close(ctx) // its connection goes away; the group rebalances
 
-	b, _ := NewKafka(Config{Brokers: []string{broker}, Topic: topic, Group: group, BatchSize: 3}, store)
+	b, _ := NewKafka(Config{Brokers: []string{broker}, Topic: topic, Group: group, BatchSize: 3, Analytics: analytics}, store)
 	if err := b.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +157,17 @@ func TestKafkaAggregatorAtMostOnce(t *testing.T) {
 	}
 	if err := b.Ready(); err != nil {
 		t.Fatal(err)
+	}
+	// ClickHouse counts each delta once too: 20 allowed requests per key.
+	if err := analytics.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := allowedIn(t, ch); got["api:k"] != 60 {
+		t.Fatalf("ClickHouse allowed requests: %v, want 60", got)
+	}
+	top, err := ch.Rules(ctx, sink.RulesQuery{Since: time.Unix(0, 0)})
+	if err != nil || len(top) != 1 || top[0].Denied != 0 || top[0].DenyRate != 0 {
+		t.Fatalf("rules: %+v %v", top, err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -146,12 +147,25 @@ type KafkaSASL struct {
 	Password  string `yaml:"password"` // never logged
 }
 
+// chIdentifier is what the sink accepts as a database name (it is quoted
+// into statements, never bound).
+var chIdentifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
 // ClickHouseConfig addresses the analytics store; an empty Addr disables it.
 type ClickHouseConfig struct {
-	Addr     string `yaml:"addr"`
-	Database string `yaml:"database"`
-	Username string `yaml:"username"`
-	Password string `yaml:"password"`
+	Addr     string    `yaml:"addr"`
+	Database string    `yaml:"database"`
+	Username string    `yaml:"username"`
+	Password string    `yaml:"password"` // never logged
+	TLS      ClientTLS `yaml:"tls"`
+	// RetentionDays is the usage table's TTL where the server takes one
+	// (0: keep everything).
+	RetentionDays int `yaml:"retention_days"`
+	// FlushInterval: how often the aggregator writes usage rows; MaxRows:
+	// rows buffered while ClickHouse is slow or down before the oldest
+	// minutes are dropped.
+	FlushInterval time.Duration `yaml:"flush_interval"`
+	MaxRows       int           `yaml:"max_buffered_rows"`
 }
 
 // LimiterConfig bounds the in-process limiter.
@@ -172,8 +186,9 @@ func DefaultApp() App {
 		HTTP:        HTTPConfig{Addr: ":8080", MaxBodyBytes: 1 << 20, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second},
 		GRPC:        GRPCConfig{Addr: ":8081"},
 		Kafka:       KafkaConfig{Topic: "velvetrope.deltas", DeferredTopic: "velvetrope.deferred", Compression: "lz4"},
-		ClickHouse:  ClickHouseConfig{Database: "velvetrope", Username: "default"},
-		Limiter:     LimiterConfig{MaxKeys: 1 << 20, IdempotencyTTL: time.Minute},
+		ClickHouse: ClickHouseConfig{Database: "velvetrope", Username: "default", RetentionDays: 30,
+			FlushInterval: 2 * time.Second, MaxRows: 1_000_000},
+		Limiter: LimiterConfig{MaxKeys: 1 << 20, IdempotencyTTL: time.Minute},
 		Checker: CheckerConfig{MaxKeys: 1 << 20, FlushInterval: 50 * time.Millisecond, MinRefresh: 50 * time.Millisecond,
 			MaxRefresh: 5 * time.Second, PipelineLag: 250 * time.Millisecond, SafetyPercent: 200, NearFloor: 2,
 			NearFloorPct: 1, IdleAfter: 2 * time.Minute, ControlPoll: time.Second, SpillMaxBytes: 256 << 20, TopicPartitions: 16},
@@ -185,7 +200,7 @@ func DefaultApp() App {
 // Env lists the environment overrides, applied after the file.
 var Env = []string{"VELVETROPE_INSTANCE_ID", "VELVETROPE_RULES", "VELVETROPE_HTTP_ADDR", "VELVETROPE_GRPC_ADDR",
 	"VELVETROPE_REDIS_ADDRS", "VELVETROPE_REDIS_PASSWORD", "VELVETROPE_KAFKA_BROKERS", "VELVETROPE_CLICKHOUSE_ADDR",
-	"VELVETROPE_ADMIN_TOKEN", "VELVETROPE_HASH_KEY", "VELVETROPE_KAFKA_SASL_PASSWORD"}
+	"VELVETROPE_ADMIN_TOKEN", "VELVETROPE_HASH_KEY", "VELVETROPE_KAFKA_SASL_PASSWORD", "VELVETROPE_CLICKHOUSE_PASSWORD"}
 
 // LoadApp reads the YAML file at path (none when path is ""), applies the
 // environment overrides read through getenv (os.LookupEnv in production),
@@ -238,6 +253,9 @@ func LoadApp(path string, getenv func(string) (string, bool)) (App, error) {
 	}
 	if v, ok := getenv("VELVETROPE_CLICKHOUSE_ADDR"); ok {
 		a.ClickHouse.Addr = v
+	}
+	if v, ok := getenv("VELVETROPE_CLICKHOUSE_PASSWORD"); ok {
+		a.ClickHouse.Password = v
 	}
 	if v, ok := getenv("VELVETROPE_ADMIN_TOKEN"); ok {
 		a.Admin.Token = v
@@ -298,7 +316,7 @@ func (a App) Validate() error {
 	for _, l := range []struct {
 		field string
 		t     ClientTLS
-	}{{"redis.tls", a.Redis.TLS}, {"kafka.tls", a.Kafka.TLS}} {
+	}{{"redis.tls", a.Redis.TLS}, {"kafka.tls", a.Kafka.TLS}, {"clickhouse.tls", a.ClickHouse.TLS}} {
 		if t := l.t; (t.CertFile == "") != (t.KeyFile == "") {
 			bad(l.field, "cert_file and key_file go together")
 		} else if !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.ServerName != "") {
@@ -334,8 +352,13 @@ func (a App) Validate() error {
 	if a.Kafka.Topic == "" {
 		bad("kafka.topic", "must not be empty")
 	}
-	if a.ClickHouse.Database == "" || strings.ContainsAny(a.ClickHouse.Database, " .`'\"") {
-		bad("clickhouse.database", "must be a plain identifier, got %q", a.ClickHouse.Database)
+	if !chIdentifier.MatchString(a.ClickHouse.Database) {
+		bad("clickhouse.database", "want letters, digits and _ (not starting with a digit), got %q", a.ClickHouse.Database)
+	}
+	if ch := a.ClickHouse; ch.RetentionDays < 0 || ch.FlushInterval <= 0 || ch.FlushInterval > time.Minute || ch.MaxRows < 1000 {
+		bad("clickhouse.retention_days/flush_interval/max_buffered_rows",
+			"want retention_days >= 0, 0 < flush_interval <= 1m, max_buffered_rows >= 1000; got %d, %v, %d",
+			ch.RetentionDays, ch.FlushInterval, ch.MaxRows)
 	}
 	if a.Limiter.MaxKeys < 64 {
 		bad("limiter.max_keys", "must be at least 64, got %d", a.Limiter.MaxKeys)
