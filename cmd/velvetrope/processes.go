@@ -26,6 +26,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/tlsconf"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/rls"
+	"github.com/velvetrope/velvetrope/sink"
 )
 
 // runChecker implements `velvetrope checker`: the check API over the
@@ -199,6 +200,61 @@ func checkerMetrics(reg *metrics.Registry, c *checker.Checker, prod *events.Kafk
 	reg.Counter("velvetrope_producer_failed_total", "Produce calls that failed with the spill file unable to take the deltas (the checker keeps them buffered).", func() float64 { return float64(prod.Failed.Load()) })
 }
 
+// newUsageWriter is the analytics sink of the aggregator: with
+// clickhouse.addr, a buffered writer into ClickHouse, started and stopped
+// with the process (stopped after the aggregator, so the last batch's rows
+// are written); ClickHouse may be down at start: the writer buffers and
+// migrates once it answers. Without an address there is no sink (nil).
+func newUsageWriter(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*sink.Writer, error) {
+	ch := app.ClickHouse
+	if ch.Addr == "" {
+		logger.Info("no ClickHouse configured (clickhouse.addr, VELVETROPE_CLICKHOUSE_ADDR): running without the analytics sink")
+		return nil, nil
+	}
+	tc, err := tlsconf.Client(ch.TLS, "clickhouse.tls")
+	if err != nil {
+		return nil, err
+	}
+	store, err := sink.NewClickHouse(sink.ClickHouseConfig{Addr: ch.Addr, Database: ch.Database, Username: ch.Username,
+		Password: ch.Password, TLS: tc, RetentionDays: ch.RetentionDays, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	w, err := sink.NewWriter(sink.WriterConfig{FlushInterval: ch.FlushInterval, MaxRows: ch.MaxRows, Logger: logger}, store)
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			if err := store.Migrate(ctx); err != nil {
+				logger.Warn("ClickHouse not ready at start; usage is buffered until it answers", "addr", ch.Addr, "error", err)
+			}
+			return w.Start(ctx)
+		},
+		OnStop: func(ctx context.Context) error {
+			err := w.Stop(ctx)
+			store.Close()
+			return err
+		},
+	})
+	return w, nil
+}
+
+// sinkMetrics exposes the analytics writer's buffer and writes.
+func sinkMetrics(reg *metrics.Registry, w *sink.Writer) {
+	reg.Gauge("velvetrope_sink_rows_buffered", "Usage rows waiting to be written.", func() float64 { return float64(w.Stats.Rows.Load()) })
+	reg.Counter("velvetrope_sink_rows_written_total", "Usage rows written.", func() float64 { return float64(w.Stats.Written.Load()) })
+	reg.Counter("velvetrope_sink_rows_dropped_total", "Usage rows dropped over the buffer bound (analytics lost; counters exact).",
+		func() float64 { return float64(w.Stats.Dropped.Load()) })
+	reg.Counter("velvetrope_sink_write_errors_total", "Failed writes of usage rows (retried).", func() float64 { return float64(w.Stats.WriteErrors.Load()) })
+	reg.Gauge("velvetrope_sink_last_write_age_seconds", "Seconds since usage rows were last written (-1: never).", func() float64 {
+		if t := w.Stats.LastWrite.Load(); t > 0 {
+			return time.Since(time.Unix(0, t)).Seconds()
+		}
+		return -1
+	})
+}
+
 func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
@@ -206,31 +262,36 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 		fx.Provide(
 			newRedis,
 			newCounters,
-			func(lc fx.Lifecycle, app config.App, logger *slog.Logger, store *counters.Redis) (*aggregator.Kafka, error) {
+			newUsageWriter,
+			func(lc fx.Lifecycle, app config.App, logger *slog.Logger, store *counters.Redis, usage *sink.Writer) (*aggregator.Kafka, error) {
 				if err := requireKafka(app); err != nil {
 					return nil, err
-				}
-				if app.ClickHouse.Addr == "" {
-					logger.Info("no ClickHouse configured: running without the analytics sink")
 				}
 				sec, err := kafkaSecurity(app)
 				if err != nil {
 					return nil, err
 				}
 				ag := app.Aggregator
-				a, err := aggregator.NewKafka(aggregator.Config{Brokers: app.Kafka.Brokers, Topic: app.Kafka.Topic,
+				cfg := aggregator.Config{Brokers: app.Kafka.Brokers, Topic: app.Kafka.Topic,
 					Group: ag.Group, Partitions: app.Checker.TopicPartitions, BatchSize: ag.BatchSize, BatchWait: ag.BatchWait,
 					SessionTimeout: ag.SessionTimeout, HeartbeatInterval: ag.HeartbeatInterval,
-					RebalanceTimeout: ag.RebalanceTimeout, Security: sec, Logger: logger}, store)
+					RebalanceTimeout: ag.RebalanceTimeout, Security: sec, Logger: logger}
+				if usage != nil { // a nil *sink.Writer must not become a non-nil interface
+					cfg.Analytics = usage
+				}
+				a, err := aggregator.NewKafka(cfg, store)
 				if err != nil {
 					return nil, err
 				}
 				lc.Append(fx.StartStopHook(a.Start, a.Stop))
 				return a, nil
 			},
-			func(lc fx.Lifecycle, app config.App, a *aggregator.Kafka, rc redis.UniversalClient) (*httpapi.Server, error) {
+			func(lc fx.Lifecycle, app config.App, a *aggregator.Kafka, rc redis.UniversalClient, usage *sink.Writer) (*httpapi.Server, error) {
 				mux := http.NewServeMux()
 				reg := metrics.New()
+				if usage != nil {
+					sinkMetrics(reg, usage)
+				}
 				reg.Counter("velvetrope_aggregator_batches_total", "Batches applied and committed.", func() float64 { return float64(a.Stats.Batches.Load()) })
 				reg.Counter("velvetrope_aggregator_deltas_applied_total", "Deltas applied to Redis.", func() float64 { return float64(a.Stats.Applied.Load()) })
 				reg.Counter("velvetrope_aggregator_deltas_skipped_total", "Copies skipped by the sequence check.", func() float64 { return float64(a.Stats.Skipped.Load()) })

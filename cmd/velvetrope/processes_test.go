@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
@@ -38,7 +40,10 @@ func TestCheckerAndAggregatorProcesses(t *testing.T) {
 	app := realApp(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var agg *httpapi.Server
-	aggApp := fxtest.New(t, aggregatorModule(app, quiet), fx.Populate(&agg))
+	aggCfg := app // the aggregator also writes usage to ClickHouse
+	aggCfg.ClickHouse.Addr, aggCfg.ClickHouse.Database = testsvc.ClickHouse(t), testsvc.Unique("proc")
+	aggCfg.ClickHouse.FlushInterval = 200 * time.Millisecond
+	aggApp := fxtest.New(t, aggregatorModule(aggCfg, quiet), fx.Populate(&agg))
 	aggApp.RequireStart()
 	defer aggApp.RequireStop()
 	var chk *httpapi.Server
@@ -59,6 +64,8 @@ func TestCheckerAndAggregatorProcesses(t *testing.T) {
 		t.Fatalf("check: %+v", got)
 	}
 	checkEnvoyAPIs(t, chk.Addr(), gl.Addr(), 98)
+	// The decisions reach ClickHouse through Kafka and the aggregator.
+	metricValue(t, "http://"+agg.Addr()+"/metrics", "velvetrope_sink_rows_written_total", func(x float64) bool { return x > 0 })
 	for _, url := range []string{"http://" + chk.Addr() + "/metrics", "http://" + agg.Addr() + "/metrics", "http://" + agg.Addr() + "/healthz"} {
 		r, err := http.Get(url)
 		if err != nil || r.StatusCode != 200 {
@@ -84,6 +91,33 @@ func TestCheckerAndAggregatorProcesses(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// metricValue polls url until the sample named series (with its labels)
+// satisfies ok, or fails after 30 s.
+func metricValue(t *testing.T, url, series string, ok func(float64) bool) float64 {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, found := strings.CutPrefix(line, series+" "); found {
+				var x float64
+				if _, err := fmt.Sscan(v, &x); err == nil && ok(x) {
+					return x
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no %s as wanted:\n%s", url, series, b)
+		}
+		time.Sleep(100 * time.Millisecond) // the real pipeline: checker → Kafka → aggregator → ClickHouse
 	}
 }
 
