@@ -20,12 +20,14 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/admin"
+	"github.com/velvetrope/velvetrope/internal/analytics"
 	"github.com/velvetrope/velvetrope/internal/decisions"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/logx"
 	"github.com/velvetrope/velvetrope/internal/metrics"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/rls"
+	"github.com/velvetrope/velvetrope/sink"
 )
 
 // runDev implements `velvetrope dev`: the HTTP check API over the whole
@@ -122,6 +124,7 @@ func devModule(app config.App, logger *slog.Logger) fx.Option {
 			newRuleStore,
 			checker.NewMemStore,
 			func() (*events.MemBus, error) { return events.NewMemBus(16, 1<<20) },
+			newDevUsage,
 			newDevChecker,
 			newDecisionCounter,
 			newRLS,
@@ -150,9 +153,10 @@ func newDevChecker(lc fx.Lifecycle, app config.App, logger *slog.Logger, rules *
 	return c, nil
 }
 
-// runEmbeddedAggregator applies the bus's deltas to the in-memory store.
-func runEmbeddedAggregator(lc fx.Lifecycle, bus *events.MemBus, store *checker.MemStore, logger *slog.Logger) {
-	agg := aggregator.NewEmbedded(bus, store, logger)
+// runEmbeddedAggregator applies the bus's deltas to the in-memory store
+// and hands them to the usage writer.
+func runEmbeddedAggregator(lc fx.Lifecycle, bus *events.MemBus, store *checker.MemStore, usage *sink.Writer, logger *slog.Logger) {
+	agg := aggregator.NewEmbedded(bus, store, logger).WithAnalytics(usage)
 	// Stop order is the reverse of start: the checker's final flush lands
 	// on the bus before the aggregator stops; the bus closes last.
 	lc.Append(fx.Hook{OnStop: bus.Close})
@@ -225,8 +229,20 @@ func watchRules(lc fx.Lifecycle, app config.App, store *config.Store, logger *sl
 }
 
 func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
-	rules *config.Store, logger *slog.Logger) (*httpapi.Server, error) {
-	return newCheckerHTTP(lc, app, c, n, rs, rules, logger, nil, nil)
+	rules *config.Store, usage *sink.Memory, logger *slog.Logger) (*httpapi.Server, error) {
+	return newCheckerHTTP(lc, app, c, n, rs, rules, logger, nil, analytics.New(usage, "", logger), nil)
+}
+
+// newDevUsage is dev's analytics store: usage in memory for a day, fed by
+// the embedded aggregator through a writer that flushes every second.
+func newDevUsage(lc fx.Lifecycle, logger *slog.Logger) (*sink.Memory, *sink.Writer, error) {
+	mem := sink.NewMemory(24 * time.Hour)
+	w, err := sink.NewWriter(sink.WriterConfig{FlushInterval: time.Second, Logger: logger}, mem)
+	if err != nil {
+		return nil, nil, err
+	}
+	lc.Append(fx.StartStopHook(w.Start, w.Stop))
+	return mem, w, nil
 }
 
 // newDecisionCounter counts the decisions the APIs answer, per rule.
@@ -236,8 +252,9 @@ func newDecisionCounter() *decisions.Counter { return new(decisions.Counter) }
 // checker): the check API, Envoy's /json, admin, metrics and health.
 // prod is nil in dev (no spill file); ready nil means always ready.
 func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
-	rules *config.Store, logger *slog.Logger, prod *events.KafkaProducer, ready func() error) (*httpapi.Server, error) {
+	rules *config.Store, logger *slog.Logger, prod *events.KafkaProducer, an *analytics.Handler, ready func() error) (*httpapi.Server, error) {
 	mux := http.NewServeMux()
+	an.Register(mux)
 	mux.Handle("/v1/check", httpapi.CheckHandler(decisions.Wrap(c, n), app.HTTP.MaxBodyBytes, logx.New(logger, 10*time.Second)))
 	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
 	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).WithKeys(c).Register(mux)

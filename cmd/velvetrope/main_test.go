@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
@@ -50,6 +51,7 @@ func TestDevSmoke(t *testing.T) {
 		t.Fatalf("got %d %+v", resp.StatusCode, got)
 	}
 	checkEnvoyAPIs(t, srv.Addr(), gl.Addr(), 98)
+	topDenied(t, srv.Addr())
 	if r, err := http.Get("http://" + srv.Addr() + "/v1/rules"); err != nil || r.StatusCode != 200 {
 		t.Fatalf("GET /v1/rules: %v %v", r, err)
 	} else {
@@ -65,6 +67,37 @@ func TestDevSmoke(t *testing.T) {
 			t.Fatalf("%s: %v %v", path, r, err)
 		}
 		r.Body.Close()
+	}
+}
+
+// topDenied has mallory refused (more hits than the bucket holds) and
+// waits until the analytics surfaces list her: the pipeline end to end.
+func topDenied(t *testing.T, addr string) {
+	t.Helper()
+	body := `{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"mallory"}]}],"hits":1000}`
+	for range 3 {
+		resp, err := http.Post("http://"+addr+"/v1/check", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	want := `{"domain":"api","rule":"api:user_id","descriptor":"user_id=mallory","denied":3,"allowed":0,"deferred":0}`
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, err := http.Get("http://" + addr + "/v1/analytics/top-denied?window=1h&limit=10&domain=api")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if r.StatusCode == 200 && strings.Contains(string(b), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("top-denied never listed mallory: %d %s", r.StatusCode, b)
+		}
+		time.Sleep(100 * time.Millisecond) // the pipeline flushes on its own schedule
 	}
 }
 

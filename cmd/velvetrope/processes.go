@@ -20,6 +20,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
+	"github.com/velvetrope/velvetrope/internal/analytics"
 	"github.com/velvetrope/velvetrope/internal/decisions"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/metrics"
@@ -118,10 +119,15 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 			},
 			newDecisionCounter,
 			newRLS,
+			newAnalyticsReader,
 			func(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
-				rc redis.UniversalClient, prod *events.KafkaProducer, rules *config.Store,
+				rc redis.UniversalClient, prod *events.KafkaProducer, rules *config.Store, an *sink.ClickHouse,
 				logger *slog.Logger) (*httpapi.Server, error) {
-				return newCheckerHTTP(lc, app, c, n, rs, rules, logger, prod,
+				h := analytics.New(nil, "analytics are off: set clickhouse.addr (VELVETROPE_CLICKHOUSE_ADDR) on the checker", logger)
+				if an != nil {
+					h = analytics.New(an, "", logger)
+				}
+				return newCheckerHTTP(lc, app, c, n, rs, rules, logger, prod, h,
 					func() error { return rc.Ping(context.Background()).Err() })
 			},
 		),
@@ -238,6 +244,27 @@ func newUsageWriter(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*sink
 		},
 	})
 	return w, nil
+}
+
+// newAnalyticsReader is the ClickHouse the checker's analytics endpoints
+// read, when clickhouse.addr is set (nil otherwise). It connects lazily:
+// a checker never waits on ClickHouse to decide.
+func newAnalyticsReader(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*sink.ClickHouse, error) {
+	ch := app.ClickHouse
+	if ch.Addr == "" {
+		return nil, nil
+	}
+	tc, err := tlsconf.Client(ch.TLS, "clickhouse.tls")
+	if err != nil {
+		return nil, err
+	}
+	store, err := sink.NewClickHouse(sink.ClickHouseConfig{Addr: ch.Addr, Database: ch.Database, Username: ch.Username,
+		Password: ch.Password, TLS: tc, RetentionDays: ch.RetentionDays, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.StopHook(store.Close))
+	return store, nil
 }
 
 // sinkMetrics exposes the analytics writer's buffer and writes.

@@ -40,10 +40,10 @@ func TestCheckerAndAggregatorProcesses(t *testing.T) {
 	app := realApp(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var agg *httpapi.Server
-	aggCfg := app // the aggregator also writes usage to ClickHouse
-	aggCfg.ClickHouse.Addr, aggCfg.ClickHouse.Database = testsvc.ClickHouse(t), testsvc.Unique("proc")
-	aggCfg.ClickHouse.FlushInterval = 200 * time.Millisecond
-	aggApp := fxtest.New(t, aggregatorModule(aggCfg, quiet), fx.Populate(&agg))
+	// the aggregator writes usage to ClickHouse, the checker reads it there
+	app.ClickHouse.Addr, app.ClickHouse.Database = testsvc.ClickHouse(t), testsvc.Unique("proc")
+	app.ClickHouse.FlushInterval = 200 * time.Millisecond
+	aggApp := fxtest.New(t, aggregatorModule(app, quiet), fx.Populate(&agg))
 	aggApp.RequireStart()
 	defer aggApp.RequireStop()
 	var chk *httpapi.Server
@@ -66,6 +66,7 @@ func TestCheckerAndAggregatorProcesses(t *testing.T) {
 	checkEnvoyAPIs(t, chk.Addr(), gl.Addr(), 98)
 	// The decisions reach ClickHouse through Kafka and the aggregator.
 	metricValue(t, "http://"+agg.Addr()+"/metrics", "velvetrope_sink_rows_written_total", func(x float64) bool { return x > 0 })
+	topDenied(t, chk.Addr())
 	for _, url := range []string{"http://" + chk.Addr() + "/metrics", "http://" + agg.Addr() + "/metrics", "http://" + agg.Addr() + "/healthz"} {
 		r, err := http.Get(url)
 		if err != nil || r.StatusCode != 200 {

@@ -1,0 +1,258 @@
+// Package analytics serves the usage analytics over HTTP: top denied
+// keys, one key's usage per minute, totals and deny rate per rule, and the
+// timeline the dashboard draws. Every parameter is checked and named when
+// wrong; the queries bind them (sink.Analytics), never splice them.
+package analytics
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/velvetrope/velvetrope/internal/logx"
+	"github.com/velvetrope/velvetrope/sink"
+)
+
+// Windows are bounded: long enough for a month of minutes, short enough
+// that a typo cannot scan a year.
+const (
+	MinWindow     = time.Minute
+	MaxWindow     = 31 * 24 * time.Hour
+	DefaultWindow = time.Hour
+	DefaultLimit  = 10
+)
+
+// Handler serves the analytics endpoints over a store. A nil store means
+// analytics are off: the endpoints answer 503 saying how to turn them on.
+type Handler struct {
+	store  sink.Analytics
+	off    string // why the store is nil
+	now    func() time.Time
+	logger *logx.Limited // store failures repeat per request: rate-limited
+}
+
+// New returns the handler over store; off explains a nil store.
+func New(store sink.Analytics, off string, logger *slog.Logger) *Handler {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Handler{store: store, off: off, now: time.Now, logger: logx.New(logger, 10*time.Second)}
+}
+
+// Register adds the endpoints to mux.
+func (h *Handler) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/analytics/top-denied", h.topDenied)
+	mux.HandleFunc("GET /v1/analytics/usage", h.usage)
+	mux.HandleFunc("GET /v1/analytics/rules", h.rules)
+	mux.HandleFunc("GET /v1/analytics/timeline", h.timeline)
+}
+
+// TopJSON is the body of GET /v1/analytics/top-denied.
+type TopJSON struct {
+	Window string          `json:"window"`
+	Keys   []sink.KeyUsage `json:"keys"`
+}
+
+// UsageJSON is the body of GET /v1/analytics/usage.
+type UsageJSON struct {
+	Window  string             `json:"window"`
+	Domain  string             `json:"domain"`
+	Key     string             `json:"key"`
+	Minutes []sink.MinuteUsage `json:"minutes"`
+}
+
+// RulesJSON is the body of GET /v1/analytics/rules.
+type RulesJSON struct {
+	Window string           `json:"window"`
+	Rules  []sink.RuleUsage `json:"rules"`
+}
+
+// TimelineJSON is the body of GET /v1/analytics/timeline.
+type TimelineJSON struct {
+	Window  string             `json:"window"`
+	Minutes []sink.MinuteUsage `json:"minutes"`
+}
+
+// ErrorJSON is the body of a refused request.
+type ErrorJSON struct {
+	Error string `json:"error"`
+}
+
+// params reads and checks the query parameters every endpoint shares.
+type params struct {
+	window            time.Duration
+	windowText        string
+	domain, rule, key string
+	limit             int
+}
+
+func (h *Handler) params(r *http.Request, allowed ...string) (params, error) {
+	q := r.URL.Query()
+	for name := range q {
+		if !slices.Contains(allowed, name) {
+			return params{}, fmt.Errorf("%s: unknown parameter (want %s)", name, strings.Join(allowed, ", "))
+		}
+		if len(q[name]) > 1 {
+			return params{}, fmt.Errorf("%s: given more than once", name)
+		}
+		if v := q.Get(name); !utf8.ValidString(v) || len(v) > 1024 {
+			return params{}, fmt.Errorf("%s: must be valid UTF-8 of at most 1024 bytes", name)
+		}
+	}
+	p := params{window: DefaultWindow, windowText: "1h", limit: DefaultLimit,
+		domain: q.Get("domain"), rule: q.Get("rule"), key: q.Get("key")}
+	if s := q.Get("window"); s != "" {
+		d, err := ParseWindow(s)
+		if err != nil {
+			return params{}, fmt.Errorf("window: %w", err)
+		}
+		p.window, p.windowText = d, s
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > sink.MaxTopLimit {
+			return params{}, fmt.Errorf("limit: want a whole number from 1 to %d, got %q", sink.MaxTopLimit, s)
+		}
+		p.limit = n
+	}
+	return p, nil
+}
+
+// ParseWindow reads a window such as 15m, 1h, 6h or 7d (Go durations, and
+// whole days with d), from 1 minute to 31 days.
+func ParseWindow(s string) (time.Duration, error) {
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil {
+			return 0, fmt.Errorf("want a duration such as 15m, 6h or 7d, got %q", s)
+		}
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("want a duration such as 15m, 6h or 7d, got %q", s)
+		}
+	}
+	if d < MinWindow || d > MaxWindow {
+		return 0, fmt.Errorf("want 1m to 31d, got %s", s)
+	}
+	return d, nil
+}
+
+// since is the first minute a window covers.
+func (h *Handler) since(d time.Duration) time.Time { return h.now().Add(-d).Truncate(time.Minute) }
+
+func (h *Handler) topDenied(w http.ResponseWriter, r *http.Request) {
+	p, err := h.params(r, "window", "limit", "domain", "rule")
+	if h.refused(w, err) {
+		return
+	}
+	keys, err := h.query(r.Context(), func(ctx context.Context, s sink.Analytics) (any, error) {
+		return s.TopDenied(ctx, sink.TopQuery{Since: h.since(p.window), Domain: p.domain, Rule: p.rule, Limit: p.limit})
+	})
+	if h.failed(w, "top-denied", err) {
+		return
+	}
+	writeJSON(w, http.StatusOK, TopJSON{Window: p.windowText, Keys: keys.([]sink.KeyUsage)})
+}
+
+func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
+	p, err := h.params(r, "window", "domain", "key", "rule")
+	switch {
+	case err != nil:
+	case p.domain == "":
+		err = errors.New("domain: required")
+	case p.key == "":
+		err = errors.New("key: required, the descriptor as key=value[,key2=value2]")
+	case !strings.Contains(p.key, "="):
+		err = fmt.Errorf("key: want key=value[,key2=value2], got %q", p.key)
+	}
+	if h.refused(w, err) {
+		return
+	}
+	mins, err := h.query(r.Context(), func(ctx context.Context, s sink.Analytics) (any, error) {
+		return s.Usage(ctx, sink.UsageQuery{Since: h.since(p.window), Domain: p.domain, Descriptor: p.key, Rule: p.rule})
+	})
+	if h.failed(w, "usage", err) {
+		return
+	}
+	writeJSON(w, http.StatusOK, UsageJSON{Window: p.windowText, Domain: p.domain, Key: p.key, Minutes: mins.([]sink.MinuteUsage)})
+}
+
+func (h *Handler) rules(w http.ResponseWriter, r *http.Request) {
+	p, err := h.params(r, "window", "domain")
+	if h.refused(w, err) {
+		return
+	}
+	rules, err := h.query(r.Context(), func(ctx context.Context, s sink.Analytics) (any, error) {
+		return s.Rules(ctx, sink.RulesQuery{Since: h.since(p.window), Domain: p.domain})
+	})
+	if h.failed(w, "rules", err) {
+		return
+	}
+	writeJSON(w, http.StatusOK, RulesJSON{Window: p.windowText, Rules: rules.([]sink.RuleUsage)})
+}
+
+func (h *Handler) timeline(w http.ResponseWriter, r *http.Request) {
+	p, err := h.params(r, "window", "domain")
+	if h.refused(w, err) {
+		return
+	}
+	mins, err := h.query(r.Context(), func(ctx context.Context, s sink.Analytics) (any, error) {
+		return s.Timeline(ctx, sink.TimelineQuery{Since: h.since(p.window), Domain: p.domain})
+	})
+	if h.failed(w, "timeline", err) {
+		return
+	}
+	writeJSON(w, http.StatusOK, TimelineJSON{Window: p.windowText, Minutes: mins.([]sink.MinuteUsage)})
+}
+
+// errOff marks a query refused because analytics are off.
+var errOff = errors.New("analytics off")
+
+// query runs f against the store with a bounded time.
+func (h *Handler) query(ctx context.Context, f func(context.Context, sink.Analytics) (any, error)) (any, error) {
+	if h.store == nil {
+		return nil, errOff
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return f(ctx, h.store)
+}
+
+func (h *Handler) refused(w http.ResponseWriter, err error) bool {
+	if err == nil {
+		return false
+	}
+	writeJSON(w, http.StatusBadRequest, ErrorJSON{Error: err.Error()})
+	return true
+}
+
+func (h *Handler) failed(w http.ResponseWriter, what string, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, errOff):
+		writeJSON(w, http.StatusServiceUnavailable, ErrorJSON{Error: h.off})
+	default:
+		h.logger.Warn("analytics query failed", "query", what, "error", err)
+		writeJSON(w, http.StatusServiceUnavailable, ErrorJSON{Error: "the analytics store did not answer: " + err.Error()})
+	}
+	return true
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,145 @@
+package analytics
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/velvetrope/velvetrope/sink"
+)
+
+var now = time.Date(2026, 11, 30, 12, 0, 30, 0, time.UTC)
+
+// seeded is a handler over a memory store holding: priya denied 20 and
+// allowed 10 in the last hour, bob denied 5, carol never denied, and an
+// old row of 2 hours ago.
+func seeded(t testing.TB) http.Handler {
+	t.Helper()
+	mem := sink.NewMemory(0)
+	min := func(ago time.Duration) int64 { return now.Add(-ago).Truncate(time.Minute).Unix() }
+	rows := []sink.Row{
+		{Minute: min(10 * time.Minute), Domain: "api", Rule: "api:user_id", Descriptor: "user_id=priya", Instance: "c/1", Stream: 1, Version: 5, Allowed: 6, Denied: 12},
+		{Minute: min(5 * time.Minute), Domain: "api", Rule: "api:user_id", Descriptor: "user_id=priya", Instance: "c/2", Stream: 1, Version: 9, Allowed: 4, Denied: 8},
+		{Minute: min(5 * time.Minute), Domain: "api", Rule: "api:user_id", Descriptor: "user_id=bob", Instance: "c/1", Stream: 2, Version: 6, Allowed: 1, Denied: 5},
+		{Minute: min(3 * time.Minute), Domain: "api", Rule: "api:ip", Descriptor: "ip=10.0.0.1", Instance: "c/1", Stream: 3, Version: 7, Allowed: 30},
+		{Minute: min(2 * time.Hour), Domain: "api", Rule: "api:user_id", Descriptor: "user_id=old", Instance: "c/1", Stream: 4, Version: 1, Denied: 99},
+		{Minute: min(4 * time.Minute), Domain: "web", Rule: "web:path", Descriptor: "path=/x", Instance: "c/1", Stream: 5, Version: 8, Denied: 1, Deferred: 2},
+	}
+	if err := mem.Insert(context.Background(), rows); err != nil {
+		t.Fatal(err)
+	}
+	h := New(mem, "", nil)
+	h.now = func() time.Time { return now }
+	mux := http.NewServeMux()
+	h.Register(mux)
+	return mux
+}
+
+func get(h http.Handler, path string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+	return rec
+}
+
+func TestEndpoints(t *testing.T) {
+	h := seeded(t)
+	tests := []struct {
+		path string
+		code int
+		want string // exact body (JSON, one line)
+	}{
+		{"/v1/analytics/top-denied?window=1h&limit=10&domain=api", 200,
+			`{"window":"1h","keys":[{"domain":"api","rule":"api:user_id","descriptor":"user_id=priya","denied":20,"allowed":10,"deferred":0},` +
+				`{"domain":"api","rule":"api:user_id","descriptor":"user_id=bob","denied":5,"allowed":1,"deferred":0}]}`},
+		{"/v1/analytics/top-denied?limit=1", 200,
+			`{"window":"1h","keys":[{"domain":"api","rule":"api:user_id","descriptor":"user_id=priya","denied":20,"allowed":10,"deferred":0}]}`},
+		{"/v1/analytics/top-denied?window=3h&limit=1", 200,
+			`{"window":"3h","keys":[{"domain":"api","rule":"api:user_id","descriptor":"user_id=old","denied":99,"allowed":0,"deferred":0}]}`},
+		{"/v1/analytics/top-denied?domain=web&rule=web:path", 200,
+			`{"window":"1h","keys":[{"domain":"web","rule":"web:path","descriptor":"path=/x","denied":1,"allowed":0,"deferred":2}]}`},
+		{"/v1/analytics/top-denied?domain=nobody", 200, `{"window":"1h","keys":[]}`},
+		{"/v1/analytics/rules?window=1h&domain=api", 200,
+			`{"window":"1h","rules":[{"domain":"api","rule":"api:ip","allowed":30,"denied":0,"deferred":0,"shadow_denied":0,"deny_rate":0},` +
+				`{"domain":"api","rule":"api:user_id","allowed":11,"denied":25,"deferred":0,"shadow_denied":0,"deny_rate":0.6944444444444444}]}`},
+		{"/v1/analytics/usage?domain=api&key=user_id%3Dpriya&window=6h", 200,
+			`{"window":"6h","domain":"api","key":"user_id=priya","minutes":[` +
+				`{"minute":"2026-11-30T11:50:00Z","allowed":6,"denied":12,"deferred":0,"shadow_denied":0,"allowed_cost":0,"denied_cost":0},` +
+				`{"minute":"2026-11-30T11:55:00Z","allowed":4,"denied":8,"deferred":0,"shadow_denied":0,"allowed_cost":0,"denied_cost":0}]}`},
+		// refused, naming the parameter
+		{"/v1/analytics/top-denied?window=soon", 400, `{"error":"window: want a duration such as 15m, 6h or 7d, got \"soon\""}`},
+		{"/v1/analytics/top-denied?window=30s", 400, `{"error":"window: want 1m to 31d, got 30s"}`},
+		{"/v1/analytics/top-denied?window=40d", 400, `{"error":"window: want 1m to 31d, got 40d"}`},
+		{"/v1/analytics/top-denied?limit=0", 400, `{"error":"limit: want a whole number from 1 to 1000, got \"0\""}`},
+		{"/v1/analytics/top-denied?limit=ten", 400, `{"error":"limit: want a whole number from 1 to 1000, got \"ten\""}`},
+		{"/v1/analytics/top-denied?limt=5", 400, `{"error":"limt: unknown parameter (want window, limit, domain, rule)"}`},
+		{"/v1/analytics/top-denied?domain=a&domain=b", 400, `{"error":"domain: given more than once"}`},
+		{"/v1/analytics/usage?domain=api", 400, `{"error":"key: required, the descriptor as key=value[,key2=value2]"}`},
+		{"/v1/analytics/usage?key=user_id%3Dpriya", 400, `{"error":"domain: required"}`},
+		{"/v1/analytics/usage?domain=api&key=priya", 400, `{"error":"key: want key=value[,key2=value2], got \"priya\""}`},
+		{"/v1/analytics/rules?domain=%ff", 400, `{"error":"domain: must be valid UTF-8 of at most 1024 bytes"}`},
+	}
+	for _, tc := range tests {
+		rec := get(h, tc.path)
+		if got := strings.TrimSpace(rec.Body.String()); rec.Code != tc.code || got != tc.want {
+			t.Errorf("%s:\n got %d %s\nwant %d %s", tc.path, rec.Code, got, tc.code, tc.want)
+		}
+	}
+	// the timeline sums everything per minute, in order
+	var tl TimelineJSON
+	if err := json.Unmarshal(get(h, "/v1/analytics/timeline?window=1h").Body.Bytes(), &tl); err != nil {
+		t.Fatal(err)
+	}
+	var allowed, denied uint64
+	for i, m := range tl.Minutes {
+		allowed += m.Allowed
+		denied += m.Denied
+		if i > 0 && !m.Minute.After(tl.Minutes[i-1].Minute) {
+			t.Fatal("timeline out of order")
+		}
+	}
+	if len(tl.Minutes) != 4 || allowed != 41 || denied != 26 {
+		t.Fatalf("timeline: %+v", tl)
+	}
+}
+
+func TestAnalyticsOff(t *testing.T) {
+	mux := http.NewServeMux()
+	New(nil, "analytics are off: set VELVETROPE_CLICKHOUSE_ADDR", nil).Register(mux)
+	rec := get(mux, "/v1/analytics/top-denied")
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "VELVETROPE_CLICKHOUSE_ADDR") {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	// input is still checked first
+	if rec := get(mux, "/v1/analytics/top-denied?window=x"); rec.Code != 400 {
+		t.Fatalf("bad window with analytics off: %d", rec.Code)
+	}
+}
+
+func FuzzQuery(f *testing.F) {
+	for _, s := range []string{"window=1h&limit=10&domain=api", "window=7d", "limit=-1", "window=%ff", "key=a%3Db&domain=x", "a=1&a=2"} {
+		f.Add(s)
+	}
+	h := seeded(f)
+	f.Fuzz(func(t *testing.T, q string) {
+		for _, path := range []string{"/v1/analytics/top-denied", "/v1/analytics/usage", "/v1/analytics/rules", "/v1/analytics/timeline"} {
+			req := httptest.NewRequest("GET", path, nil)
+			req.URL.RawQuery = q // whatever bytes a client sends
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != 200 && rec.Code != 400 {
+				t.Fatalf("%s?%s: %d %s", path, q, rec.Code, rec.Body)
+			}
+			var body map[string]any
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+				t.Fatalf("%s?%s: not JSON: %s", path, q, rec.Body)
+			}
+			if rec.Code == 400 && !strings.Contains(body["error"].(string), ":") {
+				t.Fatalf("%s?%s: an error that names nothing: %s", path, q, rec.Body)
+			}
+		}
+	})
+}
