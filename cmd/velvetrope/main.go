@@ -16,9 +16,12 @@ Usage:
   velvetrope checker [--rules PATH] [--http ADDR] [--grpc ADDR] [--config FILE]
                                    serve both APIs, sharing counters through Redis and Kafka
   velvetrope aggregator [--http ADDR] [--config FILE]
-                                   apply consumption deltas from Kafka to the Redis counters
+                                   apply consumption deltas from Kafka to the Redis counters,
+                                   and usage to ClickHouse when VELVETROPE_CLICKHOUSE_ADDR is set
   velvetrope check --domain D --descriptor k=v[,k2=v2] [--descriptor ...] [--hits N] [--addr HOST:PORT]
                                    ask a running velvetrope (gRPC); exit 0 allow, 2 deny, 1 error
+  velvetrope top [--window 1h] [--domain D] [--rule ID] [--limit 10] [--addr HOST:PORT] [--json]
+                                   the most denied keys of a running velvetrope (HTTP)
   velvetrope rules validate PATH... check rule files or directories; exit 1 on errors
   velvetrope version               print the version
 
@@ -48,6 +51,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runRules(args[1:], stdout, stderr)
 	case "check":
 		return runCheck(args[1:], stdout, stderr)
+	case "top":
+		return runTop(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "velvetrope", version())
 		return 0

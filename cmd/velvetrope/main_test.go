@@ -263,3 +263,47 @@ func TestCheckCommand(t *testing.T) {
 		})
 	}
 }
+
+// TestTopCommand runs `velvetrope top` against the dev process graph once
+// its analytics list a refused key.
+func TestTopCommand(t *testing.T) {
+	app := config.DefaultApp()
+	app.HTTP.Addr, app.GRPC.Addr = "127.0.0.1:0", "127.0.0.1:0"
+	var srv *httpapi.Server
+	fxApp := fxtest.New(t, devModule(app, slog.New(slog.NewTextHandler(io.Discard, nil))), fx.Populate(&srv))
+	fxApp.RequireStart()
+	defer fxApp.RequireStop()
+	topDenied(t, srv.Addr()) // mallory: 3 refusals, visible
+
+	cases := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{"table", nil, 0, "DENIED  ALLOWED  DEFERRED  DENY %  DOMAIN  RULE         KEY\n" +
+			"     3        0         0   100.0  api     api:user_id  user_id=mallory\n(last 1h, most denied first)\n", ""},
+		{"json", []string{"--json", "--window", "6h", "--domain", "api", "--limit", "1"}, 0,
+			`"window": "6h",` + "\n" + `  "keys": [` + "\n" + `    {` + "\n" + `      "domain": "api",`, ""},
+		{"nothing denied", []string{"--domain", "shop"}, 0, "no denied keys in the last 1h\n", ""},
+		{"bad window", []string{"--window", "forever"}, 1, "", `velvetrope top: invalid request: window: want a duration such as 15m, 6h or 7d, got "forever"`},
+		{"bad limit", []string{"--limit", "5000"}, 1, "", "limit: want a whole number from 1 to 1000"},
+		{"stray argument", []string{"api"}, 1, "", `unexpected argument "api"`},
+		{"nobody there", []string{"--addr", "127.0.0.1:1", "--timeout", "200ms"}, 1, "", "velvetrope top: client: GET /v1/analytics/top-denied"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			args := c.args
+			if !strings.Contains(strings.Join(args, " "), "--addr") {
+				args = append(args, "--addr", srv.Addr())
+			}
+			code := run(append([]string{"top"}, args...), &out, &errb)
+			if code != c.code || !strings.Contains(out.String(), c.stdout) || !strings.Contains(errb.String(), c.stderr) {
+				t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s\nwant exit %d, stdout containing %q, stderr containing %q",
+					code, out.String(), errb.String(), c.code, c.stdout, c.stderr)
+			}
+		})
+	}
+}
