@@ -16,10 +16,12 @@ run:
 build:
 	$(GO) build -ldflags "-X main.buildVersion=$(VERSION)" -o $(BIN) ./cmd/velvetrope
 
-## test: validate docker-compose.yml, start the real services, run every test with -race, stop what was started
+## test: validate docker-compose.yml, start the real services, run every test with -race, stop what was started;
+## files tests keep (the dashboard screenshot) land in .test-output/_artifacts/
 test: compose-check
 	@scripts/services.sh up || { scripts/services.sh down; exit 1; }
-	@set -o pipefail; source .services.env && $(GO) test -race -count=1 $(PKGS); status=$$?; \
+	@mkdir -p .test-output
+	@set -o pipefail; source .services.env && $(GO) test -race -count=1 -artifacts -outputdir $(CURDIR)/.test-output $(PKGS); status=$$?; \
 		scripts/services.sh down; exit $$status
 
 ## test-unit: the tests that need no services (integration tests skip)

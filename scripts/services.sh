@@ -263,6 +263,7 @@ export VELVETROPE_TEST_REDIS_CLUSTER=$CLUSTER_ADDRS
 export VELVETROPE_TEST_KAFKA=$KAFKA_ADDR
 export VELVETROPE_TEST_CLICKHOUSE=$CH_ADDR
 export VELVETROPE_TEST_SERVICES_SCRIPT=$ROOT/scripts/services.sh
+export VELVETROPE_TEST_CHROMIUM=$(command -v chromium)
 ENV
 }
 
@@ -287,6 +288,7 @@ up() {
   fi
   command -v curl >/dev/null || apt_install curl
   command -v kcat >/dev/null || apt_install kcat   # a standard Kafka client, for the interop test
+  command -v chromium >/dev/null || apt_install chromium   # headless, for the dashboard test
   redis_up
   redis_cluster_up
   clickhouse_up

@@ -28,6 +28,7 @@ const (
 	EnvKafka        = "VELVETROPE_TEST_KAFKA"
 	EnvClickHouse   = "VELVETROPE_TEST_CLICKHOUSE" // native protocol port
 	EnvScript       = "VELVETROPE_TEST_SERVICES_SCRIPT"
+	EnvChromium     = "VELVETROPE_TEST_CHROMIUM" // path of Debian's chromium, for the dashboard test
 )
 
 func addrs(t testing.TB, env string) []string {
@@ -63,6 +64,21 @@ func Kafka(t testing.TB) string { t.Helper(); return addrs(t, EnvKafka)[0] }
 
 // ClickHouse returns the ClickHouse native-protocol address.
 func ClickHouse(t testing.TB) string { t.Helper(); return addrs(t, EnvClickHouse)[0] }
+
+// Chromium returns the path of the headless browser scripts/services.sh
+// installed; it skips when the variable is unset and fails when the path
+// is not an executable.
+func Chromium(t testing.TB) string {
+	t.Helper()
+	p := strings.TrimSpace(os.Getenv(EnvChromium))
+	if p == "" {
+		t.Skipf("%s is unset: run `make test` (or source .services.env) for browser tests", EnvChromium)
+	}
+	if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
+		t.Fatalf("%s=%q is not an executable: %v", EnvChromium, p, err)
+	}
+	return p
+}
 
 // Unique returns prefix plus a random suffix safe in Redis keys, Kafka
 // topic names and ClickHouse identifiers, so that tests running in parallel

@@ -1,0 +1,119 @@
+package dashboard
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/velvetrope/velvetrope/internal/analytics"
+	"github.com/velvetrope/velvetrope/internal/testsvc"
+	"github.com/velvetrope/velvetrope/sink"
+)
+
+func TestServesThePage(t *testing.T) {
+	mux := http.NewServeMux()
+	Register(mux)
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	body := rec.Body.String()
+	if rec.Code != 200 || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html") ||
+		!strings.Contains(rec.Header().Get("Content-Security-Policy"), "default-src 'self'") {
+		t.Fatalf("%d %v", rec.Code, rec.Header())
+	}
+	// Nothing is loaded from elsewhere: no absolute URL in any src or href.
+	if m := regexp.MustCompile(`(src|href)=["']?(https?:)?//`).FindString(body); m != "" {
+		t.Fatalf("the page loads from another origin: %s", m)
+	}
+	for _, want := range []string{"/v1/analytics/timeline", "/v1/analytics/top-denied", "/v1/analytics/rules", "setInterval"} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("the page does not use %s", want)
+		}
+	}
+	rec = httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest("GET", "/other", nil))
+	if rec.Code != 404 {
+		t.Fatalf("GET /other: %d, want 404 (the page is served at the root only)", rec.Code)
+	}
+}
+
+// TestDashboardInChromium opens the page in headless Chromium against the
+// analytics API over a seeded ClickHouse, checks from the rendered DOM that
+// the charts show the seeded data, and saves a screenshot in the test's
+// artifact directory (`go test -artifacts` keeps it).
+func TestDashboardInChromium(t *testing.T) {
+	chromium := testsvc.Chromium(t)
+	ch, err := sink.NewClickHouse(sink.ClickHouseConfig{Addr: testsvc.ClickHouse(t), Database: testsvc.Unique("dash")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	now := time.Now().UTC().Truncate(time.Minute)
+	at := func(ago int) int64 { return now.Add(-time.Duration(ago) * time.Minute).Unix() }
+	var rows []sink.Row
+	for i := range 30 { // half an hour of traffic, denials growing
+		rows = append(rows,
+			sink.Row{Minute: at(i), Domain: "api", Rule: "api:user_id", Descriptor: "user_id=priya", Instance: "c/1", Stream: 1,
+				Version: uint64(100 - i), Allowed: 2, Denied: uint64(30 - i)},
+			sink.Row{Minute: at(i), Domain: "api", Rule: "api:remote_address", Descriptor: "remote_address=203.0.113.7",
+				Instance: "c/2", Stream: 2, Version: uint64(200 - i), Allowed: 40, Denied: uint64(i % 3), Deferred: 1})
+	}
+	rows = append(rows, sink.Row{Minute: at(3), Domain: "api", Rule: "api:user_id", Descriptor: "user_id=bob",
+		Instance: "c/1", Stream: 3, Version: 300, Allowed: 5, Denied: 7})
+	if err := ch.Insert(context.Background(), rows); err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	analytics.New(ch, "", nil).Register(mux)
+	Register(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	browse := func(extra ...string) []byte {
+		t.Helper()
+		args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+			"--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+			"--user-data-dir=" + t.TempDir(), "--window-size=1280,900", "--virtual-time-budget=8000"}, extra...)
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, chromium, append(args, srv.URL+"/")...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("chromium %v: %v\n%s", extra, err, stderr.String())
+		}
+		return out
+	}
+	dom := string(browse("--dump-dom"))
+	for _, want := range []string{
+		`id="status" data-state="ready"`,
+		`data-points="30"`, // one bar group per minute with traffic
+		`allowed 1,265 · denied 502 · deferred 30`,
+		`<tbody data-rows="3">`,  // top denied: priya, bob, the address
+		`data-key="user_id=priya"`,
+		`data-rule="api:user_id" data-rate="0.8790"`, // 472 denied of 537
+	} {
+		if !strings.Contains(dom, want) {
+			t.Fatalf("the rendered page lacks %q:\n%s", want, dom)
+		}
+	}
+	if i, j := strings.Index(dom, `data-key="user_id=priya"`), strings.Index(dom, `data-key="user_id=bob"`); i < 0 || j < i {
+		t.Fatal("top denied keys are not most denied first")
+	}
+
+	shot := filepath.Join(t.ArtifactDir(), "dashboard.png")
+	browse("--screenshot=" + shot)
+	png, err := os.ReadFile(shot)
+	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) || len(png) < 10_000 {
+		t.Fatalf("screenshot %s: %d bytes, %v", shot, len(png), err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
+}
