@@ -97,7 +97,7 @@ func TestDashboardInChromium(t *testing.T) {
 		`id="status" data-state="ready"`,
 		`data-points="30"`, // one bar group per minute with traffic
 		`allowed 1,265 · denied 502 · deferred 30`,
-		`<tbody data-rows="3">`,  // top denied: priya, bob, the address
+		`<tbody data-rows="3">`, // top denied: priya, bob, the address
 		`data-key="user_id=priya"`,
 		`data-rule="api:user_id" data-rate="0.8790"`, // 472 denied of 537
 	} {
