@@ -244,6 +244,13 @@ XML
             <profile>default</profile>
             <quota>default</quota>
         </default>
+        <!-- a password-protected user, for the credentials test -->
+        <velvetrope_auth>
+            <password>s3cret-for-tests</password>
+            <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
+            <profile>default</profile>
+            <quota>default</quota>
+        </velvetrope_auth>
     </users>
     <quotas><default><interval><duration>3600</duration><queries>0</queries><errors>0</errors>
         <result_rows>0</result_rows><read_rows>0</read_rows><execution_time>0</execution_time></interval></default></quotas>

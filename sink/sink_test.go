@@ -450,3 +450,58 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond) // polling a real server's progress
 	}
 }
+
+// TestClickHouseCredentials: a password-protected user (the test servers
+// have one) migrates, writes and reads; a wrong password is refused with
+// the server's message and never appears in it.
+func TestClickHouseCredentials(t *testing.T) {
+	addr := testsvc.ClickHouse(t)
+	ctx := context.Background()
+	db := testsvc.Unique("auth")
+	ok, err := NewClickHouse(ClickHouseConfig{Addr: addr, Database: db, Username: "velvetrope_auth", Password: "s3cret-for-tests"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ok.Close()
+	if err := ok.Insert(ctx, []Row{{Minute: t0.Unix(), Domain: "api", Rule: "api:k", Descriptor: "k=v", Instance: "c/1", Stream: 1, Version: 1, Denied: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if top, err := ok.TopDenied(ctx, TopQuery{Since: t0, Limit: 1}); err != nil || len(top) != 1 || top[0].Denied != 3 {
+		t.Fatalf("%+v %v", top, err)
+	}
+	bad, err := NewClickHouse(ClickHouseConfig{Addr: addr, Database: db, Username: "velvetrope_auth", Password: "wrong-password"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	err = bad.Migrate(ctx)
+	if err == nil || strings.Contains(err.Error(), "wrong-password") {
+		t.Fatalf("wrong password: %v", err)
+	}
+	t.Logf("refused as expected: %v", err)
+}
+
+// TestNearLive: with the default flush interval, usage is readable within
+// 10 s of the aggregator handing it over (in practice about one interval).
+func TestNearLive(t *testing.T) {
+	ch := newCH(t, testsvc.ClickHouse(t), nil)
+	w := writer(t, ch)
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background())
+	start := time.Now()
+	w.Add([]*eventsv1.Delta{{InstanceId: "c/1", Sequence: 1, Domain: "api", RuleId: "api:k", DescriptorText: "k=live",
+		Minute: &eventsv1.MinuteUsage{MinuteUnix: time.Now().Unix() / 60 * 60, Stream: 1, DeniedCount: 1}}})
+	for {
+		top, err := ch.TopDenied(context.Background(), TopQuery{Since: time.Now().Add(-time.Hour), Limit: 1})
+		if err == nil && len(top) == 1 {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("not readable after 10 s (%v)", err)
+		}
+		time.Sleep(50 * time.Millisecond) // waiting on the real server
+	}
+	t.Logf("readable after %v (flush interval %v)", time.Since(start).Round(time.Millisecond), w.cfg.FlushInterval)
+}
