@@ -505,3 +505,28 @@ func TestNearLive(t *testing.T) {
 	}
 	t.Logf("readable after %v (flush interval %v)", time.Since(start).Round(time.Millisecond), w.cfg.FlushInterval)
 }
+
+// TestStopWithClickHouseDown: a shutdown never waits on a dead ClickHouse:
+// the rows it cannot write are counted as dropped and logged.
+func TestStopWithClickHouseDown(t *testing.T) {
+	ch, err := NewClickHouse(ClickHouseConfig{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	var log bytes.Buffer
+	w, err := NewWriter(WriterConfig{MinBackoff: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&log, nil))}, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Add(newMix(t, 50, 4).deltas)
+	rows := w.Stats.Rows.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rows == 0 || w.Stats.Dropped.Load() != uint64(rows) || !strings.Contains(log.String(), "lost") {
+		t.Fatalf("rows %d, dropped %d, log:\n%s", rows, w.Stats.Dropped.Load(), log.String())
+	}
+}

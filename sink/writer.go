@@ -187,23 +187,35 @@ func (w *Writer) Flush(ctx context.Context) error {
 	return err
 }
 
-// Stop ends the loop and makes a last write within ctx; rows it cannot
-// write are reported as an error (they are lost with the process).
+// Stop ends the loop and makes a last write within ctx (up to three
+// attempts). Rows it cannot write are lost with the process: they are
+// counted in Stats.Dropped and logged, and Stop still returns nil, so a
+// ClickHouse outage never holds up a shutdown (the counters in Redis are
+// exact regardless).
 func (w *Writer) Stop(ctx context.Context) error {
 	if w.stop != nil {
 		close(w.stop)
 		<-w.done
 		w.stop = nil
 	}
-	for {
-		err := w.Flush(ctx)
-		if err == nil {
+	var err error
+	for range 3 {
+		if err = w.Flush(ctx); err == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return err
 		case <-time.After(w.cfg.MinBackoff):
+			continue
 		}
+		break
 	}
+	w.mu.Lock()
+	lost := len(w.buf)
+	w.buf = map[rowKey]Row{}
+	w.Stats.Rows.Store(0)
+	w.mu.Unlock()
+	w.Stats.Dropped.Add(uint64(lost))
+	w.cfg.Logger.Warn("analytics rows not written at shutdown: lost (counters are not affected)", "rows", lost, "error", err)
+	return nil
 }

@@ -161,3 +161,31 @@ func TestRedisAuth(t *testing.T) {
 		}
 	}
 }
+
+// TestAggregatorStartsWithClickHouseDown: ClickHouse configured but not
+// answering: the aggregator starts, counts into Redis, is healthy, and
+// shows the failed writes in its metrics while it buffers.
+func TestAggregatorStartsWithClickHouseDown(t *testing.T) {
+	app := realApp(t)
+	app.ClickHouse.Addr = "127.0.0.1:1" // nothing listens there
+	app.ClickHouse.FlushInterval = 100 * time.Millisecond
+	var agg *httpapi.Server
+	aggApp := fxtest.New(t, aggregatorModule(app, slog.New(slog.NewTextHandler(io.Discard, nil))), fx.Populate(&agg))
+	aggApp.RequireStart()
+	defer aggApp.RequireStop()
+	var chk *httpapi.Server
+	chkApp := fxtest.New(t, checkerModule(app, slog.New(slog.NewTextHandler(io.Discard, nil))), fx.Populate(&chk))
+	chkApp.RequireStart()
+	defer chkApp.RequireStop()
+	body := `{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}],"hits":1}`
+	resp, err := http.Post("http://"+chk.Addr()+"/v1/check", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	metricValue(t, "http://"+agg.Addr()+"/metrics", "velvetrope_sink_write_errors_total", func(x float64) bool { return x > 0 })
+	metricValue(t, "http://"+agg.Addr()+"/metrics", "velvetrope_sink_rows_buffered", func(x float64) bool { return x > 0 })
+	if r, err := http.Get("http://" + agg.Addr() + "/healthz"); err != nil || r.StatusCode != 200 {
+		t.Fatalf("healthz with ClickHouse down: %v %v", r, err)
+	}
+}
