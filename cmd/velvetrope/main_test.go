@@ -231,13 +231,7 @@ func TestCheckCommand(t *testing.T) {
 	fxApp.RequireStart()
 	defer fxApp.RequireStop()
 
-	cases := []struct {
-		name   string
-		args   []string
-		code   int
-		stdout string
-		stderr string
-	}{
+	cases := []cliCase{
 		{"allowed", []string{"--domain", "api", "--descriptor", "user_id=cli", "--descriptor", "nothing=x"}, 0,
 			"allow\n  [0] allow limit=100/minute remaining=99 reset=600ms\n  [1] allow (no limit)\n", ""},
 		{"probe", []string{"--domain", "api", "--descriptor", "user_id=cli", "--hits", "0"}, 0, "remaining=99 ", ""},
@@ -248,20 +242,7 @@ func TestCheckCommand(t *testing.T) {
 		{"huge hits", []string{"--domain", "api", "--descriptor", "a=b", "--hits", "99999999999"}, 1, "", "--hits: at most"},
 		{"nobody there", []string{"--domain", "api", "--descriptor", "a=b", "--addr", "127.0.0.1:1", "--timeout", "200ms"}, 1, "", "velvetrope check: "},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			var out, errb bytes.Buffer
-			args := c.args
-			if !strings.Contains(strings.Join(args, " "), "--addr") {
-				args = append(args, "--addr", gl.Addr())
-			}
-			code := run(append([]string{"check"}, args...), &out, &errb)
-			if code != c.code || !strings.Contains(out.String(), c.stdout) || !strings.Contains(errb.String(), c.stderr) {
-				t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s\nwant exit %d, stdout containing %q, stderr containing %q",
-					code, out.String(), errb.String(), c.code, c.stdout, c.stderr)
-			}
-		})
-	}
+	runCLI(t, "check", gl.Addr(), cases)
 }
 
 // TestTopCommand runs `velvetrope top` against the dev process graph once
@@ -275,13 +256,7 @@ func TestTopCommand(t *testing.T) {
 	defer fxApp.RequireStop()
 	topDenied(t, srv.Addr()) // mallory: 3 refusals, visible
 
-	cases := []struct {
-		name   string
-		args   []string
-		code   int
-		stdout string
-		stderr string
-	}{
+	cases := []cliCase{
 		{"table", nil, 0, "DENIED  ALLOWED  DEFERRED  DENY %  DOMAIN  RULE         KEY\n" +
 			"     3        0         0   100.0  api     api:user_id  user_id=mallory\n(last 1h, most denied first)\n", ""},
 		{"json", []string{"--json", "--window", "6h", "--domain", "api", "--limit", "1"}, 0,
@@ -292,14 +267,29 @@ func TestTopCommand(t *testing.T) {
 		{"stray argument", []string{"api"}, 1, "", `unexpected argument "api"`},
 		{"nobody there", []string{"--addr", "127.0.0.1:1", "--timeout", "200ms"}, 1, "", "velvetrope top: client: GET /v1/analytics/top-denied"},
 	}
+	runCLI(t, "top", srv.Addr(), cases)
+}
+
+// cliCase is one run of a subcommand: its arguments (--addr is added
+// unless given), exit code, and what stdout and stderr must contain.
+type cliCase struct {
+	name   string
+	args   []string
+	code   int
+	stdout string
+	stderr string
+}
+
+func runCLI(t *testing.T, cmd, addr string, cases []cliCase) {
+	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
 			args := c.args
 			if !strings.Contains(strings.Join(args, " "), "--addr") {
-				args = append(args, "--addr", srv.Addr())
+				args = append(args, "--addr", addr)
 			}
-			code := run(append([]string{"top"}, args...), &out, &errb)
+			code := run(append([]string{cmd}, args...), &out, &errb)
 			if code != c.code || !strings.Contains(out.String(), c.stdout) || !strings.Contains(errb.String(), c.stderr) {
 				t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s\nwant exit %d, stdout containing %q, stderr containing %q",
 					code, out.String(), errb.String(), c.code, c.stdout, c.stderr)

@@ -217,12 +217,7 @@ func newUsageWriter(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*sink
 		logger.Info("no ClickHouse configured (clickhouse.addr, VELVETROPE_CLICKHOUSE_ADDR): running without the analytics sink")
 		return nil, nil
 	}
-	tc, err := tlsconf.Client(ch.TLS, "clickhouse.tls")
-	if err != nil {
-		return nil, err
-	}
-	store, err := sink.NewClickHouse(sink.ClickHouseConfig{Addr: ch.Addr, Database: ch.Database, Username: ch.Username,
-		Password: ch.Password, TLS: tc, RetentionDays: ch.RetentionDays, Logger: logger})
+	store, err := clickHouse(app, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -250,21 +245,26 @@ func newUsageWriter(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*sink
 // read, when clickhouse.addr is set (nil otherwise). It connects lazily:
 // a checker never waits on ClickHouse to decide.
 func newAnalyticsReader(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*sink.ClickHouse, error) {
-	ch := app.ClickHouse
-	if ch.Addr == "" {
+	if app.ClickHouse.Addr == "" {
 		return nil, nil
 	}
-	tc, err := tlsconf.Client(ch.TLS, "clickhouse.tls")
-	if err != nil {
-		return nil, err
-	}
-	store, err := sink.NewClickHouse(sink.ClickHouseConfig{Addr: ch.Addr, Database: ch.Database, Username: ch.Username,
-		Password: ch.Password, TLS: tc, RetentionDays: ch.RetentionDays, Logger: logger})
+	store, err := clickHouse(app, logger)
 	if err != nil {
 		return nil, err
 	}
 	lc.Append(fx.StopHook(store.Close))
 	return store, nil
+}
+
+// clickHouse is the sink's store as the application config describes it.
+func clickHouse(app config.App, logger *slog.Logger) (*sink.ClickHouse, error) {
+	ch := app.ClickHouse
+	tc, err := tlsconf.Client(ch.TLS, "clickhouse.tls")
+	if err != nil {
+		return nil, err
+	}
+	return sink.NewClickHouse(sink.ClickHouseConfig{Addr: ch.Addr, Database: ch.Database, Username: ch.Username,
+		Password: ch.Password, TLS: tc, RetentionDays: ch.RetentionDays, Logger: logger})
 }
 
 // sinkMetrics exposes the analytics writer's buffer and writes.
