@@ -10,14 +10,14 @@ import (
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 )
 
-// deltas makes n deltas over keys streams in one minute, each a later
+// benchDeltas makes n deltas over keys streams in one minute, each a later
 // version of its row.
 func benchDeltas(n, keys int) []*eventsv1.Delta {
 	ds := make([]*eventsv1.Delta, n)
 	for i := range ds {
 		ds[i] = &eventsv1.Delta{InstanceId: "c/1", Sequence: uint64(i + 1), Domain: "api", RuleId: "api:user_id",
 			DescriptorText: "user_id=" + string(rune('a'+i%keys%26)) + string(rune('a'+i%keys/26%26)),
-			Minute: &eventsv1.MinuteUsage{MinuteUnix: t0.Unix(), Stream: uint64(i%keys + 1), AllowedCount: uint64(i/keys + 1)}}
+			Minute:         &eventsv1.MinuteUsage{MinuteUnix: t0.Unix(), Stream: uint64(i%keys + 1), AllowedCount: uint64(i/keys + 1)}}
 	}
 	return ds
 }
