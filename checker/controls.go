@@ -238,8 +238,8 @@ func (c *Checker) SyncControls(ctx context.Context) error {
 	default:
 		list = cur.list // the rules changed or a control expired: rebuild
 	}
-	if set := c.compileControls(rs, list, now); set.n > 0 {
-		c.controls.Store(set)
+	if set := c.compileControls(rs, list, now); len(set.list) > 0 {
+		c.controls.Store(set) // also when none applies now: a reload may bring its rule back
 	} else {
 		c.controls.Store(nil) // the request path then skips controls with one load
 	}

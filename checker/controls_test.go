@@ -237,6 +237,17 @@ func TestControlsFollowReload(t *testing.T) {
 	if got := run(t, a, 1, "user", "priya"); got != "allow" {
 		t.Fatalf("after the rule went away: %s (no rule, no override)", got)
 	}
+	if len(a.Controls()) != 1 {
+		t.Fatal("a control whose rule went away must still be listed")
+	}
+	// The rule comes back: the override applies again, on the same counter.
+	a.rules.Swap(ruleStore(t, controlRules).Load())
+	if err := a.SyncControls(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, a, 1, "user", "priya"); got != "deny" {
+		t.Fatalf("after the rule came back: %s, want the override (limit 1, used)", got)
+	}
 }
 
 func TestControlsStoreDown(t *testing.T) {

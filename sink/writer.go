@@ -96,13 +96,15 @@ func (w *Writer) put(r Row) {
 	}
 }
 
-// bound drops the oldest minutes' rows past MaxRows (requires w.mu).
+// bound drops the oldest minutes' rows past MaxRows, down to 90 % of it
+// so that a long outage sorts the buffer once per tenth of the bound, not
+// on every Add (requires w.mu).
 func (w *Writer) bound() {
 	defer func() { w.Stats.Rows.Store(int64(len(w.buf))) }()
-	over := len(w.buf) - w.cfg.MaxRows
-	if over <= 0 {
+	if len(w.buf) <= w.cfg.MaxRows {
 		return
 	}
+	over := len(w.buf) - w.cfg.MaxRows*9/10
 	minutes := make([]int64, 0, len(w.buf))
 	for k := range w.buf {
 		minutes = append(minutes, k.minute)

@@ -227,7 +227,9 @@ func newUsageWriter(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*sink
 	}
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
-			if err := store.Migrate(ctx); err != nil {
+			mctx, cancel := context.WithTimeout(ctx, 3*time.Second) // never hold up the start for ClickHouse
+			defer cancel()
+			if err := store.Migrate(mctx); err != nil {
 				logger.Warn("ClickHouse not ready at start; usage is buffered until it answers", "addr", ch.Addr, "error", err)
 			}
 			return w.Start(ctx)
