@@ -205,10 +205,18 @@ clickhouse_up() {
   log "ClickHouse on $CH_ADDR (HTTP $CH_HTTP_PORT)"
 }
 
-# clickhouse_start NAME TCP_PORT HTTP_PORT: a server with its own data
-# directory (kept across a stop and a start of the same NAME).
+# clickhouse_start NAME TCP_PORT HTTP_PORT [SECURE_PORT CERT KEY]: a server
+# with its own data directory (kept across a stop and a start of the same
+# NAME); with the last three, it also serves the native protocol over TLS.
 clickhouse_start() {
-  local name=$1 port=$2 http=$3
+  local name=$1 port=$2 http=$3 secure=${4:-} cert=${5:-} key=${6:-}
+  local tls=""
+  if [[ -n $secure ]]; then
+    tls="<tcp_port_secure>$secure</tcp_port_secure>
+    <openSSL><server><certificateFile>$cert</certificateFile><privateKeyFile>$key</privateKeyFile>
+      <verificationMode>none</verificationMode><loadDefaultCAFile>false</loadDefaultCAFile>
+      <disableProtocols>sslv2,sslv3</disableProtocols></server></openSSL>"
+  fi
   [[ -x /usr/sbin/clickhouse-server ]] || command -v clickhouse-server >/dev/null || apt_install clickhouse-server
   local bin; bin=$(command -v clickhouse-server || echo /usr/sbin/clickhouse-server)
   local d; d=$(datadir)/$name; mkdir -p "$d/data" "$d/tmp" "$d/user_files"
@@ -219,6 +227,7 @@ clickhouse_start() {
     <logger><level>warning</level><log>$d/server.log</log><errorlog>$d/error.log</errorlog><console>0</console></logger>
     <http_port>$http</http_port>
     <tcp_port>$port</tcp_port>
+    $tls
     <listen_host>127.0.0.1</listen_host>
     <max_connections>256</max_connections>
     <max_concurrent_queries>64</max_concurrent_queries>
@@ -369,14 +378,23 @@ private_clickhouse() {
         port=$(cat "$portf")
       else
         port=$CH_PRIVATE_PORT
-        while port_open "$port" || port_open $((port + 1)) || grep -qx "$port" "$STATE"/clickhouse-private-*.port 2>/dev/null; do
-          port=$((port + 2))
-          ((port < CH_PRIVATE_PORT + 200)) || die "no free port pair for a private ClickHouse"
+        while port_open "$port" || port_open $((port + 1)) || port_open $((port + 2)) ||
+          grep -qx "$port" "$STATE"/clickhouse-private-*.port 2>/dev/null; do
+          port=$((port + 3))
+          ((port < CH_PRIVATE_PORT + 300)) || die "no free ports for a private ClickHouse"
         done
         echo "$port" >"$portf"
       fi
-      clickhouse_start "clickhouse-private-$name" "$port" $((port + 1)) >&2
-      echo "127.0.0.1:$port" ;;
+      # With VELVETROPE_CH_TLS_CERT and _KEY (PEM files), the server also
+      # speaks TLS on port + 2, and that is the address printed.
+      if [[ -n ${VELVETROPE_CH_TLS_CERT:-} ]]; then
+        clickhouse_start "clickhouse-private-$name" "$port" $((port + 1)) $((port + 2)) \
+          "$VELVETROPE_CH_TLS_CERT" "$VELVETROPE_CH_TLS_KEY" >&2
+        echo "127.0.0.1:$((port + 2))"
+      else
+        clickhouse_start "clickhouse-private-$name" "$port" $((port + 1)) >&2
+        echo "127.0.0.1:$port"
+      fi ;;
     stop) stop_pid "$STATE/clickhouse-private-$name.pid" ;;
     *) die "usage: $0 private-clickhouse start|stop NAME" ;;
   esac

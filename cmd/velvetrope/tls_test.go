@@ -32,6 +32,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
+	"github.com/velvetrope/velvetrope/sink"
 )
 
 // pki is a throwaway CA with a server certificate for 127.0.0.1 and a
@@ -176,5 +177,44 @@ func TestRedisTLS(t *testing.T) {
 				t.Fatalf("got %v, want %q", err, c.err)
 			}
 		})
+	}
+}
+
+// TestClickHouseTLS: the analytics store reached over TLS with the CA from
+// config (clickhouse.tls), on a private ClickHouse 18.16 that speaks TLS
+// with a certificate made in the test; without the CA the handshake fails.
+func TestClickHouseTLS(t *testing.T) {
+	p := newPKI(t)
+	srv := testsvc.StartPrivateClickHouseTLS(t, p.certFile, p.keyFile)
+	app := config.DefaultApp()
+	app.ClickHouse.Addr, app.ClickHouse.Database = srv.Addr, testsvc.Unique("tls")
+	app.ClickHouse.TLS = config.ClientTLS{Enabled: true, CAFile: p.caFile}
+	if err := app.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ch, err := clickHouse(app, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	row := sink.Row{Minute: time.Now().Unix() / 60 * 60, Domain: "api", Rule: "api:k", Descriptor: "k=tls", Instance: "c/1", Stream: 1, Version: 1, Denied: 2}
+	if err := ch.Insert(ctx, []sink.Row{row}); err != nil {
+		t.Fatal(err)
+	}
+	top, err := ch.TopDenied(ctx, sink.TopQuery{Since: time.Now().Add(-time.Hour), Limit: 5})
+	if err != nil || len(top) != 1 || top[0].Descriptor != "k=tls" {
+		t.Fatalf("over TLS: %+v %v", top, err)
+	}
+	app.ClickHouse.TLS = config.ClientTLS{Enabled: true} // the system roots do not know the test CA
+	untrusted, err := clickHouse(app, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer untrusted.Close()
+	if err := untrusted.Ping(ctx); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("an untrusted server certificate was accepted: %v", err)
 	}
 }

@@ -98,8 +98,9 @@ func Unique(prefix string) string {
 type Private struct {
 	Addr   string
 	script string
-	kind   string // the script's command: private-kafka, private-clickhouse
+	kind   string   // the script's command: private-kafka, private-clickhouse
 	name   string
+	env    []string // extra environment of the script
 }
 
 // PrivateKafka is a broker of one test's own.
@@ -122,13 +123,22 @@ func StartPrivateClickHouse(t testing.TB) *Private {
 	return startPrivate(t, "private-clickhouse", "pc")
 }
 
-func startPrivate(t testing.TB, kind, prefix string) *Private {
+// StartPrivateClickHouseTLS starts a private ClickHouse server that
+// speaks the native protocol over TLS with the PEM certificate and key
+// files given; Addr is its TLS address.
+func StartPrivateClickHouseTLS(t testing.TB, certFile, keyFile string) *Private {
+	t.Helper()
+	ClickHouse(t)
+	return startPrivate(t, "private-clickhouse", "pt", "VELVETROPE_CH_TLS_CERT="+certFile, "VELVETROPE_CH_TLS_KEY="+keyFile)
+}
+
+func startPrivate(t testing.TB, kind, prefix string, env ...string) *Private {
 	t.Helper()
 	script := os.Getenv(EnvScript)
 	if script == "" {
 		t.Fatalf("%s is unset: run the tests through `make test`", EnvScript)
 	}
-	p := &Private{script: script, kind: kind, name: Unique(prefix)}
+	p := &Private{script: script, kind: kind, name: Unique(prefix), env: env}
 	p.Start(t)
 	t.Cleanup(func() { p.Stop(t) })
 	return p
@@ -137,7 +147,9 @@ func startPrivate(t testing.TB, kind, prefix string) *Private {
 // Start starts the server again after Stop.
 func (p *Private) Start(t testing.TB) {
 	t.Helper()
-	out, err := exec.Command(p.script, p.kind, "start", p.name).Output()
+	cmd := exec.Command(p.script, p.kind, "start", p.name)
+	cmd.Env = append(os.Environ(), p.env...)
+	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
