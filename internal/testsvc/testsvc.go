@@ -98,7 +98,7 @@ func Unique(prefix string) string {
 type Private struct {
 	Addr   string
 	script string
-	kind   string   // the script's command: private-kafka, private-clickhouse
+	kind   string // the script's command: private-kafka, private-clickhouse
 	name   string
 	env    []string // extra environment of the script
 }
