@@ -177,10 +177,19 @@ func TestInspect(t *testing.T) {
 	if err := c.Check(ctx, req(2, "bucket", "x"), &d); err != nil {
 		t.Fatal(err)
 	}
+	before := c.Snapshot().Decisions
 	for range 2 {
 		st, err = c.Inspect(ctx, "api", bucket)
 		if err != nil || st.Probe == nil || st.Probe.Remaining != 3 || !st.Probe.Allowed || st.Probe.Scope != "this checker" || st.Local != nil {
 			t.Fatalf("bucket: %+v %+v %v", st, st.Probe, err)
 		}
+	}
+	if after := c.Snapshot().Decisions; after != before {
+		t.Fatalf("inspecting counted %d decisions", after-before)
+	}
+	// A bucket this checker does not hold: the store's view (empty: full).
+	st, err = c.Inspect(ctx, "api", []config.Entry{{Key: "bucket", Value: "never-seen"}})
+	if err != nil || st.Probe == nil || st.Probe.Remaining != 5 || st.Probe.Scope != "all checkers" {
+		t.Fatalf("unheld bucket: %+v %v", st.Probe, err)
 	}
 }

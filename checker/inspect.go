@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/limiter"
 )
 
 // KeyState is one async counter as an operator sees it: this instance's
@@ -23,18 +24,20 @@ type KeyState struct {
 	Local       *LocalState `json:"local,omitempty"` // window counters; nil: this instance does not hold the key
 	// Global is the store's view (window counters only).
 	Global *GlobalState `json:"global,omitempty"`
-	// Probe is a zero-cost decision of the key, for counters kept other
-	// than as async windows (buckets, sync and local mode, unlimited and
-	// blocking rules): what the next request would see, where Scope says.
+	// Probe is what the next request of the key would see, for counters
+	// kept other than as windows in the counter store (buckets, sync and
+	// local mode, unlimited and blocking rules), as Scope says. Reading it
+	// charges nothing and records no decision.
 	Probe *ProbeState `json:"probe,omitempty"`
 }
 
 // ProbeState is what a zero-cost request of the key reports.
 type ProbeState struct {
-	Scope        string `json:"scope"` // "all checkers" (sync) or "this checker"
-	Allowed      bool   `json:"allowed"`
+	Scope        string `json:"scope"`   // "all checkers" (sync, or a bucket this checker does not hold) or "this checker"
+	Allowed      bool   `json:"allowed"` // a request of cost 1 would pass now
 	Remaining    int64  `json:"remaining"`
 	ResetAfterMs int64  `json:"reset_after_ms"`
+	Unlimited    bool   `json:"unlimited,omitempty"`
 }
 
 // LocalState is this instance's view of a window counter.
@@ -88,8 +91,8 @@ func (c *Checker) Inspect(ctx context.Context, domain string, entries []config.E
 	}
 	now := c.clock.Now()
 	st := KeyState{Rule: r.ID, CounterKey: key, Mode: r.Mode, Limit: r.Limit, Ceiling: r.Ceiling()}
-	if r.Unlimited || r.Limit == 0 || r.Mode != "async" || kindOf(r) != KindWindow {
-		return c.probe(ctx, st, domain, entries, r)
+	if r.Unlimited || r.Limit == 0 || r.Mode == "local" || r.Mode == "sync" && c.exact != nil || kindOf(r) != KindWindow {
+		return c.probe(ctx, st, r, key, es)
 	}
 	st.WindowStart = windowStart(now, int64(r.Window))
 
@@ -135,17 +138,61 @@ func (c *Checker) Inspect(ctx context.Context, domain string, entries []config.E
 	return st, nil
 }
 
-// probe fills st.Probe with a zero-cost decision of the key.
-func (c *Checker) probe(ctx context.Context, st KeyState, domain string, entries []config.Entry, r *config.Rule) (KeyState, error) {
-	q := &Request{Domain: domain, Descriptors: []Descriptor{{Entries: entries}}}
-	var d Decision
-	if err := c.Check(ctx, q, &d); err != nil {
-		return st, err
+// probe fills st.Probe without deciding anything: an operator's look at
+// a key must not count as a request (in the statistics or the analytics).
+func (c *Checker) probe(ctx context.Context, st KeyState, r *config.Rule, key string, es []config.Entry) (KeyState, error) {
+	now := c.clock.Now()
+	p := &ProbeState{Scope: "this checker"}
+	switch {
+	case r.Unlimited:
+		p.Allowed, p.Unlimited = true, true
+	case r.Limit == 0: // blocks everything
+		p.ResetAfterMs = (int64(r.Window) - now%int64(r.Window)) / 1e6
+	case r.Mode == "local":
+		d, err := c.local.PeekAt(key, r.Limiter, now, 0)
+		if err != nil {
+			return st, fmt.Errorf("checker: peeking at %s: %w", key, err)
+		}
+		p.Remaining, p.ResetAfterMs = d.Remaining, d.ResetAfter.Milliseconds()
+	case r.Mode == "sync" && c.exact != nil: // a cost-0 charge changes nothing
+		q := SyncRequestFor(r, key, 0)
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		res, err := c.exact.ChargeSync(rctx, &q)
+		cancel()
+		if err != nil {
+			return st, fmt.Errorf("checker: reading %s from the store: %w", key, err)
+		}
+		p.Scope, p.Remaining, p.ResetAfterMs = "all checkers", res.Remaining, res.ResetAfter.Milliseconds()
+	default: // a bucket: this checker's exact view, else the store's
+		g := gcraOf(r)
+		var gs limiter.State
+		h := c.counterHash(r, es)
+		sh := &c.shards[h&c.mask]
+		sh.mu.Lock()
+		e := sh.lookup(h, r, es)
+		held := e != nil && !e.gone
+		if held {
+			gs = e.gs
+		}
+		sh.mu.Unlock()
+		if !held {
+			items := []ReadItem{{Key: c.storeKey(key, r), Kind: KindTAT}}
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := c.store.Read(rctx, c.instance, items)
+			cancel()
+			if err != nil {
+				return st, fmt.Errorf("checker: reading %s from the store: %w", key, err)
+			}
+			if items[0].Found {
+				g.Raise(&gs, items[0].Total)
+			}
+			p.Scope = "all checkers"
+		}
+		d, _ := g.AllowAt(&gs, now, 0) // on a copy
+		p.Remaining, p.ResetAfterMs = d.Remaining, d.ResetAfter.Milliseconds()
 	}
-	p := &ProbeState{Scope: "this checker", Allowed: d.Code == OK, Remaining: d.Statuses[0].Remaining,
-		ResetAfterMs: d.Statuses[0].ResetAfter.Milliseconds()}
-	if r.Mode == "sync" {
-		p.Scope = "all checkers"
+	if !p.Unlimited {
+		p.Allowed = p.Remaining >= 1
 	}
 	st.Probe = p
 	return st, nil

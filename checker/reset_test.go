@@ -201,3 +201,37 @@ func TestResetLocalAndErrors(t *testing.T) {
 		t.Fatalf("store down: %v", err)
 	}
 }
+
+// TestInspectProbes: every kind of counter that is not a shared window is
+// shown by a probe that charges and records nothing.
+func TestInspectProbes(t *testing.T) {
+	ctx := context.Background()
+	a, _, _, _ := resetPair(t)
+	for _, key := range []string{"local", "syncd", "bucket"} {
+		admitted(t, a, 2, key, "k")
+	}
+	before := a.Snapshot().Decisions
+	tests := []struct {
+		key       string
+		remaining int64
+		scope     string
+		unlimited bool
+	}{
+		{"local", 3, "this checker", false},
+		{"syncd", 3, "all checkers", false},
+		{"bucket", 3, "this checker", false},
+		{"free", 0, "this checker", true},
+	}
+	for range 2 {
+		for _, tc := range tests {
+			st, err := a.Inspect(ctx, "api", []config.Entry{{Key: tc.key, Value: "k"}})
+			if err != nil || st.Probe == nil || st.Probe.Remaining != tc.remaining || st.Probe.Scope != tc.scope ||
+				st.Probe.Unlimited != tc.unlimited || !st.Probe.Allowed {
+				t.Fatalf("%s: %+v %v", tc.key, st.Probe, err)
+			}
+		}
+	}
+	if after := a.Snapshot().Decisions; after != before {
+		t.Fatalf("inspecting counted %d decisions", after-before)
+	}
+}
