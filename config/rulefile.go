@@ -141,6 +141,10 @@ func (p *parser) pos(n *yaml.Node) Position { return Position{p.path, n.Line, n.
 // ParseRules parses one rule file's bytes; path names it in errors.
 func ParseRules(path string, data []byte) (*File, error) {
 	p := &parser{path: path}
+	if len(data) > MaxRuleFileBytes {
+		p.errorf(nil, "rule file larger than %d bytes (%d)", MaxRuleFileBytes, len(data))
+		return nil, p.errs
+	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		p.errs = append(p.errs, yamlError(path, err))
@@ -148,6 +152,9 @@ func ParseRules(path string, data []byte) (*File, error) {
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		p.errorf(nil, "empty rule file: want a mapping with domain and descriptors")
+		return nil, p.errs
+	}
+	if g := (&yamlGuard{p: p}); !g.check(&doc) {
 		return nil, p.errs
 	}
 	f := p.file(doc.Content[0])
@@ -541,7 +548,7 @@ func ReadRuleFiles(paths ...string) ([]*File, error) {
 			continue
 		}
 		for _, name := range names {
-			data, err := os.ReadFile(name)
+			data, err := readRuleFile(name)
 			if err != nil {
 				errs = append(errs, &Error{File: name, Msg: err.Error()})
 				continue

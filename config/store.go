@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -148,17 +149,28 @@ func digest(paths []string) ([32]byte, error) {
 			continue
 		}
 		for _, name := range names {
-			data, err := os.ReadFile(name)
-			if err != nil {
-				return [32]byte{}, err
-			}
 			h.Write([]byte(filepath.Clean(name)))
 			h.Write([]byte{0})
-			h.Write(data)
+			if err := hashFile(h, name); err != nil {
+				return [32]byte{}, err
+			}
 			h.Write([]byte{0})
 		}
 	}
 	var d [32]byte
 	copy(d[:], h.Sum(nil))
 	return d, nil
+}
+
+// hashFile streams at most MaxRuleFileBytes+1 bytes of name into h: a
+// huge file still changes the digest (and is then refused by the loader)
+// without being held in memory.
+func hashFile(h io.Writer, name string) error {
+	f, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(h, io.LimitReader(f, MaxRuleFileBytes+1))
+	return err
 }

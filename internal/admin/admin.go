@@ -63,7 +63,7 @@ func (a *Admin) WithKeys(k Keys) *Admin {
 // POST /v1/rules/reload and, with WithKeys, the per-key endpoints to mux.
 func (a *Admin) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/rules", a.rules)
-	mux.HandleFunc("POST /v1/rules/validate", a.validate)
+	mux.HandleFunc("POST /v1/rules/validate", a.authorized("rules.validate", a.validate))
 	mux.HandleFunc("POST /v1/rules/reload", a.authorized("rules.reload", a.reload))
 	if a.keys != nil {
 		mux.HandleFunc("GET /v1/keys", a.authorized("keys.inspect", a.inspect))
@@ -325,17 +325,19 @@ func (a *Admin) rules(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, describe(a.store.Load()))
 }
 
-// validate compiles the posted rule file (YAML) without loading it.
-func (a *Admin) validate(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
+// validate compiles the posted rule file (YAML) without loading it. It
+// sits behind the admin token: compiling is the most expensive thing an
+// untrusted body could otherwise make a checker do.
+func (a *Admin) validate(w http.ResponseWriter, r *http.Request) (string, int) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, min(a.maxBody, config.MaxRuleFileBytes)))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, ErrorsJSON{Error: "rule file above the body limit"})
-			return
+			writeJSON(w, http.StatusRequestEntityTooLarge, ErrorsJSON{Error: fmt.Sprintf("rule file above the body limit (%d bytes)", tooBig.Limit)})
+			return "too large", http.StatusRequestEntityTooLarge
 		}
 		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: "reading the body: " + err.Error()})
-		return
+		return "unreadable body", http.StatusBadRequest
 	}
 	name := r.URL.Query().Get("name")
 	if name == "" {
@@ -344,9 +346,10 @@ func (a *Admin) validate(w http.ResponseWriter, r *http.Request) {
 	rs, err := compile(name, body)
 	if err != nil {
 		writeJSON(w, http.StatusUnprocessableEntity, errorsOf("invalid rules", err))
-		return
+		return "invalid: " + firstLine(err), http.StatusUnprocessableEntity
 	}
 	writeJSON(w, http.StatusOK, describe(rs))
+	return "valid " + strings.Join(rs.Domains(), ","), http.StatusOK
 }
 
 func compile(name string, body []byte) (*config.RuleSet, error) {

@@ -71,10 +71,16 @@ func TestRulesAndValidate(t *testing.T) {
 		{"bad unit", "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", 422, "posted.yaml:4:"},
 		{"not yaml", "domain: [", 422, "posted.yaml"},
 		{"too big", strings.Repeat("#", 1<<17), 413, "body limit"},
+		{"the alias cycle that crashed a process", "domain: x\ndescriptors: &d\n  - key: k\n    descriptors: *d\n", 422, "posted.yaml:4:18: alias *d refers to a node that contains it"},
+	}
+	for _, tok := range []string{"", "wrong"} {
+		if rec := send(h, "POST", "/v1/rules/validate", tok, good); rec.Code != 401 {
+			t.Fatalf("validate with token %q: got %d, want 401", tok, rec.Code)
+		}
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rec := send(h, "POST", "/v1/rules/validate", "", c.body)
+			rec := send(h, "POST", "/v1/rules/validate", "s3cret", c.body)
 			if rec.Code != c.code || !strings.Contains(rec.Body.String(), c.contains) {
 				t.Fatalf("got %d %s, want %d containing %q", rec.Code, rec.Body, c.code, c.contains)
 			}
