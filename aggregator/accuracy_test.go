@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"fmt"
 	"testing"
 
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
@@ -30,5 +31,81 @@ func TestAccuracy(t *testing.T) {
 	small.Observe(d("b", w0, 1, 0), w0) // bound reached: a closes early
 	if over, _, _ := small.Report(); over["api:k"] != 1 {
 		t.Fatalf("bounded: %v", over)
+	}
+}
+
+func TestAccuracyBounds(t *testing.T) {
+	a := NewAccuracy(1000)
+	a.maxRules = 3
+	for i := range 10 {
+		rule := "api:r" + string(rune('a'+i))
+		a.Observe(&eventsv1.Delta{RuleId: rule, CounterKey: rule, WindowStartUnixNanos: w0, WindowNanos: 1e9, Limit: 1, AllowedCost: 2}, w0)
+	}
+	for i := range 100 { // overrides: one label per domain whatever the limit
+		a.Observe(&eventsv1.Delta{RuleId: "api:override/user_id@" + string(rune('0'+i%10)) + "/minute", CounterKey: "o" + string(rune(i)),
+			WindowStartUnixNanos: w0, WindowNanos: 1e9, Limit: 1, AllowedCost: 1}, w0)
+	}
+	if got := a.Open(); got != 110 {
+		t.Fatalf("open windows: got %d, want 110", got)
+	}
+	a.Observe(&eventsv1.Delta{RuleId: "api:z", CounterKey: "z", WindowStartUnixNanos: w0 + 60e9, WindowNanos: 1e9, Limit: 1}, w0+60e9)
+	over, _, windows := a.Report()
+	if len(windows) != 4 || windows[OtherRule] == 0 {
+		t.Fatalf("rule labels not bounded: %v", windows)
+	}
+	if got := a.Open(); got != 1 {
+		t.Fatalf("after the windows ended: %d open, want 1", got)
+	}
+	var total float64
+	for _, v := range over {
+		total += v
+	}
+	if total != 10 { // every plain rule admitted 1 over; overrides none
+		t.Fatalf("overshoot total %v, want 10: %v", total, over)
+	}
+}
+
+// TestAccuracyClosesInEndOrder: when full, the window that ends first is
+// closed, and ended windows close as time passes (property over a random
+// arrival order is covered by the heap; this pins the order).
+func TestAccuracyClosesInEndOrder(t *testing.T) {
+	a := NewAccuracy(2)
+	obs := func(key string, start int64, allowed uint64) {
+		a.Observe(&eventsv1.Delta{RuleId: "r:" + key, CounterKey: key, WindowStartUnixNanos: start, WindowNanos: 1e9, Limit: 1, AllowedCost: allowed}, w0)
+	}
+	obs("late", w0+5e9, 3)
+	obs("early", w0, 2)
+	obs("third", w0+1e9, 1) // full: "early" (ends first) closes
+	over, _, windows := a.Report()
+	if windows["r:early"] != 1 || over["r:early"] != 1 || windows["r:late"] != 0 {
+		t.Fatalf("closed the wrong window: over %v windows %v", over, windows)
+	}
+}
+
+// BenchmarkAccuracyObserve: one minute of deltas over keys distinct keys
+// (each key once per one-minute window), through a tracker of 100,000 open
+// windows as the aggregator runs it. The 1,000,000-key case keeps the
+// tracker full, so every new window closes one (issue 10, item 7: that
+// scan was O(open windows)).
+func BenchmarkAccuracyObserve(b *testing.B) {
+	for _, keys := range []int{10_000, 1_000_000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			a := NewAccuracy(100_000)
+			names := make([]string, keys)
+			for i := range names {
+				names[i] = fmt.Sprintf("api:user_id|u%d", i)
+			}
+			step := int64(60e9) / int64(keys)
+			d := &eventsv1.Delta{RuleId: "api:user_id", WindowNanos: 60e9, Limit: 100, AllowedCost: 1}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				now := w0 + int64(i)*step
+				d.CounterKey = names[i%keys]
+				d.WindowStartUnixNanos = now - now%60e9
+				a.Observe(d, now)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deltas/s")
+		})
 	}
 }

@@ -51,6 +51,8 @@ type Config struct {
 	IdleAfter      time.Duration // a clean key unused this long is dropped (2 min)
 	IdempotencyTTL time.Duration // request ids remembered (1 min; 0 disables)
 	ControlPoll    time.Duration // how often operator controls are re-read (1 s)
+	// Bounds limit the size of a request (zero fields: DefaultBounds).
+	Bounds Bounds
 	// HashKey keys the hash of hash_values entries; every checker that
 	// shares counters needs the same one (empty: a random key per process).
 	HashKey []byte
@@ -96,6 +98,10 @@ func (c *Config) defaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Bounds = c.Bounds.WithDefaults()
+	if err := c.Bounds.Validate(); err != nil {
+		return fmt.Errorf("checker: bounds: %w", err)
 	}
 	switch {
 	case c.Shards&(c.Shards-1) != 0 || c.Shards < 1:

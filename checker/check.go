@@ -45,12 +45,18 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 	matchBuf []*config.Rule, buf **[]byte) error {
 	rs := c.rules.Load()
 	dom, known := rs.Lookup(req.Domain)
-	if err := req.validate(known); err != nil {
+	if err := req.validate(known, &c.cfg.Bounds); err != nil {
 		return err
 	}
 	now := c.clock.Now()
-	if req.RequestID != "" && c.idem != nil && c.idem.get(req.Domain, req.RequestID, now, d) {
-		return nil
+	var fp uint64
+	if req.RequestID != "" && c.idem != nil {
+		fp = c.idem.fingerprint(req)
+		if found, conflict := c.idem.get(req.Domain, req.RequestID, fp, now, d); conflict {
+			return errRequestIDConflict
+		} else if found {
+			return nil
+		}
 	}
 	n := len(req.Descriptors)
 	d.Statuses = slices.Grow(d.Statuses[:0], n)[:n]
@@ -129,7 +135,7 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 		c.status(&d.Statuses[i], &slots[i], denied)
 	}
 	if req.RequestID != "" && c.idem != nil {
-		c.idem.put(req.Domain, req.RequestID, now, d)
+		c.idem.put(req.Domain, req.RequestID, fp, now, d)
 	}
 	if c.dirtyN.Load() >= int64(c.cfg.FlushThreshold) {
 		select {

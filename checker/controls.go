@@ -307,7 +307,7 @@ func (c *Checker) compileControls(rs *config.RuleSet, list []Control, now int64)
 			}
 		case ActionDeny:
 			if base == nil {
-				base, _ = config.OverrideRule(ct.Domain, ct.Entries, 0, config.Second, 1)
+				base, _ = config.OverrideRule(ct.Domain, ct.Entries, 0, config.Second, 1, nil)
 				base.ID = ct.Domain + ":control/deny"
 			}
 			lc.rule = base.Blocked()

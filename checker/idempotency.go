@@ -6,8 +6,12 @@ import (
 )
 
 // idempotency remembers whole decisions by (domain, request id) for a TTL,
-// so a retried request gets the first answer and is charged once. Bounded:
-// when a shard is full, expired ids go first, then arbitrary ones.
+// so a retried request gets the first answer and is charged once. Each id
+// is bound to its request by a fingerprint: the same id with another
+// request (other descriptors, hits or limit overrides) is refused with
+// [ErrRequestIDConflict] rather than answered with someone else's
+// decision. Bounded: when a shard is full, expired ids go first, then
+// arbitrary ones.
 type idempotency struct {
 	ttl    int64
 	max    int
@@ -23,6 +27,7 @@ type idemShard struct {
 type idemKey struct{ domain, id string }
 
 type idemEntry struct {
+	fp       uint64 // fingerprint of the request that stored it
 	code     Code
 	statuses []Status
 	expires  int64
@@ -36,25 +41,71 @@ func newIdempotency(ttl int64, maxIDs int) *idempotency {
 	return c
 }
 
-func (c *idempotency) shard(domain, id string) *idemShard {
+func (c *idempotency) shard(_, id string) *idemShard {
 	return &c.shards[maphash.String(c.seed, id)%16]
 }
 
-// get copies a remembered decision into d.
-func (c *idempotency) get(domain, id string, now int64, d *Decision) bool {
+// fingerprint hashes everything that makes req the request it is, with a
+// per-process random seed (so a client cannot craft a colliding request).
+func (c *idempotency) fingerprint(req *Request) uint64 {
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	h.WriteString(req.Domain)
+	h.WriteByte(0)
+	var num [8]byte
+	writeInt := func(v int64) {
+		for i := range num {
+			num[i] = byte(v >> (8 * i))
+		}
+		h.Write(num[:])
+	}
+	writeInt(req.Hits)
+	writeInt(int64(len(req.Descriptors)))
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		writeInt(int64(len(d.Entries)))
+		for _, e := range d.Entries {
+			writeInt(int64(len(e.Key)))
+			h.WriteString(e.Key)
+			writeInt(int64(len(e.Value)))
+			h.WriteString(e.Value)
+		}
+		if d.HasHits {
+			h.WriteByte(1)
+			writeInt(d.Hits)
+		} else {
+			h.WriteByte(0)
+		}
+		if d.Rule != nil { // a limit override: its id carries limit, unit and multiplier
+			h.WriteByte(1)
+			h.WriteString(d.Rule.ID)
+		} else {
+			h.WriteByte(0)
+		}
+	}
+	return h.Sum64()
+}
+
+// get copies a remembered decision for (domain, id) into d when fp is the
+// request that stored it. It reports whether an unexpired answer exists
+// and whether it belongs to another request (a conflict; d is untouched).
+func (c *idempotency) get(domain, id string, fp uint64, now int64, d *Decision) (found, conflict bool) {
 	sh := c.shard(domain, id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e, ok := sh.m[idemKey{domain, id}]
 	if !ok || e.expires <= now {
-		return false
+		return false, false
+	}
+	if e.fp != fp {
+		return true, true
 	}
 	d.Code = e.code
 	d.Statuses = append(d.Statuses[:0], e.statuses...)
-	return true
+	return true, false
 }
 
-func (c *idempotency) put(domain, id string, now int64, d *Decision) {
+func (c *idempotency) put(domain, id string, fp uint64, now int64, d *Decision) {
 	sh := c.shard(domain, id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -71,5 +122,5 @@ func (c *idempotency) put(domain, id string, now int64, d *Decision) {
 			delete(sh.m, k)
 		}
 	}
-	sh.m[idemKey{domain, id}] = idemEntry{code: d.Code, statuses: append([]Status(nil), d.Statuses...), expires: now + c.ttl}
+	sh.m[idemKey{domain, id}] = idemEntry{fp: fp, code: d.Code, statuses: append([]Status(nil), d.Statuses...), expires: now + c.ttl}
 }

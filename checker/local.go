@@ -17,11 +17,12 @@ import (
 // process. It is what `mode: local` rules run and what `velvetrope dev`
 // serves. Safe for concurrent use.
 type Local struct {
-	rules *config.Store
-	keyed *limiter.Keyed
-	clock limiter.Clock
-	idem  *idempotency
-	bufs  sync.Pool // *[]byte scratch for counter keys
+	rules  *config.Store
+	keyed  *limiter.Keyed
+	clock  limiter.Clock
+	idem   *idempotency
+	bounds Bounds    // DefaultBounds: Local serves tests and single-process use
+	bufs   sync.Pool // *[]byte scratch for counter keys
 }
 
 // NewLocal returns a Local deciding with the live rules of store, keeping
@@ -32,7 +33,7 @@ func NewLocal(store *config.Store, keyed *limiter.Keyed, clock limiter.Clock, id
 	if store == nil || keyed == nil || clock == nil {
 		return nil, errors.New("checker: NewLocal needs a rule store, a keyed limiter and a clock")
 	}
-	l := &Local{rules: store, keyed: keyed, clock: clock}
+	l := &Local{rules: store, keyed: keyed, clock: clock, bounds: DefaultBounds()}
 	if idemTTL > 0 {
 		l.idem = newIdempotency(int64(idemTTL), 1<<16)
 	}
@@ -49,12 +50,18 @@ func (l *Local) Rules() *config.RuleSet { return l.rules.Load() }
 func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 	rs := l.rules.Load()
 	dom, known := rs.Lookup(req.Domain)
-	if err := req.validate(known); err != nil {
+	if err := req.validate(known, &l.bounds); err != nil {
 		return err
 	}
 	now := l.clock.Now()
-	if req.RequestID != "" && l.idem != nil && l.idem.get(req.Domain, req.RequestID, now, d) {
-		return nil
+	var fp uint64
+	if req.RequestID != "" && l.idem != nil {
+		fp = l.idem.fingerprint(req)
+		if found, conflict := l.idem.get(req.Domain, req.RequestID, fp, now, d); conflict {
+			return errRequestIDConflict
+		} else if found {
+			return nil
+		}
 	}
 	n := len(req.Descriptors)
 	d.Statuses = slices.Grow(d.Statuses[:0], n)[:n]
@@ -155,7 +162,7 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 		}
 	}
 	if req.RequestID != "" && l.idem != nil {
-		l.idem.put(req.Domain, req.RequestID, now, d)
+		l.idem.put(req.Domain, req.RequestID, fp, now, d)
 	}
 	return nil
 }

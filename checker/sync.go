@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -28,6 +29,17 @@ type SyncRequest struct {
 	// Now pins the store's clock (unix ns) for conformance tests; 0 means
 	// the store's own time (Redis TIME), always in production.
 	Now int64
+}
+
+// IdempotencyKey is what a store remembers the answer under: the request
+// id bound to the counter (the store's key) and the cost, so that another
+// checker that has not seen the id never replays an answer given to a
+// different request. Empty without a request id.
+func (q *SyncRequest) IdempotencyKey() string {
+	if q.RequestID == "" {
+		return ""
+	}
+	return q.RequestID + "#" + strconv.FormatInt(q.Cost, 10)
 }
 
 // SyncResult is the store's decision. Token identifies what was charged,
@@ -104,7 +116,7 @@ func (s *MemStore) ChargeSync(_ context.Context, q *SyncRequest) (SyncResult, er
 	if now == 0 {
 		now = s.now()
 	}
-	d, err := s.sync.keyed.AllowAt(syncKey(q), alg, now, q.Cost, q.RequestID)
+	d, err := s.sync.keyed.AllowAt(syncKey(q), alg, now, q.Cost, q.IdempotencyKey())
 	if err != nil && !errors.Is(err, limiter.ErrCostExceedsLimit) {
 		return SyncResult{}, err
 	}

@@ -40,9 +40,12 @@ func (r *Request) hitsOf(i int) int64 {
 }
 
 // Request asks for a decision. Hits is the cost: 0 is a probe that reports
-// without consuming. A non-empty RequestID makes retries idempotent: a
-// request with the same domain and id inside the idempotency TTL gets the
-// first answer again and is not charged twice.
+// without consuming. A non-empty RequestID makes retries idempotent: the
+// same request (domain, descriptors, hits, overrides) with the same id
+// inside the idempotency TTL gets the first answer again and is not
+// charged twice; a different request with that id is refused with
+// [ErrRequestIDConflict]. Request ids must come from a trusted front:
+// anyone who can choose ids can probe whether an id was used.
 type Request struct {
 	Domain      string
 	Descriptors []Descriptor
@@ -106,11 +109,17 @@ func (d *Decision) Allowed() bool { return d.Code == OK }
 
 // Errors a caller can branch on (an HTTP layer maps them to 400).
 var (
-	ErrUnknownDomain  = errors.New("unknown domain")
-	ErrNoDescriptors  = errors.New("no descriptors")
-	ErrBadRequest     = errors.New("bad request")
-	ErrNegativeHits   = errors.New("negative hits")
-	errTooManyEntries = fmt.Errorf("%w: a descriptor has more than %d entries", ErrBadRequest, MaxEntries)
+	ErrUnknownDomain = errors.New("unknown domain")
+	ErrNoDescriptors = errors.New("no descriptors")
+	ErrBadRequest    = errors.New("bad request")
+	ErrNegativeHits  = errors.New("negative hits")
+	// ErrRequestIDConflict: the request id was used, within its TTL, by a
+	// request with other descriptors, hits or limits (HTTP 409, gRPC
+	// FailedPrecondition). It arrives wrapped in a *FieldError naming
+	// request_id.
+	ErrRequestIDConflict = errors.New("request id already used by a different request")
+	errRequestIDConflict = &FieldError{"request_id", ErrRequestIDConflict}
+	errTooManyEntries    = fmt.Errorf("%w: a descriptor has more than %d entries", ErrBadRequest, MaxEntries)
 )
 
 // FieldError names the request field that is wrong, for API answers.
@@ -122,14 +131,17 @@ type FieldError struct {
 func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
 func (e *FieldError) Unwrap() error { return e.Err }
 
-// Validate checks the shape of r against rs, naming the field at fault.
+// Validate checks the shape of r against rs and [DefaultBounds], naming
+// the field at fault.
 func (r *Request) Validate(rs *config.RuleSet) error {
 	_, known := rs.Lookup(r.Domain)
-	return r.validate(known)
+	b := DefaultBounds()
+	return r.validate(known, &b)
 }
 
-// validate checks r's shape; known says whether its domain has rules.
-func (r *Request) validate(known bool) error {
+// validate checks r's shape against b; known says whether its domain has
+// rules.
+func (r *Request) validate(known bool, b *Bounds) error {
 	switch {
 	case r.Domain == "":
 		return &FieldError{"domain", fmt.Errorf("%w: must not be empty", ErrBadRequest)}
@@ -137,8 +149,8 @@ func (r *Request) validate(known bool) error {
 		return &FieldError{"domain", fmt.Errorf("%w %q", ErrUnknownDomain, r.Domain)}
 	case len(r.Descriptors) == 0:
 		return &FieldError{"descriptors", ErrNoDescriptors}
-	case len(r.Descriptors) > MaxDescriptors:
-		return &FieldError{"descriptors", fmt.Errorf("%w: more than %d descriptors", ErrBadRequest, MaxDescriptors)}
+	case len(r.Descriptors) > b.MaxDescriptors:
+		return &FieldError{"descriptors", fmt.Errorf("%w: more than %d descriptors (got %d)", ErrBadRequest, b.MaxDescriptors, len(r.Descriptors))}
 	case r.Hits < 0:
 		return &FieldError{"hits", ErrNegativeHits}
 	case r.Hits > MaxHits:
@@ -148,8 +160,6 @@ func (r *Request) validate(known bool) error {
 		switch {
 		case len(d.Entries) == 0:
 			return &FieldError{fmt.Sprintf("descriptors[%d].entries", i), fmt.Errorf("%w: must not be empty", ErrBadRequest)}
-		case len(d.Entries) > MaxEntries:
-			return &FieldError{fmt.Sprintf("descriptors[%d].entries", i), errTooManyEntries}
 		}
 		if d.HasHits && (d.Hits < 0 || d.Hits > MaxHits) {
 			return &FieldError{fmt.Sprintf("descriptors[%d].hits", i), fmt.Errorf("%w: must be within 0..%d, got %d", ErrBadRequest, int64(MaxHits), d.Hits)}
@@ -160,5 +170,5 @@ func (r *Request) validate(known bool) error {
 			}
 		}
 	}
-	return nil
+	return b.check(r)
 }

@@ -35,6 +35,20 @@ type App struct {
 	Checker    CheckerConfig    `yaml:"checker"`
 	Aggregator AggregatorConfig `yaml:"aggregator"`
 	Admin      AdminConfig      `yaml:"admin"`
+	Limits     LimitsConfig     `yaml:"limits"`
+}
+
+// LimitsConfig bounds the size of one request on every surface (HTTP,
+// gRPC, middleware): a request outside them is refused naming the field.
+// The checker also refuses bounds that would let a request make a delta
+// larger than the pipeline's record bound (max_entries × (max_key_bytes +
+// max_value_bytes) at most 20 KiB).
+type LimitsConfig struct {
+	MaxDescriptors    int `yaml:"max_descriptors"`      // per request (16, at most 32)
+	MaxEntries        int `yaml:"max_entries"`          // per descriptor (8, at most 16)
+	MaxKeyBytes       int `yaml:"max_key_bytes"`        // one entry's key (128)
+	MaxValueBytes     int `yaml:"max_value_bytes"`      // one entry's value (1024)
+	MaxRequestIDBytes int `yaml:"max_request_id_bytes"` // request_id (128)
 }
 
 // TLSConfig turns a listener to TLS: CertFile and KeyFile (PEM) together;
@@ -192,6 +206,7 @@ func DefaultApp() App {
 		Checker: CheckerConfig{MaxKeys: 1 << 20, FlushInterval: 50 * time.Millisecond, MinRefresh: 50 * time.Millisecond,
 			MaxRefresh: 5 * time.Second, PipelineLag: 250 * time.Millisecond, SafetyPercent: 200, NearFloor: 2,
 			NearFloorPct: 1, IdleAfter: 2 * time.Minute, ControlPoll: time.Second, SpillMaxBytes: 256 << 20, TopicPartitions: 16},
+		Limits: LimitsConfig{MaxDescriptors: 16, MaxEntries: 8, MaxKeyBytes: 128, MaxValueBytes: 1024, MaxRequestIDBytes: 128},
 		Aggregator: AggregatorConfig{Group: "velvetrope-aggregator", BatchSize: 1000, BatchWait: 20 * time.Millisecond,
 			SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second, RebalanceTimeout: 6 * time.Second},
 	}
@@ -288,8 +303,15 @@ func (a App) Validate() error {
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Sprintf("config: %s: %s", field, fmt.Sprintf(format, args...)))
 	}
-	if a.InstanceID == "" || strings.ContainsAny(a.InstanceID, " \t\n/|") {
-		bad("instance_id (VELVETROPE_INSTANCE_ID)", "must be non-empty without spaces, '/' or '|', got %q", a.InstanceID)
+	if a.InstanceID == "" || len(a.InstanceID) > 200 || strings.ContainsAny(a.InstanceID, " \t\n/|") {
+		bad("instance_id (VELVETROPE_INSTANCE_ID)", "must be 1 to 200 bytes without spaces, '/' or '|', got %q", a.InstanceID)
+	}
+	if l := a.Limits; l.MaxDescriptors < 1 || l.MaxDescriptors > 32 || l.MaxEntries < 1 || l.MaxEntries > 16 ||
+		l.MaxKeyBytes < 1 || l.MaxValueBytes < 1 || l.MaxRequestIDBytes < 1 || l.MaxRequestIDBytes > 1024 {
+		bad("limits", "want 1 <= max_descriptors <= 32, 1 <= max_entries <= 16, max_key_bytes and max_value_bytes > 0, "+
+			"1 <= max_request_id_bytes <= 1024; got %+v", l)
+	} else if n := l.MaxEntries * (l.MaxKeyBytes + l.MaxValueBytes + 2); n > 20<<10 {
+		bad("limits.max_entries/max_key_bytes/max_value_bytes", "max_entries × (max_key_bytes + max_value_bytes + 2) = %d: above 20480, a delta would exceed the record bound", n)
 	}
 	if a.RulesReload <= 0 {
 		bad("rules_reload", "must be > 0, got %v", a.RulesReload)

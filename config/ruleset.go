@@ -59,7 +59,28 @@ type Rule struct {
 	Limiter limiter.Algorithm
 	Pos     Position
 
+	// Override is set on the rules of per-request limit overrides
+	// ([OverrideRule]); Base is then the rule of the rule set the same
+	// entries match, if any: the override is reported under its label and
+	// hashes the values it hashes.
+	Override bool
+	Base     *Rule
+
 	ceiling, capacity int64 // derived at compile time
+}
+
+// MetricID is the rule's label in metrics, bounded by the rule set
+// whatever the requests carry: the ID, or for an override its base rule's
+// ID (else domain ":override"), since an override's own ID carries a limit
+// chosen per request.
+func (r *Rule) MetricID() string {
+	switch {
+	case !r.Override:
+		return r.ID
+	case r.Base != nil:
+		return r.Base.ID
+	}
+	return r.Domain + ":override"
 }
 
 // Ceiling is the most the rule admits per window: the limit, raised by a
@@ -384,6 +405,9 @@ func (rs *RuleSet) build(n *node, domain string, path []Entry, shared, hashed []
 			if slices.Contains(hs, true) {
 				r.Hashed = hs
 			}
+			if len(r.ID) > MaxRuleIDBytes {
+				*errs = append(*errs, posError(d.Pos, fmt.Sprintf("descriptor %q: rule id (domain and descriptor path) is %d bytes, above %d", d.Key, len(r.ID), MaxRuleIDBytes)))
+			}
 			if r.Limiter != nil && r.Limit > 0 {
 				if err := r.Limiter.Validate(); err != nil {
 					*errs = append(*errs, posError(d.Pos, fmt.Sprintf("descriptor %q: %v", d.Key, err)))
@@ -395,6 +419,10 @@ func (rs *RuleSet) build(n *node, domain string, path []Entry, shared, hashed []
 		rs.build(child, domain, p, sh, hs, d.Descriptors, errs)
 	}
 }
+
+// MaxRuleIDBytes bounds a rule's ID: every delta carries it twice, and a
+// delta must stay within the pipeline's record bound.
+const MaxRuleIDBytes = 4 << 10
 
 func newRule(domain string, path []Entry, shared []bool, d *Descriptor) *Rule {
 	parts := make([]string, len(path))
@@ -452,7 +480,9 @@ func LoadRules(paths ...string) (*RuleSet, error) {
 // in Envoy's service. limit 0 refuses everything, as in a rule file. A
 // multiplier above 1 makes the window that many units long (Envoy's
 // unit_multiplier: 30 × second is a 30-second window, aligned to 30 s).
-func OverrideRule(domain string, entries []Entry, limit int64, unit Unit, multiplier uint32) (*Rule, error) {
+// base, when not nil, is the rule the entries match in the domain: the
+// override takes its metric label and its hash_values.
+func OverrideRule(domain string, entries []Entry, limit int64, unit Unit, multiplier uint32, base *Rule) (*Rule, error) {
 	if unit.Duration() <= 0 {
 		return nil, fmt.Errorf("unit: unknown unit %d", int(unit))
 	}
@@ -473,6 +503,10 @@ func OverrideRule(domain string, entries []Entry, limit int64, unit Unit, multip
 	}
 	d := &Descriptor{RateLimit: &RateLimit{RequestsPerUnit: limit, Unit: unit}}
 	r := newRule(domain, path, nil, d)
+	r.Override, r.Base = true, base
+	if base != nil && len(base.Hashed) == len(entries) {
+		r.Hashed = base.Hashed
+	}
 	r.ID = fmt.Sprintf("%s:override/%s@%d/%s", domain, strings.Join(parts, "/"), limit, unit)
 	if multiplier > 1 {
 		r.ID = fmt.Sprintf("%s:override/%s@%d/%d%s", domain, strings.Join(parts, "/"), limit, multiplier, unit)

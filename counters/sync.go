@@ -17,10 +17,10 @@ import (
 //	<stem>:s:<window start µs>  STRING  window count (fixed, Envoy, sliding window)
 //	<stem>:g                    STRING  TAT in µs (token bucket, GCRA, leaky bucket)
 //	<stem>:l / <stem>:lm        ZSET / HASH  sliding log hits / sum, clock, sequence
-//	<stem>:r:<request id>       STRING  stored answer of an idempotent request
+//	<stem>:r:<request id>#<cost> STRING  stored answer of an idempotent request
 func (r *Redis) syncKeys(q *checker.SyncRequest) []string {
 	stem := r.base(q.Key + "|" + q.Algorithm)
-	rid := stem + ":r:" + q.RequestID
+	rid := stem + ":r:" + q.IdempotencyKey()
 	switch q.Algorithm {
 	case "token_bucket", "gcra", "leaky_bucket":
 		return []string{stem + ":g", rid}

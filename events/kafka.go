@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/velvetrope/velvetrope/internal/logx"
 	"log/slog"
 	"net"
 	"strconv"
@@ -118,6 +119,13 @@ type KafkaProducer struct {
 	// KafkaErrors counts writes Kafka refused in part or whole (the
 	// deltas went to the spill file, or Failed counts them).
 	KafkaErrors atomic.Uint64
+	// Dropped counts deltas set aside for good: invalid, larger than
+	// MaxRecordBytes, or refused by the broker for what they are (message
+	// too large, invalid record). Retrying them could only block the
+	// deltas behind them; each is logged (at most one line per 10 s).
+	Dropped atomic.Uint64
+
+	dropLog *logx.Limited
 }
 
 // NewKafkaProducer returns a producer; Start creates the topic and starts
@@ -130,7 +138,7 @@ func NewKafkaProducer(cfg KafkaConfig) (*KafkaProducer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &KafkaProducer{cfg: cfg}
+	p := &KafkaProducer{cfg: cfg, dropLog: logx.New(cfg.Logger, 10*time.Second)}
 	p.w = &kafka.Writer{
 		Addr:            kafka.TCP(cfg.Brokers...),
 		Topic:           cfg.Topic,
@@ -240,17 +248,26 @@ func EnsureTopic(ctx context.Context, sec Security, brokers []string, topic stri
 	return nil
 }
 
-// Produce implements [Producer].
+// Produce implements [Producer]. A delta that can never be delivered
+// (invalid, or above MaxRecordBytes) is counted in Dropped and logged,
+// never returned as an error: the caller would retry it forever and hold
+// up everything behind it.
 func (p *KafkaProducer) Produce(ctx context.Context, deltas []*eventsv1.Delta) error {
-	msgs := make([]kafka.Message, len(deltas))
-	for i, d := range deltas {
+	msgs := make([]kafka.Message, 0, len(deltas))
+	for _, d := range deltas {
 		v, err := Encode(d)
-		if err != nil {
-			p.Failed.Add(1)
-			return err
+		if err == nil && len(v) > MaxRecordBytes {
+			err = fmt.Errorf("encoded delta of %d bytes exceeds %d", len(v), MaxRecordBytes)
 		}
-		msgs[i] = kafka.Message{Key: []byte(d.CounterKey), Value: v,
-			Headers: []kafka.Header{{Key: SchemaHeader, Value: []byte(SchemaV1)}}}
+		if err != nil {
+			p.drop(d.GetCounterKey(), err)
+			continue
+		}
+		msgs = append(msgs, kafka.Message{Key: []byte(d.CounterKey), Value: v,
+			Headers: []kafka.Header{{Key: SchemaHeader, Value: []byte(SchemaV1)}}})
+	}
+	if len(msgs) == 0 {
+		return nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -260,22 +277,9 @@ func (p *KafkaProducer) Produce(ctx context.Context, deltas []*eventsv1.Delta) e
 		// wait for a dial timeout.)
 		return p.toSpill(msgs)
 	}
-	err := p.w.WriteMessages(ctx, msgs...)
+	failed, err := p.write(ctx, msgs)
 	if err == nil {
-		p.Produced.Add(uint64(len(msgs)))
 		return nil
-	}
-	p.KafkaErrors.Add(1)
-	var werrs kafka.WriteErrors
-	failed := msgs
-	if errors.As(err, &werrs) && len(werrs) == len(msgs) {
-		failed = failed[:0:0]
-		for i, e := range werrs {
-			if e != nil {
-				failed = append(failed, msgs[i])
-			}
-		}
-		p.Produced.Add(uint64(len(msgs) - len(failed)))
 	}
 	if p.spill == nil {
 		p.Failed.Add(1)
@@ -283,6 +287,60 @@ func (p *KafkaProducer) Produce(ctx context.Context, deltas []*eventsv1.Delta) e
 	}
 	p.cfg.Logger.Warn("kafka write failed; spilling deltas to disk", "deltas", len(failed), "error", err)
 	return p.toSpill(failed)
+}
+
+// write sends msgs and returns those to try again. Messages the broker
+// refused for good are dropped (counted, logged); they never come back.
+func (p *KafkaProducer) write(ctx context.Context, msgs []kafka.Message) ([]kafka.Message, error) {
+	err := p.w.WriteMessages(ctx, msgs...)
+	if err == nil {
+		p.Produced.Add(uint64(len(msgs)))
+		return nil, nil
+	}
+	p.KafkaErrors.Add(1)
+	var werrs kafka.WriteErrors
+	if !errors.As(err, &werrs) || len(werrs) != len(msgs) {
+		return msgs, err
+	}
+	var retry []kafka.Message
+	for i, e := range werrs {
+		switch {
+		case e == nil:
+			p.Produced.Add(1)
+		case permanent(e):
+			p.drop(string(msgs[i].Key), e)
+		default:
+			retry = append(retry, msgs[i])
+		}
+	}
+	if len(retry) == 0 {
+		return nil, nil
+	}
+	return retry, err
+}
+
+// permanent reports whether the broker refused a message for what it is,
+// so that sending it again cannot succeed.
+func permanent(err error) bool {
+	var ke kafka.Error
+	if !errors.As(err, &ke) {
+		return false
+	}
+	switch ke {
+	case kafka.MessageSizeTooLarge, kafka.InvalidMessage, kafka.InvalidRecord, kafka.RecordListTooLarge,
+		kafka.InvalidMessageSize:
+		return true
+	}
+	return false
+}
+
+func (p *KafkaProducer) drop(key string, err error) {
+	p.Dropped.Add(1)
+	if len(key) > 200 {
+		key = key[:200] + "…"
+	}
+	p.dropLog.Warn("delta set aside: it can never be delivered", "counter_key", key, "error", err,
+		"dropped_total", p.Dropped.Load())
 }
 
 func (p *KafkaProducer) toSpill(msgs []kafka.Message) error {
@@ -298,7 +356,9 @@ func (p *KafkaProducer) toSpill(msgs []kafka.Message) error {
 	return nil
 }
 
-// replay sends spilled records in order (requires p.mu held).
+// replay sends spilled records in order (requires p.mu held). A record
+// that cannot be decoded or that the broker refuses for good is dropped
+// (counted, logged): it must not hold the records behind it.
 func (p *KafkaProducer) replay(ctx context.Context) error {
 	if p.spill == nil || p.spill.Records() == 0 {
 		return nil
@@ -307,17 +367,19 @@ func (p *KafkaProducer) replay(ctx context.Context) error {
 		msgs := make([]kafka.Message, 0, len(payloads))
 		for _, v := range payloads {
 			d, err := Decode(v)
-			if err != nil { // cannot happen for records we wrote; never block the spill on one
-				p.cfg.Logger.Error("dropping an undecodable spill record", "error", err)
+			if err != nil {
+				p.drop("", fmt.Errorf("undecodable spill record: %w", err))
 				continue
 			}
 			msgs = append(msgs, kafka.Message{Key: []byte(d.CounterKey), Value: v,
 				Headers: []kafka.Header{{Key: SchemaHeader, Value: []byte(SchemaV1)}}})
 		}
-		if err := p.w.WriteMessages(ctx, msgs...); err != nil {
+		if len(msgs) == 0 {
+			return nil
+		}
+		if _, err := p.write(ctx, msgs); err != nil {
 			return err // resend the whole batch later: copies are dropped downstream
 		}
-		p.Produced.Add(uint64(len(msgs)))
 		return nil
 	})
 }

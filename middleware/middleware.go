@@ -9,9 +9,10 @@ package middleware
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,21 +42,34 @@ type Options struct {
 	// Timeout bounds each decision (0: the request's own context only).
 	Timeout time.Duration
 	// FailOpen lets requests through when the Checker fails (a remote
-	// velvetrope does not answer in time); false answers 503.
+	// velvetrope does not answer in time), within Emergency; false
+	// answers 503.
 	FailOpen bool
+	// Emergency is the budget of each descriptor while the Checker fails
+	// and FailOpen is set: decided in this process alone (zero: 10 hits
+	// per second per descriptor, bursts of 20; Limit < 0: no budget, every
+	// request passes). It keeps a dead limiter from opening the gates.
+	Emergency Emergency
+	// Bounds limit what the sources may put in a request (zero fields: the
+	// checker's defaults); a request beyond them is answered 400 naming
+	// the attribute.
+	Bounds checker.Bounds
 	// Logger receives decision failures, at most one line per second.
 	Logger *slog.Logger
 }
 
 // Limiter is the middleware.
 type Limiter struct {
-	c    Checker
-	opts Options
-	pool sync.Pool // *call
+	c         Checker
+	opts      Options
+	pool      sync.Pool // *call
+	emergency *emergency
 	// log is rate-limited: failures can repeat per request, the log must not.
 	log *logx.Limited
-	// Failures counts decisions the Checker could not make.
-	Failures atomic.Int64
+	// Failures counts decisions the Checker could not make; Emergency
+	// those the emergency budget then refused; BadRequests requests
+	// refused for attributes beyond the bounds.
+	Failures, EmergencyDenied, BadRequests atomic.Int64
 }
 
 type call struct {
@@ -69,18 +83,29 @@ func New(c Checker, opts Options) (*Limiter, error) {
 	if opts.Domain == "" {
 		return nil, errors.New("middleware: Options.Domain must not be empty")
 	}
-	if len(opts.Descriptors) == 0 || len(opts.Descriptors) > checker.MaxDescriptors {
-		return nil, errors.New("middleware: Options.Descriptors needs 1 to 32 descriptors")
+	opts.Bounds = opts.Bounds.WithDefaults()
+	if err := opts.Bounds.Validate(); err != nil {
+		return nil, fmt.Errorf("middleware: Options.Bounds: %w", err)
+	}
+	if len(opts.Descriptors) == 0 || len(opts.Descriptors) > opts.Bounds.MaxDescriptors {
+		return nil, fmt.Errorf("middleware: Options.Descriptors needs 1 to %d descriptors", opts.Bounds.MaxDescriptors)
 	}
 	for i, d := range opts.Descriptors {
-		if len(d) == 0 || len(d) > checker.MaxEntries {
-			return nil, errors.New("middleware: Options.Descriptors[" + strconv.Itoa(i) + "] needs 1 to 16 sources")
+		if len(d) == 0 || len(d) > opts.Bounds.MaxEntries {
+			return nil, fmt.Errorf("middleware: Options.Descriptors[%d] needs 1 to %d sources", i, opts.Bounds.MaxEntries)
 		}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	l := &Limiter{c: c, opts: opts, log: logx.New(opts.Logger, time.Second)}
+	if opts.FailOpen {
+		em, err := newEmergency(opts.Emergency)
+		if err != nil {
+			return nil, err
+		}
+		l.emergency = em
+	}
 	l.pool.New = func() any { return new(call) }
 	return l, nil
 }
@@ -94,6 +119,11 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r) // no limit applies to this request
 			return
 		}
+		if msg := l.checkBounds(&cl.req); msg != "" {
+			l.BadRequests.Add(1)
+			http.Error(w, msg, http.StatusBadRequest)
+			return
+		}
 		ctx := r.Context()
 		if l.opts.Timeout > 0 {
 			var cancel context.CancelFunc
@@ -104,7 +134,13 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			l.Failures.Add(1)
 			l.logFailure(err)
 			if l.opts.FailOpen {
-				next.ServeHTTP(w, r)
+				if l.emergency.allow(&cl.req) {
+					next.ServeHTTP(w, r)
+					return
+				}
+				l.EmergencyDenied.Add(1)
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, "too many requests", http.StatusTooManyRequests)
 				return
 			}
 			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
@@ -155,6 +191,27 @@ func (l *Limiter) build(cl *call, r *http.Request) bool {
 		off += ln
 	}
 	return n > 0
+}
+
+// checkBounds returns why req is beyond the bounds, naming the request
+// attribute (the source's key), or "".
+func (l *Limiter) checkBounds(req *checker.Request) string {
+	for i := range req.Descriptors {
+		err := l.opts.Bounds.CheckEntries(i, req.Descriptors[i].Entries)
+		if err == nil {
+			continue
+		}
+		var fe *checker.FieldError
+		var j int
+		if errors.As(err, &fe) && strings.Contains(fe.Field, ".entries[") {
+			if _, serr := fmt.Sscanf(fe.Field[strings.Index(fe.Field, ".entries[")+len(".entries["):], "%d]", &j); serr == nil &&
+				j < len(req.Descriptors[i].Entries) {
+				return fmt.Sprintf("bad request: request attribute %q: %v", req.Descriptors[i].Entries[j].Key, fe.Err)
+			}
+		}
+		return "bad request: " + err.Error()
+	}
+	return ""
 }
 
 func (l *Limiter) logFailure(err error) {

@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"fmt"
 	"context"
 	"io"
 	"log/slog"
@@ -135,7 +136,7 @@ func TestTrustedProxies(t *testing.T) {
 		{"only proxies", "10.0.0.2:1", map[string]string{"X-Forwarded-For": "10.1.1.1"}, "10.1.1.1"},
 		{"IPv4-mapped peer", "[::ffff:198.51.100.3]:1", nil, "198.51.100.3"},
 	}
-	src := ClientIP(proxy)
+	src := ClientIPPrefix(128, proxy) // full addresses: what the walk found
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := httptest.NewRequest(http.MethodGet, "/", nil)
@@ -246,6 +247,50 @@ func TestRemoteAndFailurePolicy(t *testing.T) {
 			t.Fatalf("fail open=%v: %d, failures %d", open, rec.Code, l.Failures.Load())
 		}
 	}
+
+	// issue 10, item 10: failing open keeps a budget per key instead of
+	// letting everything through (3 per hour here, so timing cannot matter)
+	l, err := New(NewRemote(dc), Options{Domain: "web", Descriptors: [][]Source{{ClientIP()}}, FailOpen: true, Logger: quiet,
+		Emergency: Emergency{Limit: 3, Per: time.Hour, Burst: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	steps := []struct {
+		peer string
+		want int
+	}{{"198.51.100.1:1", 200}, {"198.51.100.1:1", 200}, {"198.51.100.1:1", 200}, {"198.51.100.1:1", 429},
+		{"198.51.100.2:1", 200}, {"198.51.100.1:1", 429}}
+	for i, st := range steps {
+		rec := do(mux, hit{peer: st.peer, path: "/"})
+		if rec.Code != st.want || (st.want == 429 && rec.Header().Get("Retry-After") == "") {
+			t.Fatalf("emergency step %d (%s): got %d, want %d", i, st.peer, rec.Code, st.want)
+		}
+	}
+	if l.EmergencyDenied.Load() != 2 || l.Failures.Load() != int64(len(steps)) {
+		t.Fatalf("emergency denied %d (want 2), failures %d", l.EmergencyDenied.Load(), l.Failures.Load())
+	}
+}
+
+// TestSourcesBeyondBounds: issue 10, item 5 on the middleware. A header
+// value beyond the bounds is answered 400 naming the attribute and never
+// reaches the checker (before, it made an oversized delta).
+func TestSourcesBeyondBounds(t *testing.T) {
+	h := handler(t, local(t), Options{Descriptors: [][]Source{{Header("X-Tenant", "tenant")}}})
+	cases := []struct {
+		value, want string
+		code        int
+	}{
+		{strings.Repeat("t", 1024), "", 200},
+		{strings.Repeat("t", 1025), `request attribute "tenant": bad request: longer than 1024 bytes`, 400},
+		{"caf\xe9", `request attribute "tenant": bad request: not valid UTF-8`, 400},
+	}
+	for i, c := range cases {
+		rec := do(h, hit{peer: "198.51.100.1:1", path: "/", headers: map[string]string{"X-Tenant": c.value}})
+		if rec.Code != c.code || !strings.Contains(rec.Body.String(), c.want) {
+			t.Fatalf("step %d: got %d %q, want %d containing %q", i, rec.Code, rec.Body, c.code, c.want)
+		}
+	}
 }
 
 func TestNewRefusesBadOptions(t *testing.T) {
@@ -303,7 +348,8 @@ func FuzzClientIP(f *testing.F) {
 	f.Add("198.51.100.1:1", "1.1.1.1", "for=2.2.2.2")
 	f.Add("garbage", "x", "for=")
 	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}
-	src := ClientIP(trusted...)
+	src := ClientIPPrefix(128, trusted...)
+	agg := ClientIP(trusted...)
 	f.Fuzz(func(t *testing.T, peer, xff, fwd string) {
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
 		r.RemoteAddr = peer
@@ -328,7 +374,52 @@ func FuzzClientIP(f *testing.F) {
 		if !isTrusted(p, trusted) && ip != p {
 			t.Fatalf("untrusted peer %q, headers %q / %q: client %s, want the peer", peer, xff, fwd, ip)
 		}
+		// the default source: IPv4 as is, IPv6 as the /64 holding it
+		_, av, _ := agg(r)
+		if ip.Is4() && av != ip.String() {
+			t.Fatalf("IPv4 client %s keyed as %q", ip, av)
+		}
+		if ip.Is6() {
+			pfx, err := netip.ParsePrefix(av)
+			if err != nil || pfx.Bits() != 64 || !pfx.Contains(ip) || pfx != pfx.Masked() {
+				t.Fatalf("IPv6 client %s keyed as %q, want its /64", ip, av)
+			}
+		}
 	})
+}
+
+// TestIPv6KeyedByPrefix: issue 10, item 10. Before, every address of a
+// /64 was its own key, so one subscriber rotated through 2^64 budgets.
+func TestIPv6KeyedByPrefix(t *testing.T) {
+	h := handler(t, local(t), Options{Descriptors: [][]Source{{ClientIP()}}})
+	for i := range 5 { // five addresses of one /64 share the limit of 5
+		if rec := do(h, hit{peer: fmt.Sprintf("[2001:db8:1:2::%x]:1", i+1), path: "/"}); rec.Code != 200 {
+			t.Fatalf("call %d: %d", i, rec.Code)
+		}
+	}
+	if rec := do(h, hit{peer: "[2001:db8:1:2:ffff:ffff:ffff:ffff]:1", path: "/"}); rec.Code != 429 {
+		t.Fatalf("another address of the same /64: %d, want 429", rec.Code)
+	}
+	if rec := do(h, hit{peer: "[2001:db8:1:3::1]:1", path: "/"}); rec.Code != 200 {
+		t.Fatalf("the next /64: %d, want 200", rec.Code)
+	}
+	cases := []struct {
+		bits       int
+		peer, want string
+	}{
+		{64, "[2001:db8:1:2:3:4:5:6]:1", "2001:db8:1:2::/64"},
+		{48, "[2001:db8:1:2:3:4:5:6]:1", "2001:db8:1::/48"},
+		{128, "[2001:db8:1:2:3:4:5:6]:1", "2001:db8:1:2:3:4:5:6"},
+		{56, "198.51.100.7:1", "198.51.100.7"},
+		{0, "[2001:db8::1]:1", "2001:db8::/64"}, // out of range: the default
+	}
+	for i, c := range cases {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = c.peer
+		if _, v, _ := ClientIPPrefix(c.bits)(r); v != c.want {
+			t.Fatalf("step %d: /%d of %s = %q, want %q", i, c.bits, c.peer, v, c.want)
+		}
+	}
 }
 
 // TestRemoteHits: request hits, per-descriptor hits and probes (0) reach

@@ -21,11 +21,32 @@ type Source func(r *http.Request) (key, value string, ok bool)
 // then the client is the right-most address of Forwarded (for=) or, when
 // that header is absent, X-Forwarded-For that is not itself a trusted
 // proxy. Headers from untrusted peers are ignored: anyone can send them.
-func ClientIP(trusted ...netip.Prefix) Source {
+//
+// An IPv6 client is keyed by its /64 ("2001:db8:1:2::/64"): one
+// subscriber usually holds a whole /64 and could rotate through its
+// addresses freely. [ClientIPPrefix] chooses another length.
+func ClientIP(trusted ...netip.Prefix) Source { return ClientIPPrefix(DefaultIPv6Prefix, trusted...) }
+
+// DefaultIPv6Prefix is the prefix length ClientIP keys IPv6 clients by.
+const DefaultIPv6Prefix = 64
+
+// ClientIPPrefix is ClientIP keying IPv6 clients by their first v6Bits
+// bits (128: the full address). IPv4 clients are keyed by their address.
+// v6Bits outside 1..128 is taken as 64.
+func ClientIPPrefix(v6Bits int, trusted ...netip.Prefix) Source {
+	if v6Bits < 1 || v6Bits > 128 {
+		v6Bits = DefaultIPv6Prefix
+	}
 	return func(r *http.Request) (string, string, bool) {
 		ip, ok := clientIP(r, trusted)
 		if !ok {
 			return "", "", false
+		}
+		if ip.Is6() && v6Bits < 128 {
+			p, err := ip.Prefix(v6Bits)
+			if err == nil {
+				return "remote_address", p.String(), true
+			}
 		}
 		return "remote_address", ip.String(), true
 	}

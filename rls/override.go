@@ -34,8 +34,9 @@ func newOverrides() *overrides {
 	return o
 }
 
-// rule returns the override rule for d's keys and limit in domain.
-func (o *overrides) rule(domain string, es []config.Entry, lim *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*config.Rule, error) {
+// rule returns the override rule for d's keys and limit in domain; base is
+// the rule the entries match in the live rule set (nil: none).
+func (o *overrides) rule(domain string, es []config.Entry, lim *ratelimitv3.RateLimitDescriptor_RateLimitOverride, base *config.Rule) (*config.Rule, error) {
 	unit, err := unitFrom(lim.Unit)
 	if err != nil {
 		return nil, err
@@ -50,14 +51,17 @@ func (o *overrides) rule(domain string, es []config.Entry, lim *ratelimitv3.Rate
 	}
 	h ^= uint64(lim.RequestsPerUnit)<<8 | uint64(unit)
 	h = (h ^ uint64(mult)) * 0x9e3779b97f4a7c15
+	if base != nil {
+		h = (h ^ maphash.String(o.seed, base.ID)) * 0x9e3779b97f4a7c15
+	}
 	sh := &o.shards[h%uint64(len(o.shards))]
 	sh.mu.RLock()
 	r := sh.rules[h]
 	sh.mu.RUnlock()
-	if r != nil && same(r, domain, es, int64(lim.RequestsPerUnit), unit, mult) {
+	if r != nil && r.Base == base && same(r, domain, es, int64(lim.RequestsPerUnit), unit, mult) {
 		return r, nil
 	}
-	r, err = config.OverrideRule(domain, es, int64(lim.RequestsPerUnit), unit, mult)
+	r, err = config.OverrideRule(domain, es, int64(lim.RequestsPerUnit), unit, mult, base)
 	if err != nil {
 		return nil, err
 	}

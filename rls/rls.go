@@ -52,6 +52,9 @@ type Options struct {
 	// request (answered Internal), at most one line per 10 s (nil: the
 	// default logger).
 	Logger *slog.Logger
+	// Bounds limit the size of a request (zero fields: the checker's
+	// defaults); give the checker's own.
+	Bounds checker.Bounds
 }
 
 // Server implements rlsv3.RateLimitServiceServer over a Checker.
@@ -81,6 +84,7 @@ type work struct {
 
 // New returns a Server deciding with c.
 func New(c Checker, opts Options) *Server {
+	opts.Bounds = opts.Bounds.WithDefaults()
 	s := &Server{c: c, opts: opts, overrides: newOverrides(), log: logx.New(opts.Logger, 10*time.Second)}
 	s.work.New = func() any { return new(work) }
 	return s
@@ -94,8 +98,8 @@ const maxUint32 = math.MaxUint32
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	w := s.work.Get().(*work)
 	defer s.work.Put(w)
-	known := s.c.Rules().HasDomain(req.Domain)
-	if err := w.convert(req, s.overrides, known); err != nil {
+	rs := s.c.Rules()
+	if err := w.convert(req, s.overrides, rs, &s.opts.Bounds); err != nil {
 		s.Stats.Invalid.Add(1)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -106,7 +110,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		statuses[i].Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = &statuses[i]
 	}
-	if !known {
+	if !rs.HasDomain(req.Domain) {
 		s.Stats.OK.Add(1)
 		return resp, nil // Envoy answers OK, no limit, for a domain it does not know
 	}
@@ -118,6 +122,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		var fe *checker.FieldError
 		if errors.As(err, &fe) {
 			s.Stats.Invalid.Add(1)
+			if errors.Is(err, checker.ErrRequestIDConflict) {
+				return nil, status.Error(codes.FailedPrecondition, fe.Error())
+			}
 			return nil, status.Error(codes.InvalidArgument, fe.Error())
 		}
 		s.Stats.Errors.Add(1)
@@ -144,25 +151,25 @@ var (
 	errUnit = errors.New("unit: must be SECOND, MINUTE, HOUR, DAY, MONTH or YEAR")
 )
 
-// convert validates req's shape and fills w.req, reusing w's memory.
-// known says whether req's domain has rules: overrides apply only there,
-// as in Envoy's service.
-func (w *work) convert(req *rlsv3.RateLimitRequest, o *overrides, known bool) error {
+// convert validates req's shape against b and fills w.req, reusing w's
+// memory. Overrides apply only in domains rs knows, as in Envoy's service.
+func (w *work) convert(req *rlsv3.RateLimitRequest, o *overrides, rs *config.RuleSet, b *checker.Bounds) error {
+	known := rs.HasDomain(req.Domain)
 	switch {
 	case req.Domain == "":
 		return errors.New("domain: must not be empty")
 	case len(req.Descriptors) == 0:
 		return errors.New("descriptors: must not be empty")
-	case len(req.Descriptors) > checker.MaxDescriptors:
-		return fieldf("descriptors", "more than %d descriptors (got %d)", checker.MaxDescriptors, len(req.Descriptors))
+	case len(req.Descriptors) > b.MaxDescriptors:
+		return fieldf("descriptors", "more than %d descriptors (got %d)", b.MaxDescriptors, len(req.Descriptors))
 	}
 	n := 0
 	for i, d := range req.Descriptors {
 		switch {
 		case d == nil || len(d.Entries) == 0:
 			return fieldf(index("descriptors", i, "entries"), "must not be empty")
-		case len(d.Entries) > checker.MaxEntries:
-			return fieldf(index("descriptors", i, "entries"), "more than %d entries (got %d)", checker.MaxEntries, len(d.Entries))
+		case len(d.Entries) > b.MaxEntries:
+			return fieldf(index("descriptors", i, "entries"), "more than %d entries (got %d)", b.MaxEntries, len(d.Entries))
 		case d.IsNegativeHits:
 			return fieldf(index("descriptors", i, "is_negative_hits"), "refunds through the Envoy API are not supported")
 		}
@@ -186,9 +193,12 @@ func (w *work) convert(req *rlsv3.RateLimitRequest, o *overrides, known bool) er
 			}
 			es[j] = config.Entry{Key: e.Key, Value: e.Value}
 		}
+		if err := b.CheckEntries(i, es); err != nil {
+			return err
+		}
 		cd := checker.Descriptor{Entries: es}
 		if d.Limit != nil && known {
-			r, err := o.rule(req.Domain, es, d.Limit)
+			r, err := o.rule(req.Domain, es, d.Limit, rs.Match(req.Domain, es))
 			if err != nil {
 				return fmt.Errorf("%s%w", index("descriptors", i, "limit."), err)
 			}

@@ -72,6 +72,16 @@ func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
 			{Entries: desc("foo", "a").Entries, Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3,
 				Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(1 << 30)}}}},
 			"descriptors[0].limit.unit_multiplier"},
+		// issue 10, item 5: the bounds (16 descriptors, 8 entries, 128-byte
+		// keys, 1,024-byte values by default)
+		{"17 descriptors", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: many[:17]}, "descriptors"},
+		{"9 entries", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: wide.Entries[:9]}}}, "descriptors[0].entries"},
+		{"a 600 KB value", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			desc("foo", "a"), desc("foo", strings.Repeat("v", 600<<10))}}, "descriptors[1].entries[0].value"},
+		{"a long key with an override", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: desc(strings.Repeat("k", 129), "a").Entries, Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{
+				RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_SECOND}}}}, "descriptors[0].entries[0].key"},
 		// an unknown domain is still checked for shape
 		{"unknown domain, empty key", &rlsv3.RateLimitRequest{Domain: "nope", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("", "a")}}, "descriptors[0].entries[0].key"},
 	}
@@ -233,7 +243,7 @@ func TestOverrideCacheIsBounded(t *testing.T) {
 	lim := &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typev3.RateLimitUnit_MINUTE}
 	for i := range maxOverrides * 2 {
 		es := []config.Entry{{Key: "k" + strconv.Itoa(i), Value: "v"}}
-		r, err := o.rule("rl", es, lim)
+		r, err := o.rule("rl", es, lim, nil)
 		if err != nil || r.Limit != 7 || r.ID != "rl:override/k"+strconv.Itoa(i)+"@7/minute" {
 			t.Fatalf("override %d: %+v %v", i, r, err)
 		}
@@ -246,8 +256,8 @@ func TestOverrideCacheIsBounded(t *testing.T) {
 		t.Fatalf("cache holds %d rules, bound %d", n, maxOverrides)
 	}
 	es := []config.Entry{{Key: "k1", Value: "other"}}
-	a, _ := o.rule("rl", es, lim)
-	b, _ := o.rule("rl", es, lim)
+	a, _ := o.rule("rl", es, lim, nil)
+	b, _ := o.rule("rl", es, lim, nil)
 	if a != b {
 		t.Fatal("a cached override is rebuilt")
 	}

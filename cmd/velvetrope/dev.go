@@ -141,7 +141,8 @@ func checkerConfig(app config.App, logger *slog.Logger) checker.Config {
 	return checker.Config{InstanceName: app.InstanceID, MaxKeys: ck.MaxKeys, FlushInterval: ck.FlushInterval,
 		MinRefresh: ck.MinRefresh, MaxRefresh: ck.MaxRefresh, PipelineLag: ck.PipelineLag,
 		SafetyPercent: ck.SafetyPercent, NearFloor: ck.NearFloor, NearFloorPercent: ck.NearFloorPct,
-		IdleAfter: ck.IdleAfter, ControlPoll: ck.ControlPoll, IdempotencyTTL: app.Limiter.IdempotencyTTL, HashKey: []byte(ck.HashKey), Logger: logger}
+		IdleAfter: ck.IdleAfter, ControlPoll: ck.ControlPoll, IdempotencyTTL: app.Limiter.IdempotencyTTL, HashKey: []byte(ck.HashKey),
+		Bounds: bounds(app), Logger: logger}
 }
 
 func newDevChecker(lc fx.Lifecycle, app config.App, logger *slog.Logger, rules *config.Store,

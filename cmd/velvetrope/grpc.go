@@ -40,7 +40,8 @@ func (g *grpcListener) Addr() string {
 // its final flush.
 func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter,
 	logger *slog.Logger) (*rls.Server, *grpcListener, error) {
-	s := rls.New(decisions.Wrap(c, n), rls.Options{ResponseHeaders: app.GRPC.ResponseHeaders, Logger: logger})
+	s := rls.New(decisions.Wrap(c, n), rls.Options{ResponseHeaders: app.GRPC.ResponseHeaders, Logger: logger,
+		Bounds: bounds(app)})
 	gl := &grpcListener{}
 	if app.GRPC.Addr == "" {
 		return s, gl, nil
@@ -49,7 +50,9 @@ func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Co
 	if err != nil {
 		return nil, nil, err
 	}
-	var opts []grpc.ServerOption
+	// the same bound on a message as on an HTTP body: a request above it is
+	// refused by gRPC (ResourceExhausted) before it is decoded
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(int(app.HTTP.MaxBodyBytes))}
 	if tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
@@ -93,4 +96,11 @@ func newHTTPServer(lc fx.Lifecycle, app config.App, mux http.Handler, writeTimeo
 	srv.UseTLS(tlsCfg)
 	lc.Append(fx.StartStopHook(srv.Start, srv.Stop))
 	return srv, nil
+}
+
+// bounds are the request bounds of app's limits section.
+func bounds(app config.App) checker.Bounds {
+	l := app.Limits
+	return checker.Bounds{MaxDescriptors: l.MaxDescriptors, MaxEntries: l.MaxEntries, MaxKeyBytes: l.MaxKeyBytes,
+		MaxValueBytes: l.MaxValueBytes, MaxRequestIDBytes: l.MaxRequestIDBytes}
 }

@@ -203,6 +203,7 @@ func checkerMetrics(reg *metrics.Registry, c *checker.Checker, prod *events.Kafk
 	reg.Gauge("velvetrope_producer_spill_records", "Deltas waiting in the spill file.", func() float64 { return float64(prod.SpillRecords()) })
 	reg.Gauge("velvetrope_producer_spill_bytes", "Bytes of the spill file not yet replayed.", func() float64 { return float64(prod.SpillBytes()) })
 	reg.Counter("velvetrope_producer_kafka_errors_total", "Writes Kafka refused in part or whole (the deltas went to the spill file).", func() float64 { return float64(prod.KafkaErrors.Load()) })
+	reg.Counter("velvetrope_producer_dropped_total", "Deltas set aside for good: invalid, above the record bound, or refused by the broker for what they are (logged).", func() float64 { return float64(prod.Dropped.Load()) })
 	reg.Counter("velvetrope_producer_failed_total", "Produce calls that failed with the spill file unable to take the deltas (the checker keeps them buffered).", func() float64 { return float64(prod.Failed.Load()) })
 }
 

@@ -80,7 +80,7 @@ func TestCheckerAndAggregatorProcesses(t *testing.T) {
 		// the gRPC call and the /json call of checkEnvoyAPIs
 		// /v1/check, gRPC and /json: three decisions of api:user_id
 		if url == "http://"+chk.Addr()+"/metrics" && (!strings.Contains(string(b), `velvetrope_rls_calls_total{code="ok"} 2`) ||
-			!strings.Contains(string(b), `velvetrope_decisions_total{decision="allow",domain="api",mode="async",rule="api:user_id"} 3`)) {
+			!strings.Contains(string(b), `velvetrope_decisions_total{decision="allow",domain="api",mode="async",override="false",rule="api:user_id"} 3`)) {
 			t.Fatalf("%s: Envoy API calls not counted:\n%s", url, b)
 		}
 		if url == "http://"+chk.Addr()+"/metrics" {

@@ -1,8 +1,11 @@
 // Package decisions counts decisions per rule and outcome for metrics,
 // off the checker's hot path: the API layers count the statuses they
-// answer. Counters are found by the rule's pointer (no allocation) and
-// reported by rule id, so a reload (new pointers, same ids) keeps the
-// series monotonic.
+// answer. Rules of the rule set are found by pointer (no allocation, no
+// lock); overrides by their bounded series. Series are reported by
+// [config.Rule.MetricID], so a reload (new pointers, same ids) keeps them
+// monotonic, and whatever limits requests carry, the series stay bounded
+// by the rule set: an override counts under its base rule's label with
+// override="true".
 package decisions
 
 import (
@@ -18,70 +21,170 @@ import (
 
 // Counter counts decisions per rule: allowed, denied, shadow-denied (a
 // shadow rule that would have refused) and degraded (a failure policy
-// decided).
+// decided). The zero value is ready; safe for concurrent use.
 type Counter struct {
-	rules sync.Map // *config.Rule → *counts
+	rules sync.Map // *config.Rule of a rule set → *counts
+
+	mu        sync.RWMutex
+	overrides map[series]*counts    // override decisions (guarded by mu)
+	retired   map[series]*[4]uint64 // counts of rules no longer live (guarded by mu)
+	live      func() *config.RuleSet
 }
 
 type counts struct {
 	allowed, denied, shadowed, degraded atomic.Uint64
 }
 
+func (n *counts) observe(st *checker.Status) {
+	switch {
+	case st.Code == checker.OverLimit:
+		n.denied.Add(1)
+	case st.Shadowed:
+		n.shadowed.Add(1)
+	default:
+		n.allowed.Add(1)
+	}
+	if st.Degraded {
+		n.degraded.Add(1)
+	}
+}
+
+func (n *counts) load() [4]uint64 {
+	return [4]uint64{n.allowed.Load(), n.denied.Load(), n.shadowed.Load(), n.degraded.Load()}
+}
+
 // Observe counts the statuses of one decision.
 func (c *Counter) Observe(d *checker.Decision) {
 	for i := range d.Statuses {
 		st := &d.Statuses[i]
-		if st.Rule == nil || st.Rule.Unlimited {
+		r := st.Rule
+		if r == nil || r.Unlimited {
 			continue
 		}
-		v, ok := c.rules.Load(st.Rule)
+		if r.Override {
+			c.override(r).observe(st)
+			continue
+		}
+		v, ok := c.rules.Load(r)
 		if !ok {
-			v, _ = c.rules.LoadOrStore(st.Rule, new(counts))
+			v, _ = c.rules.LoadOrStore(r, new(counts))
 		}
-		n := v.(*counts)
-		switch {
-		case st.Code == checker.OverLimit:
-			n.denied.Add(1)
-		case st.Shadowed:
-			n.shadowed.Add(1)
-		default:
-			n.allowed.Add(1)
-		}
-		if st.Degraded {
-			n.degraded.Add(1)
-		}
+		v.(*counts).observe(st)
 	}
 }
 
-type series struct{ domain, rule, mode string }
+// override finds the counts of an override's series, creating them once.
+func (c *Counter) override(r *config.Rule) *counts {
+	k := seriesOf(r)
+	c.mu.RLock()
+	n := c.overrides[k]
+	c.mu.RUnlock()
+	if n != nil {
+		return n
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n = c.overrides[k]; n == nil {
+		if c.overrides == nil {
+			c.overrides = map[series]*counts{}
+		}
+		n = new(counts)
+		c.overrides[k] = n
+	}
+	return n
+}
 
-// Samples reports velvetrope_decisions_total series: labels domain, rule,
-// mode, decision (allow, deny, shadow_deny, degraded).
-func (c *Counter) Samples() []metrics.Sample {
-	sum := map[series]*[4]uint64{}
+type series struct {
+	domain, rule, mode string
+	override           bool
+}
+
+func seriesOf(r *config.Rule) series {
+	return series{r.Domain, r.MetricID(), r.Mode, r.Override}
+}
+
+// prune folds the counts of rules that left the live rule set (after a
+// reload) into their series' retired totals and forgets their pointers,
+// so reloads do not grow the counter. An Observe racing with the fold may
+// lose the one increment it was making on the retired pointer.
+func (c *Counter) prune(rs *config.RuleSet) {
+	live := map[*config.Rule]bool{}
+	for _, r := range rs.Rules() {
+		live[r] = true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.rules.Range(func(k, v any) bool {
-		r, n := k.(*config.Rule), v.(*counts)
-		key := series{r.Domain, r.ID, r.Mode}
-		t := sum[key]
+		r := k.(*config.Rule)
+		if live[r] {
+			return true
+		}
+		c.rules.Delete(r)
+		if c.retired == nil {
+			c.retired = map[series]*[4]uint64{}
+		}
+		t := c.retired[seriesOf(r)]
 		if t == nil {
 			t = new([4]uint64)
-			sum[key] = t
+			c.retired[seriesOf(r)] = t
 		}
-		t[0] += n.allowed.Load()
-		t[1] += n.denied.Load()
-		t[2] += n.shadowed.Load()
-		t[3] += n.degraded.Load()
+		for i, x := range v.(*counts).load() {
+			t[i] += x
+		}
 		return true
 	})
+}
+
+// Samples reports velvetrope_decisions_total series: labels domain, rule,
+// mode, override, decision (allow, deny, shadow_deny, degraded).
+func (c *Counter) Samples() []metrics.Sample {
+	c.mu.RLock()
+	live := c.live
+	c.mu.RUnlock()
+	if live != nil {
+		c.prune(live())
+	}
+	sum := map[series]*[4]uint64{}
+	add := func(k series, v [4]uint64) {
+		t := sum[k]
+		if t == nil {
+			t = new([4]uint64)
+			sum[k] = t
+		}
+		for i := range v {
+			t[i] += v[i]
+		}
+	}
+	c.rules.Range(func(k, v any) bool {
+		add(seriesOf(k.(*config.Rule)), v.(*counts).load())
+		return true
+	})
+	c.mu.RLock()
+	for k, n := range c.overrides {
+		add(k, n.load())
+	}
+	for k, t := range c.retired {
+		add(k, *t)
+	}
+	c.mu.RUnlock()
 	keys := make([]series, 0, len(sum))
 	for k := range sum {
 		keys = append(keys, k)
 	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].rule < keys[j].rule })
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].rule != keys[j].rule {
+			return keys[i].rule < keys[j].rule
+		}
+		return !keys[i].override && keys[j].override
+	})
 	var out []metrics.Sample
 	for _, k := range keys {
+		ov := "false"
+		if k.override {
+			ov = "true"
+		}
 		for i, name := range []string{"allow", "deny", "shadow_deny", "degraded"} {
-			out = append(out, metrics.Sample{Labels: []string{k.domain, k.rule, k.mode, name}, Value: float64(sum[k][i])})
+			out = append(out, metrics.Sample{Labels: []string{k.domain, k.rule, k.mode, ov, name}, Value: float64(sum[k][i])})
 		}
 	}
 	return out
@@ -90,8 +193,9 @@ func (c *Counter) Samples() []metrics.Sample {
 // Register exposes the counter as velvetrope_decisions_total.
 func (c *Counter) Register(reg *metrics.Registry) {
 	reg.Multi("velvetrope_decisions_total", "Descriptor decisions by domain, rule, mode and outcome (allow, deny, "+
-		"shadow_deny: a shadow rule would have refused, degraded: a failure policy decided).", "counter",
-		[]string{"domain", "rule", "mode", "decision"}, c.Samples)
+		"shadow_deny: a shadow rule would have refused, degraded: a failure policy decided); override=\"true\" counts "+
+		"per-request limit overrides under the rule their descriptor matches.", "counter",
+		[]string{"domain", "rule", "mode", "override", "decision"}, c.Samples)
 }
 
 // Checker is what Wrap wraps: *checker.Checker and *checker.Local.
@@ -100,8 +204,16 @@ type Checker interface {
 	Rules() *config.RuleSet
 }
 
-// Wrap returns c counting every decision it makes in n.
-func Wrap(c Checker, n *Counter) Checker { return observed{c, n} }
+// Wrap returns c counting every decision it makes in n. n forgets the
+// rules of c's earlier rule sets at each scrape.
+func Wrap(c Checker, n *Counter) Checker {
+	n.mu.Lock()
+	if n.live == nil {
+		n.live = c.Rules
+	}
+	n.mu.Unlock()
+	return observed{c, n}
+}
 
 type observed struct {
 	Checker

@@ -55,11 +55,11 @@ func TestCountsPerRuleAndOutcome(t *testing.T) {
 	reg.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	out := rec.Body.String()
 	for _, want := range []string{
-		`velvetrope_decisions_total{decision="allow",domain="api",mode="async",rule="api:ip"} 2`,
-		`velvetrope_decisions_total{decision="deny",domain="api",mode="async",rule="api:ip"} 2`,
-		`velvetrope_decisions_total{decision="allow",domain="api",mode="async",rule="api:shadow"} 1`,
-		`velvetrope_decisions_total{decision="shadow_deny",domain="api",mode="async",rule="api:shadow"} 2`,
-		`velvetrope_decisions_total{decision="degraded",domain="api",mode="async",rule="api:ip"} 0`,
+		`velvetrope_decisions_total{decision="allow",domain="api",mode="async",override="false",rule="api:ip"} 2`,
+		`velvetrope_decisions_total{decision="deny",domain="api",mode="async",override="false",rule="api:ip"} 2`,
+		`velvetrope_decisions_total{decision="allow",domain="api",mode="async",override="false",rule="api:shadow"} 1`,
+		`velvetrope_decisions_total{decision="shadow_deny",domain="api",mode="async",override="false",rule="api:shadow"} 2`,
+		`velvetrope_decisions_total{decision="degraded",domain="api",mode="async",override="false",rule="api:ip"} 0`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("missing %s in:\n%s", want, out)
@@ -67,5 +67,65 @@ func TestCountsPerRuleAndOutcome(t *testing.T) {
 	}
 	if strings.Contains(out, "api:free") || strings.Contains(out, `value="`) {
 		t.Fatalf("unlimited rules or values in the labels:\n%s", out)
+	}
+}
+
+// TestSeriesBoundedWhateverTheInput: 3,000 distinct limit overrides and
+// 50 reloads leave one series per rule and outcome (issue 10, item 3:
+// before, every override limit was a series and a retained rule).
+func TestSeriesBoundedWhateverTheInput(t *testing.T) {
+	store := testrules.Store(t, rules)
+	l := testrules.Local(t, store, testrules.NewClock(), 0)
+	n := new(Counter)
+	c := Wrap(l, n)
+	var d checker.Decision
+	for i := range 3000 {
+		es := []config.Entry{{Key: "ip", Value: "1.2.3.4"}}
+		base := store.Load().Match("api", es)
+		r, err := config.OverrideRule("api", es, int64(i+1), config.Minute, 1, base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		noBase, _ := config.OverrideRule("api", []config.Entry{{Key: "other", Value: "v"}}, int64(i+1), config.Minute, 1, nil)
+		req := &checker.Request{Domain: "api", Hits: 1, Descriptors: []checker.Descriptor{
+			{Entries: es, Rule: r}, {Entries: []config.Entry{{Key: "other", Value: "v"}}, Rule: noBase}}}
+		if err := c.Check(context.Background(), req, &d); err != nil {
+			t.Fatal(err)
+		}
+		if i%60 == 0 { // a reload: new pointers for every rule
+			store.Swap(testrules.Store(t, rules).Load())
+			one := &checker.Request{Domain: "api", Hits: 1, Descriptors: []checker.Descriptor{{Entries: es}}}
+			if err := c.Check(context.Background(), one, &d); err != nil {
+				t.Fatal(err)
+			}
+			n.Samples()
+		}
+	}
+	samples := n.Samples()
+	series := map[string]float64{}
+	for _, s := range samples {
+		series[strings.Join(s.Labels, "|")] += s.Value
+	}
+	// api:ip plain, api:ip override, api:override (no base): 3 × 4 outcomes
+	if len(samples) != 12 {
+		t.Fatalf("got %d samples, want 12: %v", len(samples), series)
+	}
+	want := map[string]float64{
+		"api|api:ip|async|true|allow":        3000, // each override limit is its own counter: all admitted
+		"api|api:override|async|true|allow":  3000,
+		"api|api:ip|async|false|allow":       1, // the rule itself: 1 per minute
+		"api|api:ip|async|false|deny":        49,
+		"api|api:override|async|true|deny":   0,
+		"api|api:ip|async|false|shadow_deny": 0,
+	}
+	for k, v := range want {
+		if series[k] != v {
+			t.Fatalf("%s = %v, want %v (all: %v)", k, series[k], v, series)
+		}
+	}
+	held := 0
+	n.rules.Range(func(any, any) bool { held++; return true })
+	if held > 3 {
+		t.Fatalf("%d rule pointers held after 50 reloads, want at most the live rules", held)
 	}
 }

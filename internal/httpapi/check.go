@@ -99,7 +99,11 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited) http.Handler {
 		if err := c.Check(r.Context(), &req, &d); err != nil {
 			var fe *checker.FieldError
 			if errors.As(err, &fe) {
-				writeError(w, http.StatusBadRequest, fe.Field, fe.Error())
+				code := http.StatusBadRequest
+				if errors.Is(err, checker.ErrRequestIDConflict) {
+					code = http.StatusConflict
+				}
+				writeError(w, code, fe.Field, fe.Error())
 				return
 			}
 			if log != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -177,4 +178,38 @@ func FuzzCheckHandler(f *testing.F) {
 			t.Fatalf("answer is not JSON: %q", rec.Body)
 		}
 	})
+}
+
+// TestCheckRequestIDAndBounds: issue 10, items 2 and 5 on the HTTP API: a
+// request id reused by a different request is 409 naming request_id; a
+// value beyond the bounds is 400 naming the field.
+func TestCheckRequestIDAndBounds(t *testing.T) {
+	h := CheckHandler(func() *checker.Local {
+		rs, _ := config.ExampleRules()
+		k, _ := limiter.NewKeyed()
+		l, _ := checker.NewLocal(config.NewStore(rs), k, fixedClock(t0), time.Minute)
+		return l
+	}(), 1<<20, nil)
+	req := func(user string, hits int, id string) string {
+		return `{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"` + user + `"}]}],"hits":` +
+			strconv.Itoa(hits) + `,"request_id":"` + id + `"}`
+	}
+	steps := []struct {
+		body     string
+		code     int
+		contains string
+	}{
+		{req("priya", 1, "r1"), 200, `"remaining":99`},
+		{req("priya", 1, "r1"), 200, `"remaining":99`}, // a retry: the same answer, not charged
+		{req("priya", 1000000, "r1"), 409, `"field":"request_id"`},
+		{req("mallory", 1, "r1"), 409, `request id already used by a different request`},
+		{req(strings.Repeat("v", 600<<10), 1, "r2"), 400, `"field":"descriptors[0].entries[0].value"`},
+		{req("priya", 1, strings.Repeat("i", 129)), 400, `"field":"request_id"`},
+	}
+	for i, s := range steps {
+		rec := post(t, h, s.body)
+		if rec.Code != s.code || !strings.Contains(rec.Body.String(), s.contains) {
+			t.Fatalf("step %d: got %d %.300s, want %d containing %s", i, rec.Code, rec.Body, s.code, s.contains)
+		}
+	}
 }
