@@ -1,8 +1,8 @@
 package middleware
 
 import (
-	"fmt"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
