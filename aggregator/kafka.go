@@ -28,6 +28,7 @@ type Config struct {
 	HeartbeatInterval time.Duration   // 1 s
 	RebalanceTimeout  time.Duration   // 6 s
 	RetryBackoff      time.Duration   // first wait after a Redis error: 100 ms (doubling to 5 s)
+	ReadyInterval     time.Duration   // how often readiness is re-checked: 1 s
 	Security          events.Security // TLS and SASL towards the brokers (zero: plaintext)
 	// Analytics, when set, receives every batch once Redis has applied it
 	// (the ClickHouse sink's buffer: it must not block).
@@ -63,6 +64,9 @@ func (c *Config) defaults() error {
 	if c.RetryBackoff == 0 {
 		c.RetryBackoff = 100 * time.Millisecond
 	}
+	if c.ReadyInterval == 0 {
+		c.ReadyInterval = time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -89,11 +93,12 @@ type Kafka struct {
 	reader *events.Reader
 	cancel context.CancelFunc
 	done   chan struct{}
-	joined atomic.Bool
+	ready  atomic.Pointer[string] // why not ready; "" when ready
 
 	// afterApply runs between the Redis apply and the offset commit; tests
 	// use it to kill the aggregator exactly there.
 	afterApply func()
+	readyDone  chan struct{}
 
 	Stats Stats
 	// Accuracy is the realised accuracy of the limits the deltas report.
@@ -124,18 +129,62 @@ func (a *Kafka) Start(ctx context.Context) error {
 		return err
 	}
 	a.cons, a.reader = cons, events.NewReader(cons, a.cfg.Logger)
+	why := "aggregator: not yet a member of group " + a.cfg.Group
+	a.ready.Store(&why)
 	loopCtx, cancel := context.WithCancel(context.Background())
 	a.cancel, a.done = cancel, make(chan struct{})
+	a.readyDone = make(chan struct{})
 	go a.loop(loopCtx)
+	go a.readyLoop(loopCtx)
 	return nil
 }
 
-// Ready reports whether the aggregator has received from its group.
+// Ready reports whether the aggregator can do its work: it is a member of
+// its consumer group (with partitions or, when the group has more members
+// than the topic has partitions, none) and Redis answers. Checked every
+// ReadyInterval in the background, so a probe never waits on either.
 func (a *Kafka) Ready() error {
-	if !a.joined.Load() {
-		return errors.New("aggregator: no partition assigned yet")
+	if why := a.ready.Load(); why != nil && *why != "" {
+		return errors.New(*why)
 	}
 	return nil
+}
+
+func (a *Kafka) readyLoop(ctx context.Context) {
+	defer close(a.readyDone)
+	t := time.NewTicker(a.cfg.ReadyInterval)
+	defer t.Stop()
+	for {
+		a.checkReady(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// checkReady asks the group coordinator and Redis, each within
+// ReadyInterval, and records the first reason not to be ready.
+func (a *Kafka) checkReady(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, a.cfg.ReadyInterval)
+	defer cancel()
+	why := ""
+	member, state, err := a.cons.Membership(cctx)
+	switch {
+	case err != nil:
+		why = "aggregator: group coordinator not reachable: " + err.Error()
+	case !member:
+		why = fmt.Sprintf("aggregator: not a member of group %s (group state %q)", a.cfg.Group, state)
+	default:
+		if err := a.store.Ping(cctx); err != nil {
+			why = "aggregator: redis not reachable: " + err.Error()
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	a.ready.Store(&why)
 }
 
 func (a *Kafka) loop(ctx context.Context) {
@@ -145,7 +194,6 @@ func (a *Kafka) loop(ctx context.Context) {
 		if len(msgs) == 0 {
 			continue
 		}
-		a.joined.Store(true)
 		a.Stats.LastBatch.Store(int64(len(batch)))
 		a.applyWithRetry(ctx, batch)
 		now := time.Now().UnixNano()
@@ -240,10 +288,12 @@ func (a *Kafka) Stop(ctx context.Context) error {
 		return nil
 	}
 	a.cancel()
-	select {
-	case <-a.done:
-	case <-ctx.Done():
-		return ctx.Err()
+	for _, done := range []chan struct{}{a.done, a.readyDone} {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	return a.cons.Close(ctx)
 }

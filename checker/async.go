@@ -53,6 +53,14 @@ type Config struct {
 	ControlPoll    time.Duration // how often operator controls are re-read (1 s)
 	// Bounds limit the size of a request (zero fields: DefaultBounds).
 	Bounds Bounds
+	// StoreTimeout is the deadline of one decision's store calls, and of
+	// one refresh read (150 ms): past it the failure policy decides.
+	StoreTimeout time.Duration
+	// BreakerFailures consecutive store failures (5) open the circuit
+	// breaker for BreakerOpenFor (1 s): meanwhile no store call is made
+	// and the failure policies decide at once; then one call probes.
+	BreakerFailures int64
+	BreakerOpenFor  time.Duration
 	// HashKey keys the hash of hash_values entries; every checker that
 	// shares counters needs the same one (empty: a random key per process).
 	HashKey []byte
@@ -87,6 +95,11 @@ func (c *Config) defaults() error {
 	def(&c.PipelineLag, 250*time.Millisecond)
 	def(&c.IdleAfter, 2*time.Minute)
 	def(&c.ControlPoll, time.Second)
+	def(&c.StoreTimeout, 150*time.Millisecond)
+	def(&c.BreakerOpenFor, time.Second)
+	if c.BreakerFailures == 0 {
+		c.BreakerFailures = 5
+	}
 	if c.SafetyPercent == 0 {
 		c.SafetyPercent = 200
 	}
@@ -224,6 +237,7 @@ type Checker struct {
 	ctlMu      sync.Mutex
 	ctlVersion int64
 
+	brk  breaker
 	stop chan struct{}
 	wg   sync.WaitGroup
 	logs logLimiter
@@ -261,6 +275,7 @@ func New(cfg Config, rules *config.Store, cs CounterStore, prod events.Producer,
 	if c.hash, err = newHashing(cfg.HashKey); err != nil {
 		return nil, err
 	}
+	c.brk.threshold, c.brk.openFor = cfg.BreakerFailures, int64(cfg.BreakerOpenFor)
 	c.exact, _ = cs.(SyncStore)
 	c.ctlStore, _ = cs.(ControlStore)
 	if cfg.IdempotencyTTL > 0 {
@@ -280,6 +295,21 @@ func (c *Checker) Queue() (dirtyKeys int64, buffered int) {
 	buffered = len(c.buffered)
 	c.flushMu.Unlock()
 	return c.dirtyN.Load(), buffered
+}
+
+// Breaker reports the counter store's circuit breaker: its state now,
+// how often it opened and how many store calls it refused.
+func (c *Checker) Breaker() (state BreakerState, opens, rejected uint64) {
+	return c.brk.state(c.clock.Now()), c.brk.Opens.Load(), c.brk.Rejected.Load()
+}
+
+// StoreReady reports whether the counter store answers, as far as the
+// breaker knows: an error while it is open.
+func (c *Checker) StoreReady() error {
+	if c.brk.state(c.clock.Now()) == BreakerOpen {
+		return fmt.Errorf("%w: circuit breaker open after repeated failures", ErrStoreUnavailable)
+	}
+	return nil
 }
 
 // Instance returns this checker's instance id (name/nonce).

@@ -2,6 +2,7 @@ package checker
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/velvetrope/velvetrope/limiter"
 )
@@ -56,7 +57,11 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 			if s.exact { // the store alone knows this counter: probe it for the status
 				q := s.w.sreq
 				q.Cost, q.RequestID = 0, ""
-				s.w.sres, s.w.err = c.exact.ChargeSync(ctx, &q)
+				var probe bool
+				if probe, s.w.err = c.admit(now); s.w.err == nil {
+					s.w.sres, s.w.err = c.exact.ChargeSync(ctx, &q)
+					c.brk.done(now, s.w.err, probe)
+				}
 			}
 			continue
 		}
@@ -66,12 +71,17 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 			continue
 		}
 		c.Stats.SyncCharges.Add(1)
-		if s.exact {
+		var probe bool
+		if probe, s.w.err = c.admit(now); s.w.err != nil {
+			// the breaker is open: no call, the failure policy decides
+		} else if s.exact {
 			q := s.w.sreq // a copy: the slots must not escape to the heap through the interface call
 			s.w.sres, s.w.err = c.exact.ChargeSync(ctx, &q)
+			c.brk.done(now, s.w.err, probe)
 		} else {
 			q := s.w.req
 			s.w.res, s.w.err = c.store.Charge(ctx, &q)
+			c.brk.done(now, s.w.err, probe)
 		}
 		switch {
 		case s.w.err != nil:
@@ -117,6 +127,19 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 	}
 	return true
 }
+
+// admit asks the breaker whether a store call may go out now; probe says
+// the call is the half-open probe, to be reported to c.brk.done.
+func (c *Checker) admit(now int64) (probe bool, err error) {
+	ok, probe := c.brk.allow(now)
+	if !ok {
+		return false, errStoreBreakerOpen
+	}
+	return probe, nil
+}
+
+// errStoreBreakerOpen is a store call the open breaker refused.
+var errStoreBreakerOpen = fmt.Errorf("%w: %w", ErrStoreUnavailable, errBreakerOpen)
 
 // failurePolicy decides a descriptor whose store charge failed.
 func (c *Checker) failurePolicy(s *slot, now, cost int64) {

@@ -103,7 +103,11 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 	}
 	if sync {
 		c.unlock(locks)
-		denied = c.charge(ctx, slots, denied, now)
+		// one deadline for all of this decision's store calls: a slow store
+		// costs a request at most StoreTimeout, then the failure policy
+		sctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+		denied = c.charge(sctx, slots, denied, now)
+		cancel()
 		c.lock(locks)
 		c.applyCharges(slots, now)
 		defer c.releaseWork(slots)

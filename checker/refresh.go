@@ -51,8 +51,15 @@ func (c *Checker) Refresh(ctx context.Context) {
 	if len(items) == 0 {
 		return
 	}
-	c.Stats.Refreshes.Add(uint64(len(items)))
-	if err := c.store.Read(ctx, c.instance, items); err != nil {
+	probe, err := c.admit(now)
+	if err == nil {
+		c.Stats.Refreshes.Add(uint64(len(items)))
+		rctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+		err = c.store.Read(rctx, c.instance, items)
+		cancel()
+		c.brk.done(now, err, probe)
+	}
+	if err != nil {
 		c.Stats.RefreshErrors.Add(1)
 		if c.logs.allow(now) {
 			c.cfg.Logger.Warn("refreshing counters failed; deciding from what is known", "keys", len(items), "error", err)

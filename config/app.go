@@ -80,21 +80,30 @@ type AggregatorConfig struct {
 	SessionTimeout    time.Duration `yaml:"session_timeout"`
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 	RebalanceTimeout  time.Duration `yaml:"rebalance_timeout"`
+	// RedisTimeout is the read and write timeout of the aggregator's Redis
+	// client (5 s): one apply carries a whole batch.
+	RedisTimeout time.Duration `yaml:"redis_timeout"`
 }
 
 // CheckerConfig tunes the async checker (see checker.Config for the
 // meaning of each value).
 type CheckerConfig struct {
-	MaxKeys         int           `yaml:"max_keys"`
-	FlushInterval   time.Duration `yaml:"flush_interval"`
-	MinRefresh      time.Duration `yaml:"min_refresh"`
-	MaxRefresh      time.Duration `yaml:"max_refresh"`
-	PipelineLag     time.Duration `yaml:"pipeline_lag"`
-	SafetyPercent   int64         `yaml:"safety_percent"`
-	NearFloor       int64         `yaml:"near_floor"`
-	NearFloorPct    int64         `yaml:"near_floor_percent"`
-	IdleAfter       time.Duration `yaml:"idle_after"`
-	ControlPoll     time.Duration `yaml:"control_poll"`
+	MaxKeys       int           `yaml:"max_keys"`
+	FlushInterval time.Duration `yaml:"flush_interval"`
+	MinRefresh    time.Duration `yaml:"min_refresh"`
+	MaxRefresh    time.Duration `yaml:"max_refresh"`
+	PipelineLag   time.Duration `yaml:"pipeline_lag"`
+	SafetyPercent int64         `yaml:"safety_percent"`
+	NearFloor     int64         `yaml:"near_floor"`
+	NearFloorPct  int64         `yaml:"near_floor_percent"`
+	IdleAfter     time.Duration `yaml:"idle_after"`
+	ControlPoll   time.Duration `yaml:"control_poll"`
+	// StoreTimeout is the deadline of one decision's Redis calls (150 ms);
+	// past it the rule's failure policy decides. After BreakerFailures
+	// consecutive failures (5) no call is made for BreakerOpenFor (1 s).
+	StoreTimeout    time.Duration `yaml:"store_timeout"`
+	BreakerFailures int64         `yaml:"breaker_failures"`
+	BreakerOpenFor  time.Duration `yaml:"breaker_open_for"`
 	SpillPath       string        `yaml:"spill_path"`
 	SpillMaxBytes   int64         `yaml:"spill_max_bytes"`
 	TopicPartitions int           `yaml:"topic_partitions"`
@@ -131,6 +140,13 @@ type RedisConfig struct {
 	DB         int       `yaml:"db"`
 	MasterName string    `yaml:"master_name"` // Sentinel
 	TLS        ClientTLS `yaml:"tls"`
+	// Timeouts of the checker's client: its calls sit on the request path
+	// (near-limit charges, mode sync), so they are short; the aggregator
+	// uses aggregator.redis_timeout for reads and writes instead.
+	DialTimeout  time.Duration `yaml:"dial_timeout"`  // 500 ms
+	ReadTimeout  time.Duration `yaml:"read_timeout"`  // 100 ms
+	WriteTimeout time.Duration `yaml:"write_timeout"` // 100 ms
+	PoolTimeout  time.Duration `yaml:"pool_timeout"`  // 100 ms: waiting for a free connection
 }
 
 // ClientTLS turns a client connection to TLS when Enabled: the server is
@@ -199,16 +215,20 @@ func DefaultApp() App {
 		RulesReload: 5 * time.Second,
 		HTTP:        HTTPConfig{Addr: ":8080", MaxBodyBytes: 1 << 20, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second},
 		GRPC:        GRPCConfig{Addr: ":8081"},
-		Kafka:       KafkaConfig{Topic: "velvetrope.deltas", DeferredTopic: "velvetrope.deferred", Compression: "lz4"},
+		Redis: RedisConfig{DialTimeout: 500 * time.Millisecond, ReadTimeout: 100 * time.Millisecond,
+			WriteTimeout: 100 * time.Millisecond, PoolTimeout: 100 * time.Millisecond},
+		Kafka: KafkaConfig{Topic: "velvetrope.deltas", DeferredTopic: "velvetrope.deferred", Compression: "lz4"},
 		ClickHouse: ClickHouseConfig{Database: "velvetrope", Username: "default", RetentionDays: 30,
 			FlushInterval: 2 * time.Second, MaxRows: 1_000_000},
 		Limiter: LimiterConfig{MaxKeys: 1 << 20, IdempotencyTTL: time.Minute},
 		Checker: CheckerConfig{MaxKeys: 1 << 20, FlushInterval: 50 * time.Millisecond, MinRefresh: 50 * time.Millisecond,
 			MaxRefresh: 5 * time.Second, PipelineLag: 250 * time.Millisecond, SafetyPercent: 200, NearFloor: 2,
-			NearFloorPct: 1, IdleAfter: 2 * time.Minute, ControlPoll: time.Second, SpillMaxBytes: 256 << 20, TopicPartitions: 16},
+			NearFloorPct: 1, IdleAfter: 2 * time.Minute, ControlPoll: time.Second, SpillMaxBytes: 256 << 20, TopicPartitions: 16,
+			StoreTimeout: 150 * time.Millisecond, BreakerFailures: 5, BreakerOpenFor: time.Second},
 		Limits: LimitsConfig{MaxDescriptors: 16, MaxEntries: 8, MaxKeyBytes: 128, MaxValueBytes: 1024, MaxRequestIDBytes: 128},
 		Aggregator: AggregatorConfig{Group: "velvetrope-aggregator", BatchSize: 1000, BatchWait: 20 * time.Millisecond,
-			SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second, RebalanceTimeout: 6 * time.Second},
+			SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second, RebalanceTimeout: 6 * time.Second,
+			RedisTimeout: 5 * time.Second},
 	}
 }
 
@@ -417,6 +437,14 @@ func (a App) Validate() error {
 		bad("checker.spill_max_bytes", "must be at least 1 MiB, got %d", ck.SpillMaxBytes)
 	case ck.TopicPartitions < 1:
 		bad("checker.topic_partitions", "must be >= 1")
+	case ck.StoreTimeout < time.Millisecond || ck.StoreTimeout > 10*time.Second:
+		bad("checker.store_timeout", "must be in [1ms, 10s], got %v", ck.StoreTimeout)
+	case ck.BreakerFailures < 1 || ck.BreakerOpenFor < 10*time.Millisecond:
+		bad("checker.breaker_failures/breaker_open_for", "want breaker_failures >= 1 and breaker_open_for >= 10ms, got %d and %v",
+			ck.BreakerFailures, ck.BreakerOpenFor)
+	}
+	if r := a.Redis; r.DialTimeout <= 0 || r.ReadTimeout <= 0 || r.WriteTimeout <= 0 || r.PoolTimeout <= 0 {
+		bad("redis.dial_timeout/read_timeout/write_timeout/pool_timeout", "must all be > 0")
 	}
 	ag := a.Aggregator
 	switch {
@@ -431,6 +459,8 @@ func (a App) Validate() error {
 			ag.HeartbeatInterval, ag.SessionTimeout)
 	case ag.RebalanceTimeout <= 0:
 		bad("aggregator.rebalance_timeout", "must be > 0")
+	case ag.RedisTimeout <= 0:
+		bad("aggregator.redis_timeout", "must be > 0")
 	}
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "\n"))

@@ -30,6 +30,14 @@ type Redis struct {
 	pin func() int64
 }
 
+// Ping checks that the servers answer (every node of a cluster).
+func (r *Redis) Ping(ctx context.Context) error {
+	if cc, ok := r.c.(*redis.ClusterClient); ok {
+		return cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
+	}
+	return r.c.Ping(ctx).Err()
+}
+
 // NewRedis returns a store over c whose keys start with prefix ("vr" if
 // empty). Expiries get slack on top (a minute if zero).
 func NewRedis(c redis.UniversalClient, prefix string, slack time.Duration) *Redis {

@@ -2,7 +2,10 @@ package events
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -54,7 +57,10 @@ func (r *Reader) Bad() uint64 { return r.bad.Load() }
 
 // KafkaConsumer is a Consumer over a kafka-go consumer group reader.
 type KafkaConsumer struct {
-	r *kafka.Reader
+	r        *kafka.Reader
+	cfg      KafkaConsumerConfig
+	clientID string
+	admin    *kafka.Client
 }
 
 // KafkaConsumerConfig configures a KafkaConsumer. Zero durations take
@@ -85,14 +91,48 @@ func NewKafkaConsumer(cfg KafkaConsumerConfig) (*KafkaConsumer, error) {
 	def(&cfg.HeartbeatInterval, time.Second)
 	def(&cfg.RebalanceTimeout, 6*time.Second)
 	def(&cfg.MaxWait, 100*time.Millisecond)
+	// a client id of this consumer's own, so that Membership can find it
+	// among the group's members
+	var nonce [6]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, err
+	}
+	clientID := "velvetrope-" + hex.EncodeToString(nonce[:])
+	dialer := cfg.Security.dialer(10 * time.Second)
+	dialer.ClientID = clientID
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers: cfg.Brokers, Topic: cfg.Topic, GroupID: cfg.Group, StartOffset: kafka.FirstOffset,
 		SessionTimeout: cfg.SessionTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		RebalanceTimeout: cfg.RebalanceTimeout, MaxWait: cfg.MaxWait, MinBytes: 1, MaxBytes: 8 << 20,
 		CommitInterval: 0, // synchronous commits: an offset is committed only when asked
-		Dialer:         cfg.Security.dialer(10 * time.Second),
+		Dialer:         dialer,
 	})
-	return &KafkaConsumer{r: r}, nil
+	return &KafkaConsumer{r: r, cfg: cfg, clientID: clientID,
+		admin: &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 3 * time.Second, Transport: cfg.Security.transport()}}, nil
+}
+
+// Membership asks the group coordinator whether this consumer is a member
+// of its group now, and in which state the group is ("Stable",
+// "PreparingRebalance", ...). A member with no partitions (more consumers
+// than partitions) is a member. An error means the coordinator could not
+// be asked.
+func (c *KafkaConsumer) Membership(ctx context.Context) (member bool, state string, err error) {
+	resp, err := c.admin.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{c.cfg.Group}})
+	if err != nil {
+		return false, "", fmt.Errorf("events: describe group %s: %w", c.cfg.Group, err)
+	}
+	for _, g := range resp.Groups {
+		if g.Error != nil {
+			return false, "", fmt.Errorf("events: describe group %s: %w", c.cfg.Group, g.Error)
+		}
+		for _, m := range g.Members {
+			if m.ClientID == c.clientID {
+				return true, g.GroupState, nil
+			}
+		}
+		return false, g.GroupState, nil
+	}
+	return false, "", nil
 }
 
 // Fetch implements [Consumer].

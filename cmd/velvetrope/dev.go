@@ -142,7 +142,8 @@ func checkerConfig(app config.App, logger *slog.Logger) checker.Config {
 		MinRefresh: ck.MinRefresh, MaxRefresh: ck.MaxRefresh, PipelineLag: ck.PipelineLag,
 		SafetyPercent: ck.SafetyPercent, NearFloor: ck.NearFloor, NearFloorPercent: ck.NearFloorPct,
 		IdleAfter: ck.IdleAfter, ControlPoll: ck.ControlPoll, IdempotencyTTL: app.Limiter.IdempotencyTTL, HashKey: []byte(ck.HashKey),
-		Bounds: bounds(app), Logger: logger}
+		Bounds: bounds(app), StoreTimeout: ck.StoreTimeout, BreakerFailures: ck.BreakerFailures, BreakerOpenFor: ck.BreakerOpenFor,
+		Logger: logger}
 }
 
 func newDevChecker(lc fx.Lifecycle, app config.App, logger *slog.Logger, rules *config.Store,

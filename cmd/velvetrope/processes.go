@@ -51,8 +51,23 @@ func runAggregator(args []string, stdout, stderr io.Writer) int {
 }
 
 // newRedis connects to the configured Redis (one address: standalone; several:
-// a cluster; with master_name: Sentinel) and checks that it answers.
+// a cluster; with master_name: Sentinel) and checks that it answers. The
+// timeouts are the request path's (redis.*_timeout).
 func newRedis(lc fx.Lifecycle, app config.App) (redis.UniversalClient, error) {
+	return dialRedis(lc, app, app.Redis.ReadTimeout, app.Redis.WriteTimeout, 0)
+}
+
+// newAggregatorRedis is the aggregator's client: a batch apply is one long
+// script, so its reads and writes wait aggregator.redis_timeout, and
+// go-redis retries them (the apply is idempotent).
+func newAggregatorRedis(lc fx.Lifecycle, app config.App) (redis.UniversalClient, error) {
+	return dialRedis(lc, app, app.Aggregator.RedisTimeout, app.Aggregator.RedisTimeout, 3)
+}
+
+// dialRedis builds the client. maxRetries 0 on the request path: a retry
+// would double the wait of a decision the breaker and the failure policy
+// answer better.
+func dialRedis(lc fx.Lifecycle, app config.App, read, write time.Duration, maxRetries int) (redis.UniversalClient, error) {
 	if len(app.Redis.Addrs) == 0 {
 		return nil, errors.New("no Redis configured: set VELVETROPE_REDIS_ADDRS (or redis.addrs)")
 	}
@@ -60,9 +75,14 @@ func newRedis(lc fx.Lifecycle, app config.App) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, err
 	}
+	if maxRetries == 0 {
+		maxRetries = -1 // go-redis: 0 means its default (3), -1 none
+	}
 	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: app.Redis.Addrs, Username: app.Redis.Username,
 		Password: app.Redis.Password, DB: app.Redis.DB, MasterName: app.Redis.MasterName,
-		ClientName: "velvetrope-" + app.InstanceID, TLSConfig: tlsCfg})
+		ClientName: "velvetrope-" + app.InstanceID, TLSConfig: tlsCfg,
+		DialTimeout: app.Redis.DialTimeout, ReadTimeout: read, WriteTimeout: write, PoolTimeout: app.Redis.PoolTimeout,
+		MaxRetries: maxRetries})
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
 			if err := c.Ping(ctx).Err(); err != nil {
@@ -127,8 +147,14 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 				if an != nil {
 					h = analytics.New(an, "", logger)
 				}
-				return newCheckerHTTP(lc, app, c, n, rs, rules, logger, prod, h,
-					func() error { return rc.Ping(context.Background()).Err() })
+				return newCheckerHTTP(lc, app, c, n, rs, rules, logger, prod, h, func() error {
+					if err := c.StoreReady(); err != nil {
+						return err
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), app.Checker.StoreTimeout)
+					defer cancel()
+					return rc.Ping(ctx).Err()
+				})
 			},
 		),
 		fx.Invoke(watchRules),
@@ -190,6 +216,12 @@ func checkerMetrics(reg *metrics.Registry, c *checker.Checker, prod *events.Kafk
 			s := c.Snapshot()
 			return map[string]float64{"charge": float64(c.Stats.StoreErrors.Load()), "read": float64(s.RefreshErrors), "controls": float64(s.ControlErrors)}
 		})
+	reg.Gauge("velvetrope_checker_store_breaker_state", "The counter store's circuit breaker: 0 closed, 1 half-open (one call probing), 2 open (no calls; failure policies decide).",
+		func() float64 { st, _, _ := c.Breaker(); return float64(st) })
+	reg.Counter("velvetrope_checker_store_breaker_opens_total", "Times the breaker opened after consecutive store failures.",
+		func() float64 { _, o, _ := c.Breaker(); return float64(o) })
+	reg.Counter("velvetrope_checker_store_breaker_rejected_total", "Store calls the open breaker refused without waiting.",
+		func() float64 { _, _, r := c.Breaker(); return float64(r) })
 	reg.Histogram("velvetrope_checker_emit_latency_seconds", "From a key's first pending decision to the producer accepting its delta.", &c.Stats.EmitLatency)
 	reg.Histogram("velvetrope_checker_refresh_staleness_seconds", "Age of a key's store view when a refresh replaces it.", &c.Stats.Staleness)
 	reg.Gauge("velvetrope_checker_queue_keys", "Keys with consumption not yet emitted.", func() float64 { k, _ := c.Queue(); return float64(k) })
@@ -290,7 +322,7 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		fx.Supply(app, logger),
 		fx.Provide(
-			newRedis,
+			newAggregatorRedis,
 			newCounters,
 			newUsageWriter,
 			func(lc fx.Lifecycle, app config.App, logger *slog.Logger, store *counters.Redis, usage *sink.Writer) (*aggregator.Kafka, error) {
@@ -338,12 +370,7 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 				reg.Labeled("velvetrope_aggregator_windows_total", "Windows judged for accuracy, per rule.", "counter", "rule",
 					func() map[string]float64 { _, _, w := a.Accuracy.Report(); return w })
 				mux.Handle("GET /metrics", reg)
-				httpapi.Health(mux, func() error {
-					if err := a.Ready(); err != nil {
-						return err
-					}
-					return rc.Ping(context.Background()).Err()
-				})
+				httpapi.Health(mux, a.Ready)
 				return newHTTPServer(lc, app, mux, 10*time.Second)
 			},
 		),

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -220,4 +221,79 @@ func startPrivateRedis(t testing.TB, args func(port string) []string) string {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// PrivateRedis is a redis-server of one test's own that can be stopped and
+// started again on the same address, for outage tests. It keeps its data
+// across a Stop and a Start (append-only file, fsync on every write), as
+// a production Redis with persistence would.
+type PrivateRedis struct {
+	Addr string
+	bin  string
+	dir  string
+	cmd  *exec.Cmd
+}
+
+// StartPrivateRedis starts a persistent private redis-server and stops it
+// when the test ends; it skips like [Redis].
+func StartPrivateRedis(t testing.TB) *PrivateRedis {
+	t.Helper()
+	Redis(t)
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not found, although the shared Redis runs: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &PrivateRedis{Addr: ln.Addr().String(), bin: bin, dir: t.TempDir()}
+	ln.Close()
+	p.Start(t)
+	t.Cleanup(func() { p.Stop(t) })
+	return p
+}
+
+// Start starts the server (again) on its address.
+func (p *PrivateRedis) Start(t testing.TB) {
+	t.Helper()
+	if p.cmd != nil {
+		return
+	}
+	_, port, _ := net.SplitHostPort(p.Addr)
+	cmd := exec.Command(p.bin, "--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "yes",
+		"--appendfsync", "always", "--dir", p.dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	p.cmd = cmd
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if conn, err := net.DialTimeout("tcp", p.Addr, 200*time.Millisecond); err == nil {
+			conn.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("private redis-server did not listen on %s", p.Addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop shuts the server down (SIGTERM: it finishes its append-only file)
+// and waits for it.
+func (p *PrivateRedis) Stop(t testing.TB) {
+	t.Helper()
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+	p.cmd = nil
 }
