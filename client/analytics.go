@@ -31,6 +31,8 @@ type TopDenied struct {
 type TopQuery struct {
 	Window, Domain, Rule string
 	Limit                int
+	// Token is the analytics token, sent as a bearer token when set.
+	Token string
 }
 
 // TopDenied asks for the most denied keys over a window. A 400 answer
@@ -53,6 +55,9 @@ func (h *HTTP) TopDenied(ctx context.Context, q TopQuery) (TopDenied, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return TopDenied{}, fmt.Errorf("client: %w", err)
+	}
+	if q.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+q.Token)
 	}
 	resp, err := h.hc.Do(req)
 	if err != nil {

@@ -36,6 +36,17 @@ type App struct {
 	Aggregator AggregatorConfig `yaml:"aggregator"`
 	Admin      AdminConfig      `yaml:"admin"`
 	Limits     LimitsConfig     `yaml:"limits"`
+	Analytics  AnalyticsConfig  `yaml:"analytics"`
+}
+
+// AnalyticsConfig protects the analytics endpoints (they name who is being
+// limited) and bounds what they may ask of ClickHouse.
+type AnalyticsConfig struct {
+	// Token, when set, is required as a bearer token by /v1/analytics/*
+	// and asked for by the dashboard. Never logged.
+	Token         string        `yaml:"token"`
+	MaxWindow     time.Duration `yaml:"max_window"`     // longest window a query covers (7 days, at most 31)
+	MaxConcurrent int           `yaml:"max_concurrent"` // queries at once; more answer 503 (8: a dashboard asks 3 at a time)
 }
 
 // LimitsConfig bounds the size of one request on every surface (HTTP,
@@ -225,7 +236,8 @@ func DefaultApp() App {
 			MaxRefresh: 5 * time.Second, PipelineLag: 250 * time.Millisecond, SafetyPercent: 200, NearFloor: 2,
 			NearFloorPct: 1, IdleAfter: 2 * time.Minute, ControlPoll: time.Second, SpillMaxBytes: 256 << 20, TopicPartitions: 16,
 			StoreTimeout: 150 * time.Millisecond, BreakerFailures: 5, BreakerOpenFor: time.Second},
-		Limits: LimitsConfig{MaxDescriptors: 16, MaxEntries: 8, MaxKeyBytes: 128, MaxValueBytes: 1024, MaxRequestIDBytes: 128},
+		Analytics: AnalyticsConfig{MaxWindow: 7 * 24 * time.Hour, MaxConcurrent: 8},
+		Limits:    LimitsConfig{MaxDescriptors: 16, MaxEntries: 8, MaxKeyBytes: 128, MaxValueBytes: 1024, MaxRequestIDBytes: 128},
 		Aggregator: AggregatorConfig{Group: "velvetrope-aggregator", BatchSize: 1000, BatchWait: 20 * time.Millisecond,
 			SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second, RebalanceTimeout: 6 * time.Second,
 			RedisTimeout: 5 * time.Second},
@@ -235,7 +247,7 @@ func DefaultApp() App {
 // Env lists the environment overrides, applied after the file.
 var Env = []string{"VELVETROPE_INSTANCE_ID", "VELVETROPE_RULES", "VELVETROPE_HTTP_ADDR", "VELVETROPE_GRPC_ADDR",
 	"VELVETROPE_REDIS_ADDRS", "VELVETROPE_REDIS_PASSWORD", "VELVETROPE_KAFKA_BROKERS", "VELVETROPE_CLICKHOUSE_ADDR",
-	"VELVETROPE_ADMIN_TOKEN", "VELVETROPE_HASH_KEY", "VELVETROPE_KAFKA_SASL_PASSWORD", "VELVETROPE_CLICKHOUSE_PASSWORD"}
+	"VELVETROPE_ADMIN_TOKEN", "VELVETROPE_HASH_KEY", "VELVETROPE_KAFKA_SASL_PASSWORD", "VELVETROPE_CLICKHOUSE_PASSWORD", "VELVETROPE_ANALYTICS_TOKEN"}
 
 // LoadApp reads the YAML file at path (none when path is ""), applies the
 // environment overrides read through getenv (os.LookupEnv in production),
@@ -297,6 +309,9 @@ func LoadApp(path string, getenv func(string) (string, bool)) (App, error) {
 	}
 	if v, ok := getenv("VELVETROPE_KAFKA_SASL_PASSWORD"); ok {
 		a.Kafka.SASL.Password = v
+	}
+	if v, ok := getenv("VELVETROPE_ANALYTICS_TOKEN"); ok {
+		a.Analytics.Token = v
 	}
 	if v, ok := getenv("VELVETROPE_HASH_KEY"); ok {
 		a.Checker.HashKey = v
@@ -384,6 +399,10 @@ func (a App) Validate() error {
 		case t.ClientCAFile != "" && t.CertFile == "":
 			bad(field, "client_ca_file needs cert_file and key_file")
 		}
+	}
+	if an := a.Analytics; an.MaxWindow < time.Minute || an.MaxWindow > 31*24*time.Hour || an.MaxConcurrent < 1 || an.MaxConcurrent > 256 {
+		bad("analytics.max_window/max_concurrent", "want 1m <= max_window <= 744h (31 days) and 1 <= max_concurrent <= 256, got %v and %d",
+			an.MaxWindow, an.MaxConcurrent)
 	}
 	if a.HTTP.MaxBodyBytes <= 0 {
 		bad("http.max_body_bytes", "must be > 0, got %d", a.HTTP.MaxBodyBytes)

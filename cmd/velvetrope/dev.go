@@ -257,7 +257,8 @@ func newDecisionCounter() *decisions.Counter { return new(decisions.Counter) }
 func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
 	rules *config.Store, logger *slog.Logger, prod *events.KafkaProducer, an *analytics.Handler, ready func() error) (*httpapi.Server, error) {
 	mux := http.NewServeMux()
-	an.Register(mux)
+	an.WithAccess(analytics.Access{Token: app.Analytics.Token, MaxWindow: app.Analytics.MaxWindow,
+		MaxConcurrent: app.Analytics.MaxConcurrent}).Register(mux)
 	dashboard.Register(mux)
 	mux.Handle("/v1/check", httpapi.CheckHandler(decisions.Wrap(c, n), app.HTTP.MaxBodyBytes, logx.New(logger, 10*time.Second)))
 	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))

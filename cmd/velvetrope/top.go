@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,7 @@ func runTop(args []string, stdout, stderr io.Writer) int {
 	addr := fs.String("addr", "127.0.0.1:8080", "HTTP address of a velvetrope checker or dev")
 	asJSON := fs.Bool("json", false, "print the service's JSON answer")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
+	token := fs.String("token", os.Getenv("VELVETROPE_ANALYTICS_TOKEN"), "analytics token, when the service requires one (default $VELVETROPE_ANALYTICS_TOKEN)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -44,7 +46,7 @@ func runTop(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	top, err := client.NewHTTP(base, nil, *timeout).TopDenied(ctx, client.TopQuery{Window: *window, Domain: *domain, Rule: *rule, Limit: *limit})
+	top, err := client.NewHTTP(base, nil, *timeout).TopDenied(ctx, client.TopQuery{Window: *window, Domain: *domain, Rule: *rule, Limit: *limit, Token: *token})
 	if err != nil {
 		fmt.Fprintf(stderr, "velvetrope top: %v\n", err)
 		return 1

@@ -6,6 +6,7 @@ package analytics
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,13 +23,27 @@ import (
 )
 
 // Windows are bounded: long enough for a month of minutes, short enough
-// that a typo cannot scan a year.
+// that a typo cannot scan a year. Access.MaxWindow may lower the bound.
 const (
 	MinWindow     = time.Minute
 	MaxWindow     = 31 * 24 * time.Hour
 	DefaultWindow = time.Hour
 	DefaultLimit  = 10
 )
+
+// Access protects the endpoints: they reveal who is being limited (user
+// ids, addresses) and each query scans ClickHouse.
+type Access struct {
+	// Token, when set, is required as "Authorization: Bearer <token>"
+	// (401 otherwise). Never logged.
+	Token string
+	// MaxWindow is the longest window a query may cover (7 days; at most
+	// 31).
+	MaxWindow time.Duration
+	// MaxConcurrent queries run at once (8); past that a request is
+	// answered 503 at once rather than queued behind them.
+	MaxConcurrent int
+}
 
 // Handler serves the analytics endpoints over a store. A nil store means
 // analytics are off: the endpoints answer 503 saying how to turn them on.
@@ -37,23 +52,61 @@ type Handler struct {
 	off    string // why the store is nil
 	now    func() time.Time
 	logger *logx.Limited // store failures repeat per request: rate-limited
+	access Access
+	slots  chan struct{} // one per query running
 }
 
-// New returns the handler over store; off explains a nil store.
+// New returns the handler over store; off explains a nil store. Its
+// access is the default one (no token) until WithAccess.
 func New(store sink.Analytics, off string, logger *slog.Logger) *Handler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Handler{store: store, off: off, now: time.Now, logger: logx.New(logger, 10*time.Second)}
+	h := &Handler{store: store, off: off, now: time.Now, logger: logx.New(logger, 10*time.Second)}
+	return h.WithAccess(Access{})
+}
+
+// WithAccess sets who may query and how much (zero fields: defaults).
+func (h *Handler) WithAccess(a Access) *Handler {
+	if a.MaxWindow <= 0 || a.MaxWindow > MaxWindow {
+		if a.MaxWindow == 0 {
+			a.MaxWindow = 7 * 24 * time.Hour
+		} else {
+			a.MaxWindow = MaxWindow
+		}
+	}
+	if a.MaxConcurrent <= 0 {
+		a.MaxConcurrent = 8
+	}
+	h.access, h.slots = a, make(chan struct{}, a.MaxConcurrent)
+	return h
 }
 
 // Register adds the endpoints to mux.
 func (h *Handler) Register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/analytics/top-denied", h.topDenied)
-	mux.HandleFunc("GET /v1/analytics/usage", h.usage)
-	mux.HandleFunc("GET /v1/analytics/rules", h.rules)
-	mux.HandleFunc("GET /v1/analytics/timeline", h.timeline)
+	mux.HandleFunc("GET /v1/analytics/top-denied", h.guard(h.topDenied))
+	mux.HandleFunc("GET /v1/analytics/usage", h.guard(h.usage))
+	mux.HandleFunc("GET /v1/analytics/rules", h.guard(h.rules))
+	mux.HandleFunc("GET /v1/analytics/timeline", h.guard(h.timeline))
 }
+
+// guard requires the token when one is set.
+func (h *Handler) guard(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h.access.Token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.access.Token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="velvetrope analytics"`)
+				writeJSON(w, http.StatusUnauthorized, ErrorJSON{Error: "analytics need a valid bearer token (analytics.token)"})
+				return
+			}
+		}
+		next(w, r)
+	}
+}
+
+// errBusy marks a query refused because MaxConcurrent are running.
+var errBusy = errors.New("analytics busy")
 
 // TopJSON is the body of GET /v1/analytics/top-denied.
 type TopJSON struct {
@@ -95,6 +148,22 @@ type params struct {
 }
 
 func (h *Handler) params(r *http.Request, allowed ...string) (params, error) {
+	p, err := h.parse(r, allowed...)
+	if err == nil && p.window > h.access.MaxWindow {
+		err = fmt.Errorf("window: at most %s here (analytics.max_window), got %s", fmtWindow(h.access.MaxWindow), p.windowText)
+	}
+	return p, err
+}
+
+// fmtWindow writes d as ParseWindow reads it.
+func fmtWindow(d time.Duration) string {
+	if d%(24*time.Hour) == 0 {
+		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+	}
+	return d.String()
+}
+
+func (h *Handler) parse(r *http.Request, allowed ...string) (params, error) {
 	q := r.URL.Query()
 	for name := range q {
 		if !slices.Contains(allowed, name) {
@@ -224,6 +293,12 @@ func (h *Handler) query(ctx context.Context, f func(context.Context, sink.Analyt
 	if h.store == nil {
 		return nil, errOff
 	}
+	select {
+	case h.slots <- struct{}{}:
+		defer func() { <-h.slots }()
+	default:
+		return nil, errBusy
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return f(ctx, h.store)
@@ -243,6 +318,9 @@ func (h *Handler) failed(w http.ResponseWriter, what string, err error) bool {
 		return false
 	case errors.Is(err, errOff):
 		writeJSON(w, http.StatusServiceUnavailable, ErrorJSON{Error: h.off})
+	case errors.Is(err, errBusy):
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, ErrorJSON{Error: fmt.Sprintf("%d analytics queries are running (analytics.max_concurrent): try again shortly", h.access.MaxConcurrent)})
 	default:
 		h.logger.Warn("analytics query failed", "query", what, "error", err)
 		writeJSON(w, http.StatusServiceUnavailable, ErrorJSON{Error: "the analytics store did not answer: " + err.Error()})

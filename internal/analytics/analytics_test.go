@@ -143,3 +143,69 @@ func FuzzQuery(f *testing.F) {
 		}
 	})
 }
+
+// gated holds every query until release is closed.
+type gated struct {
+	sink.Analytics
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g gated) Timeline(ctx context.Context, q sink.TimelineQuery) ([]sink.MinuteUsage, error) {
+	g.entered <- struct{}{}
+	<-g.release
+	return g.Analytics.Timeline(ctx, q)
+}
+
+// TestAccess: issue 10, item 8. Before, anyone reaching the port read who
+// was being limited, over 31-day scans, with no bound on queries at once.
+func TestAccess(t *testing.T) {
+	g := gated{Analytics: sink.NewMemory(0), entered: make(chan struct{}, 8), release: make(chan struct{})}
+	h := New(g, "", nil).WithAccess(Access{Token: "t0k", MaxWindow: 24 * time.Hour, MaxConcurrent: 2})
+	mux := http.NewServeMux()
+	h.Register(mux)
+	call := func(path, token string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", path, nil)
+		if token != "" {
+			r.Header.Set("Authorization", "Bearer "+token)
+		}
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, r)
+		return rec
+	}
+	steps := []struct {
+		path, token string
+		code        int
+		contains    string
+	}{
+		{"/v1/analytics/top-denied", "", 401, "bearer token"},
+		{"/v1/analytics/top-denied", "wrong", 401, "bearer token"},
+		{"/v1/analytics/rules?window=2d", "t0k", 400, "window: at most 1d here (analytics.max_window), got 2d"},
+		{"/v1/analytics/top-denied?window=24h", "t0k", 200, `"keys"`},
+	}
+	for i, s := range steps {
+		if rec := call(s.path, s.token); rec.Code != s.code || !strings.Contains(rec.Body.String(), s.contains) {
+			t.Fatalf("step %d: got %d %s, want %d containing %q", i, rec.Code, rec.Body, s.code, s.contains)
+		}
+	}
+	// two queries hold both slots; a third is refused at once, not queued
+	done := make(chan int, 2)
+	for range 2 {
+		go func() { done <- call("/v1/analytics/timeline", "t0k").Code }()
+	}
+	<-g.entered
+	<-g.entered
+	rec := call("/v1/analytics/timeline", "t0k")
+	if rec.Code != 503 || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), "analytics.max_concurrent") {
+		t.Fatalf("third query: %d %s, want 503", rec.Code, rec.Body)
+	}
+	close(g.release)
+	for range 2 {
+		if code := <-done; code != 200 {
+			t.Fatalf("held query answered %d", code)
+		}
+	}
+	if rec := call("/v1/analytics/timeline", "t0k"); rec.Code != 200 {
+		t.Fatalf("after release: %d", rec.Code)
+	}
+}

@@ -75,15 +75,21 @@ func TestDashboardInChromium(t *testing.T) {
 	Register(mux)
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
+	// the same data behind analytics.token: the page asks for the token
+	locked := http.NewServeMux()
+	analytics.New(ch, "", nil).WithAccess(analytics.Access{Token: "s3cret"}).Register(locked)
+	Register(locked)
+	lockedSrv := httptest.NewServer(locked)
+	defer lockedSrv.Close()
 
-	browse := func(extra ...string) []byte {
+	browseURL := func(url string, extra ...string) []byte {
 		t.Helper()
 		args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
 			"--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
 			"--user-data-dir=" + t.TempDir(), "--window-size=1280,900", "--virtual-time-budget=8000"}, extra...)
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, chromium, append(args, srv.URL+"/")...)
+		cmd := exec.CommandContext(ctx, chromium, append(args, url+"/")...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
@@ -91,6 +97,11 @@ func TestDashboardInChromium(t *testing.T) {
 			t.Fatalf("chromium %v: %v\n%s", extra, err, stderr.String())
 		}
 		return out
+	}
+	browse := func(extra ...string) []byte { t.Helper(); return browseURL(srv.URL, extra...) }
+	if dom := string(browseURL(lockedSrv.URL, "--dump-dom")); !strings.Contains(dom, `<label id="tokenbox">`) ||
+		!strings.Contains(dom, `data-state="error">enter the analytics token`) || strings.Contains(dom, "user_id=priya") {
+		t.Fatalf("behind a token the page must ask for it and show nothing:\n%s", dom)
 	}
 	dom := string(browse("--dump-dom"))
 	for _, want := range []string{
