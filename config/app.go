@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -115,9 +116,15 @@ type CheckerConfig struct {
 	StoreTimeout    time.Duration `yaml:"store_timeout"`
 	BreakerFailures int64         `yaml:"breaker_failures"`
 	BreakerOpenFor  time.Duration `yaml:"breaker_open_for"`
-	SpillPath       string        `yaml:"spill_path"`
-	SpillMaxBytes   int64         `yaml:"spill_max_bytes"`
-	TopicPartitions int           `yaml:"topic_partitions"`
+	// StateDir holds files that must survive a restart (the spill file,
+	// <instance_id>.spill). Empty: $STATE_DIRECTORY (systemd), else
+	// /var/lib/velvetrope when it exists or can be made, else
+	// $XDG_STATE_HOME/velvetrope (~/.local/state/velvetrope). SpillPath,
+	// when set, names the spill file itself.
+	StateDir        string `yaml:"state_dir"`
+	SpillPath       string `yaml:"spill_path"`
+	SpillMaxBytes   int64  `yaml:"spill_max_bytes"`
+	TopicPartitions int    `yaml:"topic_partitions"`
 	// HashKey keys the hash of hash_values entries; the same secret on
 	// every checker. Never logged.
 	HashKey string `yaml:"hash_key"`
@@ -247,7 +254,7 @@ func DefaultApp() App {
 // Env lists the environment overrides, applied after the file.
 var Env = []string{"VELVETROPE_INSTANCE_ID", "VELVETROPE_RULES", "VELVETROPE_HTTP_ADDR", "VELVETROPE_GRPC_ADDR",
 	"VELVETROPE_REDIS_ADDRS", "VELVETROPE_REDIS_PASSWORD", "VELVETROPE_KAFKA_BROKERS", "VELVETROPE_CLICKHOUSE_ADDR",
-	"VELVETROPE_ADMIN_TOKEN", "VELVETROPE_HASH_KEY", "VELVETROPE_KAFKA_SASL_PASSWORD", "VELVETROPE_CLICKHOUSE_PASSWORD", "VELVETROPE_ANALYTICS_TOKEN"}
+	"VELVETROPE_ADMIN_TOKEN", "VELVETROPE_HASH_KEY", "VELVETROPE_KAFKA_SASL_PASSWORD", "VELVETROPE_CLICKHOUSE_PASSWORD", "VELVETROPE_ANALYTICS_TOKEN", "VELVETROPE_STATE_DIR"}
 
 // LoadApp reads the YAML file at path (none when path is ""), applies the
 // environment overrides read through getenv (os.LookupEnv in production),
@@ -309,6 +316,9 @@ func LoadApp(path string, getenv func(string) (string, bool)) (App, error) {
 	}
 	if v, ok := getenv("VELVETROPE_KAFKA_SASL_PASSWORD"); ok {
 		a.Kafka.SASL.Password = v
+	}
+	if v, ok := getenv("VELVETROPE_STATE_DIR"); ok {
+		a.Checker.StateDir = v
 	}
 	if v, ok := getenv("VELVETROPE_ANALYTICS_TOKEN"); ok {
 		a.Analytics.Token = v
@@ -485,4 +495,58 @@ func (a App) Validate() error {
 		return errors.New(strings.Join(errs, "\n"))
 	}
 	return nil
+}
+
+// ResolveStateDir returns the directory for files that must survive a
+// restart (see CheckerConfig.StateDir), creating it (0700) if needed. A
+// directory anyone may write to (such as /tmp) is refused: another user
+// could plant or swap the files in it.
+func ResolveStateDir(configured string, getenv func(string) (string, bool)) (string, error) {
+	if getenv == nil {
+		getenv = os.LookupEnv
+	}
+	var candidates []string
+	switch {
+	case configured != "":
+		candidates = []string{configured}
+	default:
+		if v, ok := getenv("STATE_DIRECTORY"); ok && v != "" {
+			candidates = append(candidates, strings.Split(v, ":")[0])
+		}
+		candidates = append(candidates, "/var/lib/velvetrope")
+		if v, ok := getenv("XDG_STATE_HOME"); ok && v != "" {
+			candidates = append(candidates, filepath.Join(v, "velvetrope"))
+		} else if home, err := os.UserHomeDir(); err == nil {
+			candidates = append(candidates, filepath.Join(home, ".local", "state", "velvetrope"))
+		}
+	}
+	var errs []string
+	for _, dir := range candidates {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		info, err := os.Stat(dir)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		if !info.IsDir() {
+			errs = append(errs, dir+": not a directory")
+			continue
+		}
+		if info.Mode().Perm()&0o002 != 0 {
+			errs = append(errs, dir+": writable by every user; give velvetrope a directory of its own")
+			continue
+		}
+		probe, err := os.CreateTemp(dir, ".probe-*")
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		probe.Close()
+		os.Remove(probe.Name())
+		return dir, nil
+	}
+	return "", fmt.Errorf("config: checker.state_dir: no usable state directory (%s)", strings.Join(errs, "; "))
 }

@@ -80,3 +80,41 @@ func TestLoadAppErrors(t *testing.T) {
 		t.Fatal("missing file accepted")
 	}
 }
+
+func TestResolveStateDir(t *testing.T) {
+	base := t.TempDir()
+	env := func(kv map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := kv[k]; return v, ok }
+	}
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil { // past the umask
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, configured string
+		env              map[string]string
+		want, wantErr    string
+	}{
+		{"configured, created 0700", filepath.Join(base, "a", "b"), nil, filepath.Join(base, "a", "b"), ""},
+		{"systemd's STATE_DIRECTORY", "", map[string]string{"STATE_DIRECTORY": filepath.Join(base, "sd") + ":/other"}, filepath.Join(base, "sd"), ""},
+		{"a directory every user may write to is refused", open, nil, "", "writable by every user"},
+	}
+	for i, c := range cases {
+		got, err := ResolveStateDir(c.configured, env(c.env))
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Fatalf("step %d (%s): got %q %v, want error %q", i, c.name, got, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Fatalf("step %d (%s): got %q %v, want %q", i, c.name, got, err, c.want)
+		}
+		if info, err := os.Stat(got); err != nil || info.Mode().Perm() != 0o700 {
+			t.Fatalf("step %d: %s mode %v %v, want 0700", i, got, info.Mode().Perm(), err)
+		}
+	}
+}

@@ -1,10 +1,13 @@
 package events
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -109,5 +112,84 @@ func TestSpillBound(t *testing.T) {
 	}
 	if _, err := OpenSpill(filepath.Join(t.TempDir(), "x"), 4, nil); err == nil {
 		t.Fatal("tiny bound accepted")
+	}
+}
+
+// TestSpillRefusesWhatIsNotOurs: issue 10, item 9. Before, any existing
+// file at the spill path that did not parse as records was truncated, and
+// a symbolic link was followed.
+func TestSpillRefusesWhatIsNotOurs(t *testing.T) {
+	dir := t.TempDir()
+	precious := filepath.Join(dir, "precious.txt")
+	content := []byte("root:x:0:0:root:/root:/bin/bash\n")
+	if err := os.WriteFile(precious, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.spill")
+	if err := os.Symlink(precious, link); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other.spill")
+	if err := os.WriteFile(other, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hard := filepath.Join(dir, "hard.spill")
+	if err := os.Link(other, hard); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, path, want string
+	}{
+		{"a symbolic link", link, "symbolic link"},
+		{"a file that is not a spill", precious, "no spill header"},
+		{"a second hard link to a file", hard, "hard links"},
+		{"a directory", dir, "open spill"},
+	}
+	for i, c := range cases {
+		s, err := OpenSpill(c.path, 1<<20, nil)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			if s != nil {
+				s.Close()
+			}
+			t.Fatalf("step %d (%s): got %v, want an error containing %q", i, c.name, err, c.want)
+		}
+	}
+	if got, _ := os.ReadFile(precious); string(got) != string(content) {
+		t.Fatalf("the foreign file was changed: %q", got)
+	}
+}
+
+// TestSpillFromBeforeTheHeader: a file of whole records without the header
+// (written by an earlier version) is replayed, then gets the header.
+func TestSpillFromBeforeTheHeader(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.spill")
+	var old []byte
+	for _, p := range payloads(0, 3) {
+		old = binary.LittleEndian.AppendUint32(old, uint32(len(p)))
+		old = binary.LittleEndian.AppendUint32(old, crc32.Checksum(p, castagnoli))
+		old = append(old, p...)
+	}
+	if err := os.WriteFile(path, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenSpill(path, 1<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := replayAll(t, s); len(got) != 3 || got[2] != "record-0002" {
+		t.Fatalf("replayed %v", got)
+	}
+	s.Append(payloads(3, 1))
+	s.Close()
+	raw, _ := os.ReadFile(path)
+	if !strings.HasPrefix(string(raw), string(spillMagic)) {
+		t.Fatalf("after replay the file has no header: %q", raw)
+	}
+	s, err = OpenSpill(path, 1<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := replayAll(t, s); len(got) != 1 || got[0] != "record-0003" {
+		t.Fatalf("after reopen: %v", got)
 	}
 }

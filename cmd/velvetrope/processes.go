@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -161,15 +160,19 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 	)
 }
 
-// newKafkaProducer is the checker's producer; its spill file defaults to
-// the temp directory, named after the instance.
+// newKafkaProducer is the checker's producer; its spill file lives in the
+// state directory, named after the instance.
 func newKafkaProducer(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*events.KafkaProducer, error) {
 	if err := requireKafka(app); err != nil {
 		return nil, err
 	}
 	spill := app.Checker.SpillPath
 	if spill == "" {
-		spill = filepath.Join(os.TempDir(), "velvetrope-"+app.InstanceID+".spill")
+		dir, err := config.ResolveStateDir(app.Checker.StateDir, nil)
+		if err != nil {
+			return nil, err
+		}
+		spill = filepath.Join(dir, app.InstanceID+".spill")
 	}
 	sec, err := kafkaSecurity(app)
 	if err != nil {
