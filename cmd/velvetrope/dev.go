@@ -52,6 +52,7 @@ func runProcess(name string, args []string, stdout, stderr io.Writer,
 		return 0
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	quietRedis(logger)
 	fxApp := fx.New(module(app, logger), fx.Invoke(func(in struct {
 		fx.In
 		LC   fx.Lifecycle
