@@ -265,6 +265,7 @@ func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *deci
 	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
 	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).WithKeys(c).Register(mux)
 	reg := metrics.New()
+	processMetrics(reg)
 	checkerMetrics(reg, c, prod)
 	rlsMetrics(reg, rs)
 	n.Register(reg)

@@ -299,3 +299,45 @@ func runCLI(t *testing.T, cmd, addr string, cases []cliCase) {
 		})
 	}
 }
+
+// TestOverridesKeepMetricsBounded: issue 10, item 3 through the process.
+// Before, 3,000 /json calls with distinct limit overrides made 12,004
+// series of velvetrope_decisions_total; now an override counts under the
+// rule its descriptor matches.
+func TestOverridesKeepMetricsBounded(t *testing.T) {
+	app := config.DefaultApp()
+	app.HTTP.Addr, app.GRPC.Addr = "127.0.0.1:0", ""
+	var srv *httpapi.Server
+	fxApp := fxtest.New(t, devModule(app, slog.New(slog.NewTextHandler(io.Discard, nil))), fx.Populate(&srv))
+	fxApp.RequireStart()
+	defer fxApp.RequireStop()
+	hc := &http.Client{Timeout: 5 * time.Second}
+	for i := range 3000 {
+		body := fmt.Sprintf(`{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"u%d"}],"limit":{"requestsPerUnit":%d,"unit":"MINUTE"}}]}`, i%7, i+1)
+		resp, err := hc.Post("http://"+srv.Addr()+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 && resp.StatusCode != 429 {
+			t.Fatalf("call %d: %d", i, resp.StatusCode)
+		}
+	}
+	resp, err := hc.Get("http://" + srv.Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var series []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "velvetrope_decisions_total{") {
+			series = append(series, line)
+		}
+	}
+	// one rule, plain and override, four outcomes
+	if len(series) > 8 || !strings.Contains(string(b), `velvetrope_decisions_total{decision="allow",domain="api",mode="async",override="true",rule="api:user_id"} 3000`) {
+		t.Fatalf("%d series after 3,000 distinct overrides:\n%s", len(series), strings.Join(series, "\n"))
+	}
+}

@@ -351,9 +351,10 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 				lc.Append(fx.StartStopHook(a.Start, a.Stop))
 				return a, nil
 			},
-			func(lc fx.Lifecycle, app config.App, a *aggregator.Kafka, rc redis.UniversalClient, usage *sink.Writer) (*httpapi.Server, error) {
+			func(lc fx.Lifecycle, app config.App, a *aggregator.Kafka, usage *sink.Writer) (*httpapi.Server, error) {
 				mux := http.NewServeMux()
 				reg := metrics.New()
+				processMetrics(reg)
 				if usage != nil {
 					sinkMetrics(reg, usage)
 				}
