@@ -138,9 +138,15 @@ func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
 
 func (p *parser) pos(n *yaml.Node) Position { return Position{p.path, n.Line, n.Column} }
 
-// ParseRules parses one rule file's bytes; path names it in errors.
-func ParseRules(path string, data []byte) (*File, error) {
+// ParseRules parses one rule file's bytes; path names it in errors. A
+// fault in the parser (a panic) is returned as an error, never raised.
+func ParseRules(path string, data []byte) (f *File, err error) {
 	p := &parser{path: path}
+	defer func() {
+		if r := recover(); r != nil {
+			f, err = nil, ErrorList{&Error{File: path, Msg: fmt.Sprintf("internal error parsing the file: %v (please report it)", r)}}
+		}
+	}()
 	if len(data) > MaxRuleFileBytes {
 		p.errorf(nil, "rule file larger than %d bytes (%d)", MaxRuleFileBytes, len(data))
 		return nil, p.errs
@@ -157,7 +163,7 @@ func ParseRules(path string, data []byte) (*File, error) {
 	if g := (&yamlGuard{p: p}); !g.check(&doc) {
 		return nil, p.errs
 	}
-	f := p.file(doc.Content[0])
+	f = p.file(doc.Content[0])
 	return f, p.errs.err()
 }
 

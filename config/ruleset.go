@@ -464,7 +464,15 @@ func or(s, def string) string {
 }
 
 // LoadRules reads and compiles the rule files and directories at paths.
-func LoadRules(paths ...string) (*RuleSet, error) {
+//
+// A fault in the parser or the compiler (a panic) is returned as an error
+// naming the paths: a rule file must never take a running process down.
+func LoadRules(paths ...string) (rs *RuleSet, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rs, err = nil, fmt.Errorf("config: internal error loading rules from %s: %v (please report it)", strings.Join(paths, ", "), p)
+		}
+	}()
 	files, err := ReadRuleFiles(paths...)
 	if err != nil {
 		return nil, err
