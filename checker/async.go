@@ -221,14 +221,15 @@ type Checker struct {
 	works    sync.Pool // *syncWork, one per store charge
 	keyBufs  sync.Pool // *[]byte, counter keys of small requests
 
-	flushNow  chan struct{}
-	dirtyN    atomic.Int64
-	flushMu   sync.Mutex
-	buffered  []*eventsv1.Delta // deltas the producer refused, oldest first (under flushMu)
-	refreshMu sync.Mutex
-	readItems []ReadItem // refresher scratch (under refreshMu)
-	readEnts  []*entry
-	readTags  []uint8
+	flushNow    chan struct{}
+	dirtyN      atomic.Int64
+	flushMu     sync.Mutex
+	buffered    []*eventsv1.Delta // deltas the producer refused, oldest first (under flushMu)
+	refreshMu   sync.Mutex
+	refreshNext int        // shard the next refresher pass starts at (under refreshMu)
+	readItems   []ReadItem // refresher scratch (under refreshMu)
+	readEnts    []*entry
+	readTags    []uint8
 
 	// Operator controls: the store (nil when the counter store keeps
 	// none), what the request path applies, and the poller's state.

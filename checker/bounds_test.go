@@ -3,6 +3,7 @@ package checker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -210,5 +211,55 @@ func TestLargestValidRequestMakesDeliverableDeltas(t *testing.T) {
 		if err != nil || len(wire) > events.MaxRecordBytes {
 			t.Fatalf("delta %d: %d bytes (bound %d), err %v", i, len(wire), events.MaxRecordBytes, err)
 		}
+	}
+}
+
+// TestRefreshReachesEveryShard: with more keys due than one refresher pass
+// reads, passes used to start at shard 0 every time, so the last shards
+// were never refreshed and their idle keys never dropped (the soak's
+// checker grew without bound). Now idle keys are dropped in every shard on
+// every pass and the passes rotate.
+func TestRefreshReachesEveryShard(t *testing.T) {
+	r := newRig(t, Config{Shards: 4, MaxKeys: 1 << 16})
+	const idleKeys, activeKeys = 4000, 5 * refreshBatch
+	for i := range idleKeys {
+		r.check(t, 1, "fixed", fmt.Sprintf("idle-%d", i))
+	}
+	if err := r.c.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.clk.ns.Add(int64(3 * time.Minute)) // past idle_after (2 min)
+	for i := range activeKeys {
+		r.check(t, 1, "fixed", fmt.Sprintf("active-%d", i))
+	}
+	if err := r.c.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.clk.ns.Add(int64(6 * time.Second)) // every key due (max_refresh 5 s)
+	r.c.Refresh(context.Background())
+	if got := r.c.Snapshot().Keys; got != activeKeys {
+		t.Fatalf("after one pass: %d keys, want the %d active ones (the idle ones dropped in every shard)", got, activeKeys)
+	}
+	// the active keys are refreshed across passes, every shard in turn
+	before := r.store.reads.Load()
+	for range 8 {
+		r.c.Refresh(context.Background())
+	}
+	if r.store.reads.Load()-before < 4 { // 16,384 keys left after the first pass: 4 passes of 4,096
+		t.Fatalf("only %d reads over 8 passes", r.store.reads.Load()-before)
+	}
+	var stale int
+	for i := range r.c.shards {
+		sh := &r.c.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.refresh {
+			if e.nextRefresh <= r.clk.Now() {
+				stale++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if stale != 0 {
+		t.Fatalf("%d keys still due after 8 passes of %d reads", stale, refreshBatch)
 	}
 }

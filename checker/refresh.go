@@ -24,15 +24,29 @@ func (c *Checker) Refresh(ctx context.Context) {
 	now := c.clock.Now()
 	items, ents, tags := c.readItems[:0], c.readEnts[:0], c.readTags[:0]
 	idle := now - int64(c.cfg.IdleAfter)
-	for i := range c.shards {
+	// Each pass starts where the last one stopped: when more keys are due
+	// than one pass reads, every shard still gets its turn (starting at
+	// shard 0 every time starved the last shards of reads and evictions).
+	// Once the batch is full, the remaining shards still drop their due
+	// idle keys, which costs no read: eviction never waits on Redis.
+	start, full := c.refreshNext, -1
+	for j := range c.shards {
+		i := (start + j) & int(c.mask)
 		sh := &c.shards[i]
 		sh.mu.Lock()
-		for len(sh.refresh) > 0 && sh.refresh[0].nextRefresh <= now && len(items) < refreshBatch {
-			e := heap.Pop(&sh.refresh).(*entry)
-			if e.used < idle && !e.dirty {
+		for len(sh.refresh) > 0 && sh.refresh[0].nextRefresh <= now {
+			if e := sh.refresh[0]; e.used < idle && !e.dirty {
+				heap.Pop(&sh.refresh)
 				c.dropEntry(sh, e, now)
 				continue
 			}
+			if len(items) >= refreshBatch {
+				if full < 0 {
+					full = i // the next pass starts here
+				}
+				break
+			}
+			e := heap.Pop(&sh.refresh).(*entry)
 			// provisional: put back far out, so a failed read loses nothing
 			sh.schedule(e, now+int64(c.cfg.MaxRefresh))
 			if e.kind == KindWindow {
@@ -46,6 +60,9 @@ func (c *Checker) Refresh(ctx context.Context) {
 			}
 		}
 		sh.mu.Unlock()
+	}
+	if full >= 0 {
+		c.refreshNext = full
 	}
 	c.readItems, c.readEnts, c.readTags = items, ents, tags
 	if len(items) == 0 {
