@@ -2,9 +2,9 @@ package checker
 
 import (
 	"fmt"
-	"github.com/velvetrope/velvetrope/config"
 	"unicode/utf8"
 
+	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/events"
 )
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/velvetrope/velvetrope/internal/logx"
 	"log/slog"
 	"net"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/internal/logx"
 )
 
 // KafkaConfig configures a KafkaProducer.
