@@ -119,7 +119,6 @@ var (
 	// request_id.
 	ErrRequestIDConflict = errors.New("request id already used by a different request")
 	errRequestIDConflict = &FieldError{"request_id", ErrRequestIDConflict}
-	errTooManyEntries    = fmt.Errorf("%w: a descriptor has more than %d entries", ErrBadRequest, MaxEntries)
 )
 
 // FieldError names the request field that is wrong, for API answers.

@@ -121,18 +121,19 @@ func (c *KafkaConsumer) Membership(ctx context.Context) (member bool, state stri
 	if err != nil {
 		return false, "", fmt.Errorf("events: describe group %s: %w", c.cfg.Group, err)
 	}
-	for _, g := range resp.Groups {
-		if g.Error != nil {
-			return false, "", fmt.Errorf("events: describe group %s: %w", c.cfg.Group, g.Error)
-		}
-		for _, m := range g.Members {
-			if m.ClientID == c.clientID {
-				return true, g.GroupState, nil
-			}
-		}
-		return false, g.GroupState, nil
+	if len(resp.Groups) == 0 {
+		return false, "", nil
 	}
-	return false, "", nil
+	g := resp.Groups[0] // one group asked, one answered
+	if g.Error != nil {
+		return false, "", fmt.Errorf("events: describe group %s: %w", c.cfg.Group, g.Error)
+	}
+	for _, m := range g.Members {
+		if m.ClientID == c.clientID {
+			return true, g.GroupState, nil
+		}
+	}
+	return false, g.GroupState, nil
 }
 
 // Fetch implements [Consumer].

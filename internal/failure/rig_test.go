@@ -458,10 +458,11 @@ func (r *rig) converge(t *testing.T, admitted map[string]int64, slack int64) {
 		return missing, extra
 	}
 	for {
-		missing, extra := check()
+		missing, _ := check()
 		if len(missing) == 0 {
 			time.Sleep(time.Second) // settled: nothing more arrives afterwards either
-			if missing, extra = check(); len(missing) != 0 || extra > slack {
+			missing, extra := check()
+			if len(missing) != 0 || extra > slack {
 				t.Fatalf("after settling: missing %v, %d counted beyond the answers (slack %d)", missing, extra, slack)
 			}
 			if extra > 0 {
