@@ -49,14 +49,9 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 		return err
 	}
 	now := c.clock.Now()
-	var fp uint64
-	if req.RequestID != "" && c.idem != nil {
-		fp = c.idem.fingerprint(req)
-		if found, conflict := c.idem.get(req.Domain, req.RequestID, fp, now, d); conflict {
-			return errRequestIDConflict
-		} else if found {
-			return nil
-		}
+	fp, done, err := c.idem.replay(req, now, d)
+	if err != nil || done {
+		return err
 	}
 	n := len(req.Descriptors)
 	d.Statuses = slices.Grow(d.Statuses[:0], n)[:n]
@@ -138,9 +133,7 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 		}
 		c.status(&d.Statuses[i], &slots[i], denied)
 	}
-	if req.RequestID != "" && c.idem != nil {
-		c.idem.put(req.Domain, req.RequestID, fp, now, d)
-	}
+	c.idem.remember(req, fp, now, d)
 	if c.dirtyN.Load() >= int64(c.cfg.FlushThreshold) {
 		select {
 		case c.flushNow <- struct{}{}:

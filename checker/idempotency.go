@@ -124,3 +124,27 @@ func (c *idempotency) put(domain, id string, fp uint64, now int64, d *Decision) 
 	}
 	sh.m[idemKey{domain, id}] = idemEntry{fp: fp, code: d.Code, statuses: append([]Status(nil), d.Statuses...), expires: now + c.ttl}
 }
+
+// replay looks req up when it carries a request id (c may be nil: no
+// idempotency). It returns the request's fingerprint for remember, and
+// either fills d with the remembered answer (done), or refuses a
+// different request under the same id (errRequestIDConflict).
+func (c *idempotency) replay(req *Request, now int64, d *Decision) (fp uint64, done bool, err error) {
+	if c == nil || req.RequestID == "" {
+		return 0, false, nil
+	}
+	fp = c.fingerprint(req)
+	found, conflict := c.get(req.Domain, req.RequestID, fp, now, d)
+	if conflict {
+		return fp, false, errRequestIDConflict
+	}
+	return fp, found, nil
+}
+
+// remember stores d as the answer to req (fp from replay); a no-op
+// without a request id or idempotency.
+func (c *idempotency) remember(req *Request, fp uint64, now int64, d *Decision) {
+	if c != nil && req.RequestID != "" {
+		c.put(req.Domain, req.RequestID, fp, now, d)
+	}
+}

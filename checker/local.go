@@ -54,14 +54,9 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 		return err
 	}
 	now := l.clock.Now()
-	var fp uint64
-	if req.RequestID != "" && l.idem != nil {
-		fp = l.idem.fingerprint(req)
-		if found, conflict := l.idem.get(req.Domain, req.RequestID, fp, now, d); conflict {
-			return errRequestIDConflict
-		} else if found {
-			return nil
-		}
+	fp, done, err := l.idem.replay(req, now, d)
+	if err != nil || done {
+		return err
 	}
 	n := len(req.Descriptors)
 	d.Statuses = slices.Grow(d.Statuses[:0], n)[:n]
@@ -161,9 +156,7 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 			d.Statuses[i] = d.Statuses[dupOf[i]]
 		}
 	}
-	if req.RequestID != "" && l.idem != nil {
-		l.idem.put(req.Domain, req.RequestID, fp, now, d)
-	}
+	l.idem.remember(req, fp, now, d)
 	return nil
 }
 

@@ -211,10 +211,18 @@ func startPrivateRedis(t testing.TB, args func(port string) []string) string {
 		t.Fatalf("start redis-server: %v", err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitListen(t, addr)
+	return addr
+}
+
+// waitListen polls addr until it accepts a connection (10 s at most): a
+// server just started answers in its own time.
+func waitListen(t testing.TB, addr string) {
+	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		if conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
 			conn.Close()
-			return addr
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("private redis-server did not listen on %s", addr)
@@ -267,16 +275,7 @@ func (p *PrivateRedis) Start(t testing.TB) {
 		t.Fatalf("start redis-server: %v", err)
 	}
 	p.cmd = cmd
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if conn, err := net.DialTimeout("tcp", p.Addr, 200*time.Millisecond); err == nil {
-			conn.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("private redis-server did not listen on %s", p.Addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitListen(t, p.Addr)
 }
 
 // Stop shuts the server down (SIGTERM: it finishes its append-only file)
