@@ -1,5 +1,5 @@
 // Package aggregator applies the checkers' consumption deltas to the shared
-// counters (DESIGN.md, "Aggregator and counters").
+// counters (docs/design.md, "Shared counters in Redis").
 //
 // [Embedded] is the in-process aggregator of `velvetrope dev`: it reads an
 // events.Consumer (the in-memory bus) and applies each delta, at most once,

@@ -196,7 +196,7 @@ func (c *Checker) Snapshot() Snapshot {
 	return s
 }
 
-// Checker is the async checker (DESIGN.md, "Checker"): it decides from
+// Checker is the async checker (docs/design.md): it decides from
 // counters held in memory, pays one atomic store call per decision only
 // near a limit, and emits consumption deltas off the request path. Rules
 // with `mode: local` run on an exact in-process limiter; `mode: sync`

@@ -7,7 +7,7 @@
 // per descriptor. Descriptors of one request that name the same counter are
 // decided together: their hits add up.
 //
-// Charging follows two rules (DESIGN.md, "Semantics of a denied request"):
+// Charging follows two rules (docs/rules.md):
 //   - a rule without `algorithm` behaves exactly as Envoy's ratelimit
 //     service: every call charges every matched descriptor, also when the
 //     request is refused, so a client hammering a limit stays over it;

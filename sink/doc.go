@@ -1,5 +1,5 @@
 // Package sink keeps per-minute usage for analytics and answers the
-// analytics queries (DESIGN.md, "Analytics"): top denied keys, usage of one
+// analytics queries (docs/analytics.md): top denied keys, usage of one
 // key per minute, deny rate per rule, and the allow/deny/defer timeline of
 // the dashboard.
 //
