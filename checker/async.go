@@ -16,6 +16,7 @@ import (
 	"github.com/velvetrope/velvetrope/events"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/internal/hist"
+	"github.com/velvetrope/velvetrope/internal/logx"
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
@@ -241,8 +242,10 @@ type Checker struct {
 	brk  breaker
 	stop chan struct{}
 	wg   sync.WaitGroup
-	logs logLimiter
-	hash *hashing
+	// one rate-limited log per kind of warning, so that one kind repeating
+	// never hides another
+	logFlush, logStore, logRefresh, logControls *logx.Limited
+	hash                                        *hashing
 
 	// Stats are updated by every decision and background pass.
 	Stats Stats
@@ -269,9 +272,12 @@ func New(cfg Config, rules *config.Store, cs CounterStore, prod events.Producer,
 	c := &Checker{cfg: cfg, rules: rules, store: cs, prod: prod, clock: clock, local: local,
 		instance: cfg.InstanceName + "/" + hex.EncodeToString(nonce[:]), seed: maphash.MakeSeed(),
 		shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1), perShard: max(cfg.MaxKeys/cfg.Shards, 1),
-		flushNow: make(chan struct{}, 1), logs: logLimiter{every: int64(10 * time.Second)}}
+		flushNow: make(chan struct{}, 1)}
 	for i := range c.shards {
 		c.shards[i].keys = map[uint64]*entry{}
+	}
+	for _, l := range []**logx.Limited{&c.logFlush, &c.logStore, &c.logRefresh, &c.logControls} {
+		*l = logx.New(cfg.Logger, 10*time.Second)
 	}
 	if c.hash, err = newHashing(cfg.HashKey); err != nil {
 		return nil, err
@@ -352,15 +358,4 @@ func (c *Checker) Stop(ctx context.Context) error {
 		return ctx.Err()
 	}
 	return c.Flush(ctx)
-}
-
-// logLimiter lets one log line through per interval.
-type logLimiter struct {
-	every int64
-	last  atomic.Int64
-}
-
-func (l *logLimiter) allow(now int64) bool {
-	last := l.last.Load()
-	return now-last >= l.every && l.last.CompareAndSwap(last, now)
 }

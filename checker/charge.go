@@ -146,9 +146,7 @@ func (c *Checker) failurePolicy(s *slot, now, cost int64) {
 	s.degraded = true
 	c.Stats.Degraded.Add(1)
 	c.Stats.StoreErrors.Add(1)
-	if c.logs.allow(now) {
-		c.cfg.Logger.Warn("counter store unavailable; applying failure policies", "rule", s.rule.ID, "policy", s.rule.Failure, "error", s.w.err)
-	}
+	c.logStore.Warn("counter store unavailable; applying failure policies", "rule", s.rule.ID, "policy", s.rule.Failure, "error", s.w.err)
 	switch s.rule.Failure {
 	case "closed":
 		s.allowed = false

@@ -249,8 +249,8 @@ func (c *Checker) SyncControls(ctx context.Context) error {
 // controlLoop re-reads the controls every ControlPoll.
 func (c *Checker) controlLoop() {
 	c.every(c.cfg.ControlPoll, nil, c.cfg.ControlPoll, func(ctx context.Context) {
-		if err := c.SyncControls(ctx); err != nil && c.logs.allow(c.clock.Now()) {
-			c.cfg.Logger.Warn("operator controls not refreshed; the last ones stay in force", "err", err)
+		if err := c.SyncControls(ctx); err != nil {
+			c.logControls.Warn("operator controls not refreshed; the last ones stay in force", "err", err)
 		}
 	})
 }

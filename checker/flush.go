@@ -12,8 +12,8 @@ const flushBatch = 2048
 
 func (c *Checker) flushLoop() {
 	c.every(c.cfg.FlushInterval, c.flushNow, 10*time.Second, func(ctx context.Context) {
-		if err := c.Flush(ctx); err != nil && c.logs.allow(c.clock.Now()) {
-			c.cfg.Logger.Warn("emitting deltas failed; they stay buffered and are retried", "error", err,
+		if err := c.Flush(ctx); err != nil {
+			c.logFlush.Warn("emitting deltas failed; they stay buffered and are retried", "error", err,
 				"buffered", len(c.buffered))
 		}
 	})

@@ -78,9 +78,7 @@ func (c *Checker) Refresh(ctx context.Context) {
 	}
 	if err != nil {
 		c.Stats.RefreshErrors.Add(1)
-		if c.logs.allow(now) {
-			c.cfg.Logger.Warn("refreshing counters failed; deciding from what is known", "keys", len(items), "error", err)
-		}
+		c.logRefresh.Warn("refreshing counters failed; deciding from what is known", "keys", len(items), "error", err)
 		return
 	}
 	for i := range items {

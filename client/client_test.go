@@ -42,7 +42,7 @@ func serve(t *testing.T) (*GRPC, *HTTP) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = gc.Close() })
-	hs := httptest.NewServer(httpapi.CheckHandler(l, 1<<20, nil))
+	hs := httptest.NewServer(httpapi.CheckHandler(l, 1<<20, nil, nil))
 	t.Cleanup(hs.Close)
 	return gc, NewHTTP(hs.URL, nil, 2*time.Second)
 }

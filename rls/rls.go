@@ -55,6 +55,8 @@ type Options struct {
 	// Bounds limit the size of a request (zero fields: the checker's
 	// defaults); give the checker's own.
 	Bounds checker.Bounds
+	// Decisions is told of every decision answered (nil: none).
+	Decisions httpapi.Observer
 }
 
 // Server implements rlsv3.RateLimitServiceServer over a Checker.
@@ -130,6 +132,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.Stats.Errors.Add(1)
 		s.log.Warn("ShouldRateLimit failed", "domain", req.Domain, "error", err)
 		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if s.opts.Decisions != nil {
+		s.opts.Decisions.Observe(&w.d)
 	}
 	if w.d.Code == checker.OverLimit {
 		s.Stats.OverLimit.Add(1)
@@ -236,7 +241,7 @@ func fill(out *rlsv3.RateLimitResponse_DescriptorStatus, lim *rlsv3.RateLimitRes
 	reset := st.ResetAfter
 	if r.Algorithm == "" {
 		// Envoy counts whole seconds: the reset is unit - now%unit, never 0.
-		reset = time.Duration(max(ceilSeconds(reset), 1)) * time.Second
+		reset = time.Duration(max(httpapi.CeilSeconds(reset), 1)) * time.Second
 	}
 	out.DurationUntilReset = durationpb.New(reset)
 }
@@ -262,10 +267,6 @@ func unitOf(u config.Unit) rlsv3.RateLimitResponse_RateLimit_Unit {
 }
 
 func clampUint32(v int64) uint32 { return uint32(min(max(v, 0), maxUint32)) }
-
-func ceilSeconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
-}
 
 // headers renders the same rate limit headers the HTTP API sets.
 func headers(d *checker.Decision) []*corev3.HeaderValue {

@@ -250,7 +250,7 @@ func newDevUsage(lc fx.Lifecycle, logger *slog.Logger) (*sink.Memory, *sink.Writ
 }
 
 // newDecisionCounter counts the decisions the APIs answer, per rule.
-func newDecisionCounter() *decisions.Counter { return new(decisions.Counter) }
+func newDecisionCounter(rules *config.Store) *decisions.Counter { return decisions.New(rules.Load) }
 
 // newCheckerHTTP is the HTTP listener of a process that decides (dev and
 // checker): the check API, Envoy's /json, admin, metrics and health.
@@ -261,7 +261,7 @@ func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *deci
 	an.WithAccess(analytics.Access{Token: app.Analytics.Token, MaxWindow: app.Analytics.MaxWindow,
 		MaxConcurrent: app.Analytics.MaxConcurrent}).Register(mux)
 	dashboard.Register(mux)
-	mux.Handle("/v1/check", httpapi.CheckHandler(decisions.Wrap(c, n), app.HTTP.MaxBodyBytes, logx.New(logger, 10*time.Second)))
+	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes, logx.New(logger, 10*time.Second), n))
 	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
 	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).WithKeys(c).Register(mux)
 	reg := metrics.New()

@@ -40,8 +40,8 @@ func (g *grpcListener) Addr() string {
 // its final flush.
 func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter,
 	logger *slog.Logger) (*rls.Server, *grpcListener, error) {
-	s := rls.New(decisions.Wrap(c, n), rls.Options{ResponseHeaders: app.GRPC.ResponseHeaders, Logger: logger,
-		Bounds: bounds(app)})
+	s := rls.New(c, rls.Options{ResponseHeaders: app.GRPC.ResponseHeaders, Logger: logger,
+		Bounds: bounds(app), Decisions: n})
 	gl := &grpcListener{}
 	if app.GRPC.Addr == "" {
 		return s, gl, nil

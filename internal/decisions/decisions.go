@@ -9,7 +9,6 @@
 package decisions
 
 import (
-	"context"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -21,14 +20,16 @@ import (
 
 // Counter counts decisions per rule: allowed, denied, shadow-denied (a
 // shadow rule that would have refused) and degraded (a failure policy
-// decided). The zero value is ready; safe for concurrent use.
+// decided). The API layers hand it every decision they answer (Observe).
+// Safe for concurrent use; the zero value works but never forgets the
+// rules of earlier rule sets (use New).
 type Counter struct {
 	rules sync.Map // *config.Rule of a rule set → *counts
 
 	mu        sync.RWMutex
-	overrides map[series]*counts    // override decisions (guarded by mu)
-	retired   map[series]*[4]uint64 // counts of rules no longer live (guarded by mu)
-	live      func() *config.RuleSet
+	overrides map[series]*counts     // override decisions (guarded by mu)
+	retired   map[series]*[4]uint64  // counts of rules no longer live (guarded by mu)
+	live      func() *config.RuleSet // set by New, read-only after
 }
 
 type counts struct {
@@ -52,6 +53,10 @@ func (n *counts) observe(st *checker.Status) {
 func (n *counts) load() [4]uint64 {
 	return [4]uint64{n.allowed.Load(), n.denied.Load(), n.shadowed.Load(), n.degraded.Load()}
 }
+
+// New returns a Counter that, at each scrape, forgets the rules that are no
+// longer in live() (reloads replace every rule pointer).
+func New(live func() *config.RuleSet) *Counter { return &Counter{live: live} }
 
 // Observe counts the statuses of one decision.
 func (c *Counter) Observe(d *checker.Decision) {
@@ -138,11 +143,8 @@ func (c *Counter) prune(rs *config.RuleSet) {
 // Samples reports velvetrope_decisions_total series: labels domain, rule,
 // mode, override, decision (allow, deny, shadow_deny, degraded).
 func (c *Counter) Samples() []metrics.Sample {
-	c.mu.RLock()
-	live := c.live
-	c.mu.RUnlock()
-	if live != nil {
-		c.prune(live())
+	if c.live != nil {
+		c.prune(c.live())
 	}
 	sum := map[series]*[4]uint64{}
 	add := func(k series, v [4]uint64) {
@@ -196,34 +198,4 @@ func (c *Counter) Register(reg *metrics.Registry) {
 		"shadow_deny: a shadow rule would have refused, degraded: a failure policy decided); override=\"true\" counts "+
 		"per-request limit overrides under the rule their descriptor matches.", "counter",
 		[]string{"domain", "rule", "mode", "override", "decision"}, c.Samples)
-}
-
-// Checker is what Wrap wraps: *checker.Checker and *checker.Local.
-type Checker interface {
-	Check(ctx context.Context, req *checker.Request, d *checker.Decision) error
-	Rules() *config.RuleSet
-}
-
-// Wrap returns c counting every decision it makes in n. n forgets the
-// rules of c's earlier rule sets at each scrape.
-func Wrap(c Checker, n *Counter) Checker {
-	n.mu.Lock()
-	if n.live == nil {
-		n.live = c.Rules
-	}
-	n.mu.Unlock()
-	return observed{c, n}
-}
-
-type observed struct {
-	Checker
-	n *Counter
-}
-
-func (o observed) Check(ctx context.Context, req *checker.Request, d *checker.Decision) error {
-	err := o.Checker.Check(ctx, req, d)
-	if err == nil {
-		o.n.Observe(d)
-	}
-	return err
 }

@@ -26,8 +26,8 @@ descriptors:
 func TestCountsPerRuleAndOutcome(t *testing.T) {
 	store := testrules.Store(t, rules)
 	l := testrules.Local(t, store, testrules.NewClock(), 0)
-	n := new(Counter)
-	c := Wrap(l, n)
+	n := New(store.Load)
+	c := observed{l, n}
 	one := func(kv ...string) *checker.Request {
 		r := &checker.Request{Domain: "api", Hits: 1}
 		for i := 0; i+1 < len(kv); i += 2 {
@@ -76,8 +76,8 @@ func TestCountsPerRuleAndOutcome(t *testing.T) {
 func TestSeriesBoundedWhateverTheInput(t *testing.T) {
 	store := testrules.Store(t, rules)
 	l := testrules.Local(t, store, testrules.NewClock(), 0)
-	n := new(Counter)
-	c := Wrap(l, n)
+	n := New(store.Load)
+	c := observed{l, n}
 	var d checker.Decision
 	for i := range 3000 {
 		es := []config.Entry{{Key: "ip", Value: "1.2.3.4"}}
@@ -128,4 +128,19 @@ func TestSeriesBoundedWhateverTheInput(t *testing.T) {
 	if held > 3 {
 		t.Fatalf("%d rule pointers held after 50 reloads, want at most the live rules", held)
 	}
+}
+
+// observed decides with a checker and counts every answered decision, as
+// the API layers do.
+type observed struct {
+	l *checker.Local
+	n *Counter
+}
+
+func (o observed) Check(ctx context.Context, req *checker.Request, d *checker.Decision) error {
+	err := o.l.Check(ctx, req, d)
+	if err == nil {
+		o.n.Observe(d)
+	}
+	return err
 }

@@ -81,8 +81,14 @@ type ErrorResponse struct {
 
 // CheckHandler serves POST /v1/check over c, reading at most maxBody
 // bytes. Decisions that fail for another reason than the request (500)
+// Observer is told of every decision an API answers (the metrics of
+// decisions per rule); nil observes nothing.
+type Observer interface {
+	Observe(d *checker.Decision)
+}
+
 // are logged through log (rate-limited; nil: not logged).
-func CheckHandler(c Checker, maxBody int64, log *logx.Limited) http.Handler {
+func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -111,6 +117,9 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited) http.Handler {
 			}
 			writeError(w, http.StatusInternalServerError, "", err.Error())
 			return
+		}
+		if obs != nil {
+			obs.Observe(&d)
 		}
 		SetHeaders(w.Header(), &d)
 		writeJSON(w, http.StatusOK, toResponse(&d))
@@ -231,7 +240,7 @@ func SetHeaders(h http.Header, d *checker.Decision) {
 	if tight == nil {
 		return
 	}
-	reset := ceilSeconds(tight.ResetAfter)
+	reset := CeilSeconds(tight.ResetAfter)
 	h.Set("RateLimit-Policy", strings.Join(policies, ", "))
 	h.Set("RateLimit", fmt.Sprintf("%s;r=%d;t=%d", sfString(tight.Rule.ID), tight.Remaining, reset))
 	h.Set("X-RateLimit-Limit", strconv.FormatInt(tight.Limit, 10))
@@ -239,12 +248,14 @@ func SetHeaders(h http.Header, d *checker.Decision) {
 	h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
 	if d.Code == checker.OverLimit {
 		if wait, never := d.RetryAfter(); !never {
-			h.Set("Retry-After", strconv.FormatInt(max(ceilSeconds(wait), 1), 10))
+			h.Set("Retry-After", strconv.FormatInt(max(CeilSeconds(wait), 1), 10))
 		}
 	}
 }
 
-func ceilSeconds(d time.Duration) int64 {
+// CeilSeconds is d in whole seconds, rounded up (0 for d <= 0): what the
+// rate limit headers and Envoy's whole-second resets show.
+func CeilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}

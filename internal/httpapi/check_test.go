@@ -32,7 +32,7 @@ func newHandler(t testing.TB) http.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return CheckHandler(l, 1024, nil)
+	return CheckHandler(l, 1024, nil, nil)
 }
 
 func post(t *testing.T, h http.Handler, body string) *httptest.ResponseRecorder {
@@ -189,7 +189,7 @@ func TestCheckRequestIDAndBounds(t *testing.T) {
 		k, _ := limiter.NewKeyed()
 		l, _ := checker.NewLocal(config.NewStore(rs), k, fixedClock(t0), time.Minute)
 		return l
-	}(), 1<<20, nil)
+	}(), 1<<20, nil, nil)
 	req := func(user string, hits int, id string) string {
 		return `{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"` + user + `"}]}],"hits":` +
 			strconv.Itoa(hits) + `,"request_id":"` + id + `"}`
