@@ -206,7 +206,6 @@ type Checker struct {
 	cfg      Config
 	rules    *config.Store
 	store    CounterStore
-	exact    SyncStore // the store, when it runs `mode: sync` algorithms itself
 	prod     events.Producer
 	clock    limiter.Clock
 	local    *limiter.Keyed
@@ -283,7 +282,6 @@ func New(cfg Config, rules *config.Store, cs CounterStore, prod events.Producer,
 		return nil, err
 	}
 	c.brk.threshold, c.brk.openFor = cfg.BreakerFailures, int64(cfg.BreakerOpenFor)
-	c.exact, _ = cs.(SyncStore)
 	c.ctlStore, _ = cs.(ControlStore)
 	if cfg.IdempotencyTTL > 0 {
 		c.idem = newIdempotency(int64(cfg.IdempotencyTTL), 1<<16)

@@ -59,7 +59,7 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 				q.Cost, q.RequestID = 0, ""
 				var probe bool
 				if probe, s.w.err = c.admit(now); s.w.err == nil {
-					s.w.sres, s.w.err = c.exact.ChargeSync(ctx, &q)
+					s.w.sres, s.w.err = c.store.ChargeSync(ctx, &q)
 					c.brk.done(now, s.w.err, probe)
 				}
 			}
@@ -76,7 +76,7 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 			// the breaker is open: no call, the failure policy decides
 		} else if s.exact {
 			q := s.w.sreq // a copy: the slots must not escape to the heap through the interface call
-			s.w.sres, s.w.err = c.exact.ChargeSync(ctx, &q)
+			s.w.sres, s.w.err = c.store.ChargeSync(ctx, &q)
 			c.brk.done(now, s.w.err, probe)
 		} else {
 			q := s.w.req
@@ -103,7 +103,7 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 		if s.exact && s.w.err == nil && s.charged && !s.w.req.ChargeDenied {
 			c.Stats.Refunds.Add(1)
 			q := s.w.sreq
-			if err := c.exact.RefundSync(ctx, &q, s.w.sres.Token); err == nil {
+			if err := c.store.RefundSync(ctx, &q, s.w.sres.Token); err == nil {
 				s.charged = false
 			}
 			continue

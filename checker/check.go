@@ -254,11 +254,8 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 		s.remaining = 0 // as the exact limiter reports a cost it can never admit
 		sh.markDirty(e)
 		return
-	case r.Mode == "sync" && c.exact != nil:
-		c.prepareExact(s, req, cost)
-		return
 	case r.Mode == "sync":
-		c.prepareCharge(s, now, cost)
+		c.prepareExact(s, req, cost)
 		return
 	}
 	var v view

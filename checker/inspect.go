@@ -91,7 +91,7 @@ func (c *Checker) Inspect(ctx context.Context, domain string, entries []config.E
 	}
 	now := c.clock.Now()
 	st := KeyState{Rule: r.ID, CounterKey: key, Mode: r.Mode, Limit: r.Limit, Ceiling: r.Ceiling()}
-	if r.Unlimited || r.Limit == 0 || r.Mode == "local" || r.Mode == "sync" && c.exact != nil || kindOf(r) != KindWindow {
+	if r.Unlimited || r.Limit == 0 || r.Mode == "local" || r.Mode == "sync" || kindOf(r) != KindWindow {
 		return c.probe(ctx, st, r, key, es)
 	}
 	st.WindowStart = windowStart(now, int64(r.Window))
@@ -154,10 +154,10 @@ func (c *Checker) probe(ctx context.Context, st KeyState, r *config.Rule, key st
 			return st, fmt.Errorf("checker: peeking at %s: %w", key, err)
 		}
 		p.Remaining, p.ResetAfterMs = d.Remaining, d.ResetAfter.Milliseconds()
-	case r.Mode == "sync" && c.exact != nil: // a cost-0 charge changes nothing
+	case r.Mode == "sync": // a cost-0 charge changes nothing
 		q := SyncRequestFor(r, key, 0)
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		res, err := c.exact.ChargeSync(rctx, &q)
+		res, err := c.store.ChargeSync(rctx, &q)
 		cancel()
 		if err != nil {
 			return st, fmt.Errorf("checker: reading %s from the store: %w", key, err)
@@ -238,7 +238,7 @@ func (c *Checker) Reset(ctx context.Context, domain string, entries []config.Ent
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if r.Mode == "sync" && c.exact != nil {
+	if r.Mode == "sync" {
 		q := SyncRequestFor(r, key, 0)
 		if err := rst.ResetSync(rctx, &q); err != nil {
 			return res, fmt.Errorf("checker: resetting %s: %w", key, err)

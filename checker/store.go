@@ -106,6 +106,9 @@ type CounterStore interface {
 	// Refund takes back an allowed charge of a request that another
 	// descriptor then refused (a refused request charges nothing).
 	Refund(ctx context.Context, req *ChargeRequest) error
+	// SyncStore runs `mode: sync` decisions: the rule's algorithm, atomic
+	// in the store, on the store's clock.
+	SyncStore
 }
 
 // ErrStoreUnavailable marks store errors the failure policy applies to.

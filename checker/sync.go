@@ -52,7 +52,7 @@ type SyncResult struct {
 	Token      string
 }
 
-// SyncStore is implemented by counter stores that can run `mode: sync`
+// SyncStore is the part of a [CounterStore] that runs `mode: sync`
 // decisions.
 type SyncStore interface {
 	ChargeSync(ctx context.Context, q *SyncRequest) (SyncResult, error)
