@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
@@ -28,8 +29,8 @@ func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 		WindowNanos: int64(r.Window), OtherShards: e.cur.shards}
 	if e.kind == KindWindow {
 		q.Window, q.Ceiling, q.OwnEmitted = e.cur.start, r.Ceiling(), e.cur.emitted
-		q.ChargeDenied = r.Algorithm == ""
-		if r.Algorithm == "sliding_window" {
+		q.ChargeDenied = r.Algorithm == config.AlgEnvoy
+		if r.Algorithm == config.AlgSlidingWindow {
 			q.Sliding = true
 			if e.prev.start == e.cur.start-int64(r.Window) {
 				q.PrevEmitted, q.PrevOtherShards = e.prev.emitted, e.prev.shards
@@ -148,9 +149,9 @@ func (c *Checker) failurePolicy(s *slot, now, cost int64) {
 	c.Stats.StoreErrors.Add(1)
 	c.logStore.Warn("counter store unavailable; applying failure policies", "rule", s.rule.ID, "policy", s.rule.Failure, "error", s.w.err)
 	switch s.rule.Failure {
-	case "closed":
+	case config.FailClosed:
 		s.allowed = false
-	case "local_budget":
+	case config.FailLocalBudget:
 		// this instance's share of what remained at the last answer
 		s.allowed = s.budgetOK
 	default: // open
@@ -321,7 +322,7 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 // admits up to this instance's share of what remained at the last answer.
 func (c *Checker) degradedDecision(s *slot, now, cost int64) {
 	e := s.e
-	if s.allowed || s.rule.Algorithm == "" {
+	if s.allowed || s.rule.Algorithm == config.AlgEnvoy {
 		c.count(e, now, cost, s.allowed, true) // unapplied: the aggregator adds it later
 		if e.kind == KindTAT && s.allowed {
 			gcraOf(s.rule).AllowAt(&e.gs, now, cost)
@@ -379,7 +380,7 @@ func (c *Checker) prepareExact(s *slot, req *Request, cost int64) {
 		s.w = c.works.Get().(*syncWork)
 	}
 	*s.w = syncWork{sreq: SyncRequestFor(s.rule, s.e.key, cost)}
-	s.w.req.ChargeDenied = s.rule.Algorithm == "" // Envoy semantics: every call counts
+	s.w.req.ChargeDenied = s.rule.Algorithm == config.AlgEnvoy // Envoy semantics: every call counts
 	if req.RequestID != "" {
 		s.w.sreq.RequestID, s.w.sreq.IdempotencyTTL = req.RequestID, c.cfg.IdempotencyTTL
 	}

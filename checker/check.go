@@ -161,7 +161,7 @@ func (c *Checker) keys(bufpp **[]byte, req *Request, rules []*config.Rule, slots
 			continue
 		}
 		es := req.Descriptors[i].Entries
-		if r.Mode == "local" {
+		if r.Mode == config.ModeLocal {
 			if *bufpp == nil {
 				*bufpp = c.keyBufs.Get().(*[]byte)
 				buf = (**bufpp)[:0]
@@ -232,7 +232,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 		s.resetAfter = time.Duration(int64(r.Window) - now%int64(r.Window))
 		s.shadowed = r.Shadow
 		return
-	case r.Mode == "local":
+	case r.Mode == config.ModeLocal:
 		c.decideLocal(s, now, cost)
 		return
 	}
@@ -247,14 +247,14 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 	}
 	s.need = needMemory
 	switch {
-	case r.Algorithm != "" && cost > r.Capacity(): // can never fit: no store call
+	case r.Algorithm != config.AlgEnvoy && cost > r.Capacity(): // can never fit: no store call
 		// (commit counts the refusal for analytics, once)
 		s.allowed, s.never, s.shadowed = false, true, r.Shadow
 		c.fillView(s, now)
 		s.remaining = 0 // as the exact limiter reports a cost it can never admit
 		sh.markDirty(e)
 		return
-	case r.Mode == "sync":
+	case r.Mode == config.ModeSync:
 		c.prepareExact(s, req, cost)
 		return
 	}
@@ -296,7 +296,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 		// and two answers are needed before its rate is known.
 		if room < 0 || e.answers < 2 || now-e.created < int64(c.cfg.MinRefresh+c.cfg.PipelineLag) {
 			sh.stats.near++
-			if r.NearLimit == "sync" {
+			if r.NearLimit == config.NearSync {
 				c.prepareCharge(s, now, cost)
 				return
 			}
@@ -339,7 +339,7 @@ func (c *Checker) denyFromMemory(s *slot, now, cost int64) {
 		v := c.windowView(e, now)
 		s.remaining = v.remaining
 		s.resetAfter = c.windowReset(e, now, false, 0)
-		if s.rule.Algorithm == "" {
+		if s.rule.Algorithm == config.AlgEnvoy {
 			s.charged = true
 			c.count(e, now, cost, false, true)
 			s.remaining = max(0, v.remaining-cost)
@@ -358,7 +358,7 @@ func (c *Checker) decideLocal(s *slot, now, cost int64) {
 	s.need = needLocal
 	var ld limiter.Decision
 	var err error
-	if s.rule.Algorithm == "" {
+	if s.rule.Algorithm == config.AlgEnvoy {
 		ld, err = c.local.AllowAt(s.key, s.rule.Limiter, now, cost, "")
 		s.charged = true
 	} else {

@@ -59,8 +59,7 @@ func gcraOf(r *config.Rule) limiter.GCRA {
 }
 
 func kindOf(r *config.Rule) Kind {
-	switch r.Algorithm {
-	case "token_bucket", "gcra", "leaky_bucket":
+	if r.Algorithm.Bucket() {
 		return KindTAT
 	}
 	return KindWindow
@@ -138,7 +137,7 @@ func (c *Checker) windowView(e *entry, now int64) view {
 		v.pred += e.othersRate * min(now-e.cur.start, W) / int64(time.Second)
 	}
 	cur := e.cur.mine() + e.cur.others()
-	if r.Algorithm != "sliding_window" {
+	if r.Algorithm != config.AlgSlidingWindow {
 		v.used = cur
 		v.remaining = max(0, v.ceiling-cur)
 		return v
@@ -212,7 +211,7 @@ func (c *Checker) decideWindow(s *slot, v view, now, cost int64) {
 			s.retryAfter = c.windowRetry(e, v, now, cost)
 		}
 	}
-	if r.Algorithm == "" { // Envoy: every call counts
+	if r.Algorithm == config.AlgEnvoy { // Envoy: every call counts
 		s.charged = true
 		c.count(e, now, cost, s.allowed, true)
 		s.remaining = max(0, v.remaining-cost)
@@ -229,7 +228,7 @@ func (c *Checker) windowReset(e *entry, now int64, charged bool, cost int64) tim
 	if charged {
 		cur += cost
 	}
-	if e.rule.Algorithm == "sliding_window" {
+	if e.rule.Algorithm == config.AlgSlidingWindow {
 		switch {
 		case cur > 0:
 			return time.Duration(e.cur.start + 2*W - now)
@@ -249,7 +248,7 @@ func (c *Checker) windowReset(e *entry, now int64, charged bool, cost int64) tim
 func (c *Checker) windowRetry(e *entry, v view, now, cost int64) time.Duration {
 	W := int64(e.rule.Window)
 	end := e.cur.start + W
-	if e.rule.Algorithm != "sliding_window" {
+	if e.rule.Algorithm != config.AlgSlidingWindow {
 		return time.Duration(end - now)
 	}
 	cur := e.cur.mine() + e.cur.others()

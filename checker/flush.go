@@ -139,7 +139,7 @@ func (c *Checker) delta(e *entry, p *pending, applied bool, ownAfter int64) *eve
 	r := e.rule
 	d := &eventsv1.Delta{
 		InstanceId: c.instance, Domain: r.Domain, RuleId: r.ID, DescriptorText: e.desc, CounterKey: e.skey,
-		Algorithm: r.Algorithm, WindowNanos: int64(r.Window), Limit: r.Limit,
+		Algorithm: string(r.Algorithm), WindowNanos: int64(r.Window), Limit: r.Limit,
 		AllowedCount: p.allowedCount, AllowedCost: p.allowedCost, DeniedCount: p.deniedCount,
 		DeniedCost: p.deniedCost, DeferredCount: p.deferred, ShadowDeniedCount: p.shadowDenied,
 		CountedCost: p.counted, AlreadyApplied: applied, FirstUnixNanos: p.first, LastUnixNanos: p.last,

@@ -14,11 +14,11 @@ import (
 // view (what it decides from) and the store's (what every instance
 // shares), side by side, so a lagging or drifting view is visible.
 type KeyState struct {
-	Rule       string `json:"rule"`
-	CounterKey string `json:"counter_key"` // hashed values where the rule says hash_values
-	Mode       string `json:"mode"`
-	Limit      int64  `json:"limit"`
-	Ceiling    int64  `json:"ceiling"` // the limit with a soft throttle's overage
+	Rule       string      `json:"rule"`
+	CounterKey string      `json:"counter_key"` // hashed values where the rule says hash_values
+	Mode       config.Mode `json:"mode"`
+	Limit      int64       `json:"limit"`
+	Ceiling    int64       `json:"ceiling"` // the limit with a soft throttle's overage
 	// WindowStart is the current window (window algorithms), unix ns.
 	WindowStart int64       `json:"window_start_unix_nanos,omitempty"`
 	Local       *LocalState `json:"local,omitempty"` // window counters; nil: this instance does not hold the key
@@ -91,7 +91,7 @@ func (c *Checker) Inspect(ctx context.Context, domain string, entries []config.E
 	}
 	now := c.clock.Now()
 	st := KeyState{Rule: r.ID, CounterKey: key, Mode: r.Mode, Limit: r.Limit, Ceiling: r.Ceiling()}
-	if r.Unlimited || r.Limit == 0 || r.Mode == "local" || r.Mode == "sync" || kindOf(r) != KindWindow {
+	if r.Unlimited || r.Limit == 0 || r.Mode == config.ModeLocal || r.Mode == config.ModeSync || kindOf(r) != KindWindow {
 		return c.probe(ctx, st, r, key, es)
 	}
 	st.WindowStart = windowStart(now, int64(r.Window))
@@ -148,13 +148,13 @@ func (c *Checker) probe(ctx context.Context, st KeyState, r *config.Rule, key st
 		p.Allowed, p.Unlimited = true, true
 	case r.Limit == 0: // blocks everything
 		p.ResetAfterMs = (int64(r.Window) - now%int64(r.Window)) / 1e6
-	case r.Mode == "local":
+	case r.Mode == config.ModeLocal:
 		d, err := c.local.PeekAt(key, r.Limiter, now, 0)
 		if err != nil {
 			return st, fmt.Errorf("checker: peeking at %s: %w", key, err)
 		}
 		p.Remaining, p.ResetAfterMs = d.Remaining, d.ResetAfter.Milliseconds()
-	case r.Mode == "sync": // a cost-0 charge changes nothing
+	case r.Mode == config.ModeSync: // a cost-0 charge changes nothing
 		q := SyncRequestFor(r, key, 0)
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		res, err := c.store.ChargeSync(rctx, &q)
@@ -200,11 +200,11 @@ func (c *Checker) probe(ctx context.Context, st KeyState, r *config.Rule, key st
 
 // ResetResult says what a reset forgot.
 type ResetResult struct {
-	Rule       string `json:"rule"`
-	CounterKey string `json:"counter_key"`
-	Mode       string `json:"mode"`
-	Scope      string `json:"scope"` // "all checkers", or "this checker" for mode: local
-	StoreKeys  int    `json:"store_keys"`
+	Rule       string      `json:"rule"`
+	CounterKey string      `json:"counter_key"`
+	Mode       config.Mode `json:"mode"`
+	Scope      string      `json:"scope"` // "all checkers", or "this checker" for mode: local
+	StoreKeys  int         `json:"store_keys"`
 }
 
 // ErrNoReset is returned when the counter store cannot reset counters.
@@ -227,7 +227,7 @@ func (c *Checker) Reset(ctx context.Context, domain string, entries []config.Ent
 	if r.Unlimited || r.Limit == 0 {
 		return res, &FieldError{"descriptor", fmt.Errorf("rule %s keeps no counter (unlimited or blocking)", r.ID)}
 	}
-	if r.Mode == "local" {
+	if r.Mode == config.ModeLocal {
 		c.local.Reset(key, r.Limiter)
 		res.Scope = "this checker"
 		return res, nil
@@ -238,7 +238,7 @@ func (c *Checker) Reset(ctx context.Context, domain string, entries []config.Ent
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if r.Mode == "sync" {
+	if r.Mode == config.ModeSync {
 		q := SyncRequestFor(r, key, 0)
 		if err := rst.ResetSync(rctx, &q); err != nil {
 			return res, fmt.Errorf("checker: resetting %s: %w", key, err)

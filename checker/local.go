@@ -103,7 +103,7 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 		case r.Limit == 0: // Envoy's block: everything is over
 			ld = limiter.Decision{RetryAfter: limiter.Never,
 				ResetAfter: time.Duration(r.Window.Nanoseconds() - now%r.Window.Nanoseconds())}
-		case r.Algorithm == "":
+		case r.Algorithm == config.AlgEnvoy:
 			ld, err = l.keyed.AllowAt(l.key(bufp, r, req, i), r.Limiter, now, cost[i], "")
 		default:
 			ld, err = l.keyed.PeekAt(l.key(bufp, r, req, i), r.Limiter, now, cost[i])
@@ -125,7 +125,7 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 		for i := range n {
 			r := matched[i]
 			st := &d.Statuses[i]
-			if r == nil || r.Unlimited || r.Limit == 0 || r.Algorithm == "" || st.Shadowed || dupOf[i] >= 0 {
+			if r == nil || r.Unlimited || r.Limit == 0 || r.Algorithm == config.AlgEnvoy || st.Shadowed || dupOf[i] >= 0 {
 				continue
 			}
 			ld, err := l.keyed.AllowAt(l.key(bufp, r, req, i), r.Limiter, now, cost[i], "")
@@ -145,7 +145,7 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 		// Nothing was charged to the algorithm rules that would have
 		// admitted: report what they really have left.
 		for i := range n {
-			if r := matched[i]; r != nil && r.Algorithm != "" && peeked[i].Allowed {
+			if r := matched[i]; r != nil && r.Algorithm != config.AlgEnvoy && peeked[i].Allowed {
 				peeked[i].Remaining += cost[i]
 				fill(&d.Statuses[i], r, peeked[i])
 			}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/velvetrope/velvetrope/config"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/limiter"
 )
@@ -290,10 +291,9 @@ func (s *MemStore) Apply(partition int, d *eventsv1.Delta) bool {
 	}
 	var c *memCounter
 	bucket := false
-	switch d.Algorithm {
-	case "token_bucket", "gcra", "leaky_bucket":
+	if config.Algorithm(d.Algorithm).Bucket() {
 		c, bucket = s.create(KindTAT, d.CounterKey, 0, 0), true
-	default:
+	} else {
 		c = s.create(KindWindow, d.CounterKey, d.WindowStartUnixNanos, d.WindowNanos)
 	}
 	add := ApplyAmount(c.own[d.InstanceId], d)

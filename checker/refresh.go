@@ -5,6 +5,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
@@ -51,7 +52,7 @@ func (c *Checker) Refresh(ctx context.Context) {
 			sh.schedule(e, now+int64(c.cfg.MaxRefresh))
 			if e.kind == KindWindow {
 				items, ents, tags = c.windowItems(items, ents, tags, e, e.cur.start)
-				if e.rule.Algorithm == "sliding_window" && e.prev.start > 0 {
+				if e.rule.Algorithm == config.AlgSlidingWindow && e.prev.start > 0 {
 					items, ents, tags = c.windowItems(items, ents, tags, e, e.prev.start)
 				}
 			} else {
@@ -181,7 +182,7 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *ReadItem, now int64) {
 	switch {
 	case remaining <= 0 && e.overUntil <= now:
 		e.overUntil = now + int64(c.cfg.MinRefresh)
-		if e.kind == KindWindow && e.rule.Algorithm != "sliding_window" {
+		if e.kind == KindWindow && e.rule.Algorithm != config.AlgSlidingWindow {
 			e.overUntil = min(e.overUntil, e.cur.start+int64(e.rule.Window)) // a fixed window's end clears it
 		}
 	case remaining > 0 && e.overUntil > now:

@@ -17,10 +17,10 @@ import (
 // own clock.
 type SyncRequest struct {
 	Key       string // counter key
-	Algorithm string // "" (Envoy), fixed_window, sliding_window, token_bucket, gcra, leaky_bucket, sliding_log
-	Limit     int64  // per window (windows, log), or the bucket capacity (buckets)
-	Window    int64  // window length, or the rate's period (ns)
-	Tokens    int64  // buckets: tokens per Window
+	Algorithm config.Algorithm
+	Limit     int64 // per window (windows, log), or the bucket capacity (buckets)
+	Window    int64 // window length, or the rate's period (ns)
+	Tokens    int64 // buckets: tokens per Window
 	Cost      int64
 	// RequestID, when set, makes the decision idempotent for IdempotencyTTL:
 	// a retry gets the stored answer and is not charged again.
@@ -62,23 +62,8 @@ type SyncStore interface {
 // syncAlgorithm is the limiter algorithm a sync request stands for: the
 // in-memory store runs exactly it, and the Redis scripts must agree.
 func syncAlgorithm(q *SyncRequest) (limiter.Algorithm, error) {
-	rate := limiter.Rate{Tokens: q.Tokens, Period: time.Duration(q.Window)}
-	w := time.Duration(q.Window)
-	switch q.Algorithm {
-	case "":
-		return limiter.FixedWindow{Limit: q.Limit, Window: w, ChargeDenied: true}, nil
-	case "fixed_window":
-		return limiter.FixedWindow{Limit: q.Limit, Window: w}, nil
-	case "sliding_window":
-		return limiter.SlidingWindow{Limit: q.Limit, Window: w}, nil
-	case "sliding_log":
-		return limiter.SlidingLog{Limit: q.Limit, Window: w}, nil
-	case "token_bucket":
-		return limiter.TokenBucket{Capacity: q.Limit, Refill: rate}, nil
-	case "gcra":
-		return limiter.GCRA{Burst: q.Limit, Rate: rate}, nil
-	case "leaky_bucket":
-		return limiter.LeakyBucket{Capacity: q.Limit, Leak: rate}, nil
+	if alg := q.Algorithm.Limiter(q.Limit, q.Tokens, time.Duration(q.Window)); alg != nil {
+		return alg, nil
 	}
 	return nil, fmt.Errorf("checker: sync: unknown algorithm %q", q.Algorithm)
 }
@@ -86,8 +71,7 @@ func syncAlgorithm(q *SyncRequest) (limiter.Algorithm, error) {
 // SyncRequestFor builds the sync request of rule r for cost.
 func SyncRequestFor(r *config.Rule, key string, cost int64) SyncRequest {
 	q := SyncRequest{Key: key, Algorithm: r.Algorithm, Limit: r.Capacity(), Window: int64(r.Window), Cost: cost}
-	switch r.Algorithm {
-	case "token_bucket", "gcra", "leaky_bucket":
+	if r.Algorithm.Bucket() {
 		q.Tokens = r.Limit
 	}
 	return q
@@ -153,7 +137,7 @@ func (s *MemStore) ResetSync(_ context.Context, q *SyncRequest) error {
 	return nil
 }
 
-func syncKey(q *SyncRequest) string { return q.Algorithm + "|" + q.Key }
+func syncKey(q *SyncRequest) string { return string(q.Algorithm) + "|" + q.Key }
 
 // now is the store's own clock (SetClock), the wall clock by default.
 func (s *MemStore) now() int64 {

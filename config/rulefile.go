@@ -83,7 +83,7 @@ type RateLimit struct {
 
 // Throttle is the velvetrope throttle extension.
 type Throttle struct {
-	Type           string // hard | soft | elastic
+	Type           ThrottleType
 	OveragePercent int64  // soft: admit up to limit × (1 + OveragePercent/100)
 	Pool           string // elastic: the capacity pool borrowed from
 	MaxMultiplier  int64  // elastic: never above limit × MaxMultiplier
@@ -102,13 +102,13 @@ type Descriptor struct {
 	HashValues bool
 
 	// velvetrope extensions; empty means the default.
-	Algorithm string
+	Algorithm Algorithm
 	Burst     int64
 	Throttle  Throttle
-	OnExceed  string
-	Mode      string
-	NearLimit string
-	Failure   string
+	OnExceed  OnExceed
+	Mode      Mode
+	NearLimit NearLimit
+	Failure   FailurePolicy
 	Shards    int64
 
 	Pos Position
@@ -328,7 +328,7 @@ func (p *parser) descriptor(n *yaml.Node) *Descriptor {
 		case "descriptors":
 			d.Descriptors = p.descriptors(v, "descriptors")
 		case "algorithm":
-			d.Algorithm = p.enum(v, "algorithm", algorithms)
+			d.Algorithm = Algorithm(p.enum(v, "algorithm", algorithms))
 		case "burst":
 			if d.Burst = p.integer(v, "burst"); d.Burst <= 0 {
 				p.errorf(v, "burst: must be > 0, got %s", v.Value)
@@ -336,13 +336,13 @@ func (p *parser) descriptor(n *yaml.Node) *Descriptor {
 		case "throttle":
 			p.throttle(v, &d.Throttle)
 		case "on_exceed":
-			d.OnExceed = p.enum(v, "on_exceed", []string{"deny", "defer"})
+			d.OnExceed = OnExceed(p.enum(v, "on_exceed", []string{string(ExceedDeny), string(ExceedDefer)}))
 		case "mode":
-			d.Mode = p.enum(v, "mode", []string{"async", "sync", "local"})
+			d.Mode = Mode(p.enum(v, "mode", []string{string(ModeAsync), string(ModeSync), string(ModeLocal)}))
 		case "near_limit":
-			d.NearLimit = p.enum(v, "near_limit", []string{"sync", "async"})
+			d.NearLimit = NearLimit(p.enum(v, "near_limit", []string{string(NearSync), string(NearAsync)}))
 		case "failure":
-			d.Failure = p.enum(v, "failure", []string{"open", "closed", "local_budget"})
+			d.Failure = FailurePolicy(p.enum(v, "failure", []string{string(FailOpen), string(FailClosed), string(FailLocalBudget)}))
 		case "shards":
 			if d.Shards = p.integer(v, "shards"); d.Shards < 1 || d.Shards > MaxShards {
 				p.errorf(v, "shards: must be between 1 and %d, got %s", MaxShards, v.Value)
@@ -362,7 +362,8 @@ func (p *parser) descriptor(n *yaml.Node) *Descriptor {
 // MaxShards bounds the shards extension.
 const MaxShards = 64
 
-var algorithms = []string{"fixed_window", "sliding_window", "token_bucket", "gcra", "leaky_bucket", "sliding_log"}
+var algorithms = []string{string(AlgFixedWindow), string(AlgSlidingWindow), string(AlgTokenBucket), string(AlgGCRA),
+	string(AlgLeakyBucket), string(AlgSlidingLog)}
 
 func (p *parser) enum(n *yaml.Node, field string, allowed []string) string {
 	s := p.str(n, field)
@@ -443,7 +444,7 @@ func (p *parser) throttle(n *yaml.Node, t *Throttle) {
 	p.fields(n, "throttle", []string{"type", "overage_percent", "pool", "max_multiplier"}, func(key string, _, v *yaml.Node) {
 		switch key {
 		case "type":
-			t.Type = p.enum(v, "throttle.type", []string{"hard", "soft", "elastic"})
+			t.Type = ThrottleType(p.enum(v, "throttle.type", []string{string(ThrottleHard), string(ThrottleSoft), string(ThrottleElastic)}))
 		case "overage_percent":
 			overage, t.OveragePercent = v, p.integer(v, "throttle.overage_percent")
 		case "pool":
@@ -456,21 +457,21 @@ func (p *parser) throttle(n *yaml.Node, t *Throttle) {
 		return
 	}
 	switch t.Type {
-	case "", "hard":
+	case "", ThrottleHard:
 		for _, x := range []*yaml.Node{overage, pool, mult} {
 			if x != nil {
 				p.errorf(x, "throttle: overage_percent, pool and max_multiplier need type soft or elastic")
 				break
 			}
 		}
-	case "soft":
+	case ThrottleSoft:
 		if overage == nil || t.OveragePercent <= 0 || t.OveragePercent > 1000 {
 			p.errorf(n, "throttle: type soft needs overage_percent between 1 and 1000")
 		}
 		if pool != nil || mult != nil {
 			p.errorf(n, "throttle: pool and max_multiplier belong to type elastic")
 		}
-	case "elastic":
+	case ThrottleElastic:
 		if t.Pool == "" {
 			p.errorf(n, "throttle: type elastic needs a pool")
 		}
@@ -504,40 +505,40 @@ func (p *parser) checkDescriptor(n *yaml.Node, d *Descriptor) {
 	}
 	mode := d.Mode
 	if mode == "" {
-		mode = "async"
+		mode = ModeAsync
 	}
 	if d.RateLimit.RequestsPerUnit == 0 && !d.RateLimit.Unlimited && ext {
 		p.errorf(n, "descriptor %q: requests_per_unit 0 (refuse everything, as in Envoy) takes no limit extensions; set a limit > 0", d.Key)
 		return
 	}
 	switch {
-	case d.Algorithm == "sliding_log" && mode == "async":
+	case d.Algorithm == AlgSlidingLog && mode == ModeAsync:
 		p.errorf(n, "descriptor %q: algorithm sliding_log needs mode sync or local (async counters cannot keep a log)", d.Key)
-	case d.Algorithm == "sliding_log" && d.RateLimit.RequestsPerUnit > 1<<20:
+	case d.Algorithm == AlgSlidingLog && d.RateLimit.RequestsPerUnit > 1<<20:
 		p.errorf(n, "descriptor %q: sliding_log keeps one entry per request: requests_per_unit must be at most 1048576", d.Key)
 	}
-	if d.Burst != 0 && !slices.Contains([]string{"token_bucket", "gcra", "leaky_bucket"}, d.Algorithm) {
+	if d.Burst != 0 && !d.Algorithm.Bucket() {
 		p.errorf(n, "descriptor %q: burst needs algorithm token_bucket, gcra or leaky_bucket", d.Key)
 	}
-	if d.NearLimit != "" && mode != "async" {
+	if d.NearLimit != "" && mode != ModeAsync {
 		p.errorf(n, "descriptor %q: near_limit applies to mode async only", d.Key)
 	}
-	if d.Shards != 0 && mode == "local" {
+	if d.Shards != 0 && mode == ModeLocal {
 		p.errorf(n, "descriptor %q: shards apply to shared counters, not mode local", d.Key)
 	}
-	if d.Shards > 1 && mode == "sync" {
+	if d.Shards > 1 && mode == ModeSync {
 		p.errorf(n, "descriptor %q: shards apply to mode async (a sync decision is one atomic script on one key)", d.Key)
 	}
-	if d.Shards > 1 && slices.Contains([]string{"token_bucket", "gcra", "leaky_bucket", "sliding_log"}, d.Algorithm) {
+	if d.Shards > 1 && (d.Algorithm.Bucket() || d.Algorithm == AlgSlidingLog) {
 		p.errorf(n, "descriptor %q: shards need a window algorithm (none, fixed_window or sliding_window): a bucket's state cannot be summed", d.Key)
 	}
-	if d.Failure != "" && mode == "local" {
+	if d.Failure != "" && mode == ModeLocal {
 		p.errorf(n, "descriptor %q: failure policies apply to shared counters, not mode local", d.Key)
 	}
-	if d.OnExceed == "defer" && d.ShadowMode {
+	if d.OnExceed == ExceedDefer && d.ShadowMode {
 		p.errorf(n, "descriptor %q: on_exceed defer and shadow_mode contradict (shadow never refuses)", d.Key)
 	}
-	if d.Throttle.Type == "soft" && d.RateLimit.RequestsPerUnit > math.MaxInt64/1100 {
+	if d.Throttle.Type == ThrottleSoft && d.RateLimit.RequestsPerUnit > math.MaxInt64/1100 {
 		p.errorf(n, "descriptor %q: requests_per_unit too large for a soft overage", d.Key)
 	}
 }

@@ -43,13 +43,13 @@ type Rule struct {
 
 	// Algorithm is "" for Envoy's semantics (fixed window aligned to the
 	// unit, every call charged), or the extension's name.
-	Algorithm string
+	Algorithm Algorithm
 	Burst     int64
 	Throttle  Throttle
-	OnExceed  string // deny | defer
-	Mode      string // async | sync | local
-	NearLimit string // sync | async
-	Failure   string // open | closed | local_budget
+	OnExceed  OnExceed
+	Mode      Mode
+	NearLimit NearLimit // async rules only
+	Failure   FailurePolicy
 	Shards    int64
 
 	// Limiter is the exact in-process algorithm for this rule, built once
@@ -94,7 +94,7 @@ func (r *Rule) Capacity() int64 { return r.capacity }
 // derive computes the values the hot path reads on every decision.
 func (r *Rule) derive() {
 	r.ceiling = r.Limit
-	if r.Throttle.Type == "soft" {
+	if r.Throttle.Type == ThrottleSoft {
 		r.ceiling = r.Limit + (r.Limit*r.Throttle.OveragePercent+99)/100
 	}
 	r.capacity = r.ceiling
@@ -149,24 +149,7 @@ func (r *Rule) Blocked() *Rule {
 }
 
 func (r *Rule) buildLimiter() limiter.Algorithm {
-	rate := limiter.Rate{Tokens: r.Limit, Period: r.Window}
-	switch r.Algorithm {
-	case "":
-		return limiter.FixedWindow{Limit: r.Ceiling(), Window: r.Window, ChargeDenied: true}
-	case "fixed_window":
-		return limiter.FixedWindow{Limit: r.Ceiling(), Window: r.Window}
-	case "sliding_window":
-		return limiter.SlidingWindow{Limit: r.Ceiling(), Window: r.Window}
-	case "sliding_log":
-		return limiter.SlidingLog{Limit: r.Ceiling(), Window: r.Window}
-	case "token_bucket":
-		return limiter.TokenBucket{Capacity: r.Capacity(), Refill: rate}
-	case "gcra":
-		return limiter.GCRA{Burst: r.Capacity(), Rate: rate}
-	case "leaky_bucket":
-		return limiter.LeakyBucket{Capacity: r.Capacity(), Leak: rate}
-	}
-	return nil
+	return r.Algorithm.Limiter(r.Capacity(), r.Limit, r.Window)
 }
 
 // AppendCounterKey appends the counter identity of rule for a request's
@@ -437,14 +420,14 @@ func newRule(domain string, path []Entry, shared []bool, d *Descriptor) *Rule {
 		Shared: shared, Unlimited: d.RateLimit.Unlimited, Limit: d.RateLimit.RequestsPerUnit,
 		Unit: d.RateLimit.Unit, Window: d.RateLimit.Unit.Duration(), Shadow: d.ShadowMode,
 		DetailedMetric: d.DetailedMetric, Replaces: d.RateLimit.Replaces, Algorithm: d.Algorithm, Burst: d.Burst,
-		Throttle: d.Throttle, OnExceed: or(d.OnExceed, "deny"), Mode: or(d.Mode, "async"),
-		NearLimit: d.NearLimit, Failure: or(d.Failure, "open"), Shards: d.Shards, Pos: d.Pos,
+		Throttle: d.Throttle, OnExceed: or(d.OnExceed, ExceedDeny), Mode: or(d.Mode, ModeAsync),
+		NearLimit: d.NearLimit, Failure: or(d.Failure, FailOpen), Shards: d.Shards, Pos: d.Pos,
 	}
 	if r.Throttle.Type == "" {
-		r.Throttle.Type = "hard"
+		r.Throttle.Type = ThrottleHard
 	}
-	if r.Mode == "async" && r.NearLimit == "" {
-		r.NearLimit = "sync"
+	if r.Mode == ModeAsync && r.NearLimit == "" {
+		r.NearLimit = NearSync
 	}
 	if r.Shards == 0 {
 		r.Shards = 1
@@ -456,7 +439,7 @@ func newRule(domain string, path []Entry, shared []bool, d *Descriptor) *Rule {
 	return r
 }
 
-func or(s, def string) string {
+func or[T ~string](s, def T) T {
 	if s == "" {
 		return def
 	}

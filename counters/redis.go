@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/config"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 )
 
@@ -288,10 +289,9 @@ func (r *Redis) ApplyBatch(ctx context.Context, batch []Delivered) (ApplyResult,
 		}
 		var gk string
 		bucket := false
-		switch d.Algorithm {
-		case "token_bucket", "gcra", "leaky_bucket":
+		if config.Algorithm(d.Algorithm).Bucket() {
 			gk, bucket = r.BucketKey(d.CounterKey), true
-		default:
+		} else {
 			gk = r.WindowKey(d.CounterKey, d.WindowStartUnixNanos)
 		}
 		g := groups[gk]

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 )
 
@@ -87,7 +88,7 @@ func TestResetSync(t *testing.T) {
 		rst := s.(checker.Resetter)
 		for _, alg := range []string{"", "fixed_window", "sliding_window", "gcra", "sliding_log"} {
 			t.Run(name+"/"+alg, func(t *testing.T) {
-				q := checker.SyncRequest{Key: testsvc.Unique("api:s="), Algorithm: alg, Limit: 2, Window: 60e9, Cost: 1}
+				q := checker.SyncRequest{Key: testsvc.Unique("api:s="), Algorithm: config.Algorithm(alg), Limit: 2, Window: 60e9, Cost: 1}
 				if alg == "gcra" {
 					q.Tokens = 2
 				}

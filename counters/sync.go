@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
@@ -19,12 +20,12 @@ import (
 //	<stem>:l / <stem>:lm        ZSET / HASH  sliding log hits / sum, clock, sequence
 //	<stem>:r:<request id>#<cost> STRING  stored answer of an idempotent request
 func (r *Redis) syncKeys(q *checker.SyncRequest) []string {
-	stem := r.base(q.Key + "|" + q.Algorithm)
+	stem := r.base(q.Key + "|" + string(q.Algorithm))
 	rid := stem + ":r:" + q.IdempotencyKey()
-	switch q.Algorithm {
-	case "token_bucket", "gcra", "leaky_bucket":
+	switch {
+	case q.Algorithm.Bucket():
 		return []string{stem + ":g", rid}
-	case "sliding_log":
+	case q.Algorithm == config.AlgSlidingLog:
 		return []string{stem + ":l", stem + ":lm", rid}
 	}
 	return []string{stem + ":s", rid}
@@ -34,7 +35,7 @@ func (r *Redis) syncKeys(q *checker.SyncRequest) []string {
 // windows a sliding window weighs, the TAT, the log); stored answers of
 // idempotent requests stay.
 func (r *Redis) ResetSync(ctx context.Context, q *checker.SyncRequest) error {
-	stem := r.base(q.Key + "|" + q.Algorithm)
+	stem := r.base(q.Key + "|" + string(q.Algorithm))
 	us := int64(time.Microsecond)
 	now := q.Now
 	if now == 0 && r.pin != nil {
@@ -42,10 +43,10 @@ func (r *Redis) ResetSync(ctx context.Context, q *checker.SyncRequest) error {
 	}
 	var keys []string
 	var window int64
-	switch q.Algorithm {
-	case "token_bucket", "gcra", "leaky_bucket":
+	switch {
+	case q.Algorithm.Bucket():
 		keys = []string{stem + ":g", stem + ":g"}
-	case "sliding_log":
+	case q.Algorithm == config.AlgSlidingLog:
 		keys = []string{stem + ":l", stem + ":l", stem + ":lm"}
 	default:
 		keys, window = []string{stem + ":s"}, q.Window/us
@@ -68,12 +69,12 @@ func (r *Redis) ChargeSync(ctx context.Context, q *checker.SyncRequest) (checker
 	}
 	var cmd *redis.Cmd
 	switch q.Algorithm {
-	case "", "fixed_window", "sliding_window":
-		kind := map[string]string{"": "e", "fixed_window": "f", "sliding_window": "s"}[q.Algorithm]
+	case config.AlgEnvoy, config.AlgFixedWindow, config.AlgSlidingWindow:
+		kind := map[config.Algorithm]string{config.AlgEnvoy: "e", config.AlgFixedWindow: "f", config.AlgSlidingWindow: "s"}[q.Algorithm]
 		cmd = syncWindow.Run(ctx, r.c, keys, now/us, ttl, kind, q.Limit, q.Window/us, q.Cost)
-	case "token_bucket", "gcra", "leaky_bucket":
+	case config.AlgTokenBucket, config.AlgGCRA, config.AlgLeakyBucket:
 		cmd = syncBucket.Run(ctx, r.c, keys, now/us, ttl, q.Limit, q.Tokens, q.Window/us, q.Cost)
-	case "sliding_log":
+	case config.AlgSlidingLog:
 		cmd = syncLog.Run(ctx, r.c, keys, now/us, ttl, q.Limit, q.Window/us, q.Cost)
 	default:
 		return checker.SyncResult{}, fmt.Errorf("counters: sync: unknown algorithm %q", q.Algorithm)
@@ -108,10 +109,10 @@ func (r *Redis) ChargeSync(ctx context.Context, q *checker.SyncRequest) (checker
 func (r *Redis) RefundSync(ctx context.Context, q *checker.SyncRequest, token string) error {
 	keys := r.syncKeys(q)
 	kind, perToken := "w", 0.0
-	switch q.Algorithm {
-	case "token_bucket", "gcra", "leaky_bucket":
+	switch {
+	case q.Algorithm.Bucket():
 		kind, perToken = "b", float64(q.Window/int64(time.Microsecond))/float64(q.Tokens)
-	case "sliding_log":
+	case q.Algorithm == config.AlgSlidingLog:
 		kind = "l"
 	}
 	if kind != "l" {

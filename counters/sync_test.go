@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
 )
@@ -97,11 +98,11 @@ func TestSyncConformance(t *testing.T) {
 	}
 }
 
-func algName(a string) string {
+func algName(a config.Algorithm) string {
 	if a == "" {
 		return "envoy"
 	}
-	return a
+	return string(a)
 }
 
 // TestSyncIdempotencyAndRefund: a retried request id is answered from the

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/velvetrope/velvetrope/config"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 )
 
@@ -86,12 +87,12 @@ func Validate(d *eventsv1.Delta) error {
 	case d.CountedCost > d.AllowedCost+d.DeniedCost:
 		return bad("counted_cost %d exceeds allowed %d + denied %d", d.CountedCost, d.AllowedCost, d.DeniedCost)
 	}
-	switch d.Algorithm {
-	case "", "fixed_window", "sliding_window":
+	switch alg := config.Algorithm(d.Algorithm); {
+	case alg == config.AlgEnvoy || alg == config.AlgFixedWindow || alg == config.AlgSlidingWindow:
 		if d.WindowStartUnixNanos <= 0 || d.WindowStartUnixNanos%d.WindowNanos != 0 {
 			return bad("window_start %d: must be a positive multiple of window_nanos %d", d.WindowStartUnixNanos, d.WindowNanos)
 		}
-	case "token_bucket", "gcra", "leaky_bucket":
+	case alg.Bucket():
 		if d.RateTokens <= 0 || d.Burst <= 0 {
 			return bad("bucket delta needs rate_tokens and burst > 0, got %d and %d", d.RateTokens, d.Burst)
 		}

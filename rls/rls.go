@@ -239,7 +239,7 @@ func fill(out *rlsv3.RateLimitResponse_DescriptorStatus, lim *rlsv3.RateLimitRes
 	out.CurrentLimit = lim
 	out.LimitRemaining = clampUint32(st.Remaining)
 	reset := st.ResetAfter
-	if r.Algorithm == "" {
+	if r.Algorithm == config.AlgEnvoy {
 		// Envoy counts whole seconds: the reset is unit - now%unit, never 0.
 		reset = time.Duration(max(httpapi.CeilSeconds(reset), 1)) * time.Second
 	}

@@ -47,7 +47,7 @@ func runRules(args []string, stdout, stderr io.Writer) int {
 		if r.Unlimited {
 			s.unlimited++
 		}
-		alg := r.Algorithm
+		alg := string(r.Algorithm)
 		if alg == "" {
 			alg = "envoy_fixed_window"
 		}

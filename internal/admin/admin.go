@@ -308,8 +308,8 @@ func describe(rs *config.RuleSet) RulesJSON {
 	out := RulesJSON{Files: rs.Files(), Domains: rs.Domains(), Rules: make([]RuleJSON, 0, len(rs.Rules()))}
 	for _, r := range rs.Rules() {
 		rj := RuleJSON{ID: r.ID, Domain: r.Domain, Name: r.Name, Limit: r.Limit, Unlimited: r.Unlimited,
-			Algorithm: r.Algorithm, Mode: r.Mode, NearLimit: r.NearLimit, Failure: r.Failure, Shadow: r.Shadow,
-			Replaces: r.Replaces, Throttle: r.Throttle.Type}
+			Algorithm: string(r.Algorithm), Mode: string(r.Mode), NearLimit: string(r.NearLimit), Failure: string(r.Failure),
+			Shadow: r.Shadow, Replaces: r.Replaces, Throttle: string(r.Throttle.Type)}
 		if !r.Unlimited {
 			rj.Unit = r.Unit.String()
 		}

@@ -105,7 +105,7 @@ type series struct {
 }
 
 func seriesOf(r *config.Rule) series {
-	return series{r.Domain, r.MetricID(), r.Mode, r.Override}
+	return series{r.Domain, r.MetricID(), string(r.Mode), r.Override}
 }
 
 // prune folds the counts of rules that left the live rule set (after a
