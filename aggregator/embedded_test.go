@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 )
@@ -23,7 +23,7 @@ func delta(seq uint64, cost uint64) *eventsv1.Delta {
 // committing gets its messages again; the store counts each delta once.
 func TestEmbeddedAppliesOnceAcrossRedelivery(t *testing.T) {
 	bus, _ := events.NewMemBus(2, 100)
-	store := checker.NewMemStore()
+	store := counters.NewMemStore()
 	ctx := context.Background()
 	bus.Produce(ctx, []*eventsv1.Delta{delta(1, 2), delta(2, 3), delta(2, 3)}) // a producer retry copy
 	agg := NewEmbedded(bus, store, nil)
@@ -36,7 +36,7 @@ func TestEmbeddedAppliesOnceAcrossRedelivery(t *testing.T) {
 	agg2.Start(ctx)
 	waitFor(t, func() bool { return agg2.Applied.Load() == 1 })
 	agg2.Stop(ctx)
-	items := []checker.ReadItem{{Key: "api:user_id|user_id=a", Kind: checker.KindWindow, Window: w0}}
+	items := []counters.ReadItem{{Key: "api:user_id|user_id=a", Kind: counters.KindWindow, Window: w0}}
 	store.Read(ctx, "c/1", items)
 	if items[0].Total != 9 || agg.Duplicates.Load() != 1 {
 		t.Fatalf("total %d (want 9), duplicates %d (want 1)", items[0].Total, agg.Duplicates.Load())

@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
@@ -67,7 +66,7 @@ func allowedIn(t *testing.T, ch *sink.ClickHouse) map[string]uint64 {
 
 func total(t *testing.T, store *counters.Redis, key string) int64 {
 	t.Helper()
-	items := []checker.ReadItem{{Key: key, Kind: checker.KindWindow, Window: w0}}
+	items := []counters.ReadItem{{Key: key, Kind: counters.KindWindow, Window: w0}}
 	if err := store.Read(context.Background(), "nobody/0", items); err != nil {
 		t.Fatal(err)
 	}

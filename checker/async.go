@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/internal/hist"
@@ -205,7 +206,7 @@ func (c *Checker) Snapshot() Snapshot {
 type Checker struct {
 	cfg      Config
 	rules    *config.Store
-	store    CounterStore
+	store    counters.Store
 	prod     events.Producer
 	clock    limiter.Clock
 	local    *limiter.Keyed
@@ -226,14 +227,14 @@ type Checker struct {
 	flushMu     sync.Mutex
 	buffered    []*eventsv1.Delta // deltas the producer refused, oldest first (under flushMu)
 	refreshMu   sync.Mutex
-	refreshNext int        // shard the next refresher pass starts at (under refreshMu)
-	readItems   []ReadItem // refresher scratch (under refreshMu)
+	refreshNext int                 // shard the next refresher pass starts at (under refreshMu)
+	readItems   []counters.ReadItem // refresher scratch (under refreshMu)
 	readEnts    []*entry
 	readTags    []uint8
 
 	// Operator controls: the store (nil when the counter store keeps
 	// none), what the request path applies, and the poller's state.
-	ctlStore   ControlStore
+	ctlStore   counters.ControlStore
 	controls   atomic.Pointer[controlSet]
 	ctlMu      sync.Mutex
 	ctlVersion int64
@@ -253,7 +254,7 @@ type Checker struct {
 // New returns a Checker deciding with the live rules of store, charging
 // and reading counters in cs, emitting deltas through prod and reading
 // time from clock. Start runs its flusher and refresher.
-func New(cfg Config, rules *config.Store, cs CounterStore, prod events.Producer, clock limiter.Clock) (*Checker, error) {
+func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Producer, clock limiter.Clock) (*Checker, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
@@ -282,7 +283,7 @@ func New(cfg Config, rules *config.Store, cs CounterStore, prod events.Producer,
 		return nil, err
 	}
 	c.brk.threshold, c.brk.openFor = cfg.BreakerFailures, int64(cfg.BreakerOpenFor)
-	c.ctlStore, _ = cs.(ControlStore)
+	c.ctlStore, _ = cs.(counters.ControlStore)
 	if cfg.IdempotencyTTL > 0 {
 		c.idem = newIdempotency(int64(cfg.IdempotencyTTL), 1<<16)
 	}
@@ -312,7 +313,7 @@ func (c *Checker) Breaker() (state BreakerState, opens, rejected uint64) {
 // breaker knows: an error while it is open.
 func (c *Checker) StoreReady() error {
 	if c.brk.state(c.clock.Now()) == BreakerOpen {
-		return fmt.Errorf("%w: circuit breaker open after repeated failures", ErrStoreUnavailable)
+		return fmt.Errorf("%w: circuit breaker open after repeated failures", counters.ErrStoreUnavailable)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/velvetrope/velvetrope/counters"
 	"golang.org/x/time/rate"
 )
 
@@ -21,7 +22,7 @@ descriptors:
 // reading the real clock (time.Now once per Check, as a request does).
 func benchChecker(b *testing.B, maxKeys int) *Checker {
 	b.Helper()
-	ms := NewMemStore()
+	ms := counters.NewMemStore()
 	c, err := New(Config{MaxKeys: maxKeys, FlushThreshold: 1 << 30}, ruleStore(b, benchRules), ms,
 		&applyProducer{store: ms}, sysClock{})
 	if err != nil {

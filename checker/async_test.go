@@ -14,15 +14,16 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
-// applyProducer hands every delta straight to a MemStore, as an aggregator
+// applyProducer hands every delta straight to a counters.MemStore, as an aggregator
 // with no lag would; it also records what it saw.
 type applyProducer struct {
 	mu     sync.Mutex
-	store  *MemStore
+	store  *counters.MemStore
 	hold   bool // keep deltas instead of applying (pipeline lag)
 	held   []*eventsv1.Delta
 	all    []*eventsv1.Delta
@@ -60,16 +61,16 @@ func (p *applyProducer) Close(context.Context) error { p.closed = true; return n
 
 // countingStore counts calls to the store.
 type countingStore struct {
-	*MemStore
+	*counters.MemStore
 	reads, charges atomic.Int64
 }
 
-func (s *countingStore) Read(ctx context.Context, inst string, items []ReadItem) error {
+func (s *countingStore) Read(ctx context.Context, inst string, items []counters.ReadItem) error {
 	s.reads.Add(1)
 	return s.MemStore.Read(ctx, inst, items)
 }
 
-func (s *countingStore) Charge(ctx context.Context, r *ChargeRequest) (ChargeResult, error) {
+func (s *countingStore) Charge(ctx context.Context, r *counters.ChargeRequest) (counters.ChargeResult, error) {
 	s.charges.Add(1)
 	return s.MemStore.Charge(ctx, r)
 }
@@ -160,7 +161,7 @@ type rig struct {
 
 func newRig(t testing.TB, cfg Config) *rig {
 	t.Helper()
-	ms := NewMemStore()
+	ms := counters.NewMemStore()
 	cs := &countingStore{MemStore: ms}
 	prod := &applyProducer{store: ms}
 	clk := &clock{}
@@ -452,7 +453,7 @@ func TestAsyncProducerFailureKeepsDeltas(t *testing.T) {
 // lagging pipeline; with near_limit sync their combined admissions never
 // exceed the limit.
 func TestAsyncTwoInstancesNoOvershoot(t *testing.T) {
-	ms := NewMemStore()
+	ms := counters.NewMemStore()
 	prod := &applyProducer{store: ms, hold: true}
 	clk := &clock{}
 	clk.ns.Store(t0)
@@ -563,7 +564,7 @@ func TestAsyncStartStopFlushes(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	ms := NewMemStore()
+	ms := counters.NewMemStore()
 	rules := ruleStore(t, asyncRules)
 	for i, cfg := range []Config{{Shards: 3}, {MaxKeys: 1, Shards: 4}, {MinRefresh: time.Hour, MaxRefresh: time.Second}, {SafetyPercent: 50}} {
 		if _, err := New(cfg, rules, ms, &applyProducer{store: ms}, &clock{}); err == nil {
@@ -596,7 +597,7 @@ descriptors:
 // TestHotKeyShards: each instance counts a hot key in its own shard; a
 // refresh sums the other shards into what it knows of the others.
 func TestHotKeyShards(t *testing.T) {
-	ms := NewMemStore()
+	ms := counters.NewMemStore()
 	prod := &applyProducer{store: ms}
 	clk := &clock{}
 	clk.ns.Store(t0)
@@ -615,7 +616,7 @@ func TestHotKeyShards(t *testing.T) {
 	}
 	a.Flush(context.Background())
 	for _, d := range prod.all {
-		if d.CounterKey != ShardKey("api:hot|hot=x", a.shardOf(4)) {
+		if d.CounterKey != counters.ShardKey("api:hot|hot=x", a.shardOf(4)) {
 			t.Fatalf("delta to %q, want a's shard", d.CounterKey)
 		}
 	}

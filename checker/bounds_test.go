@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
 )
 
@@ -154,8 +155,8 @@ func TestBoundsValidate(t *testing.T) {
 			t.Fatalf("step %d: got %v, want %q", i, err, c.want)
 		}
 	}
-	if _, err := New(Config{Bounds: Bounds{MaxEntries: 16, MaxValueBytes: 8192}}, ruleStore(t, asyncRules), NewMemStore(),
-		&applyProducer{store: NewMemStore()}, &clock{}); err == nil || !strings.Contains(err.Error(), "bounds") {
+	if _, err := New(Config{Bounds: Bounds{MaxEntries: 16, MaxValueBytes: 8192}}, ruleStore(t, asyncRules), counters.NewMemStore(),
+		&applyProducer{store: counters.NewMemStore()}, &clock{}); err == nil || !strings.Contains(err.Error(), "bounds") {
 		t.Fatalf("New accepted bounds that make oversized deltas: %v", err)
 	}
 }
@@ -180,7 +181,7 @@ func TestLargestValidRequestMakesDeliverableDeltas(t *testing.T) {
 		src.WriteString(ind + "  descriptors:\n")
 		ind += "    "
 	}
-	ms := NewMemStore()
+	ms := counters.NewMemStore()
 	prod := &applyProducer{store: ms}
 	clk := &clock{}
 	clk.ns.Store(t0)

@@ -8,7 +8,7 @@ import (
 
 // breaker is a circuit breaker in front of the counter store: after
 // Threshold consecutive failures it opens for OpenFor, and while open
-// every store call fails at once with ErrStoreUnavailable (no waiting per
+// every store call fails at once with counters.ErrStoreUnavailable (no waiting per
 // request on a dead Redis); then one call at a time probes (half-open)
 // and the first success closes it. Lock-free; safe for concurrent use.
 type breaker struct {

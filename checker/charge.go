@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
@@ -25,9 +26,9 @@ func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 	}
 	*s.w = syncWork{}
 	q := &s.w.req
-	*q = ChargeRequest{Key: e.skey, Kind: e.kind, Instance: c.instance, Now: now, Cost: cost,
+	*q = counters.ChargeRequest{Key: e.skey, Kind: e.kind, Instance: c.instance, Now: now, Cost: cost,
 		WindowNanos: int64(r.Window), OtherShards: e.cur.shards}
-	if e.kind == KindWindow {
+	if e.kind == counters.KindWindow {
 		q.Window, q.Ceiling, q.OwnEmitted = e.cur.start, r.Ceiling(), e.cur.emitted
 		q.ChargeDenied = r.Algorithm == config.AlgEnvoy
 		if r.Algorithm == config.AlgSlidingWindow {
@@ -118,10 +119,10 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 				s.w.res.Own -= s.cost
 				s.w.res.OwnSync -= s.cost
 				s.w.res.Cum -= s.cost
-				if s.w.req.Kind == KindWindow {
+				if s.w.req.Kind == counters.KindWindow {
 					s.w.res.Total -= s.cost
 				} else {
-					s.w.res.Total -= span(s.cost, s.w.req.WindowNanos, s.w.req.RateTokens)
+					s.w.res.Total -= counters.Span(s.cost, s.w.req.WindowNanos, s.w.req.RateTokens)
 				}
 			}
 		}
@@ -140,7 +141,7 @@ func (c *Checker) admit(now int64) (probe bool, err error) {
 }
 
 // errStoreBreakerOpen is a store call the open breaker refused.
-var errStoreBreakerOpen = fmt.Errorf("%w: %w", ErrStoreUnavailable, errBreakerOpen)
+var errStoreBreakerOpen = fmt.Errorf("%w: %w", counters.ErrStoreUnavailable, errBreakerOpen)
 
 // failurePolicy decides a descriptor whose store charge failed.
 func (c *Checker) failurePolicy(s *slot, now, cost int64) {
@@ -208,7 +209,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 			s.allowed = cost <= s.remaining
 			if s.allowed {
 				s.remaining -= cost
-				if e.kind == KindWindow {
+				if e.kind == counters.KindWindow {
 					s.resetAfter = c.windowReset(e, now, true, cost)
 				} else {
 					tmp := e.gs
@@ -221,7 +222,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 			c.shards[s.sh].markDirty(e)
 			continue
 		}
-		if e.kind == KindWindow {
+		if e.kind == counters.KindWindow {
 			c.answerWindow(s, now, cost)
 		} else {
 			c.answerTAT(s, now, cost)
@@ -299,7 +300,7 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 		e.gs, e.gen = limiter.State{}, res.Gen
 	}
 	e.storeCum, e.storeOwnCum = res.Cum, res.Own
-	g.Raise(&e.gs, res.Total+span(max(0, e.cum-res.OwnMem), int64(s.rule.Window), s.rule.Limit))
+	g.Raise(&e.gs, res.Total+counters.Span(max(0, e.cum-res.OwnMem), int64(s.rule.Window), s.rule.Limit))
 	c.learn(e, now, res.Cum-res.Own, e.cum+e.cumCharged, res.Instances)
 	probeState := e.gs
 	probe, _ := g.AllowAt(&probeState, now, 0)
@@ -314,7 +315,7 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 			e.overUntil = max(e.overUntil, now+int64(s.retryAfter))
 		}
 		// a bucket's room grows: trust it for one token's time only
-		e.room, e.roomUntil = probe.Remaining, now+span(1, int64(s.rule.Window), s.rule.Limit)
+		e.room, e.roomUntil = probe.Remaining, now+counters.Span(1, int64(s.rule.Window), s.rule.Limit)
 	}
 }
 
@@ -324,7 +325,7 @@ func (c *Checker) degradedDecision(s *slot, now, cost int64) {
 	e := s.e
 	if s.allowed || s.rule.Algorithm == config.AlgEnvoy {
 		c.count(e, now, cost, s.allowed, true) // unapplied: the aggregator adds it later
-		if e.kind == KindTAT && s.allowed {
+		if e.kind == counters.KindTAT && s.allowed {
 			gcraOf(s.rule).AllowAt(&e.gs, now, cost)
 		}
 		s.charged = true
@@ -338,7 +339,7 @@ func (c *Checker) degradedDecision(s *slot, now, cost int64) {
 // fillView sets the slot's remaining and reset from the key's view.
 func (c *Checker) fillView(s *slot, now int64) {
 	e := s.e
-	if e.kind == KindWindow {
+	if e.kind == counters.KindWindow {
 		s.remaining, s.resetAfter = c.windowView(e, now).remaining, c.windowReset(e, now, false, 0)
 		return
 	}
@@ -351,7 +352,7 @@ func (c *Checker) fillView(s *slot, now int64) {
 func (c *Checker) countApplied(e *entry, now, cost int64, allowed bool) {
 	e.observe(now, cost)
 	p := &e.pendApplied
-	if e.kind == KindWindow {
+	if e.kind == counters.KindWindow {
 		p.window = e.cur.start // roll() emitted any earlier window's charges
 		e.cur.charged += cost
 	} else {
@@ -364,7 +365,7 @@ func (c *Checker) countApplied(e *entry, now, cost int64, allowed bool) {
 // countDenied records a refusal that charged nothing (analytics only).
 func (c *Checker) countDenied(e *entry, now, cost int64) {
 	p := &e.pend
-	if e.kind == KindWindow {
+	if e.kind == counters.KindWindow {
 		p.window = e.cur.start
 	}
 	p.add(now)
@@ -379,7 +380,7 @@ func (c *Checker) prepareExact(s *slot, req *Request, cost int64) {
 	if s.w == nil {
 		s.w = c.works.Get().(*syncWork)
 	}
-	*s.w = syncWork{sreq: SyncRequestFor(s.rule, s.e.key, cost)}
+	*s.w = syncWork{sreq: counters.SyncRequestFor(s.rule, s.e.key, cost)}
 	s.w.req.ChargeDenied = s.rule.Algorithm == config.AlgEnvoy // Envoy semantics: every call counts
 	if req.RequestID != "" {
 		s.w.sreq.RequestID, s.w.sreq.IdempotencyTTL = req.RequestID, c.cfg.IdempotencyTTL
@@ -390,7 +391,7 @@ func (c *Checker) prepareExact(s *slot, req *Request, cost int64) {
 // sync`): emitted as already applied, for analytics only.
 func (c *Checker) countAnalytics(e *entry, now, cost int64, allowed bool) {
 	p := &e.pendApplied
-	if e.kind == KindWindow {
+	if e.kind == counters.KindWindow {
 		p.window = e.cur.start
 	}
 	p.tally(now, cost, allowed)

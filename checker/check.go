@@ -6,11 +6,11 @@ import (
 	"hash/fnv"
 	"hash/maphash"
 	"slices"
-	"strconv"
 	"time"
 	"unsafe"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
@@ -242,7 +242,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 		e = c.create(sh, s, req, now)
 	}
 	s.e, e.rule, e.used = e, r, now
-	if e.kind == KindWindow {
+	if e.kind == counters.KindWindow {
 		c.roll(sh, e, now)
 	}
 	s.need = needMemory
@@ -261,7 +261,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 	var v view
 	var try limiter.Decision
 	var remaining, pred, ceiling int64
-	if e.kind == KindWindow {
+	if e.kind == counters.KindWindow {
 		v = c.windowView(e, now)
 		remaining, pred, ceiling = v.remaining, v.pred, v.ceiling
 	} else {
@@ -314,7 +314,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 				}
 			}
 		}
-		if e.kind == KindWindow {
+		if e.kind == counters.KindWindow {
 			c.decideWindow(s, v, now, cost)
 		} else {
 			c.decideTAT(s, try, remaining, now, cost)
@@ -335,7 +335,7 @@ func (c *Checker) denyFromMemory(s *slot, now, cost int64) {
 	s.allowed = false
 	s.retryAfter = time.Duration(max(e.overUntil, e.roomUntil) - now)
 	s.never = cost > s.rule.Capacity()
-	if e.kind == KindWindow {
+	if e.kind == counters.KindWindow {
 		v := c.windowView(e, now)
 		s.remaining = v.remaining
 		s.resetAfter = c.windowReset(e, now, false, 0)
@@ -503,7 +503,7 @@ func (c *Checker) commit(slots []slot, denied, held bool, now int64) {
 			e := s.e
 			if !denied && s.allowed {
 				c.count(e, now, cost, true, true)
-				if e.kind == KindTAT {
+				if e.kind == counters.KindTAT {
 					if held {
 						e.gs = s.post
 					} else {
@@ -576,10 +576,10 @@ func (c *Checker) releaseWork(slots []slot) {
 
 // syncWork is one store charge of a Check.
 type syncWork struct {
-	req  ChargeRequest
-	res  ChargeResult
-	sreq SyncRequest // mode: sync
-	sres SyncResult
+	req  counters.ChargeRequest
+	res  counters.ChargeResult
+	sreq counters.SyncRequest // mode: sync
+	sres counters.SyncResult
 	err  error
 }
 
@@ -590,7 +590,7 @@ func (c *Checker) storeKey(key string, r *config.Rule) string {
 	if r.Shards <= 1 {
 		return key
 	}
-	return ShardKey(key, c.shardOf(r.Shards))
+	return counters.ShardKey(key, c.shardOf(r.Shards))
 }
 
 func (c *Checker) shardOf(n int64) int64 {
@@ -598,6 +598,3 @@ func (c *Checker) shardOf(n int64) int64 {
 	h.Write([]byte(c.instance))
 	return int64(h.Sum64() % uint64(n))
 }
-
-// ShardKey names shard i of a counter key spread over shards.
-func ShardKey(key string, i int64) string { return key + "#" + strconv.FormatInt(i, 10) }

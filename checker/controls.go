@@ -4,74 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"hash/maphash"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 )
-
-// Control actions. An operator's control applies to one descriptor of one
-// domain (its exact entries) on every checker that shares the control
-// store.
-const (
-	// ActionAllow exempts the descriptor: it is admitted and counted
-	// nowhere (an allow-list entry, or a temporary exemption).
-	ActionAllow = "allow"
-	// ActionDeny refuses the descriptor whatever its counter says (a
-	// deny-list entry), also under a shadow_mode rule.
-	ActionDeny = "deny"
-	// ActionLimit replaces the matched rule's limit for this descriptor
-	// (same algorithm, mode and counter: the count so far still applies).
-	ActionLimit = "limit"
-)
-
-// Control is one operator control as stored and listed. Values of entries
-// the matched rule hashes (hash_values) are stored hashed: a control never
-// carries a value the rules keep private.
-type Control struct {
-	ID      string         `json:"id"` // derived from domain and entries: one control per descriptor
-	Domain  string         `json:"domain"`
-	Entries []config.Entry `json:"entries"`
-	Action  string         `json:"action"`
-	Limit   int64          `json:"limit,omitempty"` // ActionLimit only
-	// Rule is the id of the rule the descriptor matched when the control
-	// was set (empty: none); a limit applies to that rule only.
-	Rule      string `json:"rule,omitempty"`
-	Reason    string `json:"reason,omitempty"`
-	CreatedAt int64  `json:"created_unix_nanos"`
-	ExpiresAt int64  `json:"expires_unix_nanos,omitempty"` // 0: until deleted
-}
-
-// Live reports whether c applies at now.
-func (c *Control) Live(now int64) bool { return c.ExpiresAt == 0 || now < c.ExpiresAt }
-
-// ControlID is the id of the control of one descriptor.
-func ControlID(domain string, entries []config.Entry) string {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(domain))
-	for _, e := range entries {
-		_, _ = h.Write([]byte{0})
-		_, _ = h.Write([]byte(e.Key))
-		_, _ = h.Write([]byte{0})
-		_, _ = h.Write([]byte(e.Value))
-	}
-	return strconv.FormatUint(h.Sum64(), 16)
-}
-
-// ControlStore keeps the operator controls every checker applies. The
-// Redis counter store and [MemStore] implement it.
-type ControlStore interface {
-	// PutControl stores c, replacing the control with the same id.
-	PutControl(ctx context.Context, c Control) error
-	// DeleteControl removes the control id and reports whether it existed.
-	DeleteControl(ctx context.Context, id string) (bool, error)
-	// Controls returns the store's version and, when it differs from
-	// since, every control not expired at now (else nil).
-	Controls(ctx context.Context, since, now int64) (version int64, cs []Control, err error)
-}
 
 // ControlSpec is what an operator asks for (POST /v1/controls).
 type ControlSpec struct {
@@ -92,47 +31,47 @@ const MaxControls = 100_000
 
 // SetControl validates spec, stores it for every checker and applies it
 // here at once. Input errors are *FieldError values naming the field.
-func (c *Checker) SetControl(ctx context.Context, spec ControlSpec) (Control, error) {
+func (c *Checker) SetControl(ctx context.Context, spec ControlSpec) (counters.Control, error) {
 	if c.ctlStore == nil {
-		return Control{}, ErrNoControls
+		return counters.Control{}, ErrNoControls
 	}
 	rs := c.rules.Load()
 	dom, known := rs.Lookup(spec.Domain)
 	switch {
 	case spec.Domain == "":
-		return Control{}, &FieldError{"domain", errors.New("must not be empty")}
+		return counters.Control{}, &FieldError{"domain", errors.New("must not be empty")}
 	case !known:
-		return Control{}, &FieldError{"domain", fmt.Errorf("%w %q", ErrUnknownDomain, spec.Domain)}
+		return counters.Control{}, &FieldError{"domain", fmt.Errorf("%w %q", ErrUnknownDomain, spec.Domain)}
 	case len(spec.Entries) == 0 || len(spec.Entries) > MaxEntries:
-		return Control{}, &FieldError{"descriptor", fmt.Errorf("want 1 to %d entries, got %d", MaxEntries, len(spec.Entries))}
+		return counters.Control{}, &FieldError{"descriptor", fmt.Errorf("want 1 to %d entries, got %d", MaxEntries, len(spec.Entries))}
 	case spec.TTL < 0:
-		return Control{}, &FieldError{"ttl", fmt.Errorf("must not be negative, got %v", spec.TTL)}
+		return counters.Control{}, &FieldError{"ttl", fmt.Errorf("must not be negative, got %v", spec.TTL)}
 	case len(spec.Reason) > 512:
-		return Control{}, &FieldError{"reason", errors.New("longer than 512 bytes")}
+		return counters.Control{}, &FieldError{"reason", errors.New("longer than 512 bytes")}
 	}
 	for i, e := range spec.Entries {
 		if e.Key == "" {
-			return Control{}, &FieldError{fmt.Sprintf("descriptor[%d].key", i), errors.New("must not be empty")}
+			return counters.Control{}, &FieldError{fmt.Sprintf("descriptor[%d].key", i), errors.New("must not be empty")}
 		}
 	}
 	r := dom.Match(spec.Entries)
 	switch spec.Action {
-	case ActionAllow, ActionDeny:
+	case counters.ActionAllow, counters.ActionDeny:
 		if spec.Limit != 0 {
-			return Control{}, &FieldError{"limit", fmt.Errorf("only action %q takes a limit", ActionLimit)}
+			return counters.Control{}, &FieldError{"limit", fmt.Errorf("only action %q takes a limit", counters.ActionLimit)}
 		}
-	case ActionLimit:
+	case counters.ActionLimit:
 		if r == nil {
-			return Control{}, &FieldError{"descriptor", fmt.Errorf("%w in domain %q: a limit override needs a rule's algorithm and unit", ErrNoRule, spec.Domain)}
+			return counters.Control{}, &FieldError{"descriptor", fmt.Errorf("%w in domain %q: a limit override needs a rule's algorithm and unit", ErrNoRule, spec.Domain)}
 		}
 		if _, err := r.WithLimit(spec.Limit); err != nil {
-			return Control{}, &FieldError{"limit", err}
+			return counters.Control{}, &FieldError{"limit", err}
 		}
 		if spec.TTL == 0 {
-			return Control{}, &FieldError{"ttl", errors.New("a limit override is temporary: give it a ttl")}
+			return counters.Control{}, &FieldError{"ttl", errors.New("a limit override is temporary: give it a ttl")}
 		}
 	default:
-		return Control{}, &FieldError{"action", fmt.Errorf("want %q, %q or %q, got %q", ActionAllow, ActionDeny, ActionLimit, spec.Action)}
+		return counters.Control{}, &FieldError{"action", fmt.Errorf("want %q, %q or %q, got %q", counters.ActionAllow, counters.ActionDeny, counters.ActionLimit, spec.Action)}
 	}
 	es := slices.Clone(spec.Entries)
 	if r != nil && r.Hashed != nil {
@@ -143,7 +82,7 @@ func (c *Checker) SetControl(ctx context.Context, spec ControlSpec) (Control, er
 		}
 	}
 	now := c.clock.Now()
-	ct := Control{ID: ControlID(spec.Domain, es), Domain: spec.Domain, Entries: es, Action: spec.Action,
+	ct := counters.Control{ID: counters.ControlID(spec.Domain, es), Domain: spec.Domain, Entries: es, Action: spec.Action,
 		Limit: spec.Limit, Reason: spec.Reason, CreatedAt: now}
 	if r != nil {
 		ct.Rule = r.ID
@@ -152,10 +91,10 @@ func (c *Checker) SetControl(ctx context.Context, spec ControlSpec) (Control, er
 		ct.ExpiresAt = now + int64(spec.TTL)
 	}
 	if cur := c.controls.Load(); cur != nil && cur.n >= MaxControls && cur.find(ct.ID) == nil {
-		return Control{}, fmt.Errorf("checker: %d controls in force: delete some first", MaxControls)
+		return counters.Control{}, fmt.Errorf("checker: %d controls in force: delete some first", MaxControls)
 	}
 	if err := c.ctlStore.PutControl(ctx, ct); err != nil {
-		return Control{}, fmt.Errorf("checker: storing control: %w", err)
+		return counters.Control{}, fmt.Errorf("checker: storing control: %w", err)
 	}
 	return ct, c.SyncControls(ctx)
 }
@@ -173,13 +112,13 @@ func (c *Checker) DeleteControl(ctx context.Context, id string) (bool, error) {
 }
 
 // Controls returns the controls in force, as this checker applies them.
-func (c *Checker) Controls() []Control {
+func (c *Checker) Controls() []counters.Control {
 	cs := c.controls.Load()
 	if cs == nil {
-		return []Control{}
+		return []counters.Control{}
 	}
 	now := c.clock.Now()
-	out := make([]Control, 0, len(cs.list))
+	out := make([]counters.Control, 0, len(cs.list))
 	for i := range cs.list {
 		if cs.list[i].Live(now) {
 			out = append(out, cs.list[i])
@@ -190,10 +129,10 @@ func (c *Checker) Controls() []Control {
 
 // ControlFor returns the control in force for one descriptor (entries as
 // the operator writes them), if any.
-func (c *Checker) ControlFor(domain string, entries []config.Entry) (Control, bool) {
+func (c *Checker) ControlFor(domain string, entries []config.Entry) (counters.Control, bool) {
 	cs := c.controls.Load()
 	if cs == nil {
-		return Control{}, false
+		return counters.Control{}, false
 	}
 	r := c.rules.Load().Match(domain, entries)
 	es := entries
@@ -201,10 +140,10 @@ func (c *Checker) ControlFor(domain string, entries []config.Entry) (Control, bo
 		req := c.applyHashing(&Request{Domain: domain, Descriptors: []Descriptor{{Entries: entries}}}, []*config.Rule{r})
 		es = req.Descriptors[0].Entries
 	}
-	if ct := cs.find(ControlID(domain, es)); ct != nil && ct.Live(c.clock.Now()) {
+	if ct := cs.find(counters.ControlID(domain, es)); ct != nil && ct.Live(c.clock.Now()) {
 		return *ct, true
 	}
-	return Control{}, false
+	return counters.Control{}, false
 }
 
 // SyncControls reads the control store now (the poller does it every
@@ -258,7 +197,7 @@ func (c *Checker) controlLoop() {
 // controlSet is what the request path applies: immutable once built.
 type controlSet struct {
 	rules   *config.RuleSet // the rule set the overrides were built against
-	list    []Control
+	list    []counters.Control
 	domains map[string]map[uint64]*liveControl
 	n       int
 	expires int64 // the earliest expiry (0: none)
@@ -266,7 +205,7 @@ type controlSet struct {
 
 // liveControl is one control compiled against the rule set.
 type liveControl struct {
-	ctl     *Control
+	ctl     *counters.Control
 	entries []config.Entry
 	expires int64
 	// rule replaces the matched rule; nil leaves the descriptor unmatched
@@ -275,7 +214,7 @@ type liveControl struct {
 	next *liveControl // same hash
 }
 
-func (s *controlSet) find(id string) *Control {
+func (s *controlSet) find(id string) *counters.Control {
 	for i := range s.list {
 		if s.list[i].ID == id {
 			return &s.list[i]
@@ -287,7 +226,7 @@ func (s *controlSet) find(id string) *Control {
 func (s *controlSet) expiredBy(now int64) bool { return s.expires != 0 && now >= s.expires }
 
 // compileControls builds the request path's view of list under rs.
-func (c *Checker) compileControls(rs *config.RuleSet, list []Control, now int64) *controlSet {
+func (c *Checker) compileControls(rs *config.RuleSet, list []counters.Control, now int64) *controlSet {
 	s := &controlSet{rules: rs, domains: map[string]map[uint64]*liveControl{}}
 	for i := range list {
 		ct := &list[i]
@@ -301,17 +240,17 @@ func (c *Checker) compileControls(rs *config.RuleSet, list []Control, now int64)
 		lc := &liveControl{ctl: ct, entries: ct.Entries, expires: ct.ExpiresAt}
 		base := ruleByID(rs, ct.Rule)
 		switch ct.Action {
-		case ActionAllow:
+		case counters.ActionAllow:
 			if base != nil {
 				lc.rule = base.Exempt()
 			}
-		case ActionDeny:
+		case counters.ActionDeny:
 			if base == nil {
 				base, _ = config.OverrideRule(ct.Domain, ct.Entries, 0, config.Second, 1, nil)
 				base.ID = ct.Domain + ":control/deny"
 			}
 			lc.rule = base.Blocked()
-		case ActionLimit:
+		case counters.ActionLimit:
 			if base == nil {
 				continue // the rule is gone: nothing to override
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 )
 
 const controlRules = `domain: api
@@ -28,11 +29,11 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
-// controlPair is two checkers sharing one MemStore (one control store),
+// controlPair is two checkers sharing one counters.MemStore (one control store),
 // on one clock.
 func controlPair(t *testing.T) (a, b *Checker, clk *clock) {
 	t.Helper()
-	ms := NewMemStore()
+	ms := counters.NewMemStore()
 	clk = &clock{}
 	clk.ns.Store(t0)
 	ms.SetClock(clk)
@@ -73,23 +74,23 @@ func TestControlsDecide(t *testing.T) {
 		want   string // the next 3 decisions under the control
 		after  string // the next decision once it expired
 	}{
-		{"allow exempts an exhausted key", ControlSpec{Action: ActionAllow, TTL: time.Second},
+		{"allow exempts an exhausted key", ControlSpec{Action: counters.ActionAllow, TTL: time.Second},
 			4, []string{"user", "priya"}, "allow allow allow", "deny"},
-		{"deny refuses a fresh key", ControlSpec{Action: ActionDeny, TTL: time.Second},
+		{"deny refuses a fresh key", ControlSpec{Action: counters.ActionDeny, TTL: time.Second},
 			0, []string{"user", "priya"}, "deny deny deny", "allow"},
-		{"deny with no rule still refuses", ControlSpec{Action: ActionDeny, TTL: time.Second},
+		{"deny with no rule still refuses", ControlSpec{Action: counters.ActionDeny, TTL: time.Second},
 			0, []string{"nobody", "x"}, "deny deny deny", "allow"},
-		{"deny beats shadow mode", ControlSpec{Action: ActionDeny, TTL: time.Second},
+		{"deny beats shadow mode", ControlSpec{Action: counters.ActionDeny, TTL: time.Second},
 			0, []string{"shadow", "s"}, "deny deny deny", "allow"},
-		{"a raised limit keeps the count", ControlSpec{Action: ActionLimit, Limit: 6, TTL: time.Second},
+		{"a raised limit keeps the count", ControlSpec{Action: counters.ActionLimit, Limit: 6, TTL: time.Second},
 			3, []string{"user", "priya"}, "allow allow allow", "deny"},
-		{"a lowered limit keeps the count", ControlSpec{Action: ActionLimit, Limit: 2, TTL: time.Second},
+		{"a lowered limit keeps the count", ControlSpec{Action: counters.ActionLimit, Limit: 2, TTL: time.Second},
 			1, []string{"user", "priya"}, "allow deny deny", "allow"},
 		// A bucket keeps its state as a theoretical arrival time: the hit
 		// taken at 1/min put it 60 s ahead, more than 4/min's burst covers.
-		{"limit on a bucket", ControlSpec{Action: ActionLimit, Limit: 1, TTL: time.Second},
+		{"limit on a bucket", ControlSpec{Action: counters.ActionLimit, Limit: 1, TTL: time.Second},
 			0, []string{"bucket", "b"}, "allow deny deny", "deny"},
-		{"hashed values match the raw ones", ControlSpec{Action: ActionAllow, TTL: time.Second},
+		{"hashed values match the raw ones", ControlSpec{Action: counters.ActionAllow, TTL: time.Second},
 			1, []string{"api_key", "sk_live_1"}, "allow allow allow", "deny"},
 	}
 	for _, tc := range tests {
@@ -133,7 +134,7 @@ func TestControlsDecide(t *testing.T) {
 
 func TestControlsHashedNeverStoredRaw(t *testing.T) {
 	a, _, _ := controlPair(t)
-	ct, err := a.SetControl(context.Background(), ControlSpec{Domain: "api", Action: ActionDeny,
+	ct, err := a.SetControl(context.Background(), ControlSpec{Domain: "api", Action: counters.ActionDeny,
 		Entries: []config.Entry{{Key: "api_key", Value: "sk_live_SECRET"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -154,11 +155,11 @@ func TestControlsDeleteAndReplace(t *testing.T) {
 	ctx := context.Background()
 	a, b, _ := controlPair(t)
 	es := []config.Entry{{Key: "user", Value: "priya"}}
-	deny, err := a.SetControl(ctx, ControlSpec{Domain: "api", Entries: es, Action: ActionDeny})
+	deny, err := a.SetControl(ctx, ControlSpec{Domain: "api", Entries: es, Action: counters.ActionDeny})
 	if err != nil {
 		t.Fatal(err)
 	}
-	allow, err := b.SetControl(ctx, ControlSpec{Domain: "api", Entries: es, Action: ActionAllow, Reason: "vip"})
+	allow, err := b.SetControl(ctx, ControlSpec{Domain: "api", Entries: es, Action: counters.ActionAllow, Reason: "vip"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,16 +194,16 @@ func TestControlSpecErrors(t *testing.T) {
 		spec  ControlSpec
 		field string
 	}{
-		{ControlSpec{Entries: es, Action: ActionDeny}, "domain"},
-		{ControlSpec{Domain: "nope", Entries: es, Action: ActionDeny}, "domain"},
-		{ControlSpec{Domain: "api", Action: ActionDeny}, "descriptor"},
-		{ControlSpec{Domain: "api", Entries: []config.Entry{{Value: "x"}}, Action: ActionDeny}, "descriptor[0].key"},
+		{ControlSpec{Entries: es, Action: counters.ActionDeny}, "domain"},
+		{ControlSpec{Domain: "nope", Entries: es, Action: counters.ActionDeny}, "domain"},
+		{ControlSpec{Domain: "api", Action: counters.ActionDeny}, "descriptor"},
+		{ControlSpec{Domain: "api", Entries: []config.Entry{{Value: "x"}}, Action: counters.ActionDeny}, "descriptor[0].key"},
 		{ControlSpec{Domain: "api", Entries: es, Action: "block"}, "action"},
-		{ControlSpec{Domain: "api", Entries: es, Action: ActionDeny, Limit: 3}, "limit"},
-		{ControlSpec{Domain: "api", Entries: es, Action: ActionLimit, Limit: -1, TTL: time.Second}, "limit"},
-		{ControlSpec{Domain: "api", Entries: es, Action: ActionLimit, Limit: 5}, "ttl"},
-		{ControlSpec{Domain: "api", Entries: []config.Entry{{Key: "nobody", Value: "x"}}, Action: ActionLimit, Limit: 5, TTL: time.Second}, "descriptor"},
-		{ControlSpec{Domain: "api", Entries: es, Action: ActionDeny, TTL: -time.Second}, "ttl"},
+		{ControlSpec{Domain: "api", Entries: es, Action: counters.ActionDeny, Limit: 3}, "limit"},
+		{ControlSpec{Domain: "api", Entries: es, Action: counters.ActionLimit, Limit: -1, TTL: time.Second}, "limit"},
+		{ControlSpec{Domain: "api", Entries: es, Action: counters.ActionLimit, Limit: 5}, "ttl"},
+		{ControlSpec{Domain: "api", Entries: []config.Entry{{Key: "nobody", Value: "x"}}, Action: counters.ActionLimit, Limit: 5, TTL: time.Second}, "descriptor"},
+		{ControlSpec{Domain: "api", Entries: es, Action: counters.ActionDeny, TTL: -time.Second}, "ttl"},
 	}
 	for _, tc := range tests {
 		_, err := a.SetControl(context.Background(), tc.spec)
@@ -223,7 +224,7 @@ func TestControlsFollowReload(t *testing.T) {
 	ctx := context.Background()
 	a, _, _ := controlPair(t)
 	es := []config.Entry{{Key: "user", Value: "priya"}}
-	if _, err := a.SetControl(ctx, ControlSpec{Domain: "api", Entries: es, Action: ActionLimit, Limit: 1, TTL: time.Hour}); err != nil {
+	if _, err := a.SetControl(ctx, ControlSpec{Domain: "api", Entries: es, Action: counters.ActionLimit, Limit: 1, TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if got := run(t, a, 2, "user", "priya"); got != "allow deny" {
@@ -252,10 +253,10 @@ func TestControlsFollowReload(t *testing.T) {
 
 func TestControlsStoreDown(t *testing.T) {
 	a, _, _ := controlPair(t)
-	a.store.(*MemStore).SetUnavailable(true)
-	_, err := a.SetControl(context.Background(), ControlSpec{Domain: "api", Action: ActionDeny,
+	a.store.(*counters.MemStore).SetUnavailable(true)
+	_, err := a.SetControl(context.Background(), ControlSpec{Domain: "api", Action: counters.ActionDeny,
 		Entries: []config.Entry{{Key: "user", Value: "priya"}}})
-	if !errors.Is(err, ErrStoreUnavailable) {
+	if !errors.Is(err, counters.ErrStoreUnavailable) {
 		t.Fatalf("set with the store down: %v", err)
 	}
 	if err := a.SyncControls(context.Background()); err == nil || a.Snapshot().ControlErrors != 1 {

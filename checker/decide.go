@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
@@ -34,7 +35,7 @@ type slot struct {
 	allowed    bool // this descriptor admits the request
 	budgetOK   bool // local_budget would admit it if the store is down
 	skipped    bool // a store charge not made: the request was already refused
-	exact      bool // mode: sync, run whole by the store (SyncStore)
+	exact      bool // mode: sync, run whole by the store (counters.SyncStore)
 	charged    bool // consumption already recorded (Envoy semantics, sync)
 	degraded   bool
 	shadowed   bool
@@ -58,11 +59,11 @@ func gcraOf(r *config.Rule) limiter.GCRA {
 	return limiter.GCRA{Burst: r.Capacity(), Rate: limiter.Rate{Tokens: r.Limit, Period: r.Window}}
 }
 
-func kindOf(r *config.Rule) Kind {
+func kindOf(r *config.Rule) counters.Kind {
 	if r.Algorithm.Bucket() {
-		return KindTAT
+		return counters.KindTAT
 	}
-	return KindWindow
+	return counters.KindWindow
 }
 
 // windowStart aligns now down to a multiple of w.
@@ -106,16 +107,6 @@ func (c *Checker) roll(sh *shard, e *entry, now int64) {
 		e.overUntil = 0
 	}
 	e.room, e.roomUntil = 0, 0
-}
-
-// mulLE reports a·b + c·d <= e·f for non-negative values, in 128 bits.
-func mulLE(a, b, c, d, e, f int64) bool {
-	h1, l1 := bits.Mul64(uint64(a), uint64(b))
-	h2, l2 := bits.Mul64(uint64(c), uint64(d))
-	l, carry := bits.Add64(l1, l2, 0)
-	h := h1 + h2 + carry
-	h3, l3 := bits.Mul64(uint64(e), uint64(f))
-	return h < h3 || h == h3 && l <= l3
 }
 
 // view is a key's state as one decision sees it.
@@ -288,7 +279,7 @@ func (c *Checker) decideTAT(s *slot, try limiter.Decision, before, now, cost int
 	s.resetAfter = try.ResetAfter
 	if s.allowed {
 		s.remaining = try.Remaining
-		s.resetBefore = max(0, try.ResetAfter-time.Duration(span(cost, int64(s.rule.Window), s.rule.Limit)))
+		s.resetBefore = max(0, try.ResetAfter-time.Duration(counters.Span(cost, int64(s.rule.Window), s.rule.Limit)))
 		return
 	}
 	s.remaining = before
@@ -302,7 +293,7 @@ func (c *Checker) decideTAT(s *slot, try limiter.Decision, before, now, cost int
 // own counters, and to the pending delta.
 func (c *Checker) count(e *entry, now, cost int64, allowed, charge bool) {
 	p := &e.pend
-	if e.kind == KindWindow {
+	if e.kind == counters.KindWindow {
 		p.window = e.cur.start
 	}
 	p.tally(now, cost, allowed)
@@ -310,7 +301,7 @@ func (c *Checker) count(e *entry, now, cost int64, allowed, charge bool) {
 		e.observe(now, cost)
 		p.counted += uint64(cost)
 		e.sinceAnswer += cost
-		if e.kind == KindWindow {
+		if e.kind == counters.KindWindow {
 			e.cur.emitted += cost
 		} else {
 			e.cum += cost

@@ -19,7 +19,7 @@
 // # Engines
 //
 // [Checker] is the async checker: counters live in a sharded in-memory
-// table and in a shared [CounterStore] (Redis in production, [MemStore] in
+// table and in a shared [counters.Store] (Redis in production, [counters.MemStore] in
 // `velvetrope dev` and tests); consumption leaves as deltas through an
 // events.Producer. `mode: local` rules run on an exact in-process limiter,
 // `mode: sync` rules charge the store on every decision. [Local] is the

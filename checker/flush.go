@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 )
 
@@ -111,7 +112,7 @@ func (c *Checker) appendDeltas(deltas []*eventsv1.Delta, e *entry) []*eventsv1.D
 	own := int64(0)
 	if e.answered {
 		own = e.cum
-		if e.kind == KindWindow {
+		if e.kind == counters.KindWindow {
 			own = e.cur.emitted
 		}
 	}
@@ -145,7 +146,7 @@ func (c *Checker) delta(e *entry, p *pending, applied bool, ownAfter int64) *eve
 		CountedCost: p.counted, AlreadyApplied: applied, FirstUnixNanos: p.first, LastUnixNanos: p.last,
 		OwnAfter: uint64(max(ownAfter, 0)), Minute: e.usage.add(p),
 	}
-	if e.kind == KindWindow {
+	if e.kind == counters.KindWindow {
 		d.WindowStartUnixNanos = p.window
 	} else {
 		g := gcraOf(r)

@@ -10,21 +10,11 @@ import (
 	"testing"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 )
 
 // memKeys lists the counter keys the store holds.
-func memKeys(s *MemStore) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for k := range s.win {
-		out = append(out, k.key)
-	}
-	for k := range s.tat {
-		out = append(out, k)
-	}
-	return out
-}
+func memKeys(s *counters.MemStore) []string { return s.Keys() }
 
 const hashRules = `domain: api
 descriptors:
@@ -47,7 +37,7 @@ descriptors:
 func TestHashValuesNeverLeave(t *testing.T) {
 	var descs [2][]string
 	for i := range 2 {
-		ms := NewMemStore()
+		ms := counters.NewMemStore()
 		prod := &applyProducer{store: ms}
 		clk := &clock{}
 		clk.ns.Store(t0)
@@ -106,7 +96,7 @@ func TestHashValuesNeverLeave(t *testing.T) {
 
 func TestHashValuesWithoutKeyWarnsOnce(t *testing.T) {
 	var log bytes.Buffer
-	ms := NewMemStore()
+	ms := counters.NewMemStore()
 	clk := &clock{}
 	clk.ns.Store(t0)
 	c, err := New(Config{Logger: slog.New(slog.NewTextHandler(&log, nil))}, ruleStore(t, hashRules), ms, &applyProducer{store: ms}, clk)
@@ -127,7 +117,7 @@ func TestHashValuesWithoutKeyWarnsOnce(t *testing.T) {
 // TestInspect: the local and the store view of a window counter, hashed
 // values included; a bucket through a probe.
 func TestInspect(t *testing.T) {
-	ms := NewMemStore()
+	ms := counters.NewMemStore()
 	prod := &applyProducer{store: ms}
 	clk := &clock{}
 	clk.ns.Store(t0)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
@@ -91,7 +92,7 @@ func (c *Checker) Inspect(ctx context.Context, domain string, entries []config.E
 	}
 	now := c.clock.Now()
 	st := KeyState{Rule: r.ID, CounterKey: key, Mode: r.Mode, Limit: r.Limit, Ceiling: r.Ceiling()}
-	if r.Unlimited || r.Limit == 0 || r.Mode == config.ModeLocal || r.Mode == config.ModeSync || kindOf(r) != KindWindow {
+	if r.Unlimited || r.Limit == 0 || r.Mode == config.ModeLocal || r.Mode == config.ModeSync || kindOf(r) != counters.KindWindow {
 		return c.probe(ctx, st, r, key, es)
 	}
 	st.WindowStart = windowStart(now, int64(r.Window))
@@ -114,12 +115,12 @@ func (c *Checker) Inspect(ctx context.Context, domain string, entries []config.E
 	if r.Shards > 1 {
 		keys = keys[:0]
 		for i := range r.Shards {
-			keys = append(keys, ShardKey(key, i))
+			keys = append(keys, counters.ShardKey(key, i))
 		}
 	}
-	items := make([]ReadItem, len(keys))
+	items := make([]counters.ReadItem, len(keys))
 	for i, k := range keys {
-		items[i] = ReadItem{Key: k, Kind: KindWindow, Window: st.WindowStart}
+		items[i] = counters.ReadItem{Key: k, Kind: counters.KindWindow, Window: st.WindowStart}
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -155,7 +156,7 @@ func (c *Checker) probe(ctx context.Context, st KeyState, r *config.Rule, key st
 		}
 		p.Remaining, p.ResetAfterMs = d.Remaining, d.ResetAfter.Milliseconds()
 	case r.Mode == config.ModeSync: // a cost-0 charge changes nothing
-		q := SyncRequestFor(r, key, 0)
+		q := counters.SyncRequestFor(r, key, 0)
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		res, err := c.store.ChargeSync(rctx, &q)
 		cancel()
@@ -176,7 +177,7 @@ func (c *Checker) probe(ctx context.Context, st KeyState, r *config.Rule, key st
 		}
 		sh.mu.Unlock()
 		if !held {
-			items := []ReadItem{{Key: c.storeKey(key, r), Kind: KindTAT}}
+			items := []counters.ReadItem{{Key: c.storeKey(key, r), Kind: counters.KindTAT}}
 			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			err := c.store.Read(rctx, c.instance, items)
 			cancel()
@@ -232,14 +233,14 @@ func (c *Checker) Reset(ctx context.Context, domain string, entries []config.Ent
 		res.Scope = "this checker"
 		return res, nil
 	}
-	rst, ok := c.store.(Resetter)
+	rst, ok := c.store.(counters.Resetter)
 	if !ok {
 		return res, ErrNoReset
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if r.Mode == config.ModeSync {
-		q := SyncRequestFor(r, key, 0)
+		q := counters.SyncRequestFor(r, key, 0)
 		if err := rst.ResetSync(rctx, &q); err != nil {
 			return res, fmt.Errorf("checker: resetting %s: %w", key, err)
 		}
@@ -251,18 +252,18 @@ func (c *Checker) Reset(ctx context.Context, domain string, entries []config.Ent
 	if r.Shards > 1 {
 		keys = keys[:0]
 		for i := range r.Shards {
-			keys = append(keys, ShardKey(key, i))
+			keys = append(keys, counters.ShardKey(key, i))
 		}
 	}
-	var items []ResetItem
+	var items []counters.ResetItem
 	for _, k := range keys {
-		if kindOf(r) == KindTAT {
-			items = append(items, ResetItem{Key: k, Kind: KindTAT})
+		if kindOf(r) == counters.KindTAT {
+			items = append(items, counters.ResetItem{Key: k, Kind: counters.KindTAT})
 			continue
 		}
 		ws := windowStart(now, int64(r.Window))
-		items = append(items, ResetItem{Key: k, Kind: KindWindow, Window: ws},
-			ResetItem{Key: k, Kind: KindWindow, Window: ws - int64(r.Window)})
+		items = append(items, counters.ResetItem{Key: k, Kind: counters.KindWindow, Window: ws},
+			counters.ResetItem{Key: k, Kind: counters.KindWindow, Window: ws - int64(r.Window)})
 	}
 	if err := rst.Reset(rctx, items); err != nil {
 		return res, fmt.Errorf("checker: resetting %s: %w", key, err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 )
@@ -24,7 +25,7 @@ func TestCheckerDeltasThroughKafka(t *testing.T) {
 	prod.Start(ctx)
 	clk := &clock{}
 	clk.ns.Store(t0)
-	c, err := New(Config{InstanceName: "it"}, ruleStore(t, asyncRules), NewMemStore(), prod, clk)
+	c, err := New(Config{InstanceName: "it"}, ruleStore(t, asyncRules), counters.NewMemStore(), prod, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func BenchmarkFlushToKafka(b *testing.B) {
 	defer prod.Close(ctx)
 	clk := &clock{}
 	clk.ns.Store(t0)
-	c, _ := New(Config{InstanceName: "bench"}, ruleStore(b, asyncRules), NewMemStore(), prod, clk)
+	c, _ := New(Config{InstanceName: "bench"}, ruleStore(b, asyncRules), counters.NewMemStore(), prod, clk)
 	reqs := make([]*Request, 1000)
 	for i := range reqs {
 		reqs[i] = req(1, "big", "k"+strconv.Itoa(i))

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 )
 
 // TestOverridesHashLikeTheirRule: issue 10, item 3. A per-request limit
@@ -13,7 +14,7 @@ import (
 // raw value to the store, the deltas or the analytics (before, it did).
 func TestOverridesHashLikeTheirRule(t *testing.T) {
 	rules := ruleStore(t, "domain: api\ndescriptors:\n  - key: user_id\n    hash_values: true\n    algorithm: fixed_window\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")
-	ms := NewMemStore()
+	ms := counters.NewMemStore()
 	prod := &applyProducer{store: ms}
 	clk := &clock{}
 	clk.ns.Store(t0)

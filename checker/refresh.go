@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
@@ -50,13 +51,13 @@ func (c *Checker) Refresh(ctx context.Context) {
 			e := heap.Pop(&sh.refresh).(*entry)
 			// provisional: put back far out, so a failed read loses nothing
 			sh.schedule(e, now+int64(c.cfg.MaxRefresh))
-			if e.kind == KindWindow {
+			if e.kind == counters.KindWindow {
 				items, ents, tags = c.windowItems(items, ents, tags, e, e.cur.start)
 				if e.rule.Algorithm == config.AlgSlidingWindow && e.prev.start > 0 {
 					items, ents, tags = c.windowItems(items, ents, tags, e, e.prev.start)
 				}
 			} else {
-				items = append(items, ReadItem{Key: e.skey, Kind: KindTAT})
+				items = append(items, counters.ReadItem{Key: e.skey, Kind: counters.KindTAT})
 				ents, tags = append(ents, e), append(tags, tagOwn)
 			}
 		}
@@ -120,15 +121,15 @@ const (
 
 // windowItems appends the reads of window start of e: its own counter and,
 // for a hot key, every other shard.
-func (c *Checker) windowItems(items []ReadItem, ents []*entry, tags []uint8, e *entry, start int64) ([]ReadItem, []*entry, []uint8) {
-	items = append(items, ReadItem{Key: e.skey, Kind: KindWindow, Window: start})
+func (c *Checker) windowItems(items []counters.ReadItem, ents []*entry, tags []uint8, e *entry, start int64) ([]counters.ReadItem, []*entry, []uint8) {
+	items = append(items, counters.ReadItem{Key: e.skey, Kind: counters.KindWindow, Window: start})
 	ents, tags = append(ents, e), append(tags, tagOwn)
 	if n := e.rule.Shards; n > 1 {
 		mine := c.shardOf(n)
 		tag := tagOtherFirst
 		for j := range n {
 			if j != mine {
-				items = append(items, ReadItem{Key: ShardKey(e.key, j), Kind: KindWindow, Window: start})
+				items = append(items, counters.ReadItem{Key: counters.ShardKey(e.key, j), Kind: counters.KindWindow, Window: start})
 				ents, tags = append(ents, e), append(tags, tag)
 				tag = tagOther
 			}
@@ -139,9 +140,9 @@ func (c *Checker) windowItems(items []ReadItem, ents []*entry, tags []uint8, e *
 
 // applyRead records one read answer and schedules the next (requires the
 // shard lock).
-func (c *Checker) applyRead(sh *shard, e *entry, it *ReadItem, now int64) {
+func (c *Checker) applyRead(sh *shard, e *entry, it *counters.ReadItem, now int64) {
 	var remaining, pred, ceiling int64
-	if e.kind == KindWindow {
+	if e.kind == counters.KindWindow {
 		switch it.Window {
 		case e.cur.start:
 			if !e.answered {
@@ -169,7 +170,7 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *ReadItem, now int64) {
 		}
 		if it.Found {
 			e.storeCum, e.storeOwnCum = it.Cum, it.Own
-			g.Raise(&e.gs, it.Total+span(max(0, e.cum-it.OwnMem), int64(e.rule.Window), e.rule.Limit))
+			g.Raise(&e.gs, it.Total+counters.Span(max(0, e.cum-it.OwnMem), int64(e.rule.Window), e.rule.Limit))
 		}
 		c.learn(e, now, max(0, e.storeCum-e.storeOwnCum), e.cum+e.cumCharged, it.Instances)
 		probeState := e.gs
@@ -182,7 +183,7 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *ReadItem, now int64) {
 	switch {
 	case remaining <= 0 && e.overUntil <= now:
 		e.overUntil = now + int64(c.cfg.MinRefresh)
-		if e.kind == KindWindow && e.rule.Algorithm != config.AlgSlidingWindow {
+		if e.kind == counters.KindWindow && e.rule.Algorithm != config.AlgSlidingWindow {
 			e.overUntil = min(e.overUntil, e.cur.start+int64(e.rule.Window)) // a fixed window's end clears it
 		}
 	case remaining > 0 && e.overUntil > now:
@@ -196,7 +197,7 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *ReadItem, now int64) {
 		next = min(next, room*int64(time.Second)/rate/2)
 	}
 	next = max(next, int64(c.cfg.MinRefresh))
-	if e.kind == KindWindow { // a new window needs its first read soon after it starts
+	if e.kind == counters.KindWindow { // a new window needs its first read soon after it starts
 		next = min(next, e.cur.start+int64(e.rule.Window)+int64(c.cfg.MinRefresh)-now)
 	}
 	sh.schedule(e, now+max(next, int64(c.cfg.RefreshTick)))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 )
 
 const resetRules = `domain: api
@@ -41,11 +42,11 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1000}
 `
 
-// resetPair is two checkers over one MemStore whose deltas reach the
+// resetPair is two checkers over one counters.MemStore whose deltas reach the
 // store when prod releases them.
 func resetPair(t *testing.T) (a, b *Checker, prod *applyProducer, clk *clock) {
 	t.Helper()
-	ms := NewMemStore()
+	ms := counters.NewMemStore()
 	clk = &clock{}
 	clk.ns.Store(t0 + int64(30*time.Second)) // mid-window: the previous window exists for a sliding window
 	ms.SetClock(clk)
@@ -196,8 +197,8 @@ func TestResetLocalAndErrors(t *testing.T) {
 			t.Errorf("%s %v: %v, want a field error on %s", tc.domain, tc.es, err, tc.field)
 		}
 	}
-	a.store.(*MemStore).SetUnavailable(true)
-	if _, err := a.Reset(ctx, "api", []config.Entry{{Key: "fixed", Value: "k"}}); !errors.Is(err, ErrStoreUnavailable) {
+	a.store.(*counters.MemStore).SetUnavailable(true)
+	if _, err := a.Reset(ctx, "api", []config.Entry{{Key: "fixed", Value: "k"}}); !errors.Is(err, counters.ErrStoreUnavailable) {
 		t.Fatalf("store down: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/limiter"
 )
@@ -23,7 +24,7 @@ type entry struct {
 	hash    uint64
 	created int64 // when this checker started tracking the key
 	rule    *config.Rule
-	kind    Kind
+	kind    counters.Kind
 
 	// KindWindow: the current and previous window.
 	cur, prev winState

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/velvetrope/velvetrope/counters"
 )
 
 // TestMinuteUsageIsCumulative: every delta carries its stream's usage of
@@ -11,7 +13,7 @@ import (
 // back; another key has another stream.
 func TestMinuteUsageIsCumulative(t *testing.T) {
 	ctx := context.Background()
-	ms := NewMemStore()
+	ms := counters.NewMemStore()
 	prod := &applyProducer{store: ms}
 	clk := &clock{}
 	clk.ns.Store(t0 + int64(58*time.Second))

@@ -1,4 +1,4 @@
-package counters
+package counters_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
@@ -37,7 +38,7 @@ func benchBand(b *testing.B, key string, cfg checker.Config) {
 	defer c.Close()
 	f, _ := config.ParseRules("b.yaml", []byte(benchBandRules))
 	rs, _ := config.Compile([]*config.File{f})
-	ch, err := checker.New(cfg, config.NewStore(rs), NewRedis(c, testsvc.Unique("bb"), 0), nopProducer{}, limiter.SystemClock{})
+	ch, err := checker.New(cfg, config.NewStore(rs), counters.NewRedis(c, testsvc.Unique("bb"), 0), nopProducer{}, limiter.SystemClock{})
 	if err != nil {
 		b.Fatal(err)
 	}

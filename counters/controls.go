@@ -8,8 +8,6 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/velvetrope/velvetrope/checker"
 )
 
 // Operator controls live in two keys of one hash tag (one cluster slot, so
@@ -23,8 +21,8 @@ func (r *Redis) controlKeys() (hash, version string) {
 	return r.prefix + ":{ctl}:controls", r.prefix + ":{ctl}:version"
 }
 
-// PutControl implements checker.ControlStore.
-func (r *Redis) PutControl(ctx context.Context, c checker.Control) error {
+// PutControl implements ControlStore.
+func (r *Redis) PutControl(ctx context.Context, c Control) error {
 	b, err := json.Marshal(c)
 	if err != nil {
 		return err
@@ -38,7 +36,7 @@ func (r *Redis) PutControl(ctx context.Context, c checker.Control) error {
 	return unavailable("put control", err)
 }
 
-// DeleteControl implements checker.ControlStore.
+// DeleteControl implements ControlStore.
 func (r *Redis) DeleteControl(ctx context.Context, id string) (bool, error) {
 	hash, version := r.controlKeys()
 	var del *redis.IntCmd
@@ -53,10 +51,10 @@ func (r *Redis) DeleteControl(ctx context.Context, id string) (bool, error) {
 	return del.Val() > 0, nil
 }
 
-// Controls implements checker.ControlStore. Expired controls are removed
+// Controls implements ControlStore. Expired controls are removed
 // by whichever checker reads them first; a field that is not a control
 // (written by hand) is skipped.
-func (r *Redis) Controls(ctx context.Context, since, now int64) (int64, []checker.Control, error) {
+func (r *Redis) Controls(ctx context.Context, since, now int64) (int64, []Control, error) {
 	hash, version := r.controlKeys()
 	v, err := r.c.Get(ctx, version).Int64()
 	switch {
@@ -72,10 +70,10 @@ func (r *Redis) Controls(ctx context.Context, since, now int64) (int64, []checke
 	if err != nil {
 		return 0, nil, unavailable("read controls", err)
 	}
-	out := make([]checker.Control, 0, len(all))
+	out := make([]Control, 0, len(all))
 	var expired []string
 	for id, raw := range all {
-		var c checker.Control
+		var c Control
 		if json.Unmarshal([]byte(raw), &c) != nil || c.ID != id {
 			continue
 		}
@@ -96,6 +94,6 @@ func (r *Redis) Controls(ctx context.Context, since, now int64) (int64, []checke
 		}
 		v++ // at least; the next poll reads the exact version
 	}
-	slices.SortFunc(out, func(a, b checker.Control) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b Control) int { return strings.Compare(a.ID, b.ID) })
 	return v, out, nil
 }

@@ -1,6 +1,9 @@
-// Package counters keeps the shared counters in Redis: the
-// checker.CounterStore of multi-instance deployments, and the target the
-// aggregator applies deltas to.
+// Package counters keeps the shared counters: the contract a checker
+// needs of a counter store ([Store]: read, charge, refund, `mode: sync`
+// decisions, resets and operator controls), and its two implementations,
+// [Redis] for deployments and [MemStore] for `velvetrope dev` and the
+// tests. The aggregator applies deltas to either. One conformance suite
+// runs against both.
 //
 // # Key layout
 //

@@ -1,4 +1,4 @@
-package counters
+package counters_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
@@ -22,14 +23,14 @@ func (c *fakeClock) Now() int64 { return c.ns.Load() }
 
 // applyProducer applies emitted deltas straight to the Redis store.
 type applyProducer struct {
-	r *Redis
+	r *counters.Redis
 	t *rapid.T
 }
 
 func (p applyProducer) Produce(ctx context.Context, ds []*eventsv1.Delta) error {
-	batch := make([]Delivered, len(ds))
+	batch := make([]counters.Delivered, len(ds))
 	for i, d := range ds {
-		batch[i] = Delivered{Partition: 0, Delta: d}
+		batch[i] = counters.Delivered{Partition: 0, Delta: d}
 	}
 	_, err := p.r.ApplyBatch(ctx, batch)
 	return err
@@ -77,10 +78,10 @@ func TestAsyncOverRedisIsExact(t *testing.T) {
 	}
 	keys := []string{"envoy", "fixed", "sliding", "bucket", "gcra", "syncmode"}
 	rapid.Check(t, func(rt *rapid.T) {
-		store := NewRedis(c, testsvc.Unique("x"), 0)
+		store := counters.NewRedis(c, testsvc.Unique("x"), 0)
 		clk := &fakeClock{}
 		clk.ns.Store(w0)
-		store.pin = clk.Now // the sync scripts run on the test's clock
+		store.PinClock(clk.Now) // the sync scripts run on the test's clock
 		ch, err := checker.New(checker.Config{InstanceName: "x"}, config.NewStore(rs), store, applyProducer{store, rt}, clk)
 		if err != nil {
 			rt.Fatal(err)

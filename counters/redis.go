@@ -11,14 +11,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 )
 
 // Redis is the shared counter store in Redis (standalone, Sentinel or
 // Cluster through a go-redis UniversalClient). It implements
-// checker.CounterStore, and ApplyBatch for the aggregator. Safe for
+// Store, and ApplyBatch for the aggregator. Safe for
 // concurrent use.
 type Redis struct {
 	c      redis.UniversalClient
@@ -30,6 +29,12 @@ type Redis struct {
 	// scripts; production always uses Redis TIME.
 	pin func() int64
 }
+
+// PinClock makes the `mode: sync` scripts run on clock (unix ns) instead
+// of the Redis server's TIME. For the conformance suite only, which drives
+// the scripts and the exact limiter through the same instants; production
+// never calls it.
+func (r *Redis) PinClock(clock func() int64) { r.pin = clock }
 
 // Ping checks that the servers answer (every node of a cluster).
 func (r *Redis) Ping(ctx context.Context) error {
@@ -93,7 +98,7 @@ func unavailable(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("%w: %s: %v", checker.ErrStoreUnavailable, op, err)
+	return fmt.Errorf("%w: %s: %v", ErrStoreUnavailable, op, err)
 }
 
 // windowTTL keeps a window one window past its end (a sliding window
@@ -102,9 +107,9 @@ func (r *Redis) windowTTL(start, window, now int64) int64 {
 	return max(1, (start+2*window-now)/int64(time.Millisecond)) + int64(r.slack/time.Millisecond)
 }
 
-// Read implements checker.CounterStore: one pipeline for the batch (in a
+// Read implements Store: one pipeline for the batch (in a
 // cluster, one per node).
-func (r *Redis) Read(ctx context.Context, instance string, items []checker.ReadItem) error {
+func (r *Redis) Read(ctx context.Context, instance string, items []ReadItem) error {
 	if len(items) == 0 {
 		return nil
 	}
@@ -113,7 +118,7 @@ func (r *Redis) Read(ctx context.Context, instance string, items []checker.ReadI
 	gets := make([]*redis.SliceCmd, len(items))
 	for i := range items {
 		it := &items[i]
-		if it.Kind == checker.KindTAT {
+		if it.Kind == KindTAT {
 			gets[i] = p.HMGet(ctx, r.BucketKey(it.Key), "tat", "c", "n", f, sf, zf, "g")
 		} else {
 			gets[i] = p.HMGet(ctx, r.WindowKey(it.Key, it.Window), "t", "c", "n", f, sf, zf, "g")
@@ -125,7 +130,7 @@ func (r *Redis) Read(ctx context.Context, instance string, items []checker.ReadI
 	for i := range items {
 		it := &items[i]
 		vals := gets[i].Val()
-		*it = checker.ReadItem{Key: it.Key, Kind: it.Kind, Window: it.Window}
+		*it = ReadItem{Key: it.Key, Kind: it.Kind, Window: it.Window}
 		if len(vals) != 7 {
 			continue
 		}
@@ -135,7 +140,7 @@ func (r *Redis) Read(ctx context.Context, instance string, items []checker.ReadI
 		it.Total, it.Cum, it.Instances = num(vals[0]), num(vals[1]), int(num(vals[2]))
 		it.OwnMem, it.OwnSync, it.Base, it.Gen = num(vals[3]), num(vals[4]), num(vals[5]), num(vals[6])
 		it.Own = it.OwnMem + it.OwnSync - it.Base
-		if it.Kind == checker.KindTAT {
+		if it.Kind == KindTAT {
 			it.Total *= int64(time.Microsecond)
 		}
 	}
@@ -184,9 +189,9 @@ func ints(v any) ([]int64, error) {
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
-// Charge implements checker.CounterStore.
-func (r *Redis) Charge(ctx context.Context, q *checker.ChargeRequest) (checker.ChargeResult, error) {
-	if q.Kind == checker.KindTAT {
+// Charge implements Store.
+func (r *Redis) Charge(ctx context.Context, q *ChargeRequest) (ChargeResult, error) {
+	if q.Kind == KindTAT {
 		return r.chargeBucket(ctx, q)
 	}
 	W := q.WindowNanos
@@ -203,49 +208,49 @@ func (r *Redis) Charge(ctx context.Context, q *checker.ChargeRequest) (checker.C
 		ceilDiv(W-elapsed, int64(time.Millisecond)), W/int64(time.Millisecond), bool01(q.ChargeDenied),
 		r.windowTTL(q.Window, W, q.Now), r.windowTTL(q.Window-W, W, q.Now), q.OtherShards, q.PrevOtherShards).Result()
 	if err != nil {
-		return checker.ChargeResult{}, unavailable("charge", err)
+		return ChargeResult{}, unavailable("charge", err)
 	}
 	v, err := ints(res)
 	if err != nil || len(v) != 10 {
-		return checker.ChargeResult{}, fmt.Errorf("counters: charge window: %v %v", v, err)
+		return ChargeResult{}, fmt.Errorf("counters: charge window: %v %v", v, err)
 	}
-	return checker.ChargeResult{Allowed: v[0] == 1, Total: v[1], Own: v[2], PrevTotal: v[3], PrevOwn: v[4],
+	return ChargeResult{Allowed: v[0] == 1, Total: v[1], Own: v[2], PrevTotal: v[3], PrevOwn: v[4],
 		Instances: int(v[5]), OwnMem: v[6], OwnSync: v[7], Base: v[8], PrevBase: v[9]}, nil
 }
 
-func (r *Redis) chargeBucket(ctx context.Context, q *checker.ChargeRequest) (checker.ChargeResult, error) {
+func (r *Redis) chargeBucket(ctx context.Context, q *ChargeRequest) (ChargeResult, error) {
 	us := int64(time.Microsecond)
 	res, err := chargeBucket.Run(ctx, r.c, []string{r.BucketKey(q.Key)},
 		q.Instance, q.Cost, q.Burst, q.RateTokens, q.WindowNanos/us, q.OwnCum, ceilDiv(q.LocalTAT, us), q.Now/us,
 		int64(r.slack/time.Millisecond)).Result()
 	if err != nil {
-		return checker.ChargeResult{}, unavailable("charge", err)
+		return ChargeResult{}, unavailable("charge", err)
 	}
 	v, err := ints(res)
 	if err != nil || len(v) != 9 {
-		return checker.ChargeResult{}, fmt.Errorf("counters: charge bucket: %v %v", v, err)
+		return ChargeResult{}, fmt.Errorf("counters: charge bucket: %v %v", v, err)
 	}
-	return checker.ChargeResult{Allowed: v[0] == 1, Total: v[1] * us, Cum: v[2], Own: v[3], Instances: int(v[4]),
+	return ChargeResult{Allowed: v[0] == 1, Total: v[1] * us, Cum: v[2], Own: v[3], Instances: int(v[4]),
 		OwnMem: v[5], OwnSync: v[6], Base: v[7], Gen: v[8]}, nil
 }
 
-// Refund implements checker.CounterStore.
-func (r *Redis) Refund(ctx context.Context, q *checker.ChargeRequest) error {
+// Refund implements Store.
+func (r *Redis) Refund(ctx context.Context, q *ChargeRequest) error {
 	key, tat := r.WindowKey(q.Key, q.Window), int64(0)
-	if q.Kind == checker.KindTAT {
+	if q.Kind == KindTAT {
 		key = r.BucketKey(q.Key)
 		tat = ceilDiv(q.Cost*(q.WindowNanos/int64(time.Microsecond)), q.RateTokens)
 	}
 	return unavailable("refund", refund.Run(ctx, r.c, []string{key}, q.Instance, q.Cost, tat).Err())
 }
 
-// Reset implements checker.Resetter (EVAL, not EVALSHA: a pipeline cannot
+// Reset implements Resetter (EVAL, not EVALSHA: a pipeline cannot
 // fall back on NOSCRIPT, and resets are rare): one script per key (a hot key's
 // shards live in different slots), all in one pipeline.
-func (r *Redis) Reset(ctx context.Context, items []checker.ResetItem) error {
+func (r *Redis) Reset(ctx context.Context, items []ResetItem) error {
 	p := r.c.Pipeline()
 	for _, it := range items {
-		if it.Kind == checker.KindTAT {
+		if it.Kind == KindTAT {
 			resetCounter.Eval(ctx, p, []string{r.BucketKey(it.Key)}, "b")
 		} else {
 			resetCounter.Eval(ctx, p, []string{r.WindowKey(it.Key, it.Window)}, "w")

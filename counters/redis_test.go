@@ -7,7 +7,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/velvetrope/velvetrope/checker"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 )
@@ -17,11 +16,11 @@ const w0 = int64(1_700_006_400) * 1e9
 // store is what the conformance suite drives: a counter store the
 // aggregator can also apply to.
 type store interface {
-	checker.CounterStore
+	Store
 	apply(ctx context.Context, batch []Delivered) (applied, skipped int)
 }
 
-type memStore struct{ *checker.MemStore }
+type memStore struct{ *MemStore }
 
 func (m memStore) apply(_ context.Context, batch []Delivered) (a, s int) {
 	for _, x := range batch {
@@ -49,7 +48,7 @@ func (r redisStore) apply(ctx context.Context, batch []Delivered) (int, int) {
 
 func stores(t *testing.T) map[string]store {
 	t.Helper()
-	out := map[string]store{"memory": memStore{checker.NewMemStore()}}
+	out := map[string]store{"memory": memStore{NewMemStore()}}
 	if addr := testsvcAddr(t, testsvc.EnvRedis); addr != nil {
 		c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addr})
 		t.Cleanup(func() { c.Close() })
@@ -82,9 +81,9 @@ func winDelta(inst string, seq uint64, key string, counted, ownAfter uint64) *ev
 		FirstUnixNanos: w0 + 1, LastUnixNanos: w0 + 2}
 }
 
-func read(t *testing.T, s store, inst, key string, kind checker.Kind) checker.ReadItem {
+func read(t *testing.T, s store, inst, key string, kind Kind) ReadItem {
 	t.Helper()
-	items := []checker.ReadItem{{Key: key, Kind: kind, Window: w0}}
+	items := []ReadItem{{Key: key, Kind: kind, Window: w0}}
 	if err := s.Read(context.Background(), inst, items); err != nil {
 		t.Fatal(err)
 	}
@@ -99,13 +98,13 @@ func TestStoreConformance(t *testing.T) {
 			ctx := context.Background()
 			key := "api:k|k=" + name
 			// charges: limit 10, instance a has 3 unapplied hits
-			q := &checker.ChargeRequest{Key: key, Kind: checker.KindWindow, Instance: "a/1", Now: w0 + 5e9, Cost: 4,
+			q := &ChargeRequest{Key: key, Kind: KindWindow, Instance: "a/1", Now: w0 + 5e9, Cost: 4,
 				Window: w0, WindowNanos: 60e9, Ceiling: 10, OwnEmitted: 3}
 			res, err := s.Charge(ctx, q)
 			if err != nil || !res.Allowed || res.Total != 7 || res.Own != 7 {
 				t.Fatalf("charge 1: %+v %v", res, err)
 			}
-			q2 := &checker.ChargeRequest{Key: key, Kind: checker.KindWindow, Instance: "b/1", Now: w0 + 6e9, Cost: 4,
+			q2 := &ChargeRequest{Key: key, Kind: KindWindow, Instance: "b/1", Now: w0 + 6e9, Cost: 4,
 				Window: w0, WindowNanos: 60e9, Ceiling: 10}
 			if res, _ := s.Charge(ctx, q2); res.Allowed || res.Total != 7 || res.Instances != 1 {
 				t.Fatalf("charge over the limit: %+v", res)
@@ -117,7 +116,7 @@ func TestStoreConformance(t *testing.T) {
 			if err := s.Refund(ctx, q2); err != nil {
 				t.Fatal(err)
 			}
-			if it := read(t, s, "b/1", key, checker.KindWindow); it.Total != 7 || it.Own != 0 {
+			if it := read(t, s, "b/1", key, KindWindow); it.Total != 7 || it.Own != 0 {
 				t.Fatalf("after refund: %+v", it)
 			}
 			// a's in-flight delta (3 hits, own_after 3) arrives after the
@@ -126,7 +125,7 @@ func TestStoreConformance(t *testing.T) {
 			if a != 1 || sk != 0 {
 				t.Fatalf("apply: %d %d", a, sk)
 			}
-			if it := read(t, s, "a/1", key, checker.KindWindow); it.Total != 7 || it.Own != 7 {
+			if it := read(t, s, "a/1", key, KindWindow); it.Total != 7 || it.Own != 7 {
 				t.Fatalf("after the folded delta: %+v", it)
 			}
 			// a later delta adds; its copy (retry, replay) does not
@@ -135,13 +134,13 @@ func TestStoreConformance(t *testing.T) {
 			if a != 1 || sk != 1 {
 				t.Fatalf("apply with a copy: applied %d skipped %d", a, sk)
 			}
-			if it := read(t, s, "a/1", key, checker.KindWindow); it.Total != 9 || it.Own != 9 || it.Instances != 2 {
+			if it := read(t, s, "a/1", key, KindWindow); it.Total != 9 || it.Own != 9 || it.Instances != 2 {
 				t.Fatalf("after the second delta: %+v", it)
 			}
 			// a delta without own_after (a key the checker created again)
 			// adds its counted hits
 			s.apply(ctx, []Delivered{{1, winDelta("c/1", 5, key, 1, 0)}})
-			if it := read(t, s, "c/1", key, checker.KindWindow); it.Total != 10 || it.Own != 1 {
+			if it := read(t, s, "c/1", key, KindWindow); it.Total != 10 || it.Own != 1 {
 				t.Fatalf("additive delta: %+v", it)
 			}
 		})
@@ -155,7 +154,7 @@ func TestBucketConformance(t *testing.T) {
 			key := "api:b|b=" + name
 			now := w0 + 1e9
 			// 10 per second, burst 5: T = 100 ms
-			q := &checker.ChargeRequest{Key: key, Kind: checker.KindTAT, Instance: "a/1", Now: now, Cost: 5,
+			q := &ChargeRequest{Key: key, Kind: KindTAT, Instance: "a/1", Now: now, Cost: 5,
 				WindowNanos: 1e9, Burst: 5, RateTokens: 10}
 			res, err := s.Charge(ctx, q)
 			if err != nil || !res.Allowed || res.Total != now+500e6 || res.Cum != 5 {
@@ -169,7 +168,7 @@ func TestBucketConformance(t *testing.T) {
 			if res, _ := s.Charge(ctx, q); !res.Allowed || res.Total != now+600e6 {
 				t.Fatalf("after 100ms: %+v", res)
 			}
-			if it := read(t, s, "a/1", key, checker.KindTAT); it.Cum != 6 || it.Own != 6 || it.Total != now+600e6 {
+			if it := read(t, s, "a/1", key, KindTAT); it.Cum != 6 || it.Own != 6 || it.Total != now+600e6 {
 				t.Fatalf("read: %+v", it)
 			}
 			// a delta from another instance raises the TAT
@@ -178,7 +177,7 @@ func TestBucketConformance(t *testing.T) {
 				AllowedCost: 2, CountedCost: 2, FirstUnixNanos: now + 100e6, LastUnixNanos: now + 100e6,
 				TatAfterUnixNanos: now + 300e6, OwnAfter: 2}
 			s.apply(ctx, []Delivered{{0, d}, {0, d}})
-			if it := read(t, s, "b/1", key, checker.KindTAT); it.Total != now+800e6 || it.Cum != 8 || it.Own != 2 {
+			if it := read(t, s, "b/1", key, KindTAT); it.Total != now+800e6 || it.Cum != 8 || it.Own != 2 {
 				t.Fatalf("after b's delta: %+v", it)
 			}
 		})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 )
@@ -16,11 +15,11 @@ import (
 func TestResetConformance(t *testing.T) {
 	ctx := context.Background()
 	for name, s := range stores(t) {
-		rst := s.(checker.Resetter)
+		rst := s.(Resetter)
 		t.Run(name+"/window", func(t *testing.T) {
 			key := testsvc.Unique("api:k=") + "r"
-			charge := func(inst string, cost, emitted int64) checker.ChargeResult {
-				res, err := s.Charge(ctx, &checker.ChargeRequest{Key: key, Kind: checker.KindWindow, Instance: inst,
+			charge := func(inst string, cost, emitted int64) ChargeResult {
+				res, err := s.Charge(ctx, &ChargeRequest{Key: key, Kind: KindWindow, Instance: inst,
 					Now: w0 + 1e9, Cost: cost, Window: w0, WindowNanos: 60e9, Ceiling: 10, OwnEmitted: emitted})
 				if err != nil {
 					t.Fatal(err)
@@ -30,17 +29,17 @@ func TestResetConformance(t *testing.T) {
 			charge("a/1", 3, 0)
 			s.apply(ctx, []Delivered{{0, winDelta("b/1", 1, key, 2, 2)}})
 			late := winDelta("b/1", 2, key, 1, 3) // decided before the reset, applied after it
-			if err := rst.Reset(ctx, []checker.ResetItem{{Key: key, Kind: checker.KindWindow, Window: w0}}); err != nil {
+			if err := rst.Reset(ctx, []ResetItem{{Key: key, Kind: KindWindow, Window: w0}}); err != nil {
 				t.Fatal(err)
 			}
-			if it := read(t, s, "a/1", key, checker.KindWindow); it.Total != 0 || it.Own != 0 || it.Base != 3 || it.OwnSync != 3 {
+			if it := read(t, s, "a/1", key, KindWindow); it.Total != 0 || it.Own != 0 || it.Base != 3 || it.OwnSync != 3 {
 				t.Fatalf("a after the reset: %+v", it)
 			}
-			if it := read(t, s, "b/1", key, checker.KindWindow); it.Total != 0 || it.Own != 0 || it.Base != 2 || it.OwnMem != 2 {
+			if it := read(t, s, "b/1", key, KindWindow); it.Total != 0 || it.Own != 0 || it.Base != 2 || it.OwnMem != 2 {
 				t.Fatalf("b after the reset: %+v", it)
 			}
 			s.apply(ctx, []Delivered{{0, late}})
-			if it := read(t, s, "b/1", key, checker.KindWindow); it.Total != 1 || it.Own != 1 {
+			if it := read(t, s, "b/1", key, KindWindow); it.Total != 1 || it.Own != 1 {
 				t.Fatalf("the late delta must add its one hit: %+v", it)
 			}
 			// a charges 9 more (emitted 0 in memory): 1 + 9 = 10 fits the ceiling.
@@ -54,7 +53,7 @@ func TestResetConformance(t *testing.T) {
 		t.Run(name+"/bucket", func(t *testing.T) {
 			key := testsvc.Unique("api:b=") + "r"
 			now := w0 + 5e9
-			q := &checker.ChargeRequest{Key: key, Kind: checker.KindTAT, Instance: "a/1", Now: now, Cost: 5,
+			q := &ChargeRequest{Key: key, Kind: KindTAT, Instance: "a/1", Now: now, Cost: 5,
 				WindowNanos: 1e9, Burst: 5, RateTokens: 10}
 			if res, err := s.Charge(ctx, q); err != nil || !res.Allowed || res.Gen != 0 {
 				t.Fatalf("first burst: %+v %v", res, err)
@@ -62,10 +61,10 @@ func TestResetConformance(t *testing.T) {
 			if res, _ := s.Charge(ctx, q); res.Allowed {
 				t.Fatal("an empty bucket admitted")
 			}
-			if err := rst.Reset(ctx, []checker.ResetItem{{Key: key, Kind: checker.KindTAT}}); err != nil {
+			if err := rst.Reset(ctx, []ResetItem{{Key: key, Kind: KindTAT}}); err != nil {
 				t.Fatal(err)
 			}
-			if it := read(t, s, "a/1", key, checker.KindTAT); it.Total != 0 || it.Gen != 1 || it.Own != 0 || it.Base != 5 {
+			if it := read(t, s, "a/1", key, KindTAT); it.Total != 0 || it.Gen != 1 || it.Own != 0 || it.Base != 5 {
 				t.Fatalf("after the reset: %+v", it)
 			}
 			q.OwnCum = 0
@@ -81,14 +80,14 @@ func TestResetConformance(t *testing.T) {
 func TestResetSync(t *testing.T) {
 	ctx := context.Background()
 	for name, s := range stores(t) {
-		ss, ok := s.(checker.SyncStore)
+		ss, ok := s.(SyncStore)
 		if !ok {
 			continue
 		}
-		rst := s.(checker.Resetter)
+		rst := s.(Resetter)
 		for _, alg := range []string{"", "fixed_window", "sliding_window", "gcra", "sliding_log"} {
 			t.Run(name+"/"+alg, func(t *testing.T) {
-				q := checker.SyncRequest{Key: testsvc.Unique("api:s="), Algorithm: config.Algorithm(alg), Limit: 2, Window: 60e9, Cost: 1}
+				q := SyncRequest{Key: testsvc.Unique("api:s="), Algorithm: config.Algorithm(alg), Limit: 2, Window: 60e9, Cost: 1}
 				if alg == "gcra" {
 					q.Tokens = 2
 				}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/limiter"
 )
@@ -19,7 +18,7 @@ import (
 //	<stem>:g                    STRING  TAT in µs (token bucket, GCRA, leaky bucket)
 //	<stem>:l / <stem>:lm        ZSET / HASH  sliding log hits / sum, clock, sequence
 //	<stem>:r:<request id>#<cost> STRING  stored answer of an idempotent request
-func (r *Redis) syncKeys(q *checker.SyncRequest) []string {
+func (r *Redis) syncKeys(q *SyncRequest) []string {
 	stem := r.base(q.Key + "|" + string(q.Algorithm))
 	rid := stem + ":r:" + q.IdempotencyKey()
 	switch {
@@ -31,10 +30,10 @@ func (r *Redis) syncKeys(q *checker.SyncRequest) []string {
 	return []string{stem + ":s", rid}
 }
 
-// ResetSync implements checker.Resetter: every key of the counter (both
+// ResetSync implements Resetter: every key of the counter (both
 // windows a sliding window weighs, the TAT, the log); stored answers of
 // idempotent requests stay.
-func (r *Redis) ResetSync(ctx context.Context, q *checker.SyncRequest) error {
+func (r *Redis) ResetSync(ctx context.Context, q *SyncRequest) error {
 	stem := r.base(q.Key + "|" + string(q.Algorithm))
 	us := int64(time.Microsecond)
 	now := q.Now
@@ -54,9 +53,9 @@ func (r *Redis) ResetSync(ctx context.Context, q *checker.SyncRequest) error {
 	return unavailable("reset sync", resetSync.Run(ctx, r.c, keys, window, now/us).Err())
 }
 
-// ChargeSync implements checker.SyncStore: the rule's algorithm, atomic in
+// ChargeSync implements SyncStore: the rule's algorithm, atomic in
 // one script, on the Redis server's clock.
-func (r *Redis) ChargeSync(ctx context.Context, q *checker.SyncRequest) (checker.SyncResult, error) {
+func (r *Redis) ChargeSync(ctx context.Context, q *SyncRequest) (SyncResult, error) {
 	us := int64(time.Microsecond)
 	ttl := int64(0)
 	if q.RequestID != "" {
@@ -77,21 +76,21 @@ func (r *Redis) ChargeSync(ctx context.Context, q *checker.SyncRequest) (checker
 	case config.AlgSlidingLog:
 		cmd = syncLog.Run(ctx, r.c, keys, now/us, ttl, q.Limit, q.Window/us, q.Cost)
 	default:
-		return checker.SyncResult{}, fmt.Errorf("counters: sync: unknown algorithm %q", q.Algorithm)
+		return SyncResult{}, fmt.Errorf("counters: sync: unknown algorithm %q", q.Algorithm)
 	}
 	res, err := cmd.Result()
 	if err != nil {
-		return checker.SyncResult{}, unavailable("sync charge", err)
+		return SyncResult{}, unavailable("sync charge", err)
 	}
 	arr, ok := res.([]any)
 	if !ok || len(arr) != 5 {
-		return checker.SyncResult{}, fmt.Errorf("counters: sync charge answered %v", res)
+		return SyncResult{}, fmt.Errorf("counters: sync charge answered %v", res)
 	}
 	v, err := ints(arr[:4])
 	if err != nil {
-		return checker.SyncResult{}, err
+		return SyncResult{}, err
 	}
-	out := checker.SyncResult{Allowed: v[0] == 1, Remaining: v[1], ResetAfter: time.Duration(v[2] * us),
+	out := SyncResult{Allowed: v[0] == 1, Remaining: v[1], ResetAfter: time.Duration(v[2] * us),
 		RetryAfter: time.Duration(v[3] * us)}
 	if v[3] < 0 {
 		out.RetryAfter = limiter.Never
@@ -105,8 +104,8 @@ func (r *Redis) ChargeSync(ctx context.Context, q *checker.SyncRequest) (checker
 	return out, nil
 }
 
-// RefundSync implements checker.SyncStore.
-func (r *Redis) RefundSync(ctx context.Context, q *checker.SyncRequest, token string) error {
+// RefundSync implements SyncStore.
+func (r *Redis) RefundSync(ctx context.Context, q *SyncRequest, token string) error {
 	keys := r.syncKeys(q)
 	kind, perToken := "w", 0.0
 	switch {

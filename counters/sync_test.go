@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
@@ -23,8 +22,8 @@ type syncStep struct {
 // whose per-token time is a whole number of microseconds (the scripts'
 // resolution), and a fixed walk of times and costs: refills, window
 // rollovers, refusals, probes, costs that never fit, clock standing still.
-func syncCases() []checker.SyncRequest {
-	return []checker.SyncRequest{
+func syncCases() []SyncRequest {
+	return []SyncRequest{
 		{Algorithm: "", Limit: 10, Window: int64(time.Second)},
 		{Algorithm: "fixed_window", Limit: 10, Window: int64(time.Second)},
 		{Algorithm: "sliding_window", Limit: 10, Window: int64(time.Second)},
@@ -74,7 +73,7 @@ func TestSyncConformance(t *testing.T) {
 		for i, base := range syncCases() {
 			t.Run(name+"/"+algName(base.Algorithm), func(t *testing.T) {
 				store := NewRedis(client, testsvc.Unique("s"), 0)
-				mem := checker.NewMemStore()
+				mem := NewMemStore()
 				now := w0 + 123*int64(time.Millisecond)
 				for j, st := range walk(uint64(i)) {
 					now += st.dtMS * int64(time.Millisecond)

@@ -1,4 +1,4 @@
-package counters
+package counters_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
 )
@@ -41,7 +42,7 @@ func TestPausedRedisCostsNoWaiting(t *testing.T) {
 	f, _ := config.ParseRules("p.yaml", []byte(pausedRules))
 	rs, _ := config.Compile([]*config.File{f})
 	ch, err := checker.New(checker.Config{StoreTimeout: 150 * time.Millisecond, BreakerFailures: 3, BreakerOpenFor: time.Hour},
-		config.NewStore(rs), NewRedis(rc, testsvc.Unique("pause"), 0), nopProducer{}, limiter.SystemClock{})
+		config.NewStore(rs), counters.NewRedis(rc, testsvc.Unique("pause"), 0), nopProducer{}, limiter.SystemClock{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/testrules"
 )
@@ -46,7 +47,7 @@ var engines = []struct {
 		return testrules.Local(t, rules, clk, 0)
 	}},
 	{"async", func(t *testing.T, rules *config.Store, clk *testrules.Clock) Checker {
-		ms := checker.NewMemStore()
+		ms := counters.NewMemStore()
 		ms.SetClock(clk)
 		bus, err := events.NewMemBus(1, 64<<20)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 )
@@ -66,7 +67,7 @@ func newMix(t *testing.T, n int, seed uint64) *mix {
 	}
 	clk := &clock{}
 	clk.ns.Store(t0.UnixNano())
-	ms := checker.NewMemStore()
+	ms := counters.NewMemStore()
 	ms.SetClock(clk)
 	rec := &recorder{}
 	c, err := checker.New(checker.Config{InstanceName: "mix"}, config.NewStore(rs), ms, rec, clk)

@@ -18,6 +18,7 @@ import (
 	"github.com/velvetrope/velvetrope/aggregator"
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/admin"
 	"github.com/velvetrope/velvetrope/internal/analytics"
@@ -124,7 +125,7 @@ func devModule(app config.App, logger *slog.Logger) fx.Option {
 		fx.Supply(app, logger),
 		fx.Provide(
 			newRuleStore,
-			checker.NewMemStore,
+			counters.NewMemStore,
 			func() (*events.MemBus, error) { return events.NewMemBus(16, 1<<20) },
 			newDevUsage,
 			newDevChecker,
@@ -148,7 +149,7 @@ func checkerConfig(app config.App, logger *slog.Logger) checker.Config {
 }
 
 func newDevChecker(lc fx.Lifecycle, app config.App, logger *slog.Logger, rules *config.Store,
-	store *checker.MemStore, bus *events.MemBus) (*checker.Checker, error) {
+	store *counters.MemStore, bus *events.MemBus) (*checker.Checker, error) {
 	c, err := checker.New(checkerConfig(app, logger), rules, store, bus, limiter.SystemClock{})
 	if err != nil {
 		return nil, err
@@ -159,7 +160,7 @@ func newDevChecker(lc fx.Lifecycle, app config.App, logger *slog.Logger, rules *
 
 // runEmbeddedAggregator applies the bus's deltas to the in-memory store
 // and hands them to the usage writer.
-func runEmbeddedAggregator(lc fx.Lifecycle, bus *events.MemBus, store *checker.MemStore, usage *sink.Writer, logger *slog.Logger) {
+func runEmbeddedAggregator(lc fx.Lifecycle, bus *events.MemBus, store *counters.MemStore, usage *sink.Writer, logger *slog.Logger) {
 	agg := aggregator.NewEmbedded(bus, store, logger).WithAnalytics(usage)
 	// Stop order is the reverse of start: the checker's final flush lands
 	// on the bus before the aggregator stops; the bus closes last.
@@ -168,7 +169,7 @@ func runEmbeddedAggregator(lc fx.Lifecycle, bus *events.MemBus, store *checker.M
 }
 
 // expireCounters drops in-memory counters that carry no information.
-func expireCounters(lc fx.Lifecycle, store *checker.MemStore) {
+func expireCounters(lc fx.Lifecycle, store *counters.MemStore) {
 	stop, done := make(chan struct{}), make(chan struct{})
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {

@@ -21,6 +21,7 @@ import (
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/client"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 )
 
 // Keys is what the per-key operator endpoints act on; *checker.Checker
@@ -28,10 +29,10 @@ import (
 type Keys interface {
 	Inspect(ctx context.Context, domain string, entries []config.Entry) (checker.KeyState, error)
 	Reset(ctx context.Context, domain string, entries []config.Entry) (checker.ResetResult, error)
-	SetControl(ctx context.Context, spec checker.ControlSpec) (checker.Control, error)
+	SetControl(ctx context.Context, spec checker.ControlSpec) (counters.Control, error)
 	DeleteControl(ctx context.Context, id string) (bool, error)
-	Controls() []checker.Control
-	ControlFor(domain string, entries []config.Entry) (checker.Control, bool)
+	Controls() []counters.Control
+	ControlFor(domain string, entries []config.Entry) (counters.Control, bool)
 }
 
 // Admin serves the endpoints over one rule store.
@@ -78,7 +79,7 @@ func (a *Admin) Register(mux *http.ServeMux) {
 // operator control in force for the descriptor, if any.
 type KeyJSON struct {
 	checker.KeyState
-	Control *checker.Control `json:"control,omitempty"`
+	Control *counters.Control `json:"control,omitempty"`
 }
 
 // inspect answers GET /v1/keys?domain=D&descriptor=k=v[,k2=v2]: the
@@ -144,7 +145,7 @@ type ControlRequest struct {
 
 // ControlsJSON is the body of GET /v1/controls.
 type ControlsJSON struct {
-	Controls []checker.Control `json:"controls"`
+	Controls []counters.Control `json:"controls"`
 }
 
 func (a *Admin) listControls(w http.ResponseWriter, _ *http.Request) (string, int) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/limiter"
 )
@@ -149,7 +150,7 @@ func TestInspectKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := checker.New(checker.Config{}, store, checker.NewMemStore(), bus, limiter.SystemClock{})
+	c, err := checker.New(checker.Config{}, store, counters.NewMemStore(), bus, limiter.SystemClock{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +214,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := checker.New(checker.Config{HashKey: []byte("k")}, store, checker.NewMemStore(), bus, limiter.SystemClock{})
+	c, err := checker.New(checker.Config{HashKey: []byte("k")}, store, counters.NewMemStore(), bus, limiter.SystemClock{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -121,7 +121,7 @@ func (fl *fleet) load(t *testing.T, key string, total, workers int, pace time.Du
 
 func (fl *fleet) redisTotal(t *testing.T, counter string, window int64) int64 {
 	t.Helper()
-	items := []checker.ReadItem{{Key: counter, Kind: checker.KindWindow, Window: window}}
+	items := []counters.ReadItem{{Key: counter, Kind: counters.KindWindow, Window: window}}
 	if err := fl.store.Read(context.Background(), "nobody/0", items); err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestHotKeyShardsMeasured(t *testing.T) {
 	for {
 		var sum int64
 		for i := range int64(4) {
-			sum += fl.redisTotal(t, checker.ShardKey("api:hot|hot=shared", i), window)
+			sum += fl.redisTotal(t, counters.ShardKey("api:hot|hot=shared", i), window)
 		}
 		if sum == admitted {
 			break

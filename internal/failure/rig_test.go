@@ -26,7 +26,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 )
@@ -417,7 +416,7 @@ func (r *rig) counted(t *testing.T, key string) int64 {
 	var sum int64
 	for _, w := range r.windows() {
 		if strings.HasPrefix(key, "tenant=") {
-			q := checker.SyncRequest{Key: "api:tenant|" + key, Algorithm: "fixed_window", Limit: limit,
+			q := counters.SyncRequest{Key: "api:tenant|" + key, Algorithm: "fixed_window", Limit: limit,
 				Window: int64(time.Hour), Cost: 0, Now: w + 1}
 			res, err := r.store.ChargeSync(ctx, &q)
 			if err != nil {
@@ -426,7 +425,7 @@ func (r *rig) counted(t *testing.T, key string) int64 {
 			sum += limit - res.Remaining
 			continue
 		}
-		items := []checker.ReadItem{{Key: "api:user_id|" + key, Kind: checker.KindWindow, Window: w}}
+		items := []counters.ReadItem{{Key: "api:user_id|" + key, Kind: counters.KindWindow, Window: w}}
 		if err := r.store.Read(ctx, "failure-suite/0", items); err != nil {
 			t.Fatal(err)
 		}

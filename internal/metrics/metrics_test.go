@@ -3,10 +3,11 @@ package metrics
 import (
 	"time"
 
-	"github.com/velvetrope/velvetrope/internal/hist"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/velvetrope/velvetrope/internal/hist"
 )
 
 func TestExposition(t *testing.T) {

@@ -1,11 +1,15 @@
-package checker
+package counters
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/velvetrope/velvetrope/config"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
@@ -84,8 +88,9 @@ func (s *MemStore) check() error {
 	return nil
 }
 
-// span returns ceil(n × period / tokens) in ns, saturating.
-func span(n, period, tokens int64) int64 {
+// Span is the time n hits take at tokens per period: ceil(n × period /
+// tokens) in ns, saturating. A bucket's theoretical arrival time moves by it.
+func Span(n, period, tokens int64) int64 {
 	if n <= 0 {
 		return 0
 	}
@@ -103,7 +108,7 @@ func span(n, period, tokens int64) int64 {
 	return int64(q)
 }
 
-// Read implements [CounterStore].
+// Read implements [Store].
 func (s *MemStore) Read(_ context.Context, instance string, items []ReadItem) error {
 	if err := s.check(); err != nil {
 		return err
@@ -146,7 +151,7 @@ func (s *MemStore) create(k Kind, key string, window, windowNanos int64) *memCou
 	return c
 }
 
-// Charge implements [CounterStore].
+// Charge implements [Store].
 func (s *MemStore) Charge(_ context.Context, r *ChargeRequest) (ChargeResult, error) {
 	if err := s.check(); err != nil {
 		return ChargeResult{}, err
@@ -187,7 +192,7 @@ func (s *MemStore) chargeWindow(r *ChargeRequest) ChargeResult {
 	}
 	// prev·(W−e) + (total+cost)·W <= ceiling·W, exactly (no rounding in
 	// anyone's favour); for a fixed window prev is 0.
-	res := ChargeResult{Allowed: mulLE(prevTotal+r.PrevOtherShards, W-elapsed, c.total+r.OtherShards+r.Cost, W, r.Ceiling, W),
+	res := ChargeResult{Allowed: WeightedLE(prevTotal+r.PrevOtherShards, W-elapsed, c.total+r.OtherShards+r.Cost, W, r.Ceiling, W),
 		PrevTotal: prevTotal, PrevOwn: prevOwn, PrevBase: prevBase}
 	if res.Allowed || r.ChargeDenied {
 		c.total += r.Cost
@@ -206,9 +211,9 @@ func (s *MemStore) chargeTAT(r *ChargeRequest) ChargeResult {
 		s.tat[r.Key] = c
 	}
 	unapplied := max(0, r.OwnCum-c.own[r.Instance])
-	base := max(c.total+span(unapplied, r.WindowNanos, r.RateTokens), r.LocalTAT, r.Now)
-	after := base + span(r.Cost, r.WindowNanos, r.RateTokens)
-	res := ChargeResult{Allowed: after-r.Now <= span(r.Burst, r.WindowNanos, r.RateTokens)}
+	base := max(c.total+Span(unapplied, r.WindowNanos, r.RateTokens), r.LocalTAT, r.Now)
+	after := base + Span(r.Cost, r.WindowNanos, r.RateTokens)
+	res := ChargeResult{Allowed: after-r.Now <= Span(r.Burst, r.WindowNanos, r.RateTokens)}
 	c.total, c.cum = max(c.total, base), c.cum+unapplied
 	if r.OwnCum > c.own[r.Instance] {
 		c.own[r.Instance] = r.OwnCum
@@ -251,7 +256,7 @@ func (s *MemStore) Reset(_ context.Context, items []ResetItem) error {
 	return nil
 }
 
-// Refund implements [CounterStore].
+// Refund implements [Store].
 func (s *MemStore) Refund(_ context.Context, r *ChargeRequest) error {
 	if err := s.check(); err != nil {
 		return err
@@ -263,7 +268,7 @@ func (s *MemStore) Refund(_ context.Context, r *ChargeRequest) error {
 		return nil
 	}
 	if r.Kind == KindTAT {
-		c.total -= span(r.Cost, r.WindowNanos, r.RateTokens)
+		c.total -= Span(r.Cost, r.WindowNanos, r.RateTokens)
 		c.cum -= r.Cost
 	} else {
 		c.total = max(0, c.total-r.Cost)
@@ -299,7 +304,7 @@ func (s *MemStore) Apply(partition int, d *eventsv1.Delta) bool {
 	add := ApplyAmount(c.own[d.InstanceId], d)
 	c.own[d.InstanceId] = max(c.own[d.InstanceId]+add, int64(d.OwnAfter))
 	if bucket {
-		c.total = max(max(c.total, d.FirstUnixNanos)+span(add, d.WindowNanos, d.RateTokens), d.TatAfterUnixNanos)
+		c.total = max(max(c.total, d.FirstUnixNanos)+Span(add, d.WindowNanos, d.RateTokens), d.TatAfterUnixNanos)
 		c.cum += add
 	} else {
 		c.total += add
@@ -336,4 +341,155 @@ func (s *MemStore) Expire(now int64) (removed int) {
 		}
 	}
 	return removed
+}
+
+// memControls is MemStore's control table.
+type memControls struct {
+	version int64
+	byID    map[string]Control
+}
+
+// PutControl implements ControlStore.
+func (s *MemStore) PutControl(_ context.Context, c Control) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctl.byID == nil {
+		s.ctl.byID = map[string]Control{}
+	}
+	c.Entries = slices.Clone(c.Entries)
+	s.ctl.byID[c.ID] = c
+	s.ctl.version++
+	return nil
+}
+
+// DeleteControl implements ControlStore.
+func (s *MemStore) DeleteControl(_ context.Context, id string) (bool, error) {
+	if err := s.check(); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.ctl.byID[id]
+	if ok {
+		delete(s.ctl.byID, id)
+		s.ctl.version++
+	}
+	return ok, nil
+}
+
+// Controls implements ControlStore; expired controls are dropped here.
+func (s *MemStore) Controls(_ context.Context, since, now int64) (int64, []Control, error) {
+	if err := s.check(); err != nil {
+		return 0, nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, c := range s.ctl.byID {
+		if !c.Live(now) {
+			delete(s.ctl.byID, id)
+			s.ctl.version++
+		}
+	}
+	if s.ctl.version == since {
+		return since, nil, nil
+	}
+	out := make([]Control, 0, len(s.ctl.byID))
+	for _, c := range s.ctl.byID {
+		c.Entries = slices.Clone(c.Entries)
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b Control) int { return strings.Compare(a.ID, b.ID) })
+	return s.ctl.version, out, nil
+}
+
+// memSync is MemStore's sync state: the exact limiter itself.
+type memSync struct {
+	once  sync.Once
+	keyed *limiter.Keyed
+}
+
+// ChargeSync implements [SyncStore] with limiter.Keyed: the reference the
+// Redis scripts are tested against.
+func (s *MemStore) ChargeSync(_ context.Context, q *SyncRequest) (SyncResult, error) {
+	if err := s.check(); err != nil {
+		return SyncResult{}, err
+	}
+	alg, err := syncAlgorithm(q)
+	if err != nil {
+		return SyncResult{}, err
+	}
+	s.sync.once.Do(func() {
+		s.sync.keyed, _ = limiter.NewKeyed(limiter.WithIdempotency(time.Hour, 1<<16))
+	})
+	now := q.Now
+	if now == 0 {
+		now = s.now()
+	}
+	d, err := s.sync.keyed.AllowAt(syncKey(q), alg, now, q.Cost, q.IdempotencyKey())
+	if err != nil && !errors.Is(err, limiter.ErrCostExceedsLimit) {
+		return SyncResult{}, err
+	}
+	return SyncResult{Allowed: d.Allowed, Remaining: d.Remaining, ResetAfter: max(d.ResetAfter, 0),
+		RetryAfter: d.RetryAfter, Token: fmt.Sprint(now)}, nil
+}
+
+// RefundSync implements [SyncStore].
+func (s *MemStore) RefundSync(_ context.Context, q *SyncRequest, _ string) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	alg, err := syncAlgorithm(q)
+	if err != nil || s.sync.keyed == nil {
+		return err
+	}
+	now := q.Now
+	if now == 0 {
+		now = s.now()
+	}
+	return s.sync.keyed.RefundAt(syncKey(q), alg, now, q.Cost)
+}
+
+// ResetSync implements [Resetter].
+func (s *MemStore) ResetSync(_ context.Context, q *SyncRequest) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	alg, err := syncAlgorithm(q)
+	if err != nil || s.sync.keyed == nil {
+		return err
+	}
+	s.sync.keyed.Reset(syncKey(q), alg)
+	return nil
+}
+
+func syncKey(q *SyncRequest) string { return string(q.Algorithm) + "|" + q.Key }
+
+// now is the store's own clock (SetClock), the wall clock by default.
+func (s *MemStore) now() int64 {
+	if c := s.clock.Load(); c != nil {
+		return (*c).Now()
+	}
+	return time.Now().UnixNano()
+}
+
+// SetClock makes clk the store's own clock (for `mode: sync` decisions),
+// as Redis TIME is for the Redis store. Tests share their fake clock.
+func (s *MemStore) SetClock(clk limiter.Clock) { s.clock.Store(&clk) }
+
+// Keys lists the counter keys the store holds (windows and buckets), in no
+// particular order: what a test checks reached the store.
+func (s *MemStore) Keys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k := range s.win {
+		out = append(out, k.key)
+	}
+	for k := range s.tat {
+		out = append(out, k)
+	}
+	return out
 }
