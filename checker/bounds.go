@@ -72,22 +72,9 @@ func (b Bounds) Validate() error {
 	return nil
 }
 
-// check reports the first part of r outside b, naming its field (the
-// descriptor count is checked first, by validate).
-func (b *Bounds) check(r *Request) error {
-	if len(r.RequestID) > b.MaxRequestIDBytes {
-		return &FieldError{"request_id", fmt.Errorf("%w: longer than %d bytes", ErrBadRequest, b.MaxRequestIDBytes)}
-	}
-	for i := range r.Descriptors {
-		if err := b.CheckEntries(i, r.Descriptors[i].Entries); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // CheckEntries reports the first entry of descriptor i outside b (too
-// many entries, a key or value too long or not UTF-8), as a *FieldError
+// many entries, an empty key, a key or value too long or not UTF-8), as a
+// *FieldError
 // naming it. API layers call it before they build anything from the
 // entries; the checker calls it on every request.
 func (b *Bounds) CheckEntries(i int, es []config.Entry) error {
@@ -97,6 +84,8 @@ func (b *Bounds) CheckEntries(i int, es []config.Entry) error {
 	for j := range es {
 		e := &es[j]
 		switch {
+		case e.Key == "":
+			return &FieldError{fieldName(i, j, "key"), fmt.Errorf("%w: must not be empty", ErrBadRequest)}
 		case len(e.Key) > b.MaxKeyBytes:
 			return &FieldError{fieldName(i, j, "key"), fmt.Errorf("%w: longer than %d bytes (got %d)", ErrBadRequest, b.MaxKeyBytes, len(e.Key))}
 		case len(e.Value) > b.MaxValueBytes:

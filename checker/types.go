@@ -154,20 +154,20 @@ func (r *Request) validate(known bool, b *Bounds) error {
 		return &FieldError{"hits", ErrNegativeHits}
 	case r.Hits > MaxHits:
 		return &FieldError{"hits", fmt.Errorf("%w: above %d", ErrBadRequest, int64(MaxHits))}
+	case len(r.RequestID) > b.MaxRequestIDBytes:
+		return &FieldError{"request_id", fmt.Errorf("%w: longer than %d bytes", ErrBadRequest, b.MaxRequestIDBytes)}
 	}
-	for i, d := range r.Descriptors {
-		switch {
-		case len(d.Entries) == 0:
+	for i := range r.Descriptors {
+		d := &r.Descriptors[i]
+		if len(d.Entries) == 0 {
 			return &FieldError{fmt.Sprintf("descriptors[%d].entries", i), fmt.Errorf("%w: must not be empty", ErrBadRequest)}
 		}
 		if d.HasHits && (d.Hits < 0 || d.Hits > MaxHits) {
 			return &FieldError{fmt.Sprintf("descriptors[%d].hits", i), fmt.Errorf("%w: must be within 0..%d, got %d", ErrBadRequest, int64(MaxHits), d.Hits)}
 		}
-		for j, e := range d.Entries {
-			if e.Key == "" {
-				return &FieldError{fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), fmt.Errorf("%w: must not be empty", ErrBadRequest)}
-			}
+		if err := b.CheckEntries(i, d.Entries); err != nil {
+			return err
 		}
 	}
-	return b.check(r)
+	return nil
 }
