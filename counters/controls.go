@@ -10,13 +10,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Operator controls live in two keys of one hash tag (one cluster slot, so
-// a write and its version bump are one MULTI):
-//
-//	<prefix>:{ctl}:controls   HASH    control id → control (JSON)
-//	<prefix>:{ctl}:version    STRING  bumped by every change
-//
-// Checkers poll the version and read the hash only when it moved.
+// controlKeys: operator controls live in two keys of one hash tag (one
+// cluster slot, so a write and its version bump are one MULTI; the layout:
+// docs/design.md). Checkers poll the version and read the hash only when
+// it moved.
 func (r *Redis) controlKeys() (hash, version string) {
 	return r.prefix + ":{ctl}:controls", r.prefix + ":{ctl}:version"
 }

@@ -8,25 +8,14 @@
 // # Key layout
 //
 // Every key of one counter carries the same hash tag, derived from the
-// counter key (a hex FNV-1a 64 hash: user values may contain braces), so a
-// counter's keys live in one Redis Cluster slot and one script can touch
-// them all:
-//
-//	<prefix>:{<hash>}:<counter key>:w:<window start ns>   HASH  window counter
-//	<prefix>:{<hash>}:<counter key>:b                     HASH  bucket (TAT) counter
-//	<prefix>:{<hash>}:<counter key>:q                     HASH  applied sequences
-//
-// A window hash holds "t" (hits applied in the window) and "i:<instance>"
-// (that instance's part, a high-water mark). A bucket hash holds "tat"
-// (theoretical arrival time, in microseconds: exact in a Lua double),
-// "c" (cumulative hits) and "i:<instance>". The sequence hash maps
-// "<instance>|<partition>" to the highest delta sequence applied to this
-// counter. A counter's identity is the counter key (domain, rule path,
-// request values), not the limit: editing a limit keeps the count.
-//
-// Expiry: a window expires one window after it ends (a sliding window
-// still weighs it), plus slack; a bucket when it would be full again, plus
-// slack; per-instance fields live in the same hash and expire with it.
+// counter key, so a counter's keys live in one Redis Cluster slot and one
+// script can touch them all. The complete layout, every field the scripts
+// write, is in docs/design.md ("Shared counters in Redis"). A counter's
+// identity is the counter key (domain, rule path, request values), not the
+// limit: editing a limit keeps the count. A window expires one window
+// after it ends (a sliding window still weighs it), plus slack; a bucket
+// when it would be full again, plus slack; per-instance fields live in the
+// same hash and expire with it.
 //
 // # At most once
 //

@@ -12,12 +12,8 @@ import (
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
-// Keys of `mode: sync` counters, in the counter's hash tag:
-//
-//	<stem>:s:<window start µs>  STRING  window count (fixed, Envoy, sliding window)
-//	<stem>:g                    STRING  TAT in µs (token bucket, GCRA, leaky bucket)
-//	<stem>:l / <stem>:lm        ZSET / HASH  sliding log hits / sum, clock, sequence
-//	<stem>:r:<request id>#<cost> STRING  stored answer of an idempotent request
+// syncKeys are the keys of a `mode: sync` counter, in the counter's hash
+// tag (the layout: docs/design.md).
 func (r *Redis) syncKeys(q *SyncRequest) []string {
 	stem := r.base(q.Key + "|" + string(q.Algorithm))
 	rid := stem + ":r:" + q.IdempotencyKey()
