@@ -212,9 +212,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 				if e.kind == counters.KindWindow {
 					s.resetAfter = c.windowReset(e, now, true, cost)
 				} else {
-					tmp := e.gs
-					d, _ := gcraOf(s.rule).AllowAt(&tmp, now, cost)
-					s.resetAfter = d.ResetAfter
+					s.resetAfter = peek(e, now, cost).ResetAfter
 				}
 			}
 			s.shadowed = !s.allowed && s.rule.Shadow
@@ -302,13 +300,11 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 	e.storeCum, e.storeOwnCum = res.Cum, res.Own
 	g.Raise(&e.gs, res.Total+counters.Span(max(0, e.cum-res.OwnMem), int64(s.rule.Window), s.rule.Limit))
 	c.learn(e, now, res.Cum-res.Own, e.cum+e.cumCharged, res.Instances)
-	probeState := e.gs
-	probe, _ := g.AllowAt(&probeState, now, 0)
+	probe := peek(e, now, 0)
 	s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
 	e.answerRemaining, e.sinceAnswer = probe.Remaining, 0
 	if !s.allowed {
-		tmp := e.gs
-		if d, _ := g.AllowAt(&tmp, now, cost); !d.Allowed {
+		if d := peek(e, now, cost); !d.Allowed {
 			s.retryAfter, s.never = d.RetryAfter, d.RetryNever()
 		}
 		if probe.Remaining == 0 {
@@ -343,8 +339,7 @@ func (c *Checker) fillView(s *slot, now int64) {
 		s.remaining, s.resetAfter = c.windowView(e, now).remaining, c.windowReset(e, now, false, 0)
 		return
 	}
-	probeState := e.gs
-	probe, _ := gcraOf(s.rule).AllowAt(&probeState, now, 0)
+	probe := peek(e, now, 0)
 	s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
 }
 

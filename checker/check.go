@@ -274,7 +274,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 		if try.Allowed {
 			remaining += cost
 		}
-		pred = e.othersRate * int64(c.cfg.PipelineLag) / int64(time.Second)
+		pred = c.inFlight(e)
 	}
 	// Over band: a store answer said there is no room (for this cost), and
 	// what this instance knows agrees. Refused from memory: abusive traffic
@@ -345,9 +345,7 @@ func (c *Checker) denyFromMemory(s *slot, now, cost int64) {
 			s.remaining = max(0, v.remaining-cost)
 		}
 	} else {
-		g := gcraOf(s.rule)
-		probeState := e.gs
-		probe, _ := g.AllowAt(&probeState, now, 0)
+		probe := peek(e, now, 0)
 		s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
 	}
 }

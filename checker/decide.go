@@ -59,6 +59,21 @@ func gcraOf(r *config.Rule) limiter.GCRA {
 	return limiter.GCRA{Burst: r.Capacity(), Rate: limiter.Rate{Tokens: r.Limit, Period: r.Window}}
 }
 
+// peek is what a bucket key would answer at now for cost, without
+// changing it (cost 0: its remaining and reset).
+func peek(e *entry, now, cost int64) limiter.Decision {
+	st := e.gs
+	d, _ := gcraOf(e.rule).AllowAt(&st, now, cost)
+	return d
+}
+
+// inFlight is the other instances' consumption predicted to be on its way
+// through the pipeline: their learned rate × one pipeline lag. It chooses
+// a band; it never refuses.
+func (c *Checker) inFlight(e *entry) int64 {
+	return e.othersRate * int64(c.cfg.PipelineLag) / int64(time.Second)
+}
+
 func kindOf(r *config.Rule) counters.Kind {
 	if r.Algorithm.Bucket() {
 		return counters.KindTAT
@@ -122,8 +137,7 @@ func (c *Checker) windowView(e *entry, now int64) view {
 	r := e.rule
 	v := view{ceiling: r.Ceiling()}
 	W := int64(r.Window)
-	lag := int64(c.cfg.PipelineLag)
-	v.pred = e.othersRate * lag / int64(time.Second)
+	v.pred = c.inFlight(e)
 	if !e.cur.known {
 		v.pred += e.othersRate * min(now-e.cur.start, W) / int64(time.Second)
 	}

@@ -173,10 +173,9 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *counters.ReadItem, now int6
 			g.Raise(&e.gs, it.Total+counters.Span(max(0, e.cum-it.OwnMem), int64(e.rule.Window), e.rule.Limit))
 		}
 		c.learn(e, now, max(0, e.storeCum-e.storeOwnCum), e.cum+e.cumCharged, it.Instances)
-		probeState := e.gs
-		probe, _ := g.AllowAt(&probeState, now, 0)
+		probe := peek(e, now, 0)
 		remaining, ceiling = probe.Remaining, g.Burst
-		pred = e.othersRate * int64(c.cfg.PipelineLag) / int64(time.Second)
+		pred = c.inFlight(e)
 	}
 	e.answerRemaining, e.sinceAnswer = remaining, 0
 	e.roomUntil = 0 // a fresh read replaces what a refusal taught
