@@ -61,7 +61,7 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 			matched[i] = dom.Match(req.Descriptors[i].Entries)
 		}
 	}
-	dropReplaced(matched)
+	config.DropReplaced(matched)
 	req = c.applyHashing(req, matched)
 	if cs := c.controls.Load(); cs != nil {
 		if m := cs.domains[req.Domain]; m != nil {
@@ -174,7 +174,7 @@ func (c *Checker) keys(bufpp **[]byte, req *Request, rules []*config.Rule, slots
 		// Descriptors naming the same counter are decided together: their
 		// hits add up, and each reports the counter after all of them.
 		for j := range i {
-			if p := &slots[j]; p.dupOf < 0 && p.rule == r && sameEntries(req.Descriptors[j].Entries, es, r) {
+			if p := &slots[j]; p.dupOf < 0 && p.rule == r && config.SameCounter(req.Descriptors[j].Entries, es, r) {
 				s.dupOf, s.sh = j, -1
 				p.cost += s.cost
 				break

@@ -67,7 +67,7 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 			matched[i] = dom.Match(req.Descriptors[i].Entries)
 		}
 	}
-	dropReplaced(matched[:n])
+	config.DropReplaced(matched[:n])
 
 	// Descriptors naming the same counter are decided together: their hits
 	// add up, and each reports the counter after all of them.
@@ -76,7 +76,7 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 	for i := range n {
 		cost[i], dupOf[i] = req.hitsOf(i), -1
 		for j := range i {
-			if r := matched[i]; r != nil && dupOf[j] < 0 && matched[j] == r && sameEntries(req.Descriptors[j].Entries, req.Descriptors[i].Entries, r) {
+			if r := matched[i]; r != nil && dupOf[j] < 0 && matched[j] == r && config.SameCounter(req.Descriptors[j].Entries, req.Descriptors[i].Entries, r) {
 				dupOf[i] = j
 				cost[j] += cost[i]
 				break
@@ -189,59 +189,4 @@ func fill(st *Status, r *config.Rule, ld limiter.Decision) {
 		st.Code = OK
 		st.OverSoft = over > 0 && ld.Remaining < over
 	}
-}
-
-// dropReplaced removes, as Envoy does, every matched rule whose name is
-// listed in another matched rule's replaces.
-func dropReplaced(rules []*config.Rule) {
-	var drop [MaxDescriptors]bool
-	found := false
-	for _, r := range rules {
-		if r == nil || len(r.Replaces) == 0 {
-			continue
-		}
-		for j, o := range rules {
-			if o != nil && o.Name != "" && slices.Contains(r.Replaces, o.Name) {
-				drop[j], found = true, true
-			}
-		}
-	}
-	if !found {
-		return
-	}
-	for j := range rules {
-		if drop[j] {
-			rules[j] = nil
-		}
-	}
-}
-
-// RetryAfter returns how long the caller should wait before retrying a
-// refused request: the longest wait among refusing statuses, and never
-// when one of them can never pass.
-func (d *Decision) RetryAfter() (wait time.Duration, never bool) {
-	for i := range d.Statuses {
-		st := &d.Statuses[i]
-		if st.Code != OverLimit {
-			continue
-		}
-		if st.RetryNever {
-			return 0, true
-		}
-		wait = max(wait, st.RetryAfter)
-	}
-	return wait, false
-}
-
-// sameEntries reports whether a and b name the same counter of r.
-func sameEntries(a, b []config.Entry, r *config.Rule) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].Key != b[i].Key || (a[i].Value != b[i].Value && !(i < len(r.Shared) && r.Shared[i])) {
-			return false
-		}
-	}
-	return true
 }

@@ -171,3 +171,20 @@ func (r *Request) validate(known bool, b *Bounds) error {
 	}
 	return nil
 }
+
+// RetryAfter returns how long the caller should wait before retrying a
+// refused request: the longest wait among refusing statuses, and never
+// when one of them can never pass.
+func (d *Decision) RetryAfter() (wait time.Duration, never bool) {
+	for i := range d.Statuses {
+		st := &d.Statuses[i]
+		if st.Code != OverLimit {
+			continue
+		}
+		if st.RetryNever {
+			return 0, true
+		}
+		wait = max(wait, st.RetryAfter)
+	}
+	return wait, false
+}

@@ -509,3 +509,40 @@ func OverrideRule(domain string, entries []Entry, limit int64, unit Unit, multip
 	}
 	return r, nil
 }
+
+// DropReplaced removes from rules (the rules a request's descriptors
+// matched, in order; nil where none matched) every rule whose name another
+// matched rule lists in its replaces, as Envoy's service does.
+func DropReplaced(rules []*Rule) {
+	var drop uint64 // bit j: drop rules[j]; a request has at most 32 descriptors
+	for _, r := range rules {
+		if r == nil || len(r.Replaces) == 0 {
+			continue
+		}
+		for j, o := range rules {
+			if j < 64 && o != nil && o.Name != "" && slices.Contains(r.Replaces, o.Name) {
+				drop |= 1 << j
+			}
+		}
+	}
+	for j := range rules {
+		if j < 64 && drop&(1<<j) != 0 {
+			rules[j] = nil
+		}
+	}
+}
+
+// SameCounter reports whether entries a and b name the same counter of r:
+// the same keys, and the same values except where r shares one counter
+// among every value of a wildcard (share_threshold).
+func SameCounter(a, b []Entry, r *Rule) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Key != b[i].Key || (a[i].Value != b[i].Value && !(i < len(r.Shared) && r.Shared[i])) {
+			return false
+		}
+	}
+	return true
+}

@@ -345,3 +345,48 @@ func BenchmarkMatchParallel(b *testing.B) {
 		sinkRule = r
 	})
 }
+
+func TestDropReplacedAndSameCounter(t *testing.T) {
+	a := &Rule{Name: "a"}
+	b := &Rule{Name: "b", Replaces: []string{"a"}}
+	c := &Rule{Name: "c", Replaces: []string{"b"}}
+	cases := []struct {
+		in, want []*Rule
+	}{
+		{[]*Rule{a, b}, []*Rule{nil, b}},
+		{[]*Rule{b, a, nil}, []*Rule{b, nil, nil}},
+		{[]*Rule{a, b, c}, []*Rule{nil, nil, c}}, // every listed name goes, also one that replaces
+		{[]*Rule{a, {Replaces: []string{""}}}, []*Rule{a, {Replaces: []string{""}}}},
+	}
+	for i, cs := range cases {
+		DropReplaced(cs.in)
+		for j := range cs.in {
+			if (cs.in[j] == nil) != (cs.want[j] == nil) {
+				t.Fatalf("step %d: rule %d kept=%v, want kept=%v", i, j, cs.in[j] != nil, cs.want[j] != nil)
+			}
+		}
+	}
+	shared := &Rule{Shared: []bool{false, true}}
+	e := func(kv ...string) []Entry {
+		var out []Entry
+		for i := 0; i+1 < len(kv); i += 2 {
+			out = append(out, Entry{kv[i], kv[i+1]})
+		}
+		return out
+	}
+	for i, cs := range []struct {
+		a, b []Entry
+		r    *Rule
+		want bool
+	}{
+		{e("k", "1"), e("k", "1"), &Rule{}, true},
+		{e("k", "1"), e("k", "2"), &Rule{}, false},
+		{e("k", "1", "p", "x1"), e("k", "1", "p", "x2"), shared, true},
+		{e("k", "1", "p", "x1"), e("k", "2", "p", "x1"), shared, false},
+		{e("k", "1"), e("k", "1", "p", "x"), shared, false},
+	} {
+		if got := SameCounter(cs.a, cs.b, cs.r); got != cs.want {
+			t.Fatalf("step %d: got %v, want %v", i, got, cs.want)
+		}
+	}
+}
