@@ -242,15 +242,11 @@ func (c *Checker) answerWindow(s *slot, now, cost int64) {
 		}
 		return
 	}
-	if !e.answered { // rebase a key created again: the store knows our earlier parts
-		before := res.OwnSync
-		if s.charged {
-			before -= cost
-		}
-		e.cur.emitted = max(e.cur.emitted, res.OwnMem)
-		e.cur.charged = max(e.cur.charged, before)
+	var chargedNow int64
+	if s.charged {
+		chargedNow = cost
 	}
-	e.cur.total, e.cur.own, e.cur.base, e.cur.known = res.Total, res.Own, res.Base, true
+	e.windowCounter.absorb(chargeAnswer(&res), !e.answered, chargedNow)
 	if s.w.req.Sliding && e.prev.start == e.cur.start-s.w.req.WindowNanos {
 		e.prev.total, e.prev.own, e.prev.base, e.prev.known = res.PrevTotal, res.PrevOwn, res.PrevBase, true
 	}
@@ -280,13 +276,13 @@ func (c *Checker) answerWindow(s *slot, now, cost int64) {
 func (c *Checker) answerTAT(s *slot, now, cost int64) {
 	e, res := s.e, s.w.res
 	g := gcraOf(s.rule)
+	a := chargeAnswer(&res)
 	if !e.answered {
-		before := res.OwnSync
+		var chargedNow int64
 		if s.charged {
-			before -= cost
+			chargedNow = cost
 		}
-		e.cum = max(e.cum, res.OwnMem)
-		e.cumCharged = max(e.cumCharged, before)
+		e.rebase(a, chargedNow)
 	}
 	if s.charged {
 		g.AllowAt(&e.gs, now, cost) // own exact view, before the store's raise
@@ -294,12 +290,8 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 	} else {
 		c.countDenied(e, now, cost)
 	}
-	if res.Gen != e.gen { // an operator reset the bucket: forget our view of it
-		e.gs, e.gen = limiter.State{}, res.Gen
-	}
-	e.storeCum, e.storeOwnCum = res.Cum, res.Own
-	g.Raise(&e.gs, res.Total+counters.Span(max(0, e.cum-res.OwnMem), int64(s.rule.Window), s.rule.Limit))
-	c.learn(e, now, res.Cum-res.Own, e.cum+e.cumCharged, res.Instances)
+	e.bucketCounter.absorb(a, g, int64(s.rule.Window), s.rule.Limit)
+	c.learn(e, now, e.bucketCounter.others(), e.bucketCounter.mine(), res.Instances)
 	probe := peek(e, now, 0)
 	s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
 	e.answerRemaining, e.sinceAnswer = probe.Remaining, 0

@@ -7,7 +7,6 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
-	"github.com/velvetrope/velvetrope/limiter"
 )
 
 // refreshBatch bounds the keys read in one refresher pass.
@@ -145,11 +144,7 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *counters.ReadItem, now int6
 	if e.kind == counters.KindWindow {
 		switch it.Window {
 		case e.cur.start:
-			if !e.answered {
-				e.cur.emitted = max(e.cur.emitted, it.OwnMem)
-				e.cur.charged = max(e.cur.charged, it.OwnSync)
-			}
-			e.cur.total, e.cur.own, e.cur.base, e.cur.known = it.Total, it.Own, it.Base, true
+			e.windowCounter.absorb(readAnswer(it), !e.answered, 0)
 			c.learn(e, now, e.cur.others(), e.cur.mine(), it.Instances)
 		case e.prev.start:
 			e.prev.total, e.prev.own, e.prev.base, e.prev.known = it.Total, it.Own, it.Base, true
@@ -160,21 +155,14 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *counters.ReadItem, now int6
 		v := c.windowView(e, now)
 		remaining, pred, ceiling = v.remaining, v.pred, v.ceiling
 	} else {
-		g := gcraOf(e.rule)
+		a := readAnswer(it)
 		if !e.answered {
-			e.cum = max(e.cum, it.OwnMem)
-			e.cumCharged = max(e.cumCharged, it.OwnSync)
+			e.rebase(a, 0)
 		}
-		if it.Found && it.Gen != e.gen { // an operator reset the bucket
-			e.gs, e.gen = limiter.State{}, it.Gen
-		}
-		if it.Found {
-			e.storeCum, e.storeOwnCum = it.Cum, it.Own
-			g.Raise(&e.gs, it.Total+counters.Span(max(0, e.cum-it.OwnMem), int64(e.rule.Window), e.rule.Limit))
-		}
-		c.learn(e, now, max(0, e.storeCum-e.storeOwnCum), e.cum+e.cumCharged, it.Instances)
+		e.bucketCounter.absorb(a, gcraOf(e.rule), int64(e.rule.Window), e.rule.Limit)
+		c.learn(e, now, e.bucketCounter.others(), e.bucketCounter.mine(), it.Instances)
 		probe := peek(e, now, 0)
-		remaining, ceiling = probe.Remaining, g.Burst
+		remaining, ceiling = probe.Remaining, e.rule.Capacity()
 		pred = c.inFlight(e)
 	}
 	e.answerRemaining, e.sinceAnswer = remaining, 0

@@ -26,18 +26,8 @@ type entry struct {
 	rule    *config.Rule
 	kind    counters.Kind
 
-	// KindWindow: the current and previous window.
-	cur, prev winState
-
-	// KindTAT: this instance's exact view of the bucket (a GCRA state that
-	// its own admissions advance and store answers raise), its cumulative
-	// counted hits, and the store's cumulative totals at the last answer.
-	gs          limiter.State
-	cum         int64 // hits decided in memory, cumulative
-	cumCharged  int64 // hits the store charged, cumulative
-	storeOwnCum int64
-	storeCum    int64
-	gen         int64 // the bucket's resets, as the store last said
+	windowCounter // KindWindow
+	bucketCounter // KindTAT
 
 	answered bool // the store has answered for this key at least once
 	restored bool // created again after an eviction while over its limit
@@ -71,6 +61,84 @@ type entry struct {
 	dirty                      bool
 	gone                       bool // evicted: flusher and refresher skip it
 }
+
+// answer is what the store said of one counter, from a refresh read or a
+// charge's reply, in the form both counters absorb.
+type answer struct {
+	found                bool
+	total, own, base     int64 // window: its counts; bucket: total is the TAT
+	cum                  int64 // bucket: cumulative hits applied
+	ownMem, ownSync, gen int64
+	instances            int
+}
+
+func readAnswer(it *counters.ReadItem) answer {
+	return answer{found: it.Found, total: it.Total, own: it.Own, base: it.Base, cum: it.Cum,
+		ownMem: it.OwnMem, ownSync: it.OwnSync, gen: it.Gen, instances: it.Instances}
+}
+
+func chargeAnswer(res *counters.ChargeResult) answer {
+	return answer{found: true, total: res.Total, own: res.Own, base: res.Base, cum: res.Cum,
+		ownMem: res.OwnMem, ownSync: res.OwnSync, gen: res.Gen, instances: res.Instances}
+}
+
+// windowCounter is a window-kind key's state: the current and previous
+// window.
+type windowCounter struct {
+	cur, prev winState
+}
+
+// absorb takes in a store answer for the current window. fresh says the
+// key was created since the store last answered: the store then knows
+// parts of this instance's consumption the entry has forgotten, less
+// chargedNow, the hits of the charge that produced the answer, which the
+// caller counts itself.
+func (w *windowCounter) absorb(a answer, fresh bool, chargedNow int64) {
+	if fresh {
+		w.cur.emitted = max(w.cur.emitted, a.ownMem)
+		w.cur.charged = max(w.cur.charged, a.ownSync-chargedNow)
+	}
+	w.cur.total, w.cur.own, w.cur.base, w.cur.known = a.total, a.own, a.base, true
+}
+
+// bucketCounter is a bucket-kind key's state: this instance's exact view
+// of the bucket (a GCRA state that its own admissions advance and store
+// answers raise), its cumulative counted hits, and the store's cumulative
+// totals at the last answer.
+type bucketCounter struct {
+	gs          limiter.State
+	cum         int64 // hits decided in memory, cumulative
+	cumCharged  int64 // hits the store charged, cumulative
+	storeOwnCum int64
+	storeCum    int64
+	gen         int64 // the bucket's resets, as the store last said
+}
+
+// rebase takes in this instance's parts the store knows when the key was
+// created again (as windowCounter.absorb does for a fresh key).
+func (b *bucketCounter) rebase(a answer, chargedNow int64) {
+	b.cum = max(b.cum, a.ownMem)
+	b.cumCharged = max(b.cumCharged, a.ownSync-chargedNow)
+}
+
+// absorb takes in the store's bucket: an operator reset forgets this
+// instance's view, and the view is raised to the store's TAT plus what
+// this instance counted that the store has not applied yet.
+func (b *bucketCounter) absorb(a answer, g limiter.GCRA, window, limit int64) {
+	if !a.found {
+		return
+	}
+	if a.gen != b.gen {
+		b.gs, b.gen = limiter.State{}, a.gen
+	}
+	b.storeCum, b.storeOwnCum = a.cum, a.own
+	g.Raise(&b.gs, a.total+counters.Span(max(0, b.cum-a.ownMem), window, limit))
+}
+
+// others is the other instances' applied consumption; mine everything
+// this instance counted.
+func (b *bucketCounter) others() int64 { return max(0, b.storeCum-b.storeOwnCum) }
+func (b *bucketCounter) mine() int64   { return b.cum + b.cumCharged }
 
 // winState is one window of a window-kind key.
 type winState struct {
