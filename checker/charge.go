@@ -335,31 +335,6 @@ func (c *Checker) fillView(s *slot, now int64) {
 	s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
 }
 
-// countApplied records consumption the store already applied (a charge).
-func (c *Checker) countApplied(e *entry, now, cost int64, allowed bool) {
-	e.observe(now, cost)
-	p := &e.pendApplied
-	if e.kind == counters.KindWindow {
-		p.window = e.cur.start // roll() emitted any earlier window's charges
-		e.cur.charged += cost
-	} else {
-		e.cumCharged += cost
-	}
-	p.tally(now, cost, allowed)
-	p.counted += uint64(cost)
-}
-
-// countDenied records a refusal that charged nothing (analytics only).
-func (c *Checker) countDenied(e *entry, now, cost int64) {
-	p := &e.pend
-	if e.kind == counters.KindWindow {
-		p.window = e.cur.start
-	}
-	p.add(now)
-	p.deniedCount++
-	p.deniedCost += uint64(cost)
-}
-
 // prepareExact readies a `mode: sync` decision that the store runs whole
 // (requires the lock).
 func (c *Checker) prepareExact(s *slot, req *Request, cost int64) {
@@ -374,12 +349,21 @@ func (c *Checker) prepareExact(s *slot, req *Request, cost int64) {
 	}
 }
 
-// countAnalytics records a decision the store applied itself (`mode:
-// sync`): emitted as already applied, for analytics only.
-func (c *Checker) countAnalytics(e *entry, now, cost int64, allowed bool) {
-	p := &e.pendApplied
-	if e.kind == counters.KindWindow {
-		p.window = e.cur.start
+// releaseWork returns the store-charge records a Check took.
+func (c *Checker) releaseWork(slots []slot) {
+	for i := range slots {
+		if w := slots[i].w; w != nil {
+			c.works.Put(w)
+			slots[i].w = nil
+		}
 	}
-	p.tally(now, cost, allowed)
+}
+
+// syncWork is one store charge of a Check.
+type syncWork struct {
+	req  counters.ChargeRequest
+	res  counters.ChargeResult
+	sreq counters.SyncRequest // mode: sync
+	sres counters.SyncResult
+	err  error
 }

@@ -3,11 +3,8 @@ package checker
 import (
 	"context"
 	"errors"
-	"hash/fnv"
-	"hash/maphash"
 	"slices"
 	"time"
-	"unsafe"
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
@@ -141,70 +138,6 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 		}
 	}
 	return nil
-}
-
-// keys identifies every descriptor's counter: a 64-bit hash of the rule
-// and the request values for async and sync rules (no key string is built
-// on the request path; the table compares values on lookup), the key string
-// in the pooled buffer for local rules (the in-process limiter keys by it).
-func (c *Checker) keys(bufpp **[]byte, req *Request, rules []*config.Rule, slots []slot) {
-	var buf []byte
-	if *bufpp != nil {
-		buf = (**bufpp)[:0]
-	}
-	var offs [MaxDescriptors + 1]int
-	for i, r := range rules {
-		s := &slots[i]
-		*s = slot{rule: r, sh: -1, idx: i, dupOf: -1, cost: req.hitsOf(i)}
-		offs[i] = len(buf)
-		if r == nil || r.Unlimited || r.Limit == 0 {
-			continue
-		}
-		es := req.Descriptors[i].Entries
-		if r.Mode == config.ModeLocal {
-			if *bufpp == nil {
-				*bufpp = c.keyBufs.Get().(*[]byte)
-				buf = (**bufpp)[:0]
-			}
-			buf = config.AppendCounterKey(buf, r, es)
-		} else {
-			s.h = c.counterHash(r, es)
-			s.sh = int(s.h & c.mask)
-		}
-		// Descriptors naming the same counter are decided together: their
-		// hits add up, and each reports the counter after all of them.
-		for j := range i {
-			if p := &slots[j]; p.dupOf < 0 && p.rule == r && config.SameCounter(req.Descriptors[j].Entries, es, r) {
-				s.dupOf, s.sh = j, -1
-				p.cost += s.cost
-				break
-			}
-		}
-	}
-	offs[len(rules)] = len(buf)
-	if *bufpp == nil {
-		return // no local-mode key
-	}
-	**bufpp = buf
-	for i := range rules {
-		if offs[i+1] > offs[i] { // aliases the buffer; the limiter copies what it keeps
-			slots[i].key = unsafe.String(&buf[offs[i]], offs[i+1]-offs[i])
-		}
-	}
-}
-
-// counterHash hashes a counter's identity: the rule id and each value
-// (the pattern, for wildcard entries that share a threshold).
-func (c *Checker) counterHash(r *config.Rule, es []config.Entry) uint64 {
-	h := maphash.String(c.seed, r.ID)
-	for i := range es {
-		v := es[i].Value
-		if i < len(r.Shared) && r.Shared[i] {
-			v = r.Path[i].Value
-		}
-		h = (h^maphash.String(c.seed, v))*0x9e3779b97f4a7c15 + uint64(i)
-	}
-	return h
 }
 
 func (c *Checker) lock(idx []int) {
@@ -376,109 +309,6 @@ func (c *Checker) decideLocal(s *slot, now, cost int64) {
 	}
 }
 
-// create adds a key to sh (requires sh.mu held), evicting first when the
-// shard is full, and starts it over its limit if its tombstone says so.
-func (c *Checker) create(sh *shard, s *slot, req *Request, now int64) *entry {
-	if sh.len() >= c.perShard {
-		c.evict(sh, now)
-	}
-	es := req.Descriptors[s.idx].Entries
-	vals := make([]string, len(es))
-	for i := range es {
-		vals[i] = es[i].Value
-		if i < len(s.rule.Shared) && s.rule.Shared[i] {
-			vals[i] = s.rule.Path[i].Value
-		}
-	}
-	key := string(config.AppendCounterKey(nil, s.rule, es))
-	e := &entry{key: key, skey: c.storeKey(key, s.rule), vals: vals, desc: descText(es),
-		hash: s.h, rule: s.rule, kind: kindOf(s.rule), heapIdx: -1, answerRemaining: -1, created: now,
-		usage: minuteUsage{stream: c.streams.Add(1)}}
-	if sh.tombs != nil {
-		i, j := tombSlots(s.h, len(sh.tombs))
-		if t := min(sh.tombs[i], sh.tombs[j]); t > now {
-			e.overUntil, e.restored = t, true
-		}
-	}
-	sh.insert(e)
-	sh.schedule(e, now+int64(c.cfg.MinRefresh))
-	c.Stats.Keys.Add(1)
-	return e
-}
-
-// evict drops the least recently used of a sample of sh's keys (requires
-// sh.mu held). A dirty victim's consumption is kept as orphan deltas; an
-// over-limit victim is remembered in the tombstones.
-func (c *Checker) evict(sh *shard, now int64) {
-	var victim *entry
-	n := 0
-	for _, e := range sh.keys {
-		if victim == nil || e.used < victim.used {
-			victim = e
-		}
-		if n++; n == 8 {
-			break
-		}
-	}
-	if victim == nil {
-		return
-	}
-	c.dropEntry(sh, victim, now)
-}
-
-// dropEntry removes e (requires sh.mu held).
-func (c *Checker) dropEntry(sh *shard, e *entry, now int64) {
-	if e.dirty {
-		c.Stats.EvictedDirty.Add(1)
-		c.drain(sh, e)
-	}
-	if e.overUntil > now {
-		if sh.tombs == nil {
-			sh.tombs = make([]int64, tombSize(c.perShard))
-		}
-		i, j := tombSlots(e.hash, len(sh.tombs))
-		sh.tombs[i] = max(sh.tombs[i], e.overUntil)
-		sh.tombs[j] = max(sh.tombs[j], e.overUntil)
-	}
-	sh.remove(e)
-	c.Stats.Evictions.Add(1)
-	c.Stats.Keys.Add(-1)
-}
-
-func tombSize(n int) int {
-	s := 64
-	for s < n {
-		s <<= 1
-	}
-	return s
-}
-
-// learn updates e's rates from a store answer (requires the lock).
-func (c *Checker) learn(e *entry, now, others, own int64, instances int) {
-	e.instances = max(instances, 1)
-	if !e.answered {
-		e.answered, e.answers, e.lastAnswer, e.lastOthers, e.lastOwn = true, 1, now, others, own
-		return
-	}
-	dt := now - e.lastAnswer
-	if dt < int64(rateSpan) {
-		return // too short to measure a rate: keep the baseline
-	}
-	if d := others - e.lastOthers; d >= 0 {
-		e.othersRate = (e.othersRate + d*int64(time.Second)/dt) / 2
-	}
-	if d := own - e.lastOwn; d >= 0 {
-		e.ownRate = (e.ownRate + d*int64(time.Second)/dt) / 2
-	}
-	// Until others have been seen, assume each other instance runs at our
-	// pace rather than at zero.
-	if e.othersRate == 0 && e.instances > 1 {
-		e.othersRate = e.ownRate * int64(e.instances-1)
-	}
-	e.answers = min(e.answers+1, 2)
-	e.lastAnswer, e.lastOthers, e.lastOwn = now, others, own
-}
-
 // rateSpan is the shortest interval a rate is measured over.
 const rateSpan = 10 * time.Millisecond
 
@@ -562,37 +392,46 @@ type scratch struct {
 	matched [MaxDescriptors]*config.Rule
 }
 
-// releaseWork returns the store-charge records a Check took.
-func (c *Checker) releaseWork(slots []slot) {
-	for i := range slots {
-		if w := slots[i].w; w != nil {
-			c.works.Put(w)
-			slots[i].w = nil
-		}
-	}
-}
+// need says how a descriptor is decided.
+type need uint8
 
-// syncWork is one store charge of a Check.
-type syncWork struct {
-	req  counters.ChargeRequest
-	res  counters.ChargeResult
-	sreq counters.SyncRequest // mode: sync
-	sres counters.SyncResult
-	err  error
-}
+const (
+	needNone   need = iota // no rule, unlimited: allowed, nothing to count
+	needMemory             // decided from memory
+	needSync               // an atomic store charge
+	needLocal              // mode local: the in-process limiter
+)
 
-// storeKey is where this instance's consumption of key goes in the store:
-// a hot key spread over shards (`shards: N`) has one per shard, and an
-// instance always uses the same one.
-func (c *Checker) storeKey(key string, r *config.Rule) string {
-	if r.Shards <= 1 {
-		return key
-	}
-	return counters.ShardKey(key, c.shardOf(r.Shards))
-}
+// slot is one descriptor's work in a Check.
+type slot struct {
+	rule  *config.Rule
+	key   string // aliases the pooled key buffer
+	idx   int    // the descriptor's index in the request
+	cost  int64  // the request's hits times the descriptors naming this counter
+	dupOf int    // >= 0: another descriptor of the request names the same counter
+	h     uint64
+	sh    int
+	e     *entry
+	need  need
+	local bool // mode local with an algorithm: peeked, charged at commit
 
-func (c *Checker) shardOf(n int64) int64 {
-	h := fnv.New64a()
-	h.Write([]byte(c.instance))
-	return int64(h.Sum64() % uint64(n))
+	allowed    bool // this descriptor admits the request
+	budgetOK   bool // local_budget would admit it if the store is down
+	skipped    bool // a store charge not made: the request was already refused
+	exact      bool // mode: sync, run whole by the store (counters.SyncStore)
+	charged    bool // consumption already recorded (Envoy semantics, sync)
+	degraded   bool
+	shadowed   bool
+	remaining  int64 // against the ceiling, after this request
+	resetAfter time.Duration
+	retryAfter time.Duration
+	never      bool
+
+	w *syncWork // the store charge, when one is made
+	// resetBefore is the reset as things stand, reported when the request
+	// is refused by another descriptor and nothing is charged here.
+	resetBefore time.Duration
+	// post is a bucket key's state after this request's charge, computed
+	// once by the decision and stored by the commit.
+	post limiter.State
 }

@@ -154,3 +154,118 @@ func (c *Checker) delta(e *entry, p *pending, applied bool, ownAfter int64) *eve
 	}
 	return d
 }
+
+// count records consumption decided in memory (requires the lock): to the
+// own counters, and to the pending delta.
+func (c *Checker) count(e *entry, now, cost int64, allowed, charge bool) {
+	p := &e.pend
+	if e.kind == counters.KindWindow {
+		p.window = e.cur.start
+	}
+	p.tally(now, cost, allowed)
+	if charge {
+		e.observe(now, cost)
+		p.counted += uint64(cost)
+		e.sinceAnswer += cost
+		if e.kind == counters.KindWindow {
+			e.cur.emitted += cost
+		} else {
+			e.cum += cost
+		}
+	}
+}
+
+// countApplied records consumption the store already applied (a charge).
+func (c *Checker) countApplied(e *entry, now, cost int64, allowed bool) {
+	e.observe(now, cost)
+	p := &e.pendApplied
+	if e.kind == counters.KindWindow {
+		p.window = e.cur.start // roll() emitted any earlier window's charges
+		e.cur.charged += cost
+	} else {
+		e.cumCharged += cost
+	}
+	p.tally(now, cost, allowed)
+	p.counted += uint64(cost)
+}
+
+// countDenied records a refusal that charged nothing (analytics only).
+func (c *Checker) countDenied(e *entry, now, cost int64) {
+	p := &e.pend
+	if e.kind == counters.KindWindow {
+		p.window = e.cur.start
+	}
+	p.add(now)
+	p.deniedCount++
+	p.deniedCost += uint64(cost)
+}
+
+// countAnalytics records a decision the store applied itself (`mode:
+// sync`): emitted as already applied, for analytics only.
+func (c *Checker) countAnalytics(e *entry, now, cost int64, allowed bool) {
+	p := &e.pendApplied
+	if e.kind == counters.KindWindow {
+		p.window = e.cur.start
+	}
+	p.tally(now, cost, allowed)
+}
+
+// pending is consumption counted but not yet flushed, for one window.
+type pending struct {
+	window                          int64
+	allowedCount, allowedCost       uint64
+	deniedCount, deniedCost         uint64
+	shadowDenied, deferred, counted uint64
+	first, last                     int64
+	used                            bool
+}
+
+func (p *pending) add(now int64) {
+	if !p.used {
+		p.used, p.first = true, now
+	}
+	p.last = max(p.last, now)
+}
+
+// tally adds one decision of cost hits to p.
+func (p *pending) tally(now, cost int64, allowed bool) {
+	p.add(now)
+	if allowed {
+		p.allowedCount++
+		p.allowedCost += uint64(cost)
+	} else {
+		p.deniedCount++
+		p.deniedCost += uint64(cost)
+	}
+}
+
+// minuteUsage is an entry's usage in its current analytics minute.
+type minuteUsage struct {
+	stream                    uint64 // unique per entry of this checker
+	minute                    int64  // unix seconds; 0: none yet
+	allowedCount, allowedCost uint64
+	deniedCount, deniedCost   uint64
+	deferred, shadowDenied    uint64
+}
+
+// add folds p into the usage of its minute (never going back to an
+// earlier one) and returns the cumulative row a delta carries.
+func (u *minuteUsage) add(p *pending) *eventsv1.MinuteUsage {
+	t := p.first
+	if t == 0 {
+		t = p.last
+	}
+	m := max(t/1e9/60*60, u.minute)
+	if m != u.minute {
+		*u = minuteUsage{stream: u.stream, minute: m}
+	}
+	u.allowedCount += p.allowedCount
+	u.allowedCost += p.allowedCost
+	u.deniedCount += p.deniedCount
+	u.deniedCost += p.deniedCost
+	u.deferred += p.deferred
+	u.shadowDenied += p.shadowDenied
+	return &eventsv1.MinuteUsage{MinuteUnix: u.minute, Stream: u.stream, AllowedCount: u.allowedCount,
+		AllowedCost: u.allowedCost, DeniedCount: u.deniedCount, DeniedCost: u.deniedCost,
+		DeferredCount: u.deferred, ShadowDeniedCount: u.shadowDenied}
+}

@@ -2,13 +2,15 @@ package checker
 
 import (
 	"container/heap"
+	"hash/fnv"
+	"hash/maphash"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
-	"github.com/velvetrope/velvetrope/limiter"
 )
 
 // entry is the async state of one counter key. Every field is guarded by
@@ -80,144 +82,6 @@ func readAnswer(it *counters.ReadItem) answer {
 func chargeAnswer(res *counters.ChargeResult) answer {
 	return answer{found: true, total: res.Total, own: res.Own, base: res.Base, cum: res.Cum,
 		ownMem: res.OwnMem, ownSync: res.OwnSync, gen: res.Gen, instances: res.Instances}
-}
-
-// windowCounter is a window-kind key's state: the current and previous
-// window.
-type windowCounter struct {
-	cur, prev winState
-}
-
-// absorb takes in a store answer for the current window. fresh says the
-// key was created since the store last answered: the store then knows
-// parts of this instance's consumption the entry has forgotten, less
-// chargedNow, the hits of the charge that produced the answer, which the
-// caller counts itself.
-func (w *windowCounter) absorb(a answer, fresh bool, chargedNow int64) {
-	if fresh {
-		w.cur.emitted = max(w.cur.emitted, a.ownMem)
-		w.cur.charged = max(w.cur.charged, a.ownSync-chargedNow)
-	}
-	w.cur.total, w.cur.own, w.cur.base, w.cur.known = a.total, a.own, a.base, true
-}
-
-// bucketCounter is a bucket-kind key's state: this instance's exact view
-// of the bucket (a GCRA state that its own admissions advance and store
-// answers raise), its cumulative counted hits, and the store's cumulative
-// totals at the last answer.
-type bucketCounter struct {
-	gs          limiter.State
-	cum         int64 // hits decided in memory, cumulative
-	cumCharged  int64 // hits the store charged, cumulative
-	storeOwnCum int64
-	storeCum    int64
-	gen         int64 // the bucket's resets, as the store last said
-}
-
-// rebase takes in this instance's parts the store knows when the key was
-// created again (as windowCounter.absorb does for a fresh key).
-func (b *bucketCounter) rebase(a answer, chargedNow int64) {
-	b.cum = max(b.cum, a.ownMem)
-	b.cumCharged = max(b.cumCharged, a.ownSync-chargedNow)
-}
-
-// absorb takes in the store's bucket: an operator reset forgets this
-// instance's view, and the view is raised to the store's TAT plus what
-// this instance counted that the store has not applied yet.
-func (b *bucketCounter) absorb(a answer, g limiter.GCRA, window, limit int64) {
-	if !a.found {
-		return
-	}
-	if a.gen != b.gen {
-		b.gs, b.gen = limiter.State{}, a.gen
-	}
-	b.storeCum, b.storeOwnCum = a.cum, a.own
-	g.Raise(&b.gs, a.total+counters.Span(max(0, b.cum-a.ownMem), window, limit))
-}
-
-// others is the other instances' applied consumption; mine everything
-// this instance counted.
-func (b *bucketCounter) others() int64 { return max(0, b.storeCum-b.storeOwnCum) }
-func (b *bucketCounter) mine() int64   { return b.cum + b.cumCharged }
-
-// winState is one window of a window-kind key.
-type winState struct {
-	start   int64 // window start, unix ns; 0 = none
-	emitted int64 // this instance's hits decided in memory in the window (exact)
-	charged int64 // this instance's hits the store charged in the window
-	total   int64 // the store's applied total at the last answer (this instance's shard)
-	own     int64 // the part of total that is this instance's
-	shards  int64 // the other shards' totals at the last read (`shards: N`)
-	// base is this instance's part (emitted + charged) when an operator
-	// last reset the counter: counted, but no longer used.
-	base  int64
-	known bool // the store answered for this window
-}
-
-// others is the applied consumption of other instances in w.
-func (w *winState) others() int64 { return max(0, w.total-w.own) + w.shards }
-
-// mine is everything this instance counted in w.
-func (w *winState) mine() int64 { return w.emitted + w.charged - w.base }
-
-// pending is consumption counted but not yet flushed, for one window.
-type pending struct {
-	window                          int64
-	allowedCount, allowedCost       uint64
-	deniedCount, deniedCost         uint64
-	shadowDenied, deferred, counted uint64
-	first, last                     int64
-	used                            bool
-}
-
-func (p *pending) add(now int64) {
-	if !p.used {
-		p.used, p.first = true, now
-	}
-	p.last = max(p.last, now)
-}
-
-// tally adds one decision of cost hits to p.
-func (p *pending) tally(now, cost int64, allowed bool) {
-	p.add(now)
-	if allowed {
-		p.allowedCount++
-		p.allowedCost += uint64(cost)
-	} else {
-		p.deniedCount++
-		p.deniedCost += uint64(cost)
-	}
-}
-
-// minuteUsage is an entry's usage in its current analytics minute.
-type minuteUsage struct {
-	stream                    uint64 // unique per entry of this checker
-	minute                    int64  // unix seconds; 0: none yet
-	allowedCount, allowedCost uint64
-	deniedCount, deniedCost   uint64
-	deferred, shadowDenied    uint64
-}
-
-// add folds p into the usage of its minute (never going back to an
-// earlier one) and returns the cumulative row a delta carries.
-func (u *minuteUsage) add(p *pending) *eventsv1.MinuteUsage {
-	t := p.first
-	if t == 0 {
-		t = p.last
-	}
-	m := max(t/1e9/60*60, u.minute)
-	if m != u.minute {
-		*u = minuteUsage{stream: u.stream, minute: m}
-	}
-	u.allowedCount += p.allowedCount
-	u.allowedCost += p.allowedCost
-	u.deniedCount += p.deniedCount
-	u.deniedCost += p.deniedCost
-	u.deferred += p.deferred
-	u.shadowDenied += p.shadowDenied
-	return &eventsv1.MinuteUsage{MinuteUnix: u.minute, Stream: u.stream, AllowedCount: u.allowedCount,
-		AllowedCost: u.allowedCost, DeniedCount: u.deniedCount, DeniedCost: u.deniedCost,
-		DeferredCount: u.deferred, ShadowDeniedCount: u.shadowDenied}
 }
 
 // shard is one lock domain of the key table.
@@ -354,4 +218,168 @@ func descText(es []config.Entry) string {
 		b.WriteString(e.Value)
 	}
 	return b.String()
+}
+
+// keys identifies every descriptor's counter: a 64-bit hash of the rule
+// and the request values for async and sync rules (no key string is built
+// on the request path; the table compares values on lookup), the key string
+// in the pooled buffer for local rules (the in-process limiter keys by it).
+func (c *Checker) keys(bufpp **[]byte, req *Request, rules []*config.Rule, slots []slot) {
+	var buf []byte
+	if *bufpp != nil {
+		buf = (**bufpp)[:0]
+	}
+	var offs [MaxDescriptors + 1]int
+	for i, r := range rules {
+		s := &slots[i]
+		*s = slot{rule: r, sh: -1, idx: i, dupOf: -1, cost: req.hitsOf(i)}
+		offs[i] = len(buf)
+		if r == nil || r.Unlimited || r.Limit == 0 {
+			continue
+		}
+		es := req.Descriptors[i].Entries
+		if r.Mode == config.ModeLocal {
+			if *bufpp == nil {
+				*bufpp = c.keyBufs.Get().(*[]byte)
+				buf = (**bufpp)[:0]
+			}
+			buf = config.AppendCounterKey(buf, r, es)
+		} else {
+			s.h = c.counterHash(r, es)
+			s.sh = int(s.h & c.mask)
+		}
+		// Descriptors naming the same counter are decided together: their
+		// hits add up, and each reports the counter after all of them.
+		for j := range i {
+			if p := &slots[j]; p.dupOf < 0 && p.rule == r && config.SameCounter(req.Descriptors[j].Entries, es, r) {
+				s.dupOf, s.sh = j, -1
+				p.cost += s.cost
+				break
+			}
+		}
+	}
+	offs[len(rules)] = len(buf)
+	if *bufpp == nil {
+		return // no local-mode key
+	}
+	**bufpp = buf
+	for i := range rules {
+		if offs[i+1] > offs[i] { // aliases the buffer; the limiter copies what it keeps
+			slots[i].key = unsafe.String(&buf[offs[i]], offs[i+1]-offs[i])
+		}
+	}
+}
+
+// counterHash hashes a counter's identity: the rule id and each value
+// (the pattern, for wildcard entries that share a threshold).
+func (c *Checker) counterHash(r *config.Rule, es []config.Entry) uint64 {
+	h := maphash.String(c.seed, r.ID)
+	for i := range es {
+		v := es[i].Value
+		if i < len(r.Shared) && r.Shared[i] {
+			v = r.Path[i].Value
+		}
+		h = (h^maphash.String(c.seed, v))*0x9e3779b97f4a7c15 + uint64(i)
+	}
+	return h
+}
+
+// create adds a key to sh (requires sh.mu held), evicting first when the
+// shard is full, and starts it over its limit if its tombstone says so.
+func (c *Checker) create(sh *shard, s *slot, req *Request, now int64) *entry {
+	if sh.len() >= c.perShard {
+		c.evict(sh, now)
+	}
+	es := req.Descriptors[s.idx].Entries
+	vals := make([]string, len(es))
+	for i := range es {
+		vals[i] = es[i].Value
+		if i < len(s.rule.Shared) && s.rule.Shared[i] {
+			vals[i] = s.rule.Path[i].Value
+		}
+	}
+	key := string(config.AppendCounterKey(nil, s.rule, es))
+	e := &entry{key: key, skey: c.storeKey(key, s.rule), vals: vals, desc: descText(es),
+		hash: s.h, rule: s.rule, kind: kindOf(s.rule), heapIdx: -1, answerRemaining: -1, created: now,
+		usage: minuteUsage{stream: c.streams.Add(1)}}
+	if sh.tombs != nil {
+		i, j := tombSlots(s.h, len(sh.tombs))
+		if t := min(sh.tombs[i], sh.tombs[j]); t > now {
+			e.overUntil, e.restored = t, true
+		}
+	}
+	sh.insert(e)
+	sh.schedule(e, now+int64(c.cfg.MinRefresh))
+	c.Stats.Keys.Add(1)
+	return e
+}
+
+// evict drops the least recently used of a sample of sh's keys (requires
+// sh.mu held). A dirty victim's consumption is kept as orphan deltas; an
+// over-limit victim is remembered in the tombstones.
+func (c *Checker) evict(sh *shard, now int64) {
+	var victim *entry
+	n := 0
+	for _, e := range sh.keys {
+		if victim == nil || e.used < victim.used {
+			victim = e
+		}
+		if n++; n == 8 {
+			break
+		}
+	}
+	if victim == nil {
+		return
+	}
+	c.dropEntry(sh, victim, now)
+}
+
+// dropEntry removes e (requires sh.mu held).
+func (c *Checker) dropEntry(sh *shard, e *entry, now int64) {
+	if e.dirty {
+		c.Stats.EvictedDirty.Add(1)
+		c.drain(sh, e)
+	}
+	if e.overUntil > now {
+		if sh.tombs == nil {
+			sh.tombs = make([]int64, tombSize(c.perShard))
+		}
+		i, j := tombSlots(e.hash, len(sh.tombs))
+		sh.tombs[i] = max(sh.tombs[i], e.overUntil)
+		sh.tombs[j] = max(sh.tombs[j], e.overUntil)
+	}
+	sh.remove(e)
+	c.Stats.Evictions.Add(1)
+	c.Stats.Keys.Add(-1)
+}
+
+func tombSize(n int) int {
+	s := 64
+	for s < n {
+		s <<= 1
+	}
+	return s
+}
+
+// storeKey is where this instance's consumption of key goes in the store:
+// a hot key spread over shards (`shards: N`) has one per shard, and an
+// instance always uses the same one.
+func (c *Checker) storeKey(key string, r *config.Rule) string {
+	if r.Shards <= 1 {
+		return key
+	}
+	return counters.ShardKey(key, c.shardOf(r.Shards))
+}
+
+func (c *Checker) shardOf(n int64) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(c.instance))
+	return int64(h.Sum64() % uint64(n))
+}
+
+func kindOf(r *config.Rule) counters.Kind {
+	if r.Algorithm.Bucket() {
+		return counters.KindTAT
+	}
+	return counters.KindWindow
 }
