@@ -16,6 +16,7 @@ import (
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/internal/breaker"
 	"github.com/velvetrope/velvetrope/internal/hist"
 	"github.com/velvetrope/velvetrope/internal/logx"
 	"github.com/velvetrope/velvetrope/limiter"
@@ -239,7 +240,7 @@ type Checker struct {
 	ctlMu      sync.Mutex
 	ctlVersion int64
 
-	brk  breaker
+	brk  *breaker.Breaker
 	stop chan struct{}
 	wg   sync.WaitGroup
 	// one rate-limited log per kind of warning, so that one kind repeating
@@ -282,7 +283,7 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	if c.hash, err = newHashing(cfg.HashKey); err != nil {
 		return nil, err
 	}
-	c.brk.threshold, c.brk.openFor = cfg.BreakerFailures, int64(cfg.BreakerOpenFor)
+	c.brk = breaker.New(cfg.BreakerFailures, cfg.BreakerOpenFor)
 	c.ctlStore, _ = cs.(counters.ControlStore)
 	if cfg.IdempotencyTTL > 0 {
 		c.idem = newIdempotency(int64(cfg.IdempotencyTTL), 1<<16)
@@ -305,14 +306,14 @@ func (c *Checker) Queue() (dirtyKeys int64, buffered int) {
 
 // Breaker reports the counter store's circuit breaker: its state now,
 // how often it opened and how many store calls it refused.
-func (c *Checker) Breaker() (state BreakerState, opens, rejected uint64) {
-	return c.brk.state(c.clock.Now()), c.brk.Opens.Load(), c.brk.Rejected.Load()
+func (c *Checker) Breaker() (state breaker.State, opens, rejected uint64) {
+	return c.brk.State(c.clock.Now()), c.brk.Opens.Load(), c.brk.Rejected.Load()
 }
 
 // StoreReady reports whether the counter store answers, as far as the
 // breaker knows: an error while it is open.
 func (c *Checker) StoreReady() error {
-	if c.brk.state(c.clock.Now()) == BreakerOpen {
+	if c.brk.State(c.clock.Now()) == breaker.Open {
 		return fmt.Errorf("%w: circuit breaker open after repeated failures", counters.ErrStoreUnavailable)
 	}
 	return nil

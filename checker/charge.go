@@ -6,6 +6,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/internal/breaker"
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
@@ -62,7 +63,7 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 				var probe bool
 				if probe, s.w.err = c.admit(now); s.w.err == nil {
 					s.w.sres, s.w.err = c.store.ChargeSync(ctx, &q)
-					c.brk.done(now, s.w.err, probe)
+					c.brk.Done(now, s.w.err, probe)
 				}
 			}
 			continue
@@ -79,11 +80,11 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 		} else if s.exact {
 			q := s.w.sreq // a copy: the slots must not escape to the heap through the interface call
 			s.w.sres, s.w.err = c.store.ChargeSync(ctx, &q)
-			c.brk.done(now, s.w.err, probe)
+			c.brk.Done(now, s.w.err, probe)
 		} else {
 			q := s.w.req
 			s.w.res, s.w.err = c.store.Charge(ctx, &q)
-			c.brk.done(now, s.w.err, probe)
+			c.brk.Done(now, s.w.err, probe)
 		}
 		switch {
 		case s.w.err != nil:
@@ -133,7 +134,7 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 // admit asks the breaker whether a store call may go out now; probe says
 // the call is the half-open probe, to be reported to c.brk.done.
 func (c *Checker) admit(now int64) (probe bool, err error) {
-	ok, probe := c.brk.allow(now)
+	ok, probe := c.brk.Allow(now)
 	if !ok {
 		return false, errStoreBreakerOpen
 	}
@@ -141,7 +142,7 @@ func (c *Checker) admit(now int64) (probe bool, err error) {
 }
 
 // errStoreBreakerOpen is a store call the open breaker refused.
-var errStoreBreakerOpen = fmt.Errorf("%w: %w", counters.ErrStoreUnavailable, errBreakerOpen)
+var errStoreBreakerOpen = fmt.Errorf("%w: %w", counters.ErrStoreUnavailable, breaker.ErrOpen)
 
 // failurePolicy decides a descriptor whose store charge failed.
 func (c *Checker) failurePolicy(s *slot, now, cost int64) {

@@ -75,7 +75,7 @@ func (c *Checker) Refresh(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
 		err = c.store.Read(rctx, c.instance, items)
 		cancel()
-		c.brk.done(now, err, probe)
+		c.brk.Done(now, err, probe)
 	}
 	if err != nil {
 		c.Stats.RefreshErrors.Add(1)

@@ -10,6 +10,7 @@ import (
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/internal/breaker"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
 )
@@ -82,7 +83,7 @@ func TestPausedRedisCostsNoWaiting(t *testing.T) {
 	}
 	elapsed := time.Since(start)
 	state, opens, rejected := ch.Breaker()
-	if state != checker.BreakerOpen || opens != 1 || rejected != 2 {
+	if state != breaker.Open || opens != 1 || rejected != 2 {
 		t.Fatalf("breaker %v, opens %d, rejected %d; want open, 1, 2", state, opens, rejected)
 	}
 	if err := ch.StoreReady(); err == nil {
