@@ -2,7 +2,8 @@ package checker
 
 import (
 	"hash/maphash"
-	"sync"
+
+	"github.com/velvetrope/velvetrope/internal/idem"
 )
 
 // idempotency remembers whole decisions by (domain, request id) for a TTL,
@@ -10,46 +11,26 @@ import (
 // is bound to its request by a fingerprint: the same id with another
 // request (other descriptors, hits or limit overrides) is refused with
 // [ErrRequestIDConflict] rather than answered with someone else's
-// decision. Bounded: when a shard is full, expired ids go first, then
-// arbitrary ones.
+// decision.
 type idempotency struct {
-	ttl    int64
-	max    int
-	seed   maphash.Seed
-	shards [16]idemShard
+	cache *idem.Cache[answered]
 }
 
-type idemShard struct {
-	mu sync.Mutex
-	m  map[idemKey]idemEntry
-}
-
-type idemKey struct{ domain, id string }
-
-type idemEntry struct {
-	fp       uint64 // fingerprint of the request that stored it
+// answered is a remembered decision.
+type answered struct {
 	code     Code
 	statuses []Status
-	expires  int64
 }
 
 func newIdempotency(ttl int64, maxIDs int) *idempotency {
-	c := &idempotency{ttl: ttl, max: max(maxIDs/16, 1), seed: maphash.MakeSeed()}
-	for i := range c.shards {
-		c.shards[i].m = map[idemKey]idemEntry{}
-	}
-	return c
-}
-
-func (c *idempotency) shard(_, id string) *idemShard {
-	return &c.shards[maphash.String(c.seed, id)%16]
+	return &idempotency{cache: idem.New[answered](ttl, maxIDs)}
 }
 
 // fingerprint hashes everything that makes req the request it is, with a
 // per-process random seed (so a client cannot craft a colliding request).
 func (c *idempotency) fingerprint(req *Request) uint64 {
 	var h maphash.Hash
-	h.SetSeed(c.seed)
+	h.SetSeed(c.cache.Seed())
 	h.WriteString(req.Domain)
 	h.WriteByte(0)
 	var num [8]byte
@@ -86,45 +67,6 @@ func (c *idempotency) fingerprint(req *Request) uint64 {
 	return h.Sum64()
 }
 
-// get copies a remembered decision for (domain, id) into d when fp is the
-// request that stored it. It reports whether an unexpired answer exists
-// and whether it belongs to another request (a conflict; d is untouched).
-func (c *idempotency) get(domain, id string, fp uint64, now int64, d *Decision) (found, conflict bool) {
-	sh := c.shard(domain, id)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e, ok := sh.m[idemKey{domain, id}]
-	if !ok || e.expires <= now {
-		return false, false
-	}
-	if e.fp != fp {
-		return true, true
-	}
-	d.Code = e.code
-	d.Statuses = append(d.Statuses[:0], e.statuses...)
-	return true, false
-}
-
-func (c *idempotency) put(domain, id string, fp uint64, now int64, d *Decision) {
-	sh := c.shard(domain, id)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if len(sh.m) >= c.max {
-		for k, v := range sh.m {
-			if v.expires <= now {
-				delete(sh.m, k)
-			}
-		}
-		for k := range sh.m {
-			if len(sh.m) < c.max {
-				break
-			}
-			delete(sh.m, k)
-		}
-	}
-	sh.m[idemKey{domain, id}] = idemEntry{fp: fp, code: d.Code, statuses: append([]Status(nil), d.Statuses...), expires: now + c.ttl}
-}
-
 // replay looks req up when it carries a request id (c may be nil: no
 // idempotency). It returns the request's fingerprint for remember, and
 // either fills d with the remembered answer (done), or refuses a
@@ -134,9 +76,13 @@ func (c *idempotency) replay(req *Request, now int64, d *Decision) (fp uint64, d
 		return 0, false, nil
 	}
 	fp = c.fingerprint(req)
-	found, conflict := c.get(req.Domain, req.RequestID, fp, now, d)
-	if conflict {
+	a, found, conflict := c.cache.Get(req.Domain, req.RequestID, fp, now)
+	switch {
+	case conflict:
 		return fp, false, errRequestIDConflict
+	case found:
+		d.Code = a.code
+		d.Statuses = append(d.Statuses[:0], a.statuses...)
 	}
 	return fp, found, nil
 }
@@ -145,6 +91,6 @@ func (c *idempotency) replay(req *Request, now int64, d *Decision) (fp uint64, d
 // without a request id or idempotency.
 func (c *idempotency) remember(req *Request, fp uint64, now int64, d *Decision) {
 	if c != nil && req.RequestID != "" {
-		c.put(req.Domain, req.RequestID, fp, now, d)
+		c.cache.Put(req.Domain, req.RequestID, fp, now, answered{d.Code, append([]Status(nil), d.Statuses...)})
 	}
 }
