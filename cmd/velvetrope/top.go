@@ -22,7 +22,7 @@ import (
 func runTop(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("top", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	window := fs.String("window", "1h", "how far back: 15m, 6h, 7d (1m to 31d)")
+	window := fs.String("window", "1h", "how far back: 15m, 6h, 7d (1m to the service's analytics.max_window, 7d by default)")
 	domain := fs.String("domain", "", "only this domain")
 	rule := fs.String("rule", "", "only this rule id")
 	limit := fs.Int("limit", 10, "keys to list (1 to 1000)")
