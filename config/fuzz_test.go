@@ -18,6 +18,9 @@ func FuzzParseRules(f *testing.F) {
 	}
 	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    algorithm: token_bucket\n    burst: 3\n    rate_limit: {unit: second, requests_per_unit: 1}\n"))
 	f.Add([]byte("domain: &x a\ndescriptors: *x\n"))
+	f.Add([]byte("domain: x\ndescriptors: &d\n  - key: k\n    descriptors: *d\n"))
+	f.Add([]byte(billionLaughs(3)))
+	f.Add([]byte("domain: x\nd: [[[[[[[[[[]]]]]]]]]]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := ParseRules("fuzz.yaml", data)
 		if err != nil {
