@@ -191,9 +191,12 @@ func StartRedisTLS(t testing.TB, certFile, keyFile, caFile string) string {
 	})
 }
 
-func startPrivateRedis(t testing.TB, args func(port string) []string) string {
+// redisServer finds the redis-server binary scripts/services.sh installed
+// and a free loopback address for a private server, with the skip and fail
+// rules of [Redis].
+func redisServer(t testing.TB) (bin, addr string) {
 	t.Helper()
-	Redis(t) // same skip/fail rule as the shared Redis
+	Redis(t)
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redis-server not found, although the shared Redis runs: %v", err)
@@ -202,9 +205,14 @@ func startPrivateRedis(t testing.TB, args func(port string) []string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
+	defer ln.Close()
+	return bin, ln.Addr().String()
+}
+
+func startPrivateRedis(t testing.TB, args func(port string) []string) string {
+	t.Helper()
+	bin, addr := redisServer(t)
 	_, port, _ := net.SplitHostPort(addr)
-	ln.Close()
 	cmd := exec.Command(bin, append([]string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", t.TempDir()}, args(port)...)...)
 	if err := cmd.Start(); err != nil {
@@ -246,17 +254,8 @@ type PrivateRedis struct {
 // when the test ends; it skips like [Redis].
 func StartPrivateRedis(t testing.TB) *PrivateRedis {
 	t.Helper()
-	Redis(t)
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server not found, although the shared Redis runs: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &PrivateRedis{Addr: ln.Addr().String(), bin: bin, dir: t.TempDir()}
-	ln.Close()
+	bin, addr := redisServer(t)
+	p := &PrivateRedis{Addr: addr, bin: bin, dir: t.TempDir()}
 	p.Start(t)
 	t.Cleanup(func() { p.Stop(t) })
 	return p
