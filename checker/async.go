@@ -218,7 +218,7 @@ type Checker struct {
 	perShard int
 	seq      atomic.Uint64
 	streams  atomic.Uint64 // analytics stream ids, one per key entry
-	idem     *idempotency
+	ids      *RequestIDs
 	scratch  sync.Pool // *scratch, for requests of many descriptors
 	works    sync.Pool // *syncWork, one per store charge
 	keyBufs  sync.Pool // *[]byte, counter keys of small requests
@@ -286,7 +286,7 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	c.brk = breaker.New(cfg.BreakerFailures, cfg.BreakerOpenFor)
 	c.ctlStore, _ = cs.(counters.ControlStore)
 	if cfg.IdempotencyTTL > 0 {
-		c.idem = newIdempotency(int64(cfg.IdempotencyTTL), 1<<16)
+		c.ids = NewRequestIDs(cfg.IdempotencyTTL, 1<<16)
 	}
 	c.scratch.New = func() any { return &scratch{buf: make([]byte, 0, 1024)} }
 	c.works.New = func() any { return new(syncWork) }

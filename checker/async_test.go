@@ -5,18 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"pgregory.net/rapid"
-
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
-	"github.com/velvetrope/velvetrope/limiter"
 )
 
 // applyProducer hands every delta straight to a counters.MemStore, as an aggregator
@@ -181,113 +177,6 @@ func (r *rig) check(t testing.TB, hits int64, kv ...string) Decision {
 		t.Fatal(err)
 	}
 	return d
-}
-
-// TestAsyncSingleInstanceIsExact drives one async checker and the exact
-// Local engine with the same random requests, times, flushes and refreshes:
-// with one instance every decision must be the same (no overshoot, no
-// under-admission), for every algorithm and band.
-func TestAsyncSingleInstanceIsExact(t *testing.T) {
-	keys := []string{"envoy", "fixed", "sliding", "bucket", "gcra", "leaky", "soft", "syncmode", "nearasync", "local",
-		"shadow", "envoyshadow", "free", "old", "new", "nothing"}
-	rapid.Check(t, func(rt *rapid.T) {
-		r := newRig(t, Config{})
-		rs := r.c.Rules()
-		k, _ := limiter.NewKeyed(limiter.WithClock(r.clk))
-		local, _ := NewLocal(config.NewStore(rs), k, r.clk, 0)
-		// Analytics: every decision of a counted key reaches the deltas
-		// exactly once (allowed, denied or shadow-denied), and the minute
-		// rows they carry add up to the same.
-		counted := map[string]bool{"envoy": true, "fixed": true, "sliding": true, "bucket": true, "gcra": true,
-			"leaky": true, "soft": true, "syncmode": true, "nearasync": true, "shadow": true, "envoyshadow": true}
-		decisions := map[string]uint64{}
-		for i := range rapid.IntRange(1, 120).Draw(rt, "steps") {
-			switch rapid.IntRange(0, 9).Draw(rt, "op") {
-			case 0:
-				r.clk.ns.Add(rapid.Int64Range(0, 1500e6).Draw(rt, "dt"))
-			case 1:
-				r.c.Flush(context.Background())
-			case 2:
-				r.c.Refresh(context.Background())
-			default:
-				n := rapid.IntRange(1, 3).Draw(rt, "descriptors")
-				var kv []string
-				for range n {
-					kv = append(kv, rapid.SampledFrom(keys).Draw(rt, "key"), strconv.Itoa(rapid.IntRange(0, 1).Draw(rt, "value")))
-				}
-				hits := rapid.Int64Range(0, 12).Draw(rt, "hits")
-				q := req(hits, kv...)
-				for j := range q.Descriptors { // Envoy's per-descriptor hits_addend, sometimes
-					if rapid.IntRange(0, 3).Draw(rt, "own hits?") == 0 {
-						q.Descriptors[j].Hits, q.Descriptors[j].HasHits = rapid.Int64Range(0, 12).Draw(rt, "own hits"), true
-					}
-				}
-				var da, dl Decision
-				if err := r.c.Check(context.Background(), q, &da); err != nil {
-					rt.Fatal(err)
-				}
-				if err := local.Check(context.Background(), q, &dl); err != nil {
-					rt.Fatal(err)
-				}
-				rt.Logf("step %d %v hits %d: async %s %v | exact %s %v", i, kv, hits, codes(da), remainings(da), codes(dl), remainings(dl))
-				if da.Code != dl.Code {
-					rt.Fatalf("step %d %v hits %d: async %s, exact %s (%+v vs %+v)", i, kv, hits, codes(da), codes(dl), da.Statuses, dl.Statuses)
-				}
-				seen := map[string]bool{}
-				for j, d := range q.Descriptors {
-					desc := d.Entries[0].Key + "=" + d.Entries[0].Value
-					if counted[d.Entries[0].Key] && q.hitsOf(j) > 0 && !seen[desc] {
-						seen[desc] = true
-					}
-				}
-				zero := false
-				for j := range q.Descriptors {
-					zero = zero || q.hitsOf(j) == 0
-				}
-				for desc := range seen {
-					if !zero { // probes are left out of the accounting
-						decisions[desc]++
-					}
-				}
-				if zero { // probes count as decisions too, but this accounting leaves their keys out
-					for _, d := range q.Descriptors {
-						delete(counted, d.Entries[0].Key)
-					}
-				}
-				for j := range da.Statuses {
-					a, l := da.Statuses[j], dl.Statuses[j]
-					if a.Code != l.Code || a.Remaining != l.Remaining || a.RetryNever != l.RetryNever || a.Shadowed != l.Shadowed || a.OverSoft != l.OverSoft {
-						rt.Fatalf("step %d %v hits %d status %d: async %+v, exact %+v", i, kv, hits, j, a, l)
-					}
-				}
-			}
-		}
-		if err := r.c.Flush(context.Background()); err != nil {
-			rt.Fatal(err)
-		}
-		got := map[string]uint64{}
-		rows := map[[2]any]*eventsv1.MinuteUsage{} // the newest row per (stream, minute)
-		for _, d := range r.prod.all {
-			got[d.DescriptorText] += d.AllowedCount + d.DeniedCount + d.ShadowDeniedCount
-			if m := d.Minute; m != nil {
-				rows[[2]any{m.Stream, m.MinuteUnix}] = m
-			}
-		}
-		fromRows := map[string]uint64{}
-		for _, d := range r.prod.all {
-			if m := d.Minute; m != nil && rows[[2]any{m.Stream, m.MinuteUnix}] == m {
-				fromRows[d.DescriptorText] += m.AllowedCount + m.DeniedCount + m.ShadowDeniedCount
-			}
-		}
-		for desc, n := range decisions {
-			if !counted[desc[:strings.IndexByte(desc, '=')]] {
-				continue
-			}
-			if got[desc] != n || fromRows[desc] != n {
-				rt.Fatalf("%s: %d decisions, deltas count %d, minute rows %d", desc, n, got[desc], fromRows[desc])
-			}
-		}
-	})
 }
 
 func TestAsyncBands(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 )
 
 // Bounds limit the size of one request. Every surface (HTTP, gRPC, the
-// middleware) reaches the checker through [Checker.Check] or
-// [Local.Check], which enforce them, so no accepted request can make a
+// middleware) reaches an engine through [Checker.Check] or the exact
+// engine's Check (package local), which enforce them, so no accepted request can make a
 // delta larger than the pipeline carries ([events.MaxRecordBytes]) or a
 // decision arbitrarily expensive. Zero fields take [DefaultBounds].
 type Bounds struct {

@@ -46,7 +46,7 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 		return err
 	}
 	now := c.clock.Now()
-	fp, done, err := c.idem.replay(req, now, d)
+	fp, done, err := c.ids.Replay(req, now, d)
 	if err != nil || done {
 		return err
 	}
@@ -130,7 +130,7 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 		}
 		c.status(&d.Statuses[i], &slots[i], denied)
 	}
-	c.idem.remember(req, fp, now, d)
+	c.ids.Remember(req, fp, now, d)
 	if c.dirtyN.Load() >= int64(c.cfg.FlushThreshold) {
 		select {
 		case c.flushNow <- struct{}{}:

@@ -22,9 +22,10 @@
 // table and in a shared [counters.Store] (Redis in production, [counters.MemStore] in
 // `velvetrope dev` and tests); consumption leaves as deltas through an
 // events.Producer. `mode: local` rules run on an exact in-process limiter,
-// `mode: sync` rules charge the store on every decision. [Local] is the
-// exact single-process engine, the reference the async one is tested
-// against.
+// `mode: sync` rules charge the store on every decision. Package local
+// holds the exact single-process engine over the same [Request] and
+// [Decision], the reference this one is property-tested against; both
+// remember request ids through [RequestIDs].
 //
 // # The async estimate
 //
@@ -61,8 +62,8 @@
 //   - over (a store answer said there is no room, and memory agrees):
 //     refused from memory until the window rolls or a refresh shows room.
 //
-// Guarantee. With one instance, decisions are exact: the same as [Local]
-// (property-tested). With several instances and `near_limit: sync`, every
+// Guarantee. With one instance, decisions are exact: the same as the
+// exact engine of package local (property-tested). With several instances and `near_limit: sync`, every
 // admission that could exhaust the budget is an atomic charge, and the
 // band is entered while the other instances' consumption still in flight
 // is smaller than the threshold: admissions do not exceed the limit as

@@ -159,9 +159,7 @@ func (c *Checker) delta(e *entry, p *pending, applied bool, ownAfter int64) *eve
 // own counters, and to the pending delta.
 func (c *Checker) count(e *entry, now, cost int64, allowed, charge bool) {
 	p := &e.pend
-	if e.kind == counters.KindWindow {
-		p.window = e.cur.start
-	}
+	p.window = e.cur.start
 	p.tally(now, cost, allowed)
 	if charge {
 		e.observe(now, cost)
@@ -179,8 +177,8 @@ func (c *Checker) count(e *entry, now, cost int64, allowed, charge bool) {
 func (c *Checker) countApplied(e *entry, now, cost int64, allowed bool) {
 	e.observe(now, cost)
 	p := &e.pendApplied
+	p.window = e.cur.start // roll() emitted any earlier window's charges
 	if e.kind == counters.KindWindow {
-		p.window = e.cur.start // roll() emitted any earlier window's charges
 		e.cur.charged += cost
 	} else {
 		e.cumCharged += cost
@@ -192,9 +190,7 @@ func (c *Checker) countApplied(e *entry, now, cost int64, allowed bool) {
 // countDenied records a refusal that charged nothing (analytics only).
 func (c *Checker) countDenied(e *entry, now, cost int64) {
 	p := &e.pend
-	if e.kind == counters.KindWindow {
-		p.window = e.cur.start
-	}
+	p.window = e.cur.start
 	p.add(now)
 	p.deniedCount++
 	p.deniedCost += uint64(cost)
@@ -204,15 +200,13 @@ func (c *Checker) countDenied(e *entry, now, cost int64) {
 // sync`): emitted as already applied, for analytics only.
 func (c *Checker) countAnalytics(e *entry, now, cost int64, allowed bool) {
 	p := &e.pendApplied
-	if e.kind == counters.KindWindow {
-		p.window = e.cur.start
-	}
+	p.window = e.cur.start
 	p.tally(now, cost, allowed)
 }
 
 // pending is consumption counted but not yet flushed, for one window.
 type pending struct {
-	window                          int64
+	window                          int64 // its start (window counters; buckets ignore it)
 	allowedCount, allowedCost       uint64
 	deniedCount, deniedCost         uint64
 	shadowDenied, deferred, counted uint64

@@ -232,7 +232,7 @@ func (c *Checker) keys(bufpp **[]byte, req *Request, rules []*config.Rule, slots
 	var offs [MaxDescriptors + 1]int
 	for i, r := range rules {
 		s := &slots[i]
-		*s = slot{rule: r, sh: -1, idx: i, dupOf: -1, cost: req.hitsOf(i)}
+		*s = slot{rule: r, sh: -1, idx: i, dupOf: -1, cost: req.HitsOf(i)}
 		offs[i] = len(buf)
 		if r == nil || r.Unlimited || r.Limit == 0 {
 			continue

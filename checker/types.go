@@ -31,8 +31,9 @@ type Descriptor struct {
 	Rule *config.Rule
 }
 
-// hitsOf is the cost of descriptor i.
-func (r *Request) hitsOf(i int) int64 {
+// HitsOf is the cost of descriptor i: its own hits when it has them, else
+// the request's.
+func (r *Request) HitsOf(i int) int64 {
 	if d := &r.Descriptors[i]; d.HasHits {
 		return d.Hits
 	}

@@ -15,6 +15,7 @@ import (
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/local"
 )
 
 type fakeClock struct{ ns atomic.Int64 }
@@ -87,7 +88,7 @@ func TestAsyncOverRedisIsExact(t *testing.T) {
 			rt.Fatal(err)
 		}
 		k, _ := limiter.NewKeyed(limiter.WithClock(clk))
-		exact, _ := checker.NewLocal(config.NewStore(rs), k, clk, 0)
+		exact, _ := local.New(config.NewStore(rs), k, clk, 0)
 		ctx := context.Background()
 		for i := range rapid.IntRange(1, 60).Draw(rt, "steps") {
 			switch rapid.IntRange(0, 7).Draw(rt, "op") {

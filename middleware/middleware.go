@@ -23,7 +23,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/logx"
 )
 
-// Checker decides a request: *checker.Checker, *checker.Local and Remote
+// Checker decides a request: *checker.Checker, *local.Engine and Remote
 // implement it.
 type Checker interface {
 	Check(ctx context.Context, req *checker.Request, d *checker.Decision) error

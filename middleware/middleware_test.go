@@ -18,6 +18,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/testrules"
+	"github.com/velvetrope/velvetrope/local"
 	"github.com/velvetrope/velvetrope/rls"
 )
 
@@ -34,7 +35,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
-func local(t *testing.T) *checker.Local {
+func exactEngine(t *testing.T) *local.Engine {
 	t.Helper()
 	return testrules.Local(t, testrules.Store(t, rules), testrules.NewClock(), 0)
 }
@@ -47,7 +48,7 @@ func remote(t *testing.T) *Remote {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, _ := rls.NewGRPCServer(rls.New(local(t), rls.Options{}))
+	g, _ := rls.NewGRPCServer(rls.New(exactEngine(t), rls.Options{}))
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
 	gc, err := client.DialGRPC(lis.Addr().String(), time.Second)
@@ -104,7 +105,7 @@ func do(h http.Handler, c hit) *httptest.ResponseRecorder {
 }
 
 func TestHeadersAnd429(t *testing.T) {
-	h := handler(t, local(t), Options{Descriptors: [][]Source{{ClientIP()}}})
+	h := handler(t, exactEngine(t), Options{Descriptors: [][]Source{{ClientIP()}}})
 	for i := range 5 {
 		rec := do(h, hit{peer: "203.0.113.9:5000", path: "/"})
 		if rec.Code != 200 || rec.Header().Get("X-RateLimit-Remaining") != string(rune('4'-i)) ||
@@ -155,7 +156,7 @@ func TestTrustedProxies(t *testing.T) {
 // TestHierarchicalDeny: the per-IP limit has room, the per-user-per-route
 // one does not: one call, denied; the route pattern, not the path, counts.
 func TestHierarchicalDeny(t *testing.T) {
-	h := handler(t, local(t), Options{Descriptors: [][]Source{{ClientIP()}, {User(userOf), Route(nil)}}})
+	h := handler(t, exactEngine(t), Options{Descriptors: [][]Source{{ClientIP()}, {User(userOf), Route(nil)}}})
 	for i, path := range []string{"/export/1", "/export/2"} {
 		if rec := do(h, hit{peer: "198.51.100.1:1", path: path, user: "priya"}); rec.Code != 200 {
 			t.Fatalf("call %d: %d", i, rec.Code)
@@ -176,7 +177,7 @@ func TestHierarchicalDeny(t *testing.T) {
 }
 
 func TestCostPerRoute(t *testing.T) {
-	h := handler(t, local(t), Options{Descriptors: [][]Source{{ClientIP()}},
+	h := handler(t, exactEngine(t), Options{Descriptors: [][]Source{{ClientIP()}},
 		Cost: func(r *http.Request) int64 {
 			if strings.HasPrefix(r.URL.Path, "/export/") {
 				return 3
@@ -202,7 +203,7 @@ func TestAPIKeyIsHashed(t *testing.T) {
 	if _, v2, _ := APIKey("X-API-Key", []byte("other"))(r); v2 == v {
 		t.Fatal("the hash does not depend on the secret")
 	}
-	h := handler(t, local(t), Options{Descriptors: [][]Source{{APIKey("X-API-Key", []byte("secret"))}}})
+	h := handler(t, exactEngine(t), Options{Descriptors: [][]Source{{APIKey("X-API-Key", []byte("secret"))}}})
 	key := map[string]string{"X-API-Key": "sk_live_123"}
 	if rec := do(h, hit{peer: "198.51.100.1:1", path: "/", headers: key}); rec.Code != 200 {
 		t.Fatalf("first: %d", rec.Code)
@@ -276,7 +277,7 @@ func TestRemoteAndFailurePolicy(t *testing.T) {
 // value beyond the bounds is answered 400 naming the attribute and never
 // reaches the checker (before, it made an oversized delta).
 func TestSourcesBeyondBounds(t *testing.T) {
-	h := handler(t, local(t), Options{Descriptors: [][]Source{{Header("X-Tenant", "tenant")}}})
+	h := handler(t, exactEngine(t), Options{Descriptors: [][]Source{{Header("X-Tenant", "tenant")}}})
 	cases := []struct {
 		value, want string
 		code        int
@@ -299,7 +300,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		"no descriptors": {Domain: "web"},
 		"empty":          {Domain: "web", Descriptors: [][]Source{{}}},
 	} {
-		if _, err := New(local(t), o); err == nil || !strings.Contains(err.Error(), "Options.") {
+		if _, err := New(exactEngine(t), o); err == nil || !strings.Contains(err.Error(), "Options.") {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
@@ -310,7 +311,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 // client address string, the handler's closure state; -race adds a few),
 // not memory per descriptor or per entry: the call is pooled.
 func TestPerRequestAllocations(t *testing.T) {
-	c := local(t)
+	c := exactEngine(t)
 	l, _ := New(c, Options{Domain: "web", Descriptors: [][]Source{{ClientIP()}, {Header("X-Tenant", "tenant"), Method()}}, Logger: quiet})
 	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
@@ -391,7 +392,7 @@ func FuzzClientIP(f *testing.F) {
 // TestIPv6KeyedByPrefix: issue 10, item 10. Before, every address of a
 // /64 was its own key, so one subscriber rotated through 2^64 budgets.
 func TestIPv6KeyedByPrefix(t *testing.T) {
-	h := handler(t, local(t), Options{Descriptors: [][]Source{{ClientIP()}}})
+	h := handler(t, exactEngine(t), Options{Descriptors: [][]Source{{ClientIP()}}})
 	for i := range 5 { // five addresses of one /64 share the limit of 5
 		if rec := do(h, hit{peer: fmt.Sprintf("[2001:db8:1:2::%x]:1", i+1), path: "/"}); rec.Code != 200 {
 			t.Fatalf("call %d: %d", i, rec.Code)

@@ -36,7 +36,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/logx"
 )
 
-// Checker decides requests; *checker.Checker and *checker.Local implement it.
+// Checker decides requests; *checker.Checker and *local.Engine implement it.
 type Checker interface {
 	Check(ctx context.Context, req *checker.Request, d *checker.Decision) error
 	Rules() *config.RuleSet

@@ -10,6 +10,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/metrics"
 	"github.com/velvetrope/velvetrope/internal/testrules"
+	"github.com/velvetrope/velvetrope/local"
 )
 
 const rules = `domain: api
@@ -133,7 +134,7 @@ func TestSeriesBoundedWhateverTheInput(t *testing.T) {
 // observed decides with a checker and counts every answered decision, as
 // the API layers do.
 type observed struct {
-	l *checker.Local
+	l *local.Engine
 	n *Counter
 }
 

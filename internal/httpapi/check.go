@@ -19,7 +19,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/logx"
 )
 
-// Checker decides a request; *checker.Local implements it.
+// Checker decides a request; *local.Engine implements it.
 type Checker interface {
 	Check(ctx context.Context, req *checker.Request, d *checker.Decision) error
 }

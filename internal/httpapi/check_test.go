@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/local"
 )
 
 type fixedClock int64
@@ -28,7 +28,7 @@ func newHandler(t testing.TB) http.Handler {
 		t.Fatal(err)
 	}
 	k, _ := limiter.NewKeyed()
-	l, err := checker.NewLocal(config.NewStore(rs), k, fixedClock(t0), time.Minute)
+	l, err := local.New(config.NewStore(rs), k, fixedClock(t0), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,10 +184,10 @@ func FuzzCheckHandler(f *testing.F) {
 // request id reused by a different request is 409 naming request_id; a
 // value beyond the bounds is 400 naming the field.
 func TestCheckRequestIDAndBounds(t *testing.T) {
-	h := CheckHandler(func() *checker.Local {
+	h := CheckHandler(func() *local.Engine {
 		rs, _ := config.ExampleRules()
 		k, _ := limiter.NewKeyed()
-		l, _ := checker.NewLocal(config.NewStore(rs), k, fixedClock(t0), time.Minute)
+		l, _ := local.New(config.NewStore(rs), k, fixedClock(t0), time.Minute)
 		return l
 	}(), 1<<20, nil, nil)
 	req := func(user string, hits int, id string) string {

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/local"
 )
 
 // T0 is aligned to a day (and so to every shorter unit), as Envoy's
@@ -49,13 +49,13 @@ func Store(t testing.TB, yaml string) *config.Store {
 
 // Local is the exact in-process checker over rules, on clk, remembering
 // request ids for idemTTL.
-func Local(t testing.TB, rules *config.Store, clk *Clock, idemTTL time.Duration) *checker.Local {
+func Local(t testing.TB, rules *config.Store, clk *Clock, idemTTL time.Duration) *local.Engine {
 	t.Helper()
 	k, err := limiter.NewKeyed(limiter.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := checker.NewLocal(rules, k, clk, idemTTL)
+	l, err := local.New(rules, k, clk, idemTTL)
 	if err != nil {
 		t.Fatal(err)
 	}

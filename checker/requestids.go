@@ -2,17 +2,19 @@ package checker
 
 import (
 	"hash/maphash"
+	"time"
 
 	"github.com/velvetrope/velvetrope/internal/idem"
 )
 
-// idempotency remembers whole decisions by (domain, request id) for a TTL,
+// RequestIDs remembers whole decisions by (domain, request id) for a TTL,
 // so a retried request gets the first answer and is charged once. Each id
 // is bound to its request by a fingerprint: the same id with another
 // request (other descriptors, hits or limit overrides) is refused with
 // [ErrRequestIDConflict] rather than answered with someone else's
-// decision.
-type idempotency struct {
+// decision. Both engines use it; a nil *RequestIDs remembers nothing.
+// Safe for concurrent use.
+type RequestIDs struct {
 	cache *idem.Cache[answered]
 }
 
@@ -22,13 +24,15 @@ type answered struct {
 	statuses []Status
 }
 
-func newIdempotency(ttl int64, maxIDs int) *idempotency {
-	return &idempotency{cache: idem.New[answered](ttl, maxIDs)}
+// NewRequestIDs returns a memory of at most maxIDs request ids, each kept
+// for ttl.
+func NewRequestIDs(ttl time.Duration, maxIDs int) *RequestIDs {
+	return &RequestIDs{cache: idem.New[answered](int64(ttl), maxIDs)}
 }
 
 // fingerprint hashes everything that makes req the request it is, with a
 // per-process random seed (so a client cannot craft a colliding request).
-func (c *idempotency) fingerprint(req *Request) uint64 {
+func (c *RequestIDs) fingerprint(req *Request) uint64 {
 	var h maphash.Hash
 	h.SetSeed(c.cache.Seed())
 	h.WriteString(req.Domain)
@@ -67,11 +71,11 @@ func (c *idempotency) fingerprint(req *Request) uint64 {
 	return h.Sum64()
 }
 
-// replay looks req up when it carries a request id (c may be nil: no
-// idempotency). It returns the request's fingerprint for remember, and
-// either fills d with the remembered answer (done), or refuses a
-// different request under the same id (errRequestIDConflict).
-func (c *idempotency) replay(req *Request, now int64, d *Decision) (fp uint64, done bool, err error) {
+// Replay looks req up when it carries a request id. It returns the
+// request's fingerprint for [RequestIDs.Remember], and either fills d with
+// the remembered answer (done), or refuses a different request under the
+// same id (a *[FieldError] wrapping [ErrRequestIDConflict]).
+func (c *RequestIDs) Replay(req *Request, now int64, d *Decision) (fp uint64, done bool, err error) {
 	if c == nil || req.RequestID == "" {
 		return 0, false, nil
 	}
@@ -87,9 +91,9 @@ func (c *idempotency) replay(req *Request, now int64, d *Decision) (fp uint64, d
 	return fp, found, nil
 }
 
-// remember stores d as the answer to req (fp from replay); a no-op
-// without a request id or idempotency.
-func (c *idempotency) remember(req *Request, fp uint64, now int64, d *Decision) {
+// Remember stores d as the answer to req (fp from Replay); a no-op
+// without a request id.
+func (c *RequestIDs) Remember(req *Request, fp uint64, now int64, d *Decision) {
 	if c != nil && req.RequestID != "" {
 		c.cache.Put(req.Domain, req.RequestID, fp, now, answered{d.Code, append([]Status(nil), d.Statuses...)})
 	}

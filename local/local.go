@@ -1,4 +1,8 @@
-package checker
+// Package local is the single-process rate limit engine: every counter is
+// an exact in-process limiter, behind the same [checker.Request] and
+// [checker.Decision] as the async checker, which is property-tested
+// against it.
+package local
 
 import (
 	"context"
@@ -9,59 +13,60 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
-// Local decides from exact in-process limiters: every counter lives in this
-// process. It is what `mode: local` rules run and what `velvetrope dev`
-// serves. Safe for concurrent use.
-type Local struct {
-	rules  *config.Store
-	keyed  *limiter.Keyed
-	clock  limiter.Clock
-	idem   *idempotency
-	bounds Bounds    // DefaultBounds: Local serves tests and single-process use
-	bufs   sync.Pool // *[]byte scratch for counter keys
+// Engine decides from exact in-process limiters: every counter lives in
+// this process, so its decisions are exact for one process and know
+// nothing of other instances. Requests are bounded by
+// [checker.DefaultBounds]. Safe for concurrent use.
+type Engine struct {
+	rules *config.Store
+	keyed *limiter.Keyed
+	clock limiter.Clock
+	ids   *checker.RequestIDs // nil: no request-level idempotency
+	bufs  sync.Pool           // *[]byte scratch for counter keys
 }
 
-// NewLocal returns a Local deciding with the live rules of store, keeping
+// New returns an Engine deciding with the live rules of store, keeping
 // counters in keyed (its bounds and eviction policy apply), reading time
 // from clock, and remembering request ids for idemTTL (0 disables
 // request-level idempotency).
-func NewLocal(store *config.Store, keyed *limiter.Keyed, clock limiter.Clock, idemTTL time.Duration) (*Local, error) {
+func New(store *config.Store, keyed *limiter.Keyed, clock limiter.Clock, idemTTL time.Duration) (*Engine, error) {
 	if store == nil || keyed == nil || clock == nil {
-		return nil, errors.New("checker: NewLocal needs a rule store, a keyed limiter and a clock")
+		return nil, errors.New("local: New needs a rule store, a keyed limiter and a clock")
 	}
-	l := &Local{rules: store, keyed: keyed, clock: clock, bounds: DefaultBounds()}
+	l := &Engine{rules: store, keyed: keyed, clock: clock}
 	if idemTTL > 0 {
-		l.idem = newIdempotency(int64(idemTTL), 1<<16)
+		l.ids = checker.NewRequestIDs(idemTTL, 1<<16)
 	}
 	l.bufs.New = func() any { b := make([]byte, 0, 256); return &b }
 	return l, nil
 }
 
 // Rules returns the live rule set.
-func (l *Local) Rules() *config.RuleSet { return l.rules.Load() }
+func (l *Engine) Rules() *config.RuleSet { return l.rules.Load() }
 
 // Check decides req into d, reusing d.Statuses' capacity. It returns an
-// error only for a malformed request (a *FieldError) or an internal fault;
-// a refusal is a Decision, not an error.
-func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
+// error only for a malformed request (a *[checker.FieldError]) or an
+// internal fault; a refusal is a Decision, not an error.
+func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decision) error {
 	rs := l.rules.Load()
-	dom, known := rs.Lookup(req.Domain)
-	if err := req.validate(known, &l.bounds); err != nil {
+	if err := req.Validate(rs); err != nil {
 		return err
 	}
+	dom, _ := rs.Lookup(req.Domain)
 	now := l.clock.Now()
-	fp, done, err := l.idem.replay(req, now, d)
+	fp, done, err := l.ids.Replay(req, now, d)
 	if err != nil || done {
 		return err
 	}
 	n := len(req.Descriptors)
 	d.Statuses = slices.Grow(d.Statuses[:0], n)[:n]
 
-	var matched [MaxDescriptors]*config.Rule
+	var matched [checker.MaxDescriptors]*config.Rule
 	for i := range req.Descriptors {
 		if matched[i] = req.Descriptors[i].Rule; matched[i] == nil {
 			matched[i] = dom.Match(req.Descriptors[i].Entries)
@@ -71,10 +76,10 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 
 	// Descriptors naming the same counter are decided together: their hits
 	// add up, and each reports the counter after all of them.
-	var cost [MaxDescriptors]int64
-	var dupOf [MaxDescriptors]int
+	var cost [checker.MaxDescriptors]int64
+	var dupOf [checker.MaxDescriptors]int
 	for i := range n {
-		cost[i], dupOf[i] = req.hitsOf(i), -1
+		cost[i], dupOf[i] = req.HitsOf(i), -1
 		for j := range i {
 			if r := matched[i]; r != nil && dupOf[j] < 0 && matched[j] == r && config.SameCounter(req.Descriptors[j].Entries, req.Descriptors[i].Entries, r) {
 				dupOf[i] = j
@@ -89,10 +94,10 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 	// Phase 1: Envoy-semantics rules are charged now (every call counts);
 	// algorithm rules are only peeked.
 	denied := false
-	var peeked [MaxDescriptors]limiter.Decision // algorithm rules' peeks, by descriptor
+	var peeked [checker.MaxDescriptors]limiter.Decision // algorithm rules' peeks, by descriptor
 	for i := range n {
 		st := &d.Statuses[i]
-		*st = Status{Code: OK, Rule: matched[i]}
+		*st = checker.Status{Code: checker.OK, Rule: matched[i]}
 		r := matched[i]
 		if r == nil || r.Unlimited || dupOf[i] >= 0 {
 			continue
@@ -110,10 +115,10 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 			peeked[i] = ld
 		}
 		if err != nil && !errors.Is(err, limiter.ErrCostExceedsLimit) {
-			return fmt.Errorf("checker: rule %s: %w", r.ID, err)
+			return fmt.Errorf("local: rule %s: %w", r.ID, err)
 		}
 		fill(st, r, ld)
-		if st.Code == OverLimit {
+		if st.Code == checker.OverLimit {
 			denied = true
 		}
 	}
@@ -130,18 +135,18 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 			}
 			ld, err := l.keyed.AllowAt(l.key(bufp, r, req, i), r.Limiter, now, cost[i], "")
 			if err != nil && !errors.Is(err, limiter.ErrCostExceedsLimit) {
-				return fmt.Errorf("checker: rule %s: %w", r.ID, err)
+				return fmt.Errorf("local: rule %s: %w", r.ID, err)
 			}
 			peeked[i] = limiter.Decision{} // charged: its status is the real one
 			fill(st, r, ld)
-			if st.Code == OverLimit {
+			if st.Code == checker.OverLimit {
 				denied = true
 			}
 		}
 	}
-	d.Code = OK
+	d.Code = checker.OK
 	if denied {
-		d.Code = OverLimit
+		d.Code = checker.OverLimit
 		// Nothing was charged to the algorithm rules that would have
 		// admitted: report what they really have left.
 		for i := range n {
@@ -156,14 +161,14 @@ func (l *Local) Check(_ context.Context, req *Request, d *Decision) error {
 			d.Statuses[i] = d.Statuses[dupOf[i]]
 		}
 	}
-	l.idem.remember(req, fp, now, d)
+	l.ids.Remember(req, fp, now, d)
 	return nil
 }
 
 // key builds descriptor i's counter key in the pooled buffer and returns it
 // as a string that aliases the buffer. limiter.Keyed copies the key when it
 // keeps it, so the alias is never retained past the call.
-func (l *Local) key(bufp *[]byte, r *config.Rule, req *Request, i int) string {
+func (l *Engine) key(bufp *[]byte, r *config.Rule, req *checker.Request, i int) string {
 	*bufp = config.AppendCounterKey((*bufp)[:0], r, req.Descriptors[i].Entries)
 	b := *bufp
 	return unsafe.String(unsafe.SliceData(b), len(b))
@@ -171,7 +176,7 @@ func (l *Local) key(bufp *[]byte, r *config.Rule, req *Request, i int) string {
 
 // fill turns a limiter decision into a status under rule r, applying
 // shadow mode and the soft throttle's overage.
-func fill(st *Status, r *config.Rule, ld limiter.Decision) {
+func fill(st *checker.Status, r *config.Rule, ld limiter.Decision) {
 	st.Limit = r.Limit
 	over := r.Ceiling() - r.Limit // soft overage, 0 for hard rules
 	st.Remaining = max(ld.Remaining-over, 0)
@@ -182,11 +187,11 @@ func fill(st *Status, r *config.Rule, ld limiter.Decision) {
 	}
 	switch {
 	case !ld.Allowed && r.Shadow:
-		st.Code, st.Shadowed, st.RetryAfter, st.RetryNever = OK, true, 0, false
+		st.Code, st.Shadowed, st.RetryAfter, st.RetryNever = checker.OK, true, 0, false
 	case !ld.Allowed:
-		st.Code = OverLimit
+		st.Code = checker.OverLimit
 	default:
-		st.Code = OK
+		st.Code = checker.OK
 		st.OverSoft = over > 0 && ld.Remaining < over
 	}
 }
