@@ -467,14 +467,6 @@ func TestNewRejectsBadConfig(t *testing.T) {
 
 var _ = fmt.Sprint
 
-func remainings(d Decision) []int64 {
-	var out []int64
-	for _, s := range d.Statuses {
-		out = append(out, s.Remaining)
-	}
-	return out
-}
-
 const hotRules = `domain: api
 descriptors:
   - key: hot
