@@ -6,7 +6,7 @@ BIN := bin/velvetrope
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: run build test test-unit bench lint compose-check services-up services-down proto clean
+.PHONY: run build test test-unit bench bench-compare lint compose-check services-up services-down proto clean
 
 ## run: the whole product on embedded in-memory backends (velvetrope dev)
 run:
@@ -31,6 +31,20 @@ test-unit:
 ## bench: every benchmark, with allocations
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+# The peers of bench-compare: tools we run, installed from the Go module proxy into bin/, never part of the repository.
+ENVOY_RATELIMIT := github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36
+GUBERNATOR := github.com/gubernator-io/gubernator/v2/cmd/gubernator@v2.13.0
+
+## bench-compare: velvetrope beside envoy's ratelimit and gubernator under the same gRPC load (velvetrope bench);
+## rewrites the comparison in docs/benchmarks.md, docs/bench-compare.json and docs/bench-compare.png.
+## COMPARE_FLAGS passes options to bench/compare (e.g. COMPARE_FLAGS="--keys 1000 --conns 4").
+bench-compare: build
+	GOBIN=$(CURDIR)/bin $(GO) install $(ENVOY_RATELIMIT)
+	GOBIN=$(CURDIR)/bin $(GO) install $(GUBERNATOR)
+	@scripts/services.sh up || { scripts/services.sh down; exit 1; }
+	@source .services.env && $(GO) run ./bench/compare --bin bin $(COMPARE_FLAGS); status=$$?; \
+		scripts/services.sh down; exit $$status
 
 ## lint: formatting, vet and staticcheck
 lint:

@@ -23,6 +23,11 @@ Usage:
   velvetrope top [--window 1h] [--domain D] [--rule ID] [--limit 10] [--addr HOST:PORT] [--json]
                                    the most denied keys of a running velvetrope (HTTP)
   velvetrope rules validate PATH... check rule files or directories; exit 1 on errors
+  velvetrope bench [--addr HOST:PORT[,...]] [--protocol envoy|gubernator] [--callers 64] [--conns 4]
+                   [--duration 10s] [--keys 1000] [--json]
+                                   closed-loop gRPC load on a rate limit service: requests/s and latency
+  velvetrope bench --serve-noop ADDR
+                                   a ShouldRateLimit that answers OK and does nothing: the ceiling
   velvetrope version               print the version
 
 Environment overrides (every process): VELVETROPE_RULES, VELVETROPE_HTTP_ADDR,
@@ -53,6 +58,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCheck(args[1:], stdout, stderr)
 	case "top":
 		return runTop(args[1:], stdout, stderr)
+	case "bench":
+		return runBench(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "velvetrope", version())
 		return 0

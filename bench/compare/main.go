@@ -1,0 +1,256 @@
+// Command compare runs velvetrope side by side with envoy's ratelimit
+// service and gubernator under the same load (`make bench-compare`), and
+// writes the table into docs/benchmarks.md and a chart beside it.
+//
+// Every server runs as its own process on 127.0.0.1; the load comes from
+// `velvetrope bench`, also its own process; all of them share the
+// machine's cores with Redis and Kafka. The ceiling is a no-op
+// ShouldRateLimit server: what any rate limit service could reach with
+// this load generator on this machine. The peers are the binaries `make
+// bench-compare` installs into bin/ with `go install` (tools we run, never
+// part of the repository).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/velvetrope/velvetrope/bench/loadgen"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(1)
+	}
+}
+
+// options are the command line.
+type options struct {
+	bin, out, chart   string
+	redis, kafka      string
+	duration, warmup  time.Duration
+	callers           int
+	keys, conns       []int64
+	systems           []string
+	commit, machine   string
+	keepLogs, logsDir string
+}
+
+func parse() (options, error) {
+	var o options
+	var keys, conns, systems string
+	flag.StringVar(&o.bin, "bin", "bin", "directory of velvetrope, service_cmd (envoy ratelimit) and gubernator")
+	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "markdown file whose comparison section is rewritten")
+	flag.StringVar(&o.chart, "chart", "docs/bench-compare.png", "PNG chart to write")
+	flag.StringVar(&o.redis, "redis", os.Getenv("VELVETROPE_TEST_REDIS"), "Redis host:port (default $VELVETROPE_TEST_REDIS)")
+	flag.StringVar(&o.kafka, "kafka", os.Getenv("VELVETROPE_TEST_KAFKA"), "Kafka broker (default $VELVETROPE_TEST_KAFKA)")
+	flag.DurationVar(&o.duration, "duration", 8*time.Second, "measured time per row")
+	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured time before each row")
+	flag.IntVar(&o.callers, "callers", 64, "concurrent callers")
+	flag.StringVar(&keys, "keys", "1,1000,1000000", "key spreads")
+	flag.StringVar(&conns, "conns", "4,64", "connection counts")
+	flag.StringVar(&systems, "systems", strings.Join(allSystems, ","), "systems to run")
+	flag.StringVar(&o.machine, "machine", "", "machine description for the table (default: cores and memory read here)")
+	flag.StringVar(&o.logsDir, "logs", "", "keep the servers' logs in this directory (default: a temporary one, removed)")
+	flag.Parse()
+	var err error
+	if o.keys, err = ints(keys); err != nil {
+		return o, fmt.Errorf("--keys: %w", err)
+	}
+	if o.conns, err = ints(conns); err != nil {
+		return o, fmt.Errorf("--conns: %w", err)
+	}
+	for _, s := range strings.Split(systems, ",") {
+		if !contains(allSystems, s) {
+			return o, fmt.Errorf("--systems: unknown %q (have %s)", s, strings.Join(allSystems, ", "))
+		}
+		o.systems = append(o.systems, s)
+	}
+	if o.redis == "" || o.kafka == "" {
+		return o, fmt.Errorf("need Redis and Kafka: --redis/--kafka or VELVETROPE_TEST_REDIS/KAFKA (scripts/services.sh up writes them to .services.env)")
+	}
+	return o, nil
+}
+
+func ints(s string) ([]int64, error) {
+	var out []int64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// The systems, in table order.
+var allSystems = []string{"ceiling", "envoy", "gubernator", "velvetrope-async", "velvetrope-sync"}
+
+// row is one measurement.
+type row struct {
+	System string         `json:"system"`
+	Conns  int64          `json:"conns"`
+	Keys   int64          `json:"keys"`
+	Result loadgen.Result `json:"result"`
+	// Per decision, where the system exposes it: Redis commands (all
+	// systems that use Redis), deltas emitted and store charges
+	// (velvetrope), and the checker's resident memory per tracked key.
+	RedisPerDecision   float64 `json:"redis_commands_per_decision"`
+	RedisCPUPer1000    float64 `json:"redis_cpu_ms_per_1000_decisions"`
+	DeltasPerDecision  float64 `json:"deltas_per_decision,omitempty"`
+	ChargesPerDecision float64 `json:"store_charges_per_decision,omitempty"`
+	RSSPerKey          float64 `json:"rss_bytes_per_key,omitempty"`
+	Note               string  `json:"note,omitempty"`
+}
+
+func run() error {
+	o, err := parse()
+	if err != nil {
+		return err
+	}
+	dir := o.logsDir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "velvetrope-compare-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	rc := redis.NewClient(&redis.Options{Addr: o.redis})
+	defer rc.Close()
+	if err := rc.Ping(context.Background()).Err(); err != nil {
+		return fmt.Errorf("redis %s: %w", o.redis, err)
+	}
+	started := time.Now()
+	var rows []row
+	for _, sys := range o.systems {
+		sv, err := launch(sys, o, dir)
+		if err != nil {
+			return err
+		}
+		for _, conns := range o.conns {
+			for _, keys := range o.keys {
+				r, err := measure(o, sv, rc, conns, keys)
+				if err != nil {
+					sv.stop()
+					return fmt.Errorf("%s, %d connections, %d keys: %w", sys, conns, keys, err)
+				}
+				fmt.Fprintf(os.Stderr, "compare: %-17s conns %-3d keys %-8d %8.0f req/s  p99 %6.2f ms  redis/decision %.2f  deltas/decision %.3f\n",
+					sys, conns, keys, r.Result.PerSecond, float64(r.Result.P99)/1e6, r.RedisPerDecision, r.DeltasPerDecision)
+				rows = append(rows, r)
+			}
+		}
+		sv.stop()
+	}
+	rep := report{Rows: rows, Started: started, Took: time.Since(started), Commit: commit(), Machine: o.machine,
+		Duration: o.duration, Warmup: o.warmup, Callers: o.callers}
+	if rep.Machine == "" {
+		rep.Machine = machine()
+	}
+	if err := writeJSON(filepath.Join(filepath.Dir(o.out), "bench-compare.json"), rep); err != nil {
+		return err
+	}
+	if err := writeChart(o.chart, rep); err != nil {
+		return err
+	}
+	return writeMarkdown(o.out, rep, filepath.Base(o.chart))
+}
+
+// measure runs one row: `velvetrope bench` as its own process.
+func measure(o options, sv *served, rc *redis.Client, conns, keys int64) (row, error) {
+	ctx := context.Background()
+	before := sv.counters(ctx, rc)
+	args := []string{"bench", "--json", "--quiet", "--addr", sv.addr, "--protocol", string(sv.protocol), "--domain", sv.domain,
+		"--callers", strconv.Itoa(o.callers), "--conns", strconv.FormatInt(conns, 10), "--keys", strconv.FormatInt(keys, 10),
+		"--duration", o.duration.String(), "--warmup", o.warmup.String(), "--label", sv.name}
+	out, err := exec.Command(filepath.Join(o.bin, "velvetrope"), args...).Output()
+	if err != nil {
+		msg := err.Error()
+		if ee, ok := err.(*exec.ExitError); ok {
+			msg += ": " + strings.TrimSpace(string(ee.Stderr))
+		}
+		return row{}, fmt.Errorf("velvetrope bench: %s", msg)
+	}
+	var res struct{ loadgen.Result }
+	if err := json.Unmarshal(out, &res); err != nil {
+		return row{}, fmt.Errorf("velvetrope bench answer: %w", err)
+	}
+	after := sv.counters(ctx, rc)
+	r := row{System: sv.name, Conns: conns, Keys: keys, Result: res.Result}
+	// the counters cover warm-up and measurement: per decision of both
+	decisions := after.decisions - before.decisions
+	if decisions <= 0 { // a peer that does not say: the requests of warm-up and measurement, estimated
+		decisions = float64(res.Requests) * float64(o.duration+o.warmup) / float64(o.duration)
+	}
+	if sv.usesRedis {
+		r.RedisPerDecision = (after.redis - before.redis) / decisions
+		r.RedisCPUPer1000 = (after.redisCPU - before.redisCPU) * 1e3 * 1e3 / decisions
+	}
+	if sv.metrics != "" {
+		r.DeltasPerDecision = (after.deltas - before.deltas) / decisions
+		r.ChargesPerDecision = (after.charges - before.charges) / decisions
+		if dk := after.keys - before.keys; dk > 1000 {
+			r.RSSPerKey = (after.rss - before.rss) / dk
+		}
+	}
+	return r, nil
+}
+
+// commit is the repository's HEAD (with -dirty for uncommitted changes).
+func commit() string {
+	out, err := exec.Command("git", "describe", "--always", "--dirty", "--abbrev=12").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// machine describes the cores and memory this runs on.
+func machine() string {
+	cores := 0
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		cores = strings.Count(string(b), "\nprocessor")
+		if strings.HasPrefix(string(b), "processor") {
+			cores++
+		}
+	}
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 1 {
+			if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				mem = fmt.Sprintf(", %d GiB", (kb+(1<<19))>>20)
+			}
+		}
+	}
+	return fmt.Sprintf("%d cores%s, shared by the load generator, the servers, Redis and Kafka", cores, mem)
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
