@@ -37,14 +37,14 @@ func main() {
 
 // options are the command line.
 type options struct {
-	bin, out, chart   string
-	redis, kafka      string
-	duration, warmup  time.Duration
-	callers           int
-	keys, conns       []int64
-	systems           []string
-	commit, machine   string
-	keepLogs, logsDir string
+	bin, out, chart  string
+	redis, kafka     string
+	duration, warmup time.Duration
+	callers          int
+	keys, conns      []int64
+	systems          []string
+	machine          string
+	logsDir          string
 }
 
 func parse() (options, error) {
