@@ -78,7 +78,10 @@ type Stats struct {
 	Batches, Applied, Skipped, Bad atomic.Uint64
 	LastBatch                      atomic.Int64 // deltas in the last batch
 	RoundTrips, RedisErrors        atomic.Uint64
-	ApplyNanos                     atomic.Uint64 // total time spent applying
+	// Scripts counts Redis script calls (one per counter and window of a
+	// batch); AlreadyApplied the deltas that needed none.
+	Scripts, AlreadyApplied atomic.Uint64
+	ApplyNanos              atomic.Uint64 // total time spent applying
 }
 
 // Kafka consumes deltas with a kafka-go consumer group and applies them to
@@ -255,7 +258,9 @@ func (a *Kafka) applyWithRetry(ctx context.Context, batch []counters.Delivered) 
 		res, err := a.store.ApplyBatch(actx, batch)
 		cancel()
 		a.Stats.RoundTrips.Add(uint64(res.RoundTrips))
+		a.Stats.Scripts.Add(uint64(res.Scripts))
 		if err == nil {
+			a.Stats.AlreadyApplied.Add(uint64(res.AlreadyApplied))
 			a.Stats.Applied.Add(uint64(res.Applied))
 			a.Stats.Skipped.Add(uint64(res.Skipped))
 			a.Stats.ApplyNanos.Add(uint64(time.Since(start)))

@@ -279,11 +279,15 @@ func (s *MemStore) Refund(_ context.Context, r *ChargeRequest) error {
 
 // Apply applies one delta read from partition, at most once: a delta whose
 // sequence is not above the highest applied for its (instance, partition)
-// is a copy and is skipped. Deltas marked already applied only advance the
-// sequence. It reports whether the delta was new.
+// is a copy and is skipped. Deltas marked already applied carry analytics
+// only and change nothing, as in [Redis.ApplyBatch]. It reports whether the
+// delta was new.
 func (s *MemStore) Apply(partition int, d *eventsv1.Delta) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if d.AlreadyApplied {
+		return true
+	}
 	sk := seqKey{d.InstanceId, partition}
 	if d.Sequence <= s.seen[sk] {
 		s.Skipped.Add(1)
@@ -291,7 +295,7 @@ func (s *MemStore) Apply(partition int, d *eventsv1.Delta) bool {
 	}
 	s.seen[sk] = d.Sequence
 	s.Applied.Add(1)
-	if d.AlreadyApplied || d.CountedCost == 0 {
+	if d.CountedCost == 0 {
 		return true
 	}
 	var c *memCounter

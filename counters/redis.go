@@ -270,12 +270,19 @@ type Delivered struct {
 // ApplyResult counts what ApplyBatch did.
 type ApplyResult struct {
 	Applied, Skipped int
-	RoundTrips       int // pipelines sent (a cluster splits one per node)
+	// AlreadyApplied counts deltas a near-limit or sync charge applied
+	// when it was decided: they carry analytics only and cost no Redis work.
+	AlreadyApplied int
+	Scripts        int // script calls: one per counter (and window) of the batch
+	RoundTrips     int // pipelines sent (a cluster splits one per node)
 }
 
 // ApplyBatch applies deltas at most once each: grouped per counter (and
 // window), one atomic script per group, all groups in one pipeline.
-// Deltas marked already applied only advance the sequence.
+// Deltas marked already applied need nothing here: the charge that
+// decided them applied their hits, and the at-most-once watermark only
+// has to cover the deltas this applies (a copy of one of them is still
+// at or below it).
 func (r *Redis) ApplyBatch(ctx context.Context, batch []Delivered) (ApplyResult, error) {
 	type group struct {
 		keys []string
@@ -283,15 +290,15 @@ func (r *Redis) ApplyBatch(ctx context.Context, batch []Delivered) (ApplyResult,
 	}
 	groups := map[string]*group{}
 	var order []string
+	var res ApplyResult
 	now := r.clock()
 	for _, x := range batch {
 		d := x.Delta
-		// A delta a near-limit charge already applied carries nothing new:
-		// it only advances the sequence (its TAT would count hits twice).
-		counted, ownAfter, tatAfter := d.CountedCost, d.OwnAfter, ceilDiv(d.TatAfterUnixNanos, 1000)
 		if d.AlreadyApplied {
-			counted, ownAfter, tatAfter = 0, 0, 0
+			res.AlreadyApplied++
+			continue
 		}
+		counted, ownAfter, tatAfter := d.CountedCost, d.OwnAfter, ceilDiv(d.TatAfterUnixNanos, 1000)
 		var gk string
 		bucket := false
 		if config.Algorithm(d.Algorithm).Bucket() {
@@ -313,7 +320,6 @@ func (r *Redis) ApplyBatch(ctx context.Context, batch []Delivered) (ApplyResult,
 		g.args = append(g.args, d.InstanceId, x.Partition, d.Sequence, counted, ownAfter,
 			d.FirstUnixNanos/1000, tatAfter)
 	}
-	var res ApplyResult
 	if len(order) == 0 {
 		return res, nil
 	}
@@ -336,6 +342,7 @@ func (r *Redis) ApplyBatch(ctx context.Context, batch []Delivered) (ApplyResult,
 		}
 		_, err := p.Exec(ctx)
 		res.RoundTrips++
+		res.Scripts += len(cmds)
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
 			r.loaded.Store(false)
 			continue

@@ -362,7 +362,11 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 				reg.Counter("velvetrope_aggregator_deltas_applied_total", "Deltas applied to Redis.", func() float64 { return float64(a.Stats.Applied.Load()) })
 				reg.Counter("velvetrope_aggregator_deltas_skipped_total", "Copies skipped by the sequence check.", func() float64 { return float64(a.Stats.Skipped.Load()) })
 				reg.Counter("velvetrope_aggregator_bad_records_total", "Malformed records skipped.", func() float64 { return float64(a.Stats.Bad.Load()) })
+				reg.Counter("velvetrope_aggregator_deltas_already_applied_total", "Deltas a charge applied when it decided (analytics only, no Redis work).",
+					func() float64 { return float64(a.Stats.AlreadyApplied.Load()) })
 				reg.Counter("velvetrope_aggregator_redis_round_trips_total", "Redis round trips.", func() float64 { return float64(a.Stats.RoundTrips.Load()) })
+				reg.Counter("velvetrope_aggregator_redis_scripts_total", "Redis script calls (one per counter and window of a batch).",
+					func() float64 { return float64(a.Stats.Scripts.Load()) })
 				reg.Counter("velvetrope_aggregator_redis_errors_total", "Failed applies (retried).", func() float64 { return float64(a.Stats.RedisErrors.Load()) })
 				reg.Counter("velvetrope_aggregator_apply_seconds_total", "Time spent applying.", func() float64 { return float64(a.Stats.ApplyNanos.Load()) / 1e9 })
 				reg.Gauge("velvetrope_aggregator_consumer_lag", "Messages the consumer is behind.", func() float64 { return float64(a.Lag()) })
