@@ -121,7 +121,9 @@ type row struct {
 	DeltasPerDecision  float64 `json:"deltas_per_decision,omitempty"`
 	ChargesPerDecision float64 `json:"store_charges_per_decision,omitempty"`
 	RSSPerKey          float64 `json:"rss_bytes_per_key,omitempty"`
-	Note               string  `json:"note,omitempty"`
+	// DrainAfter is how long the aggregator took, after the row, to take
+	// in what it was sent (reported above 1 s).
+	DrainAfter time.Duration `json:"drain_after_ns,omitempty"`
 }
 
 func run() error {
@@ -199,6 +201,11 @@ func measure(o options, sv *served, rc *redis.Client, conns, keys int64) (row, e
 	}
 	after := sv.counters(ctx, rc)
 	r := row{System: sv.name, Conns: conns, Keys: keys, Result: res.Result}
+	// the next row starts once the pipeline has taken in this one's
+	// deltas: a row never pays for the backlog of the one before
+	if backlog := sv.settle(); backlog > time.Second {
+		r.DrainAfter = backlog
+	}
 	// the counters cover warm-up and measurement: per decision of both
 	decisions := after.decisions - before.decisions
 	if decisions <= 0 { // a peer that does not say: the requests of warm-up and measurement, estimated

@@ -127,6 +127,9 @@ func (r *report) markdown(chart string) string {
 				if x.Result.Errors > 0 {
 					cell += fmt.Sprintf(", %d errors", x.Result.Errors)
 				}
+				if x.DrainAfter > 0 {
+					cell += fmt.Sprintf(", backlog drained in %s", x.DrainAfter.Round(time.Second))
+				}
 				b.WriteString(cell + " |")
 			}
 			b.WriteString("\n")

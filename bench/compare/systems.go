@@ -22,8 +22,26 @@ type served struct {
 	domain    string
 	usesRedis bool
 	metrics   string // a velvetrope checker's /metrics URL
+	aggregate string // its aggregator's /metrics URL
 	procs     []*proc
 	checker   *proc
+}
+
+// settle waits until the pipeline has taken in what earlier rows sent
+// (the aggregator's consumer lag is 0), so a row never pays for the
+// backlog of the one before; it reports how long that took.
+func (s *served) settle() time.Duration {
+	if s.aggregate == "" {
+		return 0
+	}
+	start := time.Now()
+	for time.Since(start) < 3*time.Minute {
+		if lag := metric(s.aggregate, "velvetrope_aggregator_consumer_lag"); lag == 0 {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return time.Since(start)
 }
 
 func (s *served) stop() {
@@ -181,6 +199,7 @@ func launchVelvetrope(name string, o options, dir string) (*served, error) {
 		return nil, err
 	}
 	s.procs = append(s.procs, a)
+	s.aggregate = "http://" + aggHTTP + "/metrics"
 	if err := waitHTTP(c, "http://"+httpAddr+"/readyz"); err != nil {
 		s.stop()
 		return nil, err
