@@ -221,6 +221,7 @@ type Checker struct {
 	ids      *RequestIDs
 	scratch  sync.Pool // *scratch, for requests of many descriptors
 	works    sync.Pool // *syncWork, one per store charge
+	batch    *batcher  // sends the store charges of concurrent decisions together
 	keyBufs  sync.Pool // *[]byte, counter keys of small requests
 
 	flushNow    chan struct{}
@@ -289,10 +290,16 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 		c.ids = NewRequestIDs(cfg.IdempotencyTTL, 1<<16)
 	}
 	c.scratch.New = func() any { return &scratch{buf: make([]byte, 0, 1024)} }
-	c.works.New = func() any { return new(syncWork) }
+	c.works.New = func() any { return &syncWork{signal: make(chan uint8, 1)} }
+	c.batch = newBatcher(cs, storeLanes)
 	c.keyBufs.New = func() any { b := make([]byte, 0, 512); return &b }
 	return c, nil
 }
+
+// storeLanes is how many batches of store charges are in flight at once:
+// enough to keep the store's connection busy while a batch is answered,
+// few enough that a busy front sends many charges per round trip.
+const storeLanes = 4
 
 // Queue reports consumption not yet handed to the producer: keys with
 // pending consumption, and deltas the producer refused and that wait for

@@ -71,6 +71,15 @@ func (s *countingStore) Charge(ctx context.Context, r *counters.ChargeRequest) (
 	return s.MemStore.Charge(ctx, r)
 }
 
+func (s *countingStore) Do(ctx context.Context, ops []*counters.Op) {
+	for _, op := range ops {
+		if !op.Sync {
+			s.charges.Add(1)
+		}
+	}
+	s.MemStore.Do(ctx, ops)
+}
+
 const asyncRules = `domain: api
 descriptors:
   - key: envoy

@@ -3,6 +3,7 @@ package checker
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
@@ -13,7 +14,7 @@ import (
 // The near band and `mode: sync`: one atomic store charge per descriptor,
 // made without any lock held, and what its answer teaches the key.
 
-// prepareCharge fills s.w.req for a store charge (requires the lock).
+// prepareCharge fills s.w.Charge for a store charge (requires the lock).
 func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 	e, r := s.e, s.rule
 	s.need = needSync
@@ -22,11 +23,8 @@ func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 		budget = r.Capacity()
 	}
 	s.budgetOK = e.sinceAnswer+cost <= budget/int64(max(e.instances, 1))
-	if s.w == nil {
-		s.w = c.works.Get().(*syncWork)
-	}
-	*s.w = syncWork{}
-	q := &s.w.req
+	s.w = c.work(s.w)
+	q := &s.w.Charge
 	*q = counters.ChargeRequest{Key: e.skey, Kind: e.kind, Instance: c.instance, Now: now, Cost: cost,
 		WindowNanos: int64(r.Window), OtherShards: e.cur.shards}
 	if e.kind == counters.KindWindow {
@@ -55,44 +53,36 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 			continue
 		}
 		cost := s.cost
-		if denied && !s.w.req.ChargeDenied { // already refused: not worth a charge
+		if denied && !s.w.Charge.ChargeDenied { // already refused: not worth a charge
 			s.skipped = true
 			if s.exact { // the store alone knows this counter: probe it for the status
-				q := s.w.sreq
-				q.Cost, q.RequestID = 0, ""
+				s.w.SyncReq.Cost, s.w.SyncReq.RequestID = 0, ""
 				var probe bool
-				if probe, s.w.err = c.admit(now); s.w.err == nil {
-					s.w.sres, s.w.err = c.store.ChargeSync(ctx, &q)
-					c.brk.Done(now, s.w.err, probe)
+				if probe, s.w.Err = c.admit(now); s.w.Err == nil {
+					c.batch.do(s.w, c.cfg.StoreTimeout)
+					c.brk.Done(now, s.w.Err, probe)
 				}
 			}
 			continue
 		}
-		if cost > s.rule.Capacity() && !s.w.req.ChargeDenied { // can never fit: no call
+		if cost > s.rule.Capacity() && !s.w.Charge.ChargeDenied { // can never fit: no call
 			s.allowed, s.never, s.shadowed = false, true, s.rule.Shadow
 			denied = denied || !s.rule.Shadow
 			continue
 		}
 		c.Stats.SyncCharges.Add(1)
 		var probe bool
-		if probe, s.w.err = c.admit(now); s.w.err != nil {
-			// the breaker is open: no call, the failure policy decides
-		} else if s.exact {
-			q := s.w.sreq // a copy: the slots must not escape to the heap through the interface call
-			s.w.sres, s.w.err = c.store.ChargeSync(ctx, &q)
-			c.brk.Done(now, s.w.err, probe)
-		} else {
-			q := s.w.req
-			s.w.res, s.w.err = c.store.Charge(ctx, &q)
-			c.brk.Done(now, s.w.err, probe)
+		if probe, s.w.Err = c.admit(now); s.w.Err == nil { // (open breaker: no call, the failure policy decides)
+			c.batch.do(s.w, c.cfg.StoreTimeout)
+			c.brk.Done(now, s.w.Err, probe)
 		}
 		switch {
-		case s.w.err != nil:
+		case s.w.Err != nil:
 			c.failurePolicy(s, now, cost)
 		case s.exact:
-			s.allowed, s.charged = s.w.sres.Allowed, s.w.sres.Allowed || s.w.req.ChargeDenied
+			s.allowed, s.charged = s.w.SyncAnswer.Allowed, s.w.SyncAnswer.Allowed || s.w.Charge.ChargeDenied
 		default:
-			s.allowed, s.charged = s.w.res.Allowed, s.w.res.Allowed || s.w.req.ChargeDenied
+			s.allowed, s.charged = s.w.Answer.Allowed, s.w.Answer.Allowed || s.w.Charge.ChargeDenied
 		}
 		if !s.allowed && !s.rule.Shadow {
 			denied = true
@@ -103,27 +93,27 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 	}
 	for i := range slots { // a refused request charges nothing to algorithm rules
 		s := &slots[i]
-		if s.exact && s.w.err == nil && s.charged && !s.w.req.ChargeDenied {
+		if s.exact && s.w.Err == nil && s.charged && !s.w.Charge.ChargeDenied {
 			c.Stats.Refunds.Add(1)
-			q := s.w.sreq
-			if err := c.store.RefundSync(ctx, &q, s.w.sres.Token); err == nil {
+			q := s.w.SyncReq
+			if err := c.store.RefundSync(ctx, &q, s.w.SyncAnswer.Token); err == nil {
 				s.charged = false
 			}
 			continue
 		}
-		if s.need == needSync && s.w.err == nil && s.charged && !s.w.req.ChargeDenied {
+		if s.need == needSync && s.w.Err == nil && s.charged && !s.w.Charge.ChargeDenied {
 			c.Stats.Refunds.Add(1)
-			q := s.w.req
+			q := s.w.Charge
 			if err := c.store.Refund(ctx, &q); err == nil {
 				s.charged = false
 				// the answer described the counter with this charge in it
-				s.w.res.Own -= s.cost
-				s.w.res.OwnSync -= s.cost
-				s.w.res.Cum -= s.cost
-				if s.w.req.Kind == counters.KindWindow {
-					s.w.res.Total -= s.cost
+				s.w.Answer.Own -= s.cost
+				s.w.Answer.OwnSync -= s.cost
+				s.w.Answer.Cum -= s.cost
+				if s.w.Charge.Kind == counters.KindWindow {
+					s.w.Answer.Total -= s.cost
 				} else {
-					s.w.res.Total -= counters.Span(s.cost, s.w.req.WindowNanos, s.w.req.RateTokens)
+					s.w.Answer.Total -= counters.Span(s.cost, s.w.Charge.WindowNanos, s.w.Charge.RateTokens)
 				}
 			}
 		}
@@ -149,7 +139,7 @@ func (c *Checker) failurePolicy(s *slot, now, cost int64) {
 	s.degraded = true
 	c.Stats.Degraded.Add(1)
 	c.Stats.StoreErrors.Add(1)
-	c.logStore.Warn("counter store unavailable; applying failure policies", "rule", s.rule.ID, "policy", s.rule.Failure, "error", s.w.err)
+	c.logStore.Warn("counter store unavailable; applying failure policies", "rule", s.rule.ID, "policy", s.rule.Failure, "error", s.w.Err)
 	switch s.rule.Failure {
 	case config.FailClosed:
 		s.allowed = false
@@ -170,12 +160,12 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 		}
 		cost := s.cost
 		e := s.e
-		if s.w.err != nil {
+		if s.w.Err != nil {
 			c.degradedDecision(s, now, cost)
 			continue
 		}
 		if s.exact && s.skipped { // a probe: report it as the exact engine's peek would
-			res := s.w.sres
+			res := s.w.SyncAnswer
 			s.never = cost > s.rule.Capacity()
 			s.allowed = !s.never && cost <= res.Remaining
 			s.remaining, s.resetAfter = res.Remaining, res.ResetAfter
@@ -192,7 +182,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 			continue
 		}
 		if s.exact { // the store ran the algorithm: its answer is the status
-			res := s.w.sres
+			res := s.w.SyncAnswer
 			s.remaining, s.resetAfter = res.Remaining, res.ResetAfter
 			s.never = res.RetryAfter == limiter.Never
 			if !s.allowed && !s.never {
@@ -236,9 +226,9 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 }
 
 func (c *Checker) answerWindow(s *slot, now, cost int64) {
-	e, res := s.e, s.w.res
-	if e.cur.start != s.w.req.Window { // the window rolled meanwhile: nothing to learn
-		if s.charged && e.prev.start == s.w.req.Window {
+	e, res := s.e, s.w.Answer
+	if e.cur.start != s.w.Charge.Window { // the window rolled meanwhile: nothing to learn
+		if s.charged && e.prev.start == s.w.Charge.Window {
 			e.prev.charged += cost // the store counted it in that window
 		}
 		return
@@ -248,7 +238,7 @@ func (c *Checker) answerWindow(s *slot, now, cost int64) {
 		chargedNow = cost
 	}
 	e.windowCounter.absorb(chargeAnswer(&res), !e.answered, chargedNow)
-	if s.w.req.Sliding && e.prev.start == e.cur.start-s.w.req.WindowNanos {
+	if s.w.Charge.Sliding && e.prev.start == e.cur.start-s.w.Charge.WindowNanos {
 		e.prev.total, e.prev.own, e.prev.base, e.prev.known = res.PrevTotal, res.PrevOwn, res.PrevBase, true
 	}
 	c.learn(e, now, e.cur.others(), e.cur.mine(), res.Instances)
@@ -275,7 +265,7 @@ func (c *Checker) answerWindow(s *slot, now, cost int64) {
 }
 
 func (c *Checker) answerTAT(s *slot, now, cost int64) {
-	e, res := s.e, s.w.res
+	e, res := s.e, s.w.Answer
 	g := gcraOf(s.rule)
 	a := chargeAnswer(&res)
 	if !e.answered {
@@ -340,13 +330,11 @@ func (c *Checker) fillView(s *slot, now int64) {
 // (requires the lock).
 func (c *Checker) prepareExact(s *slot, req *Request, cost int64) {
 	s.need, s.exact = needSync, true
-	if s.w == nil {
-		s.w = c.works.Get().(*syncWork)
-	}
-	*s.w = syncWork{sreq: counters.SyncRequestFor(s.rule, s.e.key, cost)}
-	s.w.req.ChargeDenied = s.rule.Algorithm == config.AlgEnvoy // Envoy semantics: every call counts
+	s.w = c.work(s.w)
+	s.w.Sync, s.w.SyncReq = true, counters.SyncRequestFor(s.rule, s.e.key, cost)
+	s.w.Charge.ChargeDenied = s.rule.Algorithm == config.AlgEnvoy // Envoy semantics: every call counts
 	if req.RequestID != "" {
-		s.w.sreq.RequestID, s.w.sreq.IdempotencyTTL = req.RequestID, c.cfg.IdempotencyTTL
+		s.w.SyncReq.RequestID, s.w.SyncReq.IdempotencyTTL = req.RequestID, c.cfg.IdempotencyTTL
 	}
 }
 
@@ -360,11 +348,20 @@ func (c *Checker) releaseWork(slots []slot) {
 	}
 }
 
-// syncWork is one store charge of a Check.
+// syncWork is one store charge of a Check: the operation, and how the
+// batcher tells its caller the answer is in.
 type syncWork struct {
-	req  counters.ChargeRequest
-	res  counters.ChargeResult
-	sreq counters.SyncRequest // mode: sync
-	sres counters.SyncResult
-	err  error
+	counters.Op
+	signal   chan uint8
+	deadline time.Time
+}
+
+// work readies a pooled syncWork for a new charge (w: the slot's, if any).
+func (c *Checker) work(w *syncWork) *syncWork {
+	if w == nil {
+		w = c.works.Get().(*syncWork)
+	}
+	sig := w.signal
+	*w = syncWork{signal: sig}
+	return w
 }

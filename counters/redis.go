@@ -191,8 +191,20 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // Charge implements Store.
 func (r *Redis) Charge(ctx context.Context, q *ChargeRequest) (ChargeResult, error) {
+	script, keys, args := r.chargeCall(q)
+	res, err := script.Run(ctx, r.c, keys, args...).Result()
+	if err != nil {
+		return ChargeResult{}, unavailable("charge", err)
+	}
+	return parseCharge(q.Kind, res)
+}
+
+// chargeCall is the script, keys and arguments of one charge.
+func (r *Redis) chargeCall(q *ChargeRequest) (*redis.Script, []string, []any) {
 	if q.Kind == KindTAT {
-		return r.chargeBucket(ctx, q)
+		us := int64(time.Microsecond)
+		return chargeBucket, []string{r.BucketKey(q.Key)}, []any{q.Instance, q.Cost, q.Burst, q.RateTokens, q.WindowNanos / us,
+			q.OwnCum, ceilDiv(q.LocalTAT, us), q.Now / us, int64(r.slack / time.Millisecond)}
 	}
 	W := q.WindowNanos
 	elapsed := min(max(q.Now-q.Window, 0), W)
@@ -202,36 +214,28 @@ func (r *Redis) Charge(ctx context.Context, q *ChargeRequest) (ChargeResult, err
 		}
 		return 0
 	}
-	res, err := chargeWindow.Run(ctx, r.c,
-		[]string{r.WindowKey(q.Key, q.Window), r.WindowKey(q.Key, q.Window-W)},
-		q.Instance, q.Cost, q.Ceiling, q.OwnEmitted, bool01(q.Sliding), q.PrevEmitted,
-		ceilDiv(W-elapsed, int64(time.Millisecond)), W/int64(time.Millisecond), bool01(q.ChargeDenied),
-		r.windowTTL(q.Window, W, q.Now), r.windowTTL(q.Window-W, W, q.Now), q.OtherShards, q.PrevOtherShards).Result()
-	if err != nil {
-		return ChargeResult{}, unavailable("charge", err)
-	}
+	return chargeWindow, []string{r.WindowKey(q.Key, q.Window), r.WindowKey(q.Key, q.Window-W)},
+		[]any{q.Instance, q.Cost, q.Ceiling, q.OwnEmitted, bool01(q.Sliding), q.PrevEmitted,
+			ceilDiv(W-elapsed, int64(time.Millisecond)), W / int64(time.Millisecond), bool01(q.ChargeDenied),
+			r.windowTTL(q.Window, W, q.Now), r.windowTTL(q.Window-W, W, q.Now), q.OtherShards, q.PrevOtherShards}
+}
+
+// parseCharge reads a charge script's answer.
+func parseCharge(kind Kind, res any) (ChargeResult, error) {
 	v, err := ints(res)
+	if kind == KindTAT {
+		if err != nil || len(v) != 9 {
+			return ChargeResult{}, fmt.Errorf("counters: charge bucket: %v %v", v, err)
+		}
+		us := int64(time.Microsecond)
+		return ChargeResult{Allowed: v[0] == 1, Total: v[1] * us, Cum: v[2], Own: v[3], Instances: int(v[4]),
+			OwnMem: v[5], OwnSync: v[6], Base: v[7], Gen: v[8]}, nil
+	}
 	if err != nil || len(v) != 10 {
 		return ChargeResult{}, fmt.Errorf("counters: charge window: %v %v", v, err)
 	}
 	return ChargeResult{Allowed: v[0] == 1, Total: v[1], Own: v[2], PrevTotal: v[3], PrevOwn: v[4],
 		Instances: int(v[5]), OwnMem: v[6], OwnSync: v[7], Base: v[8], PrevBase: v[9]}, nil
-}
-
-func (r *Redis) chargeBucket(ctx context.Context, q *ChargeRequest) (ChargeResult, error) {
-	us := int64(time.Microsecond)
-	res, err := chargeBucket.Run(ctx, r.c, []string{r.BucketKey(q.Key)},
-		q.Instance, q.Cost, q.Burst, q.RateTokens, q.WindowNanos/us, q.OwnCum, ceilDiv(q.LocalTAT, us), q.Now/us,
-		int64(r.slack/time.Millisecond)).Result()
-	if err != nil {
-		return ChargeResult{}, unavailable("charge", err)
-	}
-	v, err := ints(res)
-	if err != nil || len(v) != 9 {
-		return ChargeResult{}, fmt.Errorf("counters: charge bucket: %v %v", v, err)
-	}
-	return ChargeResult{Allowed: v[0] == 1, Total: v[1] * us, Cum: v[2], Own: v[3], Instances: int(v[4]),
-		OwnMem: v[5], OwnSync: v[6], Base: v[7], Gen: v[8]}, nil
 }
 
 // Refund implements Store.

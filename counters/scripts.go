@@ -21,66 +21,72 @@ import "github.com/redis/go-redis/v9"
 // memory, own charged, base, prev base}; own excludes the instance's base
 // (its part when an operator last reset the counter, "z:<instance>").
 var chargeWindow = redis.NewScript(`
-local f, sf = 'i:' .. ARGV[1], 's:' .. ARGV[1]
+local f, sf, zf = 'i:' .. ARGV[1], 's:' .. ARGV[1], 'z:' .. ARGV[1]
 local cost = tonumber(ARGV[2])
 local ceiling = tonumber(ARGV[3])
 local sliding = ARGV[5] == '1'
 
--- counts the caller among the counter's instances the first time it adds
-local function seen(key)
-  if redis.call('HEXISTS', key, f) == 0 and redis.call('HEXISTS', key, sf) == 0 then
-    redis.call('HINCRBY', key, 'n', 1)
-  end
-end
-
--- fold the caller's memory-path hits the counter has not applied yet;
--- returns the total and the caller's whole part (memory + charged)
+-- One read and at most one write per window: every field the charge needs
+-- comes in one HMGET, and what changes goes out in one HSET.
+-- Returns the window's state with the caller's memory-path hits folded in
+-- (what the counter has not applied of them yet): total, the caller's
+-- memory hits, its charged hits, its base, instances, whether the caller
+-- is new to the window, and whether anything changed.
 local function fold(key, emitted)
-  local own = tonumber(redis.call('HGET', key, f) or '0')
-  local total = tonumber(redis.call('HGET', key, 't') or '0')
-  if emitted > own then
-    seen(key)
-    total = total + (emitted - own)
-    redis.call('HSET', key, 't', total, f, emitted)
-    own = emitted
+  local v = redis.call('HMGET', key, 't', 'n', f, sf, zf)
+  local w = {total = tonumber(v[1] or '0'), n = tonumber(v[2] or '0'), mem = tonumber(v[3] or '0'),
+    charged = tonumber(v[4] or '0'), base = tonumber(v[5] or '0'), fresh = not v[3] and not v[4], dirty = false}
+  if emitted > w.mem then
+    w.total = w.total + (emitted - w.mem)
+    w.mem, w.dirty = emitted, true
   end
-  local base = tonumber(redis.call('HGET', key, 'z:' .. ARGV[1]) or '0')
-  return total, own + tonumber(redis.call('HGET', key, sf) or '0') - base, base
+  return w
 end
 
-local total, own, base = fold(KEYS[1], tonumber(ARGV[4]))
+-- writes the window's changed fields, counting the caller among its
+-- instances the first time it adds
+local function store(key, w)
+  if not w.dirty then return end
+  if w.fresh then
+    w.n, w.fresh = w.n + 1, false
+    redis.call('HSET', key, 't', w.total, f, w.mem, sf, w.charged, 'n', w.n)
+  else
+    redis.call('HSET', key, 't', w.total, f, w.mem, sf, w.charged)
+  end
+end
+
+local cur = fold(KEYS[1], tonumber(ARGV[4]))
 local shards, prevShards = tonumber(ARGV[12]), tonumber(ARGV[13])
-local prevTotal, prevOwn, prevBase = 0, 0, 0
+local prev = {total = 0, mem = 0, charged = 0, base = 0}
 local allowed
 if sliding then
-  prevTotal, prevOwn, prevBase = fold(KEYS[2], tonumber(ARGV[6]))
-  local room = ceiling - total - shards - cost
+  prev = fold(KEYS[2], tonumber(ARGV[6]))
+  local room = ceiling - cur.total - shards - cost
   if room < 0 then
     allowed = false
   else
-    local lhs = (prevTotal + prevShards) * tonumber(ARGV[7])
+    local lhs = (prev.total + prevShards) * tonumber(ARGV[7])
     local rhs = room * tonumber(ARGV[8])
     if lhs < 9007199254740992 and rhs < 9007199254740992 then
       allowed = lhs <= rhs
     else
-      allowed = (prevTotal + prevShards) * (tonumber(ARGV[7]) / tonumber(ARGV[8])) <= room
+      allowed = (prev.total + prevShards) * (tonumber(ARGV[7]) / tonumber(ARGV[8])) <= room
     end
   end
 else
-  allowed = total + shards + cost <= ceiling
+  allowed = cur.total + shards + cost <= ceiling
 end
-if allowed or ARGV[9] == '1' then
-  seen(KEYS[1])
-  total = redis.call('HINCRBY', KEYS[1], 't', cost)
-  redis.call('HINCRBY', KEYS[1], sf, cost)
-  own = own + cost
+if (allowed or ARGV[9] == '1') and cost > 0 then
+  cur.total, cur.charged, cur.dirty = cur.total + cost, cur.charged + cost, true
 end
+store(KEYS[1], cur)
 redis.call('PEXPIRE', KEYS[1], ARGV[10])
 if sliding then
+  store(KEYS[2], prev)
   redis.call('PEXPIRE', KEYS[2], ARGV[11])
 end
-local mem = tonumber(redis.call('HGET', KEYS[1], f) or '0')
-return {allowed and 1 or 0, total, own, prevTotal, prevOwn, tonumber(redis.call('HGET', KEYS[1], 'n') or '0'), mem, own + base - mem, base, prevBase}
+return {allowed and 1 or 0, cur.total, cur.mem + cur.charged - cur.base, prev.total, prev.mem + prev.charged - prev.base,
+  cur.n, cur.mem, cur.charged, cur.base, prev.base}
 `)
 
 // chargeBucket folds the caller's unapplied hits into the bucket's TAT,
@@ -94,7 +100,7 @@ return {allowed and 1 or 0, total, own, prevTotal, prevOwn, tonumber(redis.call(
 // own charged, base, resets}.
 var chargeBucket = redis.NewScript(`
 local K = KEYS[1]
-local f, sf = 'i:' .. ARGV[1], 's:' .. ARGV[1]
+local f, sf, zf = 'i:' .. ARGV[1], 's:' .. ARGV[1], 'z:' .. ARGV[1]
 local cost = tonumber(ARGV[2])
 local burst = tonumber(ARGV[3])
 local tokens = tonumber(ARGV[4])
@@ -108,16 +114,17 @@ local function span(n)
   return math.ceil(n * period / tokens)
 end
 
-local tat = tonumber(redis.call('HGET', K, 'tat') or '0')
-local cum = tonumber(redis.call('HGET', K, 'c') or '0')
-local own = tonumber(redis.call('HGET', K, f) or '0')
-local charged = tonumber(redis.call('HGET', K, sf) or '0')
-local fresh = redis.call('HEXISTS', K, f) == 0 and redis.call('HEXISTS', K, sf) == 0
+-- one read, one write
+local v = redis.call('HMGET', K, 'tat', 'c', f, sf, zf, 'n', 'g')
+local tat, cum = tonumber(v[1] or '0'), tonumber(v[2] or '0')
+local own, charged, base = tonumber(v[3] or '0'), tonumber(v[4] or '0'), tonumber(v[5] or '0')
+local n, gen = tonumber(v[6] or '0'), tonumber(v[7] or '0')
+local fresh = not v[3] and not v[4]
 local unapplied = math.max(0, ownCum - own)
-local base = math.max(tat + span(unapplied), localTAT, now)
-local after = base + span(cost)
+local start = math.max(tat + span(unapplied), localTAT, now)
+local after = start + span(cost)
 local allowed = after - now <= span(burst)
-tat = math.max(tat, base)
+tat = math.max(tat, start)
 cum = cum + unapplied
 own = math.max(own, ownCum)
 if allowed then
@@ -125,13 +132,16 @@ if allowed then
   cum = cum + cost
   charged = charged + cost
 end
-if fresh and (own > 0 or charged > 0) then redis.call('HINCRBY', K, 'n', 1) end
-redis.call('HSET', K, 'tat', string.format('%d', tat), 'c', cum)
-if own > 0 then redis.call('HSET', K, f, own) end
-if charged > 0 then redis.call('HSET', K, sf, charged) end
+-- the caller's fields exist once it has added something: that is what
+-- counts it among the instances (here and in the apply script)
+if own > 0 or charged > 0 then
+  if fresh then n = n + 1 end
+  redis.call('HSET', K, 'tat', string.format('%d', tat), 'c', cum, f, own, sf, charged, 'n', n)
+else
+  redis.call('HSET', K, 'tat', string.format('%d', tat), 'c', cum)
+end
 redis.call('PEXPIRE', K, math.max(1, math.ceil((tat - now) / 1000)) + tonumber(ARGV[9]))
-local base = tonumber(redis.call('HGET', K, 'z:' .. ARGV[1]) or '0')
-return {allowed and 1 or 0, string.format('%d', tat), cum, own + charged - base, tonumber(redis.call('HGET', K, 'n') or '0'), own, charged, base, tonumber(redis.call('HGET', K, 'g') or '0')}
+return {allowed and 1 or 0, string.format('%d', tat), cum, own + charged - base, n, own, charged, base, gen}
 `)
 
 // refund takes back a charge: KEYS[1] the window or bucket; ARGV:

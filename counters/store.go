@@ -114,6 +114,10 @@ type Store interface {
 	// Refund takes back an allowed charge of a request that another
 	// descriptor then refused (a refused request charges nothing).
 	Refund(ctx context.Context, req *ChargeRequest) error
+	// Do runs a batch of charges and sync decisions in one round trip,
+	// each as atomic as Charge or ChargeSync alone, and fills each
+	// operation's answer or Err (store failures wrap ErrStoreUnavailable).
+	Do(ctx context.Context, ops []*Op)
 	// SyncStore runs `mode: sync` decisions: the rule's algorithm, atomic
 	// in the store, on the store's clock.
 	SyncStore

@@ -52,6 +52,19 @@ func (r *Redis) ResetSync(ctx context.Context, q *SyncRequest) error {
 // ChargeSync implements SyncStore: the rule's algorithm, atomic in
 // one script, on the Redis server's clock.
 func (r *Redis) ChargeSync(ctx context.Context, q *SyncRequest) (SyncResult, error) {
+	script, keys, args, err := r.syncCall(q)
+	if err != nil {
+		return SyncResult{}, err
+	}
+	res, err := script.Run(ctx, r.c, keys, args...).Result()
+	if err != nil {
+		return SyncResult{}, unavailable("sync charge", err)
+	}
+	return parseSync(res)
+}
+
+// syncCall is the script, keys and arguments of one sync decision.
+func (r *Redis) syncCall(q *SyncRequest) (*redis.Script, []string, []any, error) {
 	us := int64(time.Microsecond)
 	ttl := int64(0)
 	if q.RequestID != "" {
@@ -62,22 +75,27 @@ func (r *Redis) ChargeSync(ctx context.Context, q *SyncRequest) (SyncResult, err
 	if now == 0 && r.pin != nil {
 		now = r.pin()
 	}
-	var cmd *redis.Cmd
 	switch q.Algorithm {
 	case config.AlgEnvoy, config.AlgFixedWindow, config.AlgSlidingWindow:
-		kind := map[config.Algorithm]string{config.AlgEnvoy: "e", config.AlgFixedWindow: "f", config.AlgSlidingWindow: "s"}[q.Algorithm]
-		cmd = syncWindow.Run(ctx, r.c, keys, now/us, ttl, kind, q.Limit, q.Window/us, q.Cost)
+		kind := "s"
+		switch q.Algorithm {
+		case config.AlgEnvoy:
+			kind = "e"
+		case config.AlgFixedWindow:
+			kind = "f"
+		}
+		return syncWindow, keys, []any{now / us, ttl, kind, q.Limit, q.Window / us, q.Cost}, nil
 	case config.AlgTokenBucket, config.AlgGCRA, config.AlgLeakyBucket:
-		cmd = syncBucket.Run(ctx, r.c, keys, now/us, ttl, q.Limit, q.Tokens, q.Window/us, q.Cost)
+		return syncBucket, keys, []any{now / us, ttl, q.Limit, q.Tokens, q.Window / us, q.Cost}, nil
 	case config.AlgSlidingLog:
-		cmd = syncLog.Run(ctx, r.c, keys, now/us, ttl, q.Limit, q.Window/us, q.Cost)
-	default:
-		return SyncResult{}, fmt.Errorf("counters: sync: unknown algorithm %q", q.Algorithm)
+		return syncLog, keys, []any{now / us, ttl, q.Limit, q.Window / us, q.Cost}, nil
 	}
-	res, err := cmd.Result()
-	if err != nil {
-		return SyncResult{}, unavailable("sync charge", err)
-	}
+	return nil, nil, nil, fmt.Errorf("counters: sync: unknown algorithm %q", q.Algorithm)
+}
+
+// parseSync reads a sync script's answer.
+func parseSync(res any) (SyncResult, error) {
+	us := int64(time.Microsecond)
 	arr, ok := res.([]any)
 	if !ok || len(arr) != 5 {
 		return SyncResult{}, fmt.Errorf("counters: sync charge answered %v", res)

@@ -39,15 +39,16 @@ if cost > limit and kind ~= 'e' then -- never fits: nothing changes (Envoy's win
   return done({0, 0, 0, -1, ''})
 end
 local ck = KEYS[1] .. ':' .. string.format('%d', ws)
-local cur = tonumber(redis.call('GET', ck) or '0')
 local never = cost > limit
 local allowed, remaining, reset, retry = false, 0, 0, 0
 if kind ~= 's' then
-  allowed = (not never) and cur + cost <= limit
-  if allowed or kind == 'e' then
-    cur = redis.call('INCRBY', ck, cost)
-    redis.call('PEXPIRE', ck, math.ceil((ws + W - now) / 1000) + 1000)
-  end
+  -- fixed windows: one INCRBY decides (taken back when an algorithm rule
+  -- refuses; Envoy's window keeps every call), and the expiry is set once,
+  -- when the INCRBY created the window
+  local cur = redis.call('INCRBY', ck, cost)
+  if cur == cost then redis.call('PEXPIRE', ck, math.ceil((ws + W - now) / 1000) + 1000) end
+  allowed = (not never) and cur <= limit
+  if not allowed and kind ~= 'e' then cur = redis.call('DECRBY', ck, cost) end
   remaining = math.max(0, limit - cur)
   if cur > 0 then reset = ws + W - now end
   if not allowed then
@@ -55,6 +56,7 @@ if kind ~= 's' then
   end
   return done({allowed and 1 or 0, remaining, reset, retry, string.format('%d', ws)})
 end
+local cur = tonumber(redis.call('GET', ck) or '0')
 local prev = tonumber(redis.call('GET', KEYS[1] .. ':' .. string.format('%d', ws - W)) or '0')
 local e = now - ws
 allowed = (not never) and cur + cost <= limit and prev * (W - e) <= (limit - cur - cost) * W
