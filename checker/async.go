@@ -37,7 +37,14 @@ type Config struct {
 	// call and lost a fifth of its throughput to it).
 	FlushInterval  time.Duration
 	FlushThreshold int // dirty keys that trigger an early flush (4096)
-	MaxBuffered    int // deltas held while the producer refuses them (1<<20)
+	// MaxEmitInterval: how long a key far from its limit may hold its
+	// consumption before it is emitted (1 s; at most FlushInterval turns
+	// emission in proportion to need off). Such a key needs its
+	// consumption in the shared counter only as fast as another instance
+	// could come to need it: it is emitted at the next flush as soon as
+	// what it holds could matter to any instance's band.
+	MaxEmitInterval time.Duration
+	MaxBuffered     int // deltas held while the producer refuses them (1<<20)
 
 	RefreshTick time.Duration // refresher wake-up (10 ms)
 	MinRefresh  time.Duration // shortest re-read interval of a key (50 ms)
@@ -92,6 +99,7 @@ func (c *Config) defaults() error {
 		c.MaxBuffered = 1 << 20
 	}
 	def(&c.FlushInterval, 50*time.Millisecond)
+	def(&c.MaxEmitInterval, time.Second)
 	def(&c.RefreshTick, 10*time.Millisecond)
 	def(&c.MinRefresh, 50*time.Millisecond)
 	def(&c.MaxRefresh, 5*time.Second)
@@ -124,6 +132,8 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("checker: shards %d: must be a power of two", c.Shards)
 	case c.MaxKeys < c.Shards:
 		return fmt.Errorf("checker: max keys %d: must be at least the shard count %d", c.MaxKeys, c.Shards)
+	case c.MaxEmitInterval > time.Minute:
+		return fmt.Errorf("checker: max emit interval %v: at most a minute (one analytics row)", c.MaxEmitInterval)
 	case c.MinRefresh > c.MaxRefresh:
 		return fmt.Errorf("checker: min refresh %v above max refresh %v", c.MinRefresh, c.MaxRefresh)
 	case c.SafetyPercent < 100:
@@ -225,7 +235,9 @@ type Checker struct {
 	keyBufs  sync.Pool // *[]byte, counter keys of small requests
 
 	flushNow    chan struct{}
-	dirtyN      atomic.Int64
+	dirtyN      atomic.Int64 // keys queued for the next flush
+	slots       int          // emission wheel slots (0: no lazy emission)
+	lastTick    int64        // the last flush tick emitted (under flushMu)
 	flushMu     sync.Mutex
 	buffered    []*eventsv1.Delta // deltas the producer refused, oldest first (under flushMu)
 	refreshMu   sync.Mutex
@@ -278,6 +290,9 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	for i := range c.shards {
 		c.shards[i].keys = map[uint64]*entry{}
 	}
+	if cfg.MaxEmitInterval > cfg.FlushInterval {
+		c.slots = int(cfg.MaxEmitInterval/cfg.FlushInterval) + 2
+	}
 	for _, l := range []**logx.Limited{&c.logFlush, &c.logStore, &c.logRefresh, &c.logControls} {
 		*l = logx.New(cfg.Logger, 10*time.Second)
 	}
@@ -302,13 +317,19 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 const storeLanes = 4
 
 // Queue reports consumption not yet handed to the producer: keys with
-// pending consumption, and deltas the producer refused and that wait for
-// the next flush.
-func (c *Checker) Queue() (dirtyKeys int64, buffered int) {
+// pending consumption (lazy ones, far from their limits, among them), and
+// deltas the producer refused and that wait for the next flush.
+func (c *Checker) Queue() (dirtyKeys, lazyKeys int64, buffered int) {
 	c.flushMu.Lock()
 	buffered = len(c.buffered)
 	c.flushMu.Unlock()
-	return c.dirtyN.Load(), buffered
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		lazyKeys += int64(sh.lazyN)
+		sh.mu.Unlock()
+	}
+	return c.dirtyN.Load() + lazyKeys, lazyKeys, buffered
 }
 
 // Breaker reports the counter store's circuit breaker: its state now,

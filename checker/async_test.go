@@ -133,6 +133,9 @@ descriptors:
   - key: big
     algorithm: fixed_window
     rate_limit: {unit: second, requests_per_unit: 1000}
+  - key: huge
+    algorithm: fixed_window
+    rate_limit: {unit: minute, requests_per_unit: 1000}
   - key: old
     algorithm: fixed_window
     rate_limit: {unit: second, requests_per_unit: 2, name: old_limit}
@@ -517,5 +520,64 @@ func TestHotKeyShards(t *testing.T) {
 	b.Check(context.Background(), req(0, "hot", "x"), &d)
 	if d.Statuses[0].Remaining != 70 {
 		t.Fatalf("b sees remaining %d, want 70 (a's 30 hits in another shard)", d.Statuses[0].Remaining)
+	}
+}
+
+// TestEmissionInProportionToNeed: a key far from its limit holds its
+// consumption up to MaxEmitInterval (one delta for a second of decisions
+// instead of one per flush); a key whose held consumption could matter to
+// another instance's band goes at the next flush; Flush emits everything.
+func TestEmissionInProportionToNeed(t *testing.T) {
+	r := newRig(t, Config{})
+	ctx := context.Background()
+	ms := int64(time.Millisecond)
+	// past the young-key period, with two store answers: far
+	r.check(t, 1, "huge", "far")
+	r.clk.ns.Add(60 * ms)
+	r.c.Refresh(ctx)
+	r.clk.ns.Add(400 * ms)
+	r.c.Refresh(ctx)
+	r.c.Flush(ctx)
+	before := len(r.prod.all)
+	for step := range 19 { // 19 flush intervals of decisions: nothing is due
+		r.clk.ns.Add(50 * ms)
+		if d := r.check(t, 1, "huge", "far"); !d.Allowed() {
+			t.Fatalf("step %d: refused far from the limit", step)
+		}
+		if err := r.c.flush(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(r.prod.all) - before; n != 0 {
+		t.Fatalf("a far key emitted %d deltas within MaxEmitInterval, want 0 (then 1)", n)
+	}
+	if keys, lazy, _ := r.c.Queue(); keys != 1 || lazy != 1 {
+		t.Fatalf("queue: %d keys, %d lazy; want 1 and 1", keys, lazy)
+	}
+	r.clk.ns.Add(100 * ms)
+	r.c.flush(ctx, false)
+	if n := len(r.prod.all) - before; n != 1 || r.prod.all[before].CountedCost != 19 {
+		t.Fatalf("after MaxEmitInterval: %d deltas (%v), want one of 19 hits", n, r.prod.all[before:])
+	}
+	// a key decided into its near band goes at once (its charges already
+	// folded everything into the store); a key whose held hits exceed
+	// the allowance goes at the next flush
+	before = len(r.prod.all)
+	r.clk.ns.Add(10 * ms)
+	r.check(t, 950, "huge", "far") // 950 of 1000 in one decision: too much to hold
+	r.c.flush(ctx, false)
+	if n := len(r.prod.all) - before; n != 1 {
+		t.Fatalf("a decision that leaves the far band: %d deltas at the next flush, want 1", n)
+	}
+	// Flush emits lazy keys too
+	r.clk.ns.Add(10 * ms)
+	r.check(t, 0, "huge", "probe") // a probe: analytics only, lazy
+	before = len(r.prod.all)
+	r.c.Flush(ctx)
+	if n := len(r.prod.all) - before; n != 1 {
+		t.Fatalf("Flush emitted %d deltas, want the lazy one", n)
+	}
+	if keys, lazy, _ := r.c.Queue(); keys != 0 || lazy != 0 {
+		t.Fatalf("after Flush: %d keys, %d lazy queued", keys, lazy)
 	}
 }

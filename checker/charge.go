@@ -176,9 +176,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 			}
 			s.shadowed = !s.allowed && s.rule.Shadow
 			c.countAnalytics(e, now, cost, false)
-			if c.shards[s.sh].markDirty(e) {
-				c.dirtyN.Add(1)
-			}
+			c.emitSoon(&c.shards[s.sh], e, now, 0)
 			continue
 		}
 		if s.exact { // the store ran the algorithm: its answer is the status
@@ -190,9 +188,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 			}
 			s.shadowed = !s.allowed && s.rule.Shadow
 			c.countAnalytics(e, now, cost, s.allowed)
-			if c.shards[s.sh].markDirty(e) {
-				c.dirtyN.Add(1)
-			}
+			c.emitSoon(&c.shards[s.sh], e, now, 0)
 			continue
 		}
 		if s.skipped { // report it as a peek from memory would
@@ -208,7 +204,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 			}
 			s.shadowed = !s.allowed && s.rule.Shadow
 			c.countDenied(e, now, cost)
-			c.shards[s.sh].markDirty(e)
+			c.emitSoon(&c.shards[s.sh], e, now, 0)
 			continue
 		}
 		if e.kind == counters.KindWindow {
@@ -219,9 +215,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 		if !s.allowed && s.rule.Shadow {
 			s.shadowed = true
 		}
-		if c.shards[s.sh].markDirty(e) {
-			c.dirtyN.Add(1)
-		}
+		c.emitSoon(&c.shards[s.sh], e, now, 0)
 	}
 }
 
@@ -312,7 +306,9 @@ func (c *Checker) degradedDecision(s *slot, now, cost int64) {
 		c.countDenied(e, now, cost)
 	}
 	c.fillView(s, now)
-	c.shards[s.sh].markDirty(e)
+	if c.shards[s.sh].markDirty(e) { // counted in memory only: the store needs it soon
+		c.dirtyN.Add(1)
+	}
 }
 
 // fillView sets the slot's remaining and reset from the key's view.

@@ -185,7 +185,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 		s.allowed, s.never, s.shadowed = false, true, r.Shadow
 		c.fillView(s, now)
 		s.remaining = 0 // as the exact limiter reports a cost it can never admit
-		sh.markDirty(e)
+		c.emitSoon(sh, e, now, 0)
 		return
 	case r.Mode == config.ModeSync:
 		c.prepareExact(s, req, cost)
@@ -213,6 +213,9 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 	// what this instance knows agrees. Refused from memory: abusive traffic
 	// costs no store calls. (A probe, cost 0, always passes.)
 	over := e.overUntil > now || (cost > e.room && now < e.roomUntil)
+	// consumption this instance may hold back from the store (emitSoon),
+	// this decision's cost (counted at commit) included: none but far
+	allowance := -cost
 	switch {
 	case over && cost > 0 && (cost > remaining || e.restored && !e.answered):
 		// (a key evicted while over and created again knows nothing yet
@@ -235,6 +238,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 			}
 		} else {
 			sh.stats.far++
+			allowance = room/int64(2*max(e.instances, 1)) - cost
 			// Re-read before the key can reach its band at the rate it goes
 			// now: a key that speeds up is refreshed sooner than the
 			// refresher planned. Checked once per live-rate window.
@@ -256,9 +260,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 	if !s.allowed && r.Shadow {
 		s.shadowed = true
 	}
-	if sh.markDirty(e) {
-		c.dirtyN.Add(1)
-	}
+	c.emitSoon(sh, e, now, allowance)
 }
 
 // denyFromMemory refuses while a key is known to be over its limit: no

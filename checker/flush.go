@@ -13,7 +13,7 @@ const flushBatch = 2048
 
 func (c *Checker) flushLoop() {
 	c.every(c.cfg.FlushInterval, c.flushNow, 10*time.Second, func(ctx context.Context) {
-		if err := c.Flush(ctx); err != nil {
+		if err := c.flush(ctx, false); err != nil {
 			c.logFlush.Warn("emitting deltas failed; they stay buffered and are retried", "error", err,
 				"buffered", len(c.buffered))
 		}
@@ -39,16 +39,48 @@ func (c *Checker) every(interval time.Duration, wake <-chan struct{}, timeout ti
 	}
 }
 
-// Flush emits every pending delta now. Deltas the producer refuses stay
-// buffered, in order, ahead of later ones; while MaxBuffered deltas wait,
-// consumption keeps aggregating in the key table instead (memory bounded
-// by the keys, not by traffic), so nothing counted is ever dropped.
-func (c *Checker) Flush(ctx context.Context) error {
+// emitSoon queues e's pending consumption (requires the shard lock). It
+// waits in the emission wheel, up to MaxEmitInterval (and never past the
+// end of its analytics minute), while what it holds that the store lacks
+// — hits decided in memory, pend.counted — is within allowance; else it
+// goes at the next flush. Callers pass 0 when the decision was not far
+// from the limit, and room / (2 × instances) when it was: then the
+// consumption all instances hold back is at most half the far band's
+// margin, which therefore still lies between their view and the near band
+// (docs/design.md, emission). Consumption the store already has (charges,
+// sync decisions) and refusals that charge nothing are analytics only and
+// always wait.
+func (c *Checker) emitSoon(sh *shard, e *entry, now, allowance int64) {
+	if int64(e.pend.counted) > allowance || c.slots == 0 {
+		if sh.markDirty(e) {
+			c.dirtyN.Add(1)
+		}
+		return
+	}
+	due := min(now+int64(c.cfg.MaxEmitInterval), (now/int64(time.Minute)+1)*int64(time.Minute)-1)
+	sh.markLazy(e, due/int64(c.cfg.FlushInterval), c.slots)
+}
+
+// Flush emits every pending delta now, lazy ones included. Deltas the
+// producer refuses stay buffered, in order, ahead of later ones; while
+// MaxBuffered deltas wait, consumption keeps aggregating in the key table
+// instead (memory bounded by the keys, not by traffic), so nothing counted
+// is ever dropped.
+func (c *Checker) Flush(ctx context.Context) error { return c.flush(ctx, true) }
+
+// flush emits what is due: every key queued for the next flush, and the
+// lazy keys whose tick has come (all of them with all).
+func (c *Checker) flush(ctx context.Context, all bool) error {
 	c.flushMu.Lock()
 	defer c.flushMu.Unlock()
 	deltas := c.buffered
 	fresh := len(deltas)
 	if len(deltas) < c.cfg.MaxBuffered {
+		tick := c.clock.Now() / int64(c.cfg.FlushInterval)
+		from := max(c.lastTick+1, tick-int64(c.slots)+1)
+		if all {
+			from = tick - int64(c.slots) + 1
+		}
 		for i := range c.shards {
 			sh := &c.shards[i]
 			sh.mu.Lock()
@@ -58,16 +90,22 @@ func (c *Checker) Flush(ctx context.Context) error {
 			deltas = append(deltas, sh.orphans...)
 			sh.orphans = nil
 			for _, e := range sh.dirty {
-				if !e.gone {
+				if !e.gone && e.dirty && !e.lazy {
 					deltas = c.appendDeltas(deltas, e)
+					e.dirty = false
 				}
-				e.dirty = false
 			}
 			clear(sh.dirty)
 			sh.dirty = sh.dirty[:0]
+			if sh.wheel != nil {
+				for t := from; t <= tick; t++ {
+					deltas = c.flushSlot(deltas, sh, t, tick, all)
+				}
+			}
 			sh.mu.Unlock()
 		}
 		c.dirtyN.Store(0)
+		c.lastTick = tick
 	}
 	// Sequences are assigned in the order of production, so that per
 	// partition they only grow: the aggregator drops anything not above
@@ -94,6 +132,35 @@ func (c *Checker) Flush(ctx context.Context) error {
 	}
 	c.buffered = nil
 	return nil
+}
+
+// flushSlot emits the lazy entries of wheel slot t that are due by tick
+// (every one with all), keeps those queued for a later turn of the wheel,
+// and drops stale places (requires the shard lock).
+func (c *Checker) flushSlot(deltas []*eventsv1.Delta, sh *shard, t, tick int64, all bool) []*eventsv1.Delta {
+	i := t % int64(len(sh.wheel))
+	if i < 0 {
+		i += int64(len(sh.wheel))
+	}
+	slot, kept := sh.wheel[i], 0
+	for _, e := range slot {
+		switch {
+		case !e.lazy || e.lazyTick%int64(len(sh.wheel)) != i:
+			// promoted, emitted or re-queued elsewhere since: a stale place
+		case e.lazyTick > tick && !all:
+			slot[kept] = e // a later turn of the wheel (the clock went back)
+			kept++
+		default:
+			e.dirty, e.lazy = false, false
+			sh.lazyN--
+			if !e.gone {
+				deltas = c.appendDeltas(deltas, e)
+			}
+		}
+	}
+	clear(slot[kept:])
+	sh.wheel[i] = slot[:kept]
+	return deltas
 }
 
 // appendDeltas moves e's pending consumption into deltas (requires the
@@ -131,7 +198,10 @@ func (c *Checker) appendDeltas(deltas []*eventsv1.Delta, e *entry) []*eventsv1.D
 // orphans (requires the shard lock).
 func (c *Checker) drain(sh *shard, e *entry) {
 	sh.orphans = c.appendDeltas(sh.orphans, e)
-	e.dirty = false
+	if e.lazy {
+		sh.lazyN--
+	}
+	e.dirty, e.lazy = false, false
 }
 
 // delta builds the wire delta of one pending slot (Sequence is set when

@@ -60,8 +60,11 @@ type entry struct {
 
 	pend, pendOld, pendApplied pending
 	usage                      minuteUsage // this minute's usage so far, carried by every delta
-	dirty                      bool
-	gone                       bool // evicted: flusher and refresher skip it
+	// dirty: pending consumption waits for the flusher, at its next pass
+	// or, lazy, at tick lazyTick of the emission wheel.
+	dirty, lazy bool
+	lazyTick    int64
+	gone        bool // evicted: flusher and refresher skip it
 }
 
 // answer is what the store said of one counter, from a refresh read or a
@@ -89,7 +92,9 @@ type shard struct {
 	mu      sync.Mutex
 	keys    map[uint64]*entry // by counter hash; equal hashes chain through entry.next
 	n       int
-	dirty   []*entry          // entries with pending consumption
+	dirty   []*entry          // entries whose pending consumption goes at the next flush
+	wheel   [][]*entry        // lazy entries by flush tick (mod its length); made on first use
+	lazyN   int               // entries waiting in the wheel
 	orphans []*eventsv1.Delta // pending consumption of evicted dirty entries
 	refresh refreshHeap
 	tombs   []int64 // "over until" by hash slot; allocated on first eviction
@@ -156,15 +161,35 @@ func (sh *shard) remove(e *entry) {
 	e.gone = true
 }
 
-// markDirty queues e for the flusher (requires sh.mu held); it reports
-// whether e was clean.
+// markDirty queues e for the next flush (requires sh.mu held); it reports
+// whether e was not queued for it yet. A lazy entry moves up (its place in
+// the wheel goes stale and is skipped).
 func (sh *shard) markDirty(e *entry) bool {
-	if e.dirty {
+	if e.dirty && !e.lazy {
 		return false
 	}
-	e.dirty = true
+	if e.lazy {
+		sh.lazyN--
+	}
+	e.dirty, e.lazy = true, false
 	sh.dirty = append(sh.dirty, e)
 	return true
+}
+
+// markLazy queues a clean e for flush tick tick (requires sh.mu held; tick
+// within the wheel's span of now); an entry already queued keeps its
+// earlier turn.
+func (sh *shard) markLazy(e *entry, tick int64, slots int) {
+	if e.dirty {
+		return
+	}
+	if sh.wheel == nil {
+		sh.wheel = make([][]*entry, slots)
+	}
+	e.dirty, e.lazy, e.lazyTick = true, true, tick
+	sh.lazyN++
+	i := tick % int64(slots)
+	sh.wheel[i] = append(sh.wheel[i], e)
 }
 
 // schedule (re)places e in the refresh heap at t (requires sh.mu held).

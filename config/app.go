@@ -102,14 +102,17 @@ type AggregatorConfig struct {
 type CheckerConfig struct {
 	MaxKeys       int           `yaml:"max_keys"`
 	FlushInterval time.Duration `yaml:"flush_interval"`
-	MinRefresh    time.Duration `yaml:"min_refresh"`
-	MaxRefresh    time.Duration `yaml:"max_refresh"`
-	PipelineLag   time.Duration `yaml:"pipeline_lag"`
-	SafetyPercent int64         `yaml:"safety_percent"`
-	NearFloor     int64         `yaml:"near_floor"`
-	NearFloorPct  int64         `yaml:"near_floor_percent"`
-	IdleAfter     time.Duration `yaml:"idle_after"`
-	ControlPoll   time.Duration `yaml:"control_poll"`
+	// MaxEmitInterval: how long a key far from its limit may hold its
+	// consumption before emitting it.
+	MaxEmitInterval time.Duration `yaml:"max_emit_interval"`
+	MinRefresh      time.Duration `yaml:"min_refresh"`
+	MaxRefresh      time.Duration `yaml:"max_refresh"`
+	PipelineLag     time.Duration `yaml:"pipeline_lag"`
+	SafetyPercent   int64         `yaml:"safety_percent"`
+	NearFloor       int64         `yaml:"near_floor"`
+	NearFloorPct    int64         `yaml:"near_floor_percent"`
+	IdleAfter       time.Duration `yaml:"idle_after"`
+	ControlPoll     time.Duration `yaml:"control_poll"`
 	// StoreTimeout is the deadline of one decision's Redis calls (150 ms);
 	// past it the rule's failure policy decides. After BreakerFailures
 	// consecutive failures (5) no call is made for BreakerOpenFor (1 s).
@@ -239,7 +242,7 @@ func DefaultApp() App {
 		ClickHouse: ClickHouseConfig{Database: "velvetrope", Username: "default", RetentionDays: 30,
 			FlushInterval: 2 * time.Second, MaxRows: 1_000_000},
 		Limiter: LimiterConfig{MaxKeys: 1 << 20, IdempotencyTTL: time.Minute},
-		Checker: CheckerConfig{MaxKeys: 1 << 20, FlushInterval: 50 * time.Millisecond, MinRefresh: 50 * time.Millisecond,
+		Checker: CheckerConfig{MaxKeys: 1 << 20, FlushInterval: 50 * time.Millisecond, MaxEmitInterval: time.Second, MinRefresh: 50 * time.Millisecond,
 			MaxRefresh: 5 * time.Second, PipelineLag: 250 * time.Millisecond, SafetyPercent: 200, NearFloor: 2,
 			NearFloorPct: 1, IdleAfter: 2 * time.Minute, ControlPoll: time.Second, SpillMaxBytes: 256 << 20, TopicPartitions: 16,
 			StoreTimeout: 150 * time.Millisecond, BreakerFailures: 5, BreakerOpenFor: time.Second},
@@ -448,6 +451,8 @@ func (a App) Validate() error {
 		bad("checker.max_keys", "must be at least 256, got %d", ck.MaxKeys)
 	case ck.FlushInterval <= 0 || ck.FlushInterval > time.Minute:
 		bad("checker.flush_interval", "must be in (0, 1m], got %v", ck.FlushInterval)
+	case ck.MaxEmitInterval < ck.FlushInterval || ck.MaxEmitInterval > time.Minute:
+		bad("checker.max_emit_interval", "must be in [checker.flush_interval (%v), 1m], got %v", ck.FlushInterval, ck.MaxEmitInterval)
 	case ck.MinRefresh <= 0 || ck.MaxRefresh < ck.MinRefresh:
 		bad("checker.min_refresh/max_refresh", "want 0 < min_refresh <= max_refresh, got %v and %v", ck.MinRefresh, ck.MaxRefresh)
 	case ck.PipelineLag < 0:

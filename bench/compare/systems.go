@@ -27,16 +27,20 @@ type served struct {
 	checker   *proc
 }
 
-// settle waits until the pipeline has taken in what earlier rows sent
-// (the aggregator's consumer lag is 0), so a row never pays for the
-// backlog of the one before; it reports how long that took.
+// settle waits until the aggregator has taken in every delta the checker
+// emitted, so a row never pays for the backlog of the one before; it
+// reports how long that took.
 func (s *served) settle() time.Duration {
 	if s.aggregate == "" {
 		return 0
 	}
 	start := time.Now()
 	for time.Since(start) < 3*time.Minute {
-		if lag := metric(s.aggregate, "velvetrope_aggregator_consumer_lag"); lag == 0 {
+		emitted := metric(s.metrics, "velvetrope_checker_deltas_emitted_total")
+		taken := metric(s.aggregate, "velvetrope_aggregator_deltas_applied_total") +
+			metric(s.aggregate, "velvetrope_aggregator_deltas_already_applied_total") +
+			metric(s.aggregate, "velvetrope_aggregator_deltas_skipped_total")
+		if emitted >= 0 && taken >= emitted {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)

@@ -227,8 +227,10 @@ func checkerMetrics(reg *metrics.Registry, c *checker.Checker, prod *events.Kafk
 		func() float64 { _, _, r := c.Breaker(); return float64(r) })
 	reg.Histogram("velvetrope_checker_emit_latency_seconds", "From a key's first pending decision to the producer accepting its delta.", &c.Stats.EmitLatency)
 	reg.Histogram("velvetrope_checker_refresh_staleness_seconds", "Age of a key's store view when a refresh replaces it.", &c.Stats.Staleness)
-	reg.Gauge("velvetrope_checker_queue_keys", "Keys with consumption not yet emitted.", func() float64 { k, _ := c.Queue(); return float64(k) })
-	reg.Gauge("velvetrope_checker_queue_buffered_deltas", "Deltas the producer refused, waiting for the next flush.", func() float64 { _, b := c.Queue(); return float64(b) })
+	reg.Gauge("velvetrope_checker_queue_keys", "Keys with consumption not yet emitted.", func() float64 { k, _, _ := c.Queue(); return float64(k) })
+	reg.Gauge("velvetrope_checker_queue_lazy_keys", "Of those, keys far from their limits whose emission waits (up to checker.max_emit_interval).",
+		func() float64 { _, l, _ := c.Queue(); return float64(l) })
+	reg.Gauge("velvetrope_checker_queue_buffered_deltas", "Deltas the producer refused, waiting for the next flush.", func() float64 { _, _, b := c.Queue(); return float64(b) })
 	reg.Counter("velvetrope_checker_controlled_total", "Descriptors an operator control (allow, deny, limit) decided.", snap(func(s checker.Snapshot) uint64 { return s.Controlled }))
 	reg.Gauge("velvetrope_checker_controls", "Operator controls in force.", func() float64 { return float64(len(c.Controls())) })
 	if prod == nil {
