@@ -531,12 +531,12 @@ func TestEmissionInProportionToNeed(t *testing.T) {
 	r := newRig(t, Config{})
 	ctx := context.Background()
 	ms := int64(time.Millisecond)
-	// past the young-key period, with two store answers: far
-	r.check(t, 1, "huge", "far")
-	r.clk.ns.Add(60 * ms)
-	r.c.Refresh(ctx)
-	r.clk.ns.Add(400 * ms)
-	r.c.Refresh(ctx)
+	// in use past the young-key period, with store answers: far
+	for range 10 {
+		r.check(t, 1, "huge", "far")
+		r.clk.ns.Add(50 * ms)
+		r.c.Refresh(ctx)
+	}
 	r.c.Flush(ctx)
 	before := len(r.prod.all)
 	for step := range 19 { // 19 flush intervals of decisions: nothing is due
@@ -556,8 +556,8 @@ func TestEmissionInProportionToNeed(t *testing.T) {
 	}
 	r.clk.ns.Add(100 * ms)
 	r.c.flush(ctx, false)
-	if n := len(r.prod.all) - before; n != 1 || r.prod.all[before].CountedCost != 19 {
-		t.Fatalf("after MaxEmitInterval: %d deltas (%v), want one of 19 hits", n, r.prod.all[before:])
+	if n := len(r.prod.all) - before; n != 1 || r.prod.all[before].CountedCost != 19 || r.prod.all[before].AlreadyApplied {
+		t.Fatalf("after MaxEmitInterval: %d deltas (%v), want one of 19 hits decided in memory", n, r.prod.all[before:])
 	}
 	// a key decided into its near band goes at once (its charges already
 	// folded everything into the store); a key whose held hits exceed
@@ -579,5 +579,48 @@ func TestEmissionInProportionToNeed(t *testing.T) {
 	}
 	if keys, lazy, _ := r.c.Queue(); keys != 0 || lazy != 0 {
 		t.Fatalf("after Flush: %d keys, %d lazy queued", keys, lazy)
+	}
+}
+
+// TestIdleKeysAreParked: a key decided once (a per-IP front's usual key)
+// costs its one store charge and no refresh reads afterwards, window after
+// window; used again, its stale view makes that decision a store charge.
+func TestIdleKeysAreParked(t *testing.T) {
+	r := newRig(t, Config{})
+	ctx := context.Background()
+	ms := int64(time.Millisecond)
+	r.check(t, 1, "big", "once")
+	if got := r.store.charges.Load(); got != 1 {
+		t.Fatalf("first decision: %d charges, want 1", got)
+	}
+	reads := r.store.reads.Load()
+	for range 60 { // 3 s of refresher passes over per-second windows
+		r.clk.ns.Add(50 * ms)
+		r.c.Refresh(ctx)
+	}
+	if got := r.store.reads.Load() - reads; got != 0 {
+		t.Fatalf("an idle key was read %d times", got)
+	}
+	// used again: near (a charge), then the refresher reads it as usual
+	r.check(t, 1, "big", "once")
+	if got := r.store.charges.Load(); got != 2 {
+		t.Fatalf("decision on a parked key: %d charges in all, want 2", got)
+	}
+	for range 4 {
+		r.clk.ns.Add(50 * ms)
+		r.check(t, 1, "big", "once")
+		r.c.Refresh(ctx)
+	}
+	if got := r.store.reads.Load() - reads; got == 0 {
+		t.Fatal("a key in use again is not refreshed")
+	}
+	// past idle_after it is dropped
+	r.clk.ns.Add(int64(3 * time.Minute))
+	r.c.Flush(ctx)
+	r.c.Refresh(ctx)
+	r.clk.ns.Add(int64(3 * time.Minute))
+	r.c.Refresh(ctx)
+	if n := r.c.Snapshot().Keys; n != 0 {
+		t.Fatalf("%d keys left after idle_after", n)
 	}
 }

@@ -61,6 +61,15 @@ func TestBatcherGroupsWaitingCalls(t *testing.T) {
 			}
 		}()
 	}
+	for { // two leaders wait at the gate, every other call in the queue
+		b.mu.Lock()
+		queued := len(b.queue)
+		b.mu.Unlock()
+		if queued == calls-2 {
+			break
+		}
+		time.Sleep(time.Millisecond) // waiting for the goroutines to queue
+	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	for {

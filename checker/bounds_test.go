@@ -103,8 +103,13 @@ func TestRefreshReachesEveryShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.clk.ns.Add(int64(3 * time.Minute)) // past idle_after (2 min)
-	for i := range activeKeys {
-		r.check(t, 1, "fixed", fmt.Sprintf("active-%d", i))
+	// store charges while young and until two answers taught a rate, then
+	// a decision from memory: keys in use, which the refresher reads
+	for _, dt := range []time.Duration{0, 400 * time.Millisecond, 100 * time.Millisecond} {
+		r.clk.ns.Add(int64(dt))
+		for i := range activeKeys {
+			r.check(t, 1, "huge", fmt.Sprintf("active-%d", i))
+		}
 	}
 	if err := r.c.Flush(context.Background()); err != nil {
 		t.Fatal(err)

@@ -236,6 +236,7 @@ func (c *Checker) answerWindow(s *slot, now, cost int64) {
 		e.prev.total, e.prev.own, e.prev.base, e.prev.known = res.PrevTotal, res.PrevOwn, res.PrevBase, true
 	}
 	c.learn(e, now, e.cur.others(), e.cur.mine(), res.Instances)
+	e.active, e.stale = false, false // the answer is as fresh as a read
 	if s.charged {
 		c.countApplied(e, now, cost, s.allowed)
 	} else {
@@ -277,6 +278,7 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 	}
 	e.bucketCounter.absorb(a, g, int64(s.rule.Window), s.rule.Limit)
 	c.learn(e, now, e.bucketCounter.others(), e.bucketCounter.mine(), res.Instances)
+	e.active, e.stale = false, false // the answer is as fresh as a read
 	probe := peek(e, now, 0)
 	s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
 	e.answerRemaining, e.sinceAnswer = probe.Remaining, 0

@@ -174,7 +174,11 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 	if e == nil {
 		e = c.create(sh, s, req, now)
 	}
-	s.e, e.rule, e.used = e, r, now
+	s.e, e.rule, e.used, e.active = e, r, now, true
+	if e.parked { // used again: its view is stale; near until the store answers, and read soon
+		e.parked, e.stale = false, true
+		sh.schedule(e, now+int64(c.cfg.MinRefresh))
+	}
 	if e.kind == counters.KindWindow {
 		c.roll(sh, e, now)
 	}
@@ -212,7 +216,9 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 	// Over band: a store answer said there is no room (for this cost), and
 	// what this instance knows agrees. Refused from memory: abusive traffic
 	// costs no store calls. (A probe, cost 0, always passes.)
-	over := e.overUntil > now || (cost > e.room && now < e.roomUntil)
+	// (a stale view's refusal is not trusted: a reset or a new limit may
+	// have made room since)
+	over := !e.stale && (e.overUntil > now || (cost > e.room && now < e.roomUntil))
 	// consumption this instance may hold back from the store (emitSoon),
 	// this decision's cost (counted at commit) included: none but far
 	allowance := -cost
@@ -230,7 +236,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 		// A young key stays near: its other users may not have reached the
 		// store yet (two checkers starting together each see one instance),
 		// and two answers are needed before its rate is known.
-		if room < 0 || e.answers < 2 || now-e.created < int64(c.cfg.MinRefresh+c.cfg.PipelineLag) {
+		if room < 0 || e.answers < 2 || e.stale || now-e.created < int64(c.cfg.MinRefresh+c.cfg.PipelineLag) {
 			sh.stats.near++
 			if r.NearLimit == config.NearSync {
 				c.prepareCharge(s, now, cost)

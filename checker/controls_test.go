@@ -279,6 +279,11 @@ func TestLatencyHistograms(t *testing.T) {
 	if s := a.Stats.EmitLatency.Snapshot(); s.Count != 1 || s.SumSeconds != 0.02 {
 		t.Fatalf("emit latency: %+v", s)
 	}
+	// a bucket key is read whether it is used or not (a window key
+	// nobody decides on is parked)
+	if got := run(t, a, 1, "bucket", "priya"); got != "allow" {
+		t.Fatal(got)
+	}
 	clk.ns.Add(int64(10 * time.Second))
 	a.Refresh(ctx)
 	if s := a.Stats.Staleness.Snapshot(); s.Count != 1 || s.SumSeconds < 10 {

@@ -281,7 +281,8 @@ func (c *Checker) Reset(ctx context.Context, domain string, entries []config.Ent
 	held := e != nil && !e.gone
 	if held {
 		e.overUntil, e.room, e.roomUntil = 0, 0, 0
-		sh.schedule(e, now) // learn the reset before the next decision
+		e.active, e.parked = true, false // a read to make, even of a key nobody uses now
+		sh.schedule(e, now)              // learn the reset before the next decision
 	}
 	sh.mu.Unlock()
 	if held {

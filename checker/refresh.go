@@ -48,6 +48,10 @@ func (c *Checker) Refresh(ctx context.Context) {
 				break
 			}
 			e := heap.Pop(&sh.refresh).(*entry)
+			if !e.active && e.answered && parkable(e) {
+				c.idle(sh, e, now) // nothing to learn: no read
+				continue
+			}
 			// provisional: put back far out, so a failed read loses nothing
 			sh.schedule(e, now+int64(c.cfg.MaxRefresh))
 			if e.kind == counters.KindWindow {
@@ -137,6 +141,34 @@ func (c *Checker) windowItems(items []counters.ReadItem, ents []*entry, tags []u
 	return items, ents, tags
 }
 
+// idle handles a due key nobody decided on since the store last answered
+// (requires the shard lock): a read would teach nothing. Unused for
+// parkAfter, it is parked — a key seen once, as most are at a per-IP or
+// per-user front — and only its idle eviction stays scheduled, until a
+// decision wakes it (its view then stale: that decision is near). Until
+// then its read waits for the moment it could be parked, and is made
+// only if a decision comes first.
+func (c *Checker) idle(sh *shard, e *entry, now int64) {
+	after := min(int64(c.cfg.MaxRefresh), int64(parkAfter))
+	if now-e.used < after {
+		sh.schedule(e, e.used+after)
+		return
+	}
+	e.parked = true
+	sh.schedule(e, max(e.used+int64(c.cfg.IdleAfter)+1, now+int64(c.cfg.MinRefresh)))
+}
+
+// parkAfter is how long a key goes unused before the refresher stops
+// reading it: a key used less often pays one (batched) store charge per
+// use instead of a read every refresh.
+const parkAfter = time.Second
+
+// parkable says whether e may be parked: window counters only, not spread
+// over shards. Only reads tell a hot key its other shards, and a bucket's
+// charge carries this instance's own view of the TAT, which an operator's
+// reset makes wrong until a read tells it.
+func parkable(e *entry) bool { return e.kind == counters.KindWindow && e.rule.Shards <= 1 }
+
 // applyRead records one read answer and schedules the next (requires the
 // shard lock).
 func (c *Checker) applyRead(sh *shard, e *entry, it *counters.ReadItem, now int64) {
@@ -165,7 +197,7 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *counters.ReadItem, now int6
 		remaining, ceiling = probe.Remaining, e.rule.Capacity()
 		pred = c.inFlight(e)
 	}
-	e.answerRemaining, e.sinceAnswer = remaining, 0
+	e.answerRemaining, e.sinceAnswer, e.stale = remaining, 0, false
 	e.roomUntil = 0 // a fresh read replaces what a refusal taught
 	switch {
 	case remaining <= 0 && e.overUntil <= now:
@@ -176,6 +208,7 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *counters.ReadItem, now int6
 	case remaining > 0 && e.overUntil > now:
 		e.overUntil = 0 // a refresh shows room
 	}
+	e.active = false
 	next := int64(c.cfg.MaxRefresh)
 	room := remaining - pred - c.threshold(e, ceiling)
 	if rate := c.rate(e); room <= 0 {

@@ -142,7 +142,12 @@ func TestResetInFlight(t *testing.T) {
 		t.Fatal(got)
 	}
 	clk.ns.Add(int64(time.Second)) // no longer young: far from the limit, decided in memory
-	a.Refresh(ctx)
+	for range 2 {                  // in use, so the refresher reads it (and knows it far from the limit)
+		if got := admitted(t, a, 1, "big", "k"); got != 1 {
+			t.Fatal(got)
+		}
+		a.Refresh(ctx)
+	}
 	prod.hold = true
 	for range 20 { // 10 per second: far from the limit, flushed, not yet applied
 		clk.ns.Add(int64(100 * time.Millisecond))
@@ -152,7 +157,7 @@ func TestResetInFlight(t *testing.T) {
 	}
 	for _, d := range prod.held {
 		if d.AlreadyApplied {
-			t.Fatal("the in-flight hits were charged at the store: the test needs them in memory")
+			t.Fatalf("the in-flight hits were charged at the store: the test needs them in memory (%v)", prod.held)
 		}
 	}
 	if _, err := a.Reset(ctx, "api", es); err != nil {

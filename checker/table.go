@@ -34,6 +34,12 @@ type entry struct {
 	answered bool // the store has answered for this key at least once
 	restored bool // created again after an eviction while over its limit
 	answers  int  // store answers that taught a rate (0, 1, 2+)
+	// active: decided on since the store last answered. A key nobody
+	// decides on has nothing to learn from a read: the refresher parks it
+	// (no reads, only its idle eviction) until a decision wakes it.
+	// A parked key's view may be long stale (other instances may use it
+	// all along): its next decision is near, whatever its band (stale).
+	active, parked, stale bool
 	// answerRemaining is what remained at the last store answer (-1: none
 	// yet) and sinceAnswer this instance's consumption since: while the
 	// store is down, local_budget admits up to answerRemaining / instances.
