@@ -46,7 +46,7 @@ func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 // rules are charged whatever happens; algorithm rules only while the
 // request stands, and refunded if a later descriptor refuses it. It
 // returns whether the request is refused.
-func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int64) bool {
+func (c *Checker) charge(slots []slot, denied bool, now int64) bool {
 	for i := range slots {
 		s := &slots[i]
 		if s.need != needSync {
@@ -91,6 +91,8 @@ func (c *Checker) charge(ctx context.Context, slots []slot, denied bool, now int
 	if !denied {
 		return false
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.StoreTimeout) // for the refunds
+	defer cancel()
 	for i := range slots { // a refused request charges nothing to algorithm rules
 		s := &slots[i]
 		if s.exact && s.w.Err == nil && s.charged && !s.w.Charge.ChargeDenied {

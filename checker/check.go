@@ -95,11 +95,9 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 	}
 	if sync {
 		c.unlock(locks)
-		// one deadline for all of this decision's store calls: a slow store
-		// costs a request at most StoreTimeout, then the failure policy
-		sctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
-		denied = c.charge(sctx, slots, denied, now)
-		cancel()
+		// each store call has StoreTimeout (a slow store costs a request
+		// at most that per call, then the failure policy decides)
+		denied = c.charge(slots, denied, now)
 		c.lock(locks)
 		c.applyCharges(slots, now)
 		defer c.releaseWork(slots)

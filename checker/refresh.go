@@ -35,6 +35,7 @@ func (c *Checker) Refresh(ctx context.Context) {
 		i := (start + j) & int(c.mask)
 		sh := &c.shards[i]
 		sh.mu.Lock()
+		c.dropParked(sh, now)
 		for len(sh.refresh) > 0 && sh.refresh[0].nextRefresh <= now {
 			if e := sh.refresh[0]; e.used < idle && !e.dirty {
 				heap.Pop(&sh.refresh)
@@ -155,7 +156,31 @@ func (c *Checker) idle(sh *shard, e *entry, now int64) {
 		return
 	}
 	e.parked = true
-	sh.schedule(e, max(e.used+int64(c.cfg.IdleAfter)+1, now+int64(c.cfg.MinRefresh)))
+	sh.parked = append(sh.parked, parkedRef{e, e.used}) // out of the heap: popped, not pushed back
+}
+
+// dropParked evicts the parked entries of sh unused for IdleAfter
+// (requires the shard lock); an entry still holding pending consumption
+// (the producer refusing) waits for a later pass.
+func (c *Checker) dropParked(sh *shard, now int64) {
+	idle := now - int64(c.cfg.IdleAfter)
+	for sh.parkedHead < len(sh.parked) && sh.parked[sh.parkedHead].used < idle {
+		ref := sh.parked[sh.parkedHead]
+		sh.parked[sh.parkedHead] = parkedRef{}
+		sh.parkedHead++
+		switch e := ref.e; {
+		case e.gone || !e.parked || e.used != ref.used: // used again, or evicted: stale
+		case e.dirty:
+			sh.parked = append(sh.parked, ref)
+		default:
+			c.dropEntry(sh, e, now)
+		}
+	}
+	if sh.parkedHead > 64 && sh.parkedHead*2 > len(sh.parked) {
+		n := copy(sh.parked, sh.parked[sh.parkedHead:])
+		clear(sh.parked[n:])
+		sh.parked, sh.parkedHead = sh.parked[:n], 0
+	}
 }
 
 // parkAfter is how long a key goes unused before the refresher stops

@@ -101,6 +101,10 @@ type shard struct {
 	dirty   []*entry          // entries whose pending consumption goes at the next flush
 	wheel   [][]*entry        // lazy entries by flush tick (mod its length); made on first use
 	lazyN   int               // entries waiting in the wheel
+	// parked entries, oldest use first (roughly: parked a second after
+	// use), for their idle eviction without a place in the refresh heap
+	parked     []parkedRef
+	parkedHead int
 	orphans []*eventsv1.Delta // pending consumption of evicted dirty entries
 	refresh refreshHeap
 	tombs   []int64 // "over until" by hash slot; allocated on first eviction
@@ -196,6 +200,13 @@ func (sh *shard) markLazy(e *entry, tick int64, slots int) {
 	sh.lazyN++
 	i := tick % int64(slots)
 	sh.wheel[i] = append(sh.wheel[i], e)
+}
+
+// parkedRef is a parked entry and its last use when parked: a reference
+// whose entry was used since (or evicted) is stale.
+type parkedRef struct {
+	e    *entry
+	used int64
 }
 
 // schedule (re)places e in the refresh heap at t (requires sh.mu held).
@@ -340,7 +351,16 @@ func (c *Checker) create(sh *shard, s *slot, req *Request, now int64) *entry {
 		}
 	}
 	sh.insert(e)
-	sh.schedule(e, now+int64(c.cfg.MinRefresh))
+	// A new key's decisions are store charges until it is known (young,
+	// near_limit: sync): their answers teach it, and a read helps only
+	// once it decides from memory, which reschedules it (recheck). Keys
+	// that decide from memory while young, or that only reads teach
+	// (buckets, hot-key shards), are read soon.
+	first := int64(c.cfg.MinRefresh)
+	if parkable(e) && s.rule.NearLimit == config.NearSync {
+		first = min(int64(c.cfg.MaxRefresh), int64(parkAfter))
+	}
+	sh.schedule(e, now+first)
 	c.Stats.Keys.Add(1)
 	return e
 }

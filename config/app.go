@@ -38,6 +38,15 @@ type App struct {
 	Admin      AdminConfig      `yaml:"admin"`
 	Limits     LimitsConfig     `yaml:"limits"`
 	Analytics  AnalyticsConfig  `yaml:"analytics"`
+	Debug      DebugConfig      `yaml:"debug"`
+}
+
+// DebugConfig exposes what operators profile with.
+type DebugConfig struct {
+	// PprofAddr, when set, serves Go's /debug/pprof/ on this address, a
+	// listener of its own: keep it on loopback or a private network (a
+	// profile shows what the process holds).
+	PprofAddr string `yaml:"pprof_addr"`
 }
 
 // AnalyticsConfig protects the analytics endpoints (they name who is being
@@ -257,7 +266,8 @@ func DefaultApp() App {
 // Env lists the environment overrides, applied after the file.
 var Env = []string{"VELVETROPE_INSTANCE_ID", "VELVETROPE_RULES", "VELVETROPE_HTTP_ADDR", "VELVETROPE_GRPC_ADDR",
 	"VELVETROPE_REDIS_ADDRS", "VELVETROPE_REDIS_PASSWORD", "VELVETROPE_KAFKA_BROKERS", "VELVETROPE_CLICKHOUSE_ADDR",
-	"VELVETROPE_ADMIN_TOKEN", "VELVETROPE_HASH_KEY", "VELVETROPE_KAFKA_SASL_PASSWORD", "VELVETROPE_CLICKHOUSE_PASSWORD", "VELVETROPE_ANALYTICS_TOKEN", "VELVETROPE_STATE_DIR"}
+	"VELVETROPE_ADMIN_TOKEN", "VELVETROPE_HASH_KEY", "VELVETROPE_KAFKA_SASL_PASSWORD", "VELVETROPE_CLICKHOUSE_PASSWORD", "VELVETROPE_ANALYTICS_TOKEN", "VELVETROPE_STATE_DIR",
+	"VELVETROPE_PPROF_ADDR"}
 
 // LoadApp reads the YAML file at path (none when path is ""), applies the
 // environment overrides read through getenv (os.LookupEnv in production),
@@ -329,6 +339,9 @@ func LoadApp(path string, getenv func(string) (string, bool)) (App, error) {
 	if v, ok := getenv("VELVETROPE_HASH_KEY"); ok {
 		a.Checker.HashKey = v
 	}
+	if v, ok := getenv("VELVETROPE_PPROF_ADDR"); ok {
+		a.Debug.PprofAddr = v
+	}
 	return a, a.Validate()
 }
 
@@ -376,6 +389,7 @@ func (a App) Validate() error {
 	}
 	checkAddr("http.addr (VELVETROPE_HTTP_ADDR)", a.HTTP.Addr, false)
 	checkAddr("grpc.addr (VELVETROPE_GRPC_ADDR)", a.GRPC.Addr, true)
+	checkAddr("debug.pprof_addr (VELVETROPE_PPROF_ADDR)", a.Debug.PprofAddr, true)
 	for _, r := range a.Redis.Addrs {
 		checkAddr("redis.addrs (VELVETROPE_REDIS_ADDRS)", r, false)
 	}

@@ -3,10 +3,11 @@ package loadgen
 import (
 	"context"
 	"net"
-	"runtime"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+
+	"github.com/velvetrope/velvetrope/rls"
 )
 
 // Noop is the ceiling of a comparison: an Envoy rate limit service that
@@ -29,9 +30,9 @@ func (n *Noop) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3
 
 // Serve serves n on lis until ctx ends.
 func (n *Noop) Serve(ctx context.Context, lis net.Listener) error {
-	// the stream workers velvetrope's own server uses (package rls), so the
-	// ceiling is what the same server settings allow
-	s := grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+	// the stream workers velvetrope's own server uses, so the ceiling is
+	// what the same server settings allow
+	s := grpc.NewServer(grpc.NumStreamWorkers(rls.StreamWorkers()))
 	rlsv3.RegisterRateLimitServiceServer(s, n)
 	go func() {
 		<-ctx.Done()

@@ -54,7 +54,7 @@ func runProcess(name string, args []string, stdout, stderr io.Writer,
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	quietRedis(logger)
-	fxApp := fx.New(module(app, logger), fx.Invoke(func(in struct {
+	fxApp := fx.New(module(app, logger), fx.Invoke(servePprof), fx.Invoke(func(in struct {
 		fx.In
 		LC   fx.Lifecycle
 		HTTP *httpapi.Server

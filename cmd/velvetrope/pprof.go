@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"go.uber.org/fx"
+
+	"github.com/velvetrope/velvetrope/config"
+)
+
+// servePprof serves Go's profiles on debug.pprof_addr, when set: a
+// listener of its own, never the public one (a profile shows what the
+// process holds).
+func servePprof(lc fx.Lifecycle, app config.App, logger *slog.Logger) error {
+	if app.Debug.PprofAddr == "" {
+		return nil
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			lis, err := net.Listen("tcp", app.Debug.PprofAddr)
+			if err != nil {
+				return fmt.Errorf("debug.pprof_addr: %w", err)
+			}
+			logger.Info("profiles served", "addr", lis.Addr().String())
+			go func() {
+				if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					logger.Warn("profile listener stopped", "error", err)
+				}
+			}()
+			return nil
+		},
+		OnStop: func(ctx context.Context) error { return srv.Shutdown(ctx) },
+	})
+	return nil
+}
