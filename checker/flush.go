@@ -41,7 +41,7 @@ func (c *Checker) every(interval time.Duration, wake <-chan struct{}, timeout ti
 
 // emitSoon queues e's pending consumption (requires the shard lock). It
 // waits in the emission wheel, up to MaxEmitInterval (and never past the
-// end of its analytics minute), while what it holds that the store lacks
+// end of its window or its analytics minute), while what it holds that the store lacks
 // — hits decided in memory, pend.counted — is within allowance; else it
 // goes at the next flush. Callers pass 0 when the decision was not far
 // from the limit, and room / (2 × instances) when it was: then the
@@ -58,7 +58,13 @@ func (c *Checker) emitSoon(sh *shard, e *entry, now, allowance int64) {
 		return
 	}
 	due := min(now+int64(c.cfg.MaxEmitInterval), (now/int64(time.Minute)+1)*int64(time.Minute)-1)
-	sh.markLazy(e, due/int64(c.cfg.FlushInterval), c.slots)
+	if e.kind == counters.KindWindow && e.cur.start > 0 {
+		// by the end of its window, so that a window's consumption goes
+		// in one delta (a decision in the next one emits it anyway)
+		due = min(due, e.cur.start+int64(e.rule.Window)-1)
+	}
+	f := int64(c.cfg.FlushInterval)
+	sh.markLazy(e, max((due+f-1)/f, now/f+1), c.slots) // the first flush at or after due
 }
 
 // Flush emits every pending delta now, lazy ones included. Deltas the
@@ -166,14 +172,6 @@ func (c *Checker) flushSlot(deltas []*eventsv1.Delta, sh *shard, t, tick int64, 
 // appendDeltas moves e's pending consumption into deltas (requires the
 // shard lock).
 func (c *Checker) appendDeltas(deltas []*eventsv1.Delta, e *entry) []*eventsv1.Delta {
-	if e.pendOld.used {
-		own := int64(0)
-		if e.answered && e.prev.start == e.pendOld.window {
-			own = e.prev.emitted
-		}
-		deltas = append(deltas, c.delta(e, &e.pendOld, false, own))
-		e.pendOld = pending{}
-	}
 	// own_after only once the store has told us our part (a key created
 	// again counts from zero until then, and the counter adds all of it)
 	own := int64(0)

@@ -64,7 +64,7 @@ type entry struct {
 	nextRefresh     int64
 	heapIdx         int // index in the shard's refresh heap; -1 when not in it
 
-	pend, pendOld, pendApplied pending
+	pend, pendApplied pending
 	usage                      minuteUsage // this minute's usage so far, carried by every delta
 	// dirty: pending consumption waits for the flusher, at its next pass
 	// or, lazy, at tick lazyTick of the emission wheel.

@@ -56,26 +56,31 @@ func windowStart(now, w int64) int64 {
 }
 
 // roll moves e's windows to the one containing now (requires the shard
-// lock); consumption pending for the window left behind moves to pendOld.
+// lock); consumption pending for the window left behind leaves at once,
+// as an orphan delta, so each window's consumption goes in one delta.
 func (c *Checker) roll(sh *shard, e *entry, now int64) {
 	W := int64(e.rule.Window)
 	ws := windowStart(now, W)
 	if ws <= e.cur.start {
 		return // same window, or a clock behind it: stay
 	}
-	if e.pend.used {
-		if e.pendOld.used {
-			sh.orphans = append(sh.orphans, c.delta(e, &e.pendOld, false, e.prev.emitted))
-		}
-		e.pendOld, e.pend = e.pend, pending{}
+	// own_after only once the store has told us our part (a key created
+	// again counts from zero until then, and the counter adds all of it)
+	own := int64(0)
+	if e.answered {
+		own = e.cur.emitted
 	}
-	if e.pendApplied.used { // store charges of the window left behind: emit them as they are
-		own := int64(0)
-		if e.answered {
-			own = e.cur.emitted
-		}
+	if e.pendApplied.used { // store charges of the window left behind
 		sh.orphans = append(sh.orphans, c.delta(e, &e.pendApplied, true, own))
 		e.pendApplied = pending{}
+	}
+	if e.pend.used {
+		sh.orphans = append(sh.orphans, c.delta(e, &e.pend, false, own))
+		e.pend = pending{}
+	}
+	if e.lazy { // nothing left to emit: the next decision queues it anew
+		sh.lazyN--
+		e.dirty, e.lazy = false, false
 	}
 	if ws == e.cur.start+W {
 		e.prev = e.cur
