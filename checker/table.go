@@ -65,7 +65,7 @@ type entry struct {
 	heapIdx         int // index in the shard's refresh heap; -1 when not in it
 
 	pend, pendApplied pending
-	usage                      minuteUsage // this minute's usage so far, carried by every delta
+	usage             minuteUsage // this minute's usage so far, carried by every delta
 	// dirty: pending consumption waits for the flusher, at its next pass
 	// or, lazy, at tick lazyTick of the emission wheel.
 	dirty, lazy bool
@@ -95,21 +95,21 @@ func chargeAnswer(res *counters.ChargeResult) answer {
 
 // shard is one lock domain of the key table.
 type shard struct {
-	mu      sync.Mutex
-	keys    map[uint64]*entry // by counter hash; equal hashes chain through entry.next
-	n       int
-	dirty   []*entry          // entries whose pending consumption goes at the next flush
-	wheel   [][]*entry        // lazy entries by flush tick (mod its length); made on first use
-	lazyN   int               // entries waiting in the wheel
+	mu    sync.Mutex
+	keys  map[uint64]*entry // by counter hash; equal hashes chain through entry.next
+	n     int
+	dirty []*entry   // entries whose pending consumption goes at the next flush
+	wheel [][]*entry // lazy entries by flush tick (mod its length); made on first use
+	lazyN int        // entries waiting in the wheel
 	// parked entries, oldest use first (roughly: parked a second after
 	// use), for their idle eviction without a place in the refresh heap
 	parked     []parkedRef
 	parkedHead int
-	orphans []*eventsv1.Delta // pending consumption of evicted dirty entries
-	refresh refreshHeap
-	tombs   []int64 // "over until" by hash slot; allocated on first eviction
-	stats   shardStats
-	_       [40]byte
+	orphans    []*eventsv1.Delta // pending consumption of evicted dirty entries
+	refresh    refreshHeap
+	tombs      []int64 // "over until" by hash slot; allocated on first eviction
+	stats      shardStats
+	_          [40]byte
 }
 
 // lookup finds the entry of rule r for the request values es.
@@ -335,7 +335,8 @@ func (c *Checker) create(sh *shard, s *slot, req *Request, now int64) *entry {
 	es := req.Descriptors[s.idx].Entries
 	vals := make([]string, len(es))
 	for i := range es {
-		vals[i] = es[i].Value
+		// a copy: a request's strings may alias its caller's buffer
+		vals[i] = strings.Clone(es[i].Value)
 		if i < len(s.rule.Shared) && s.rule.Shared[i] {
 			vals[i] = s.rule.Path[i].Value
 		}

@@ -61,7 +61,7 @@ var engines = []struct {
 	}},
 }
 
-func loadEnvoyRules(t *testing.T) *config.Store {
+func loadEnvoyRules(t testing.TB) *config.Store {
 	t.Helper()
 	rs, err := config.LoadRules("../config/testdata/envoy")
 	if err != nil {

@@ -25,9 +25,9 @@ func NewGRPCServer(s *Server, opts ...grpc.ServerOption) (*grpc.Server, *health.
 	// goroutine whenever every worker is busy, and a call near a limit
 	// waits on the store (a batched charge): so many more workers than
 	// CPUs, each parked when idle.
-	defaults := []grpc.ServerOption{grpc.NumStreamWorkers(StreamWorkers())}
+	defaults := []grpc.ServerOption{grpc.NumStreamWorkers(StreamWorkers()), grpc.ForceServerCodecV2(newCodec())}
 	g := grpc.NewServer(append(defaults, opts...)...)
-	rlsv3.RegisterRateLimitServiceServer(g, s)
+	g.RegisterService(s.serviceDesc(), s) // ShouldRateLimit without generated messages (wire.go)
 	h := health.NewServer()
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	h.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

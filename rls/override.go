@@ -2,6 +2,7 @@ package rls
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,7 +62,12 @@ func (o *overrides) rule(domain string, es []config.Entry, lim *ratelimitv3.Rate
 	if r != nil && r.Base == base && same(r, domain, es, int64(lim.RequestsPerUnit), unit, mult) {
 		return r, nil
 	}
-	r, err = config.OverrideRule(domain, es, int64(lim.RequestsPerUnit), unit, mult, base)
+	// copies: the request's strings may alias a buffer the gRPC path reuses
+	kept := make([]config.Entry, len(es))
+	for i, e := range es {
+		kept[i] = config.Entry{Key: strings.Clone(e.Key), Value: strings.Clone(e.Value)}
+	}
+	r, err = config.OverrideRule(strings.Clone(domain), kept, int64(lim.RequestsPerUnit), unit, mult, base)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -82,6 +83,7 @@ type work struct {
 	req     checker.Request
 	d       checker.Decision
 	entries []config.Entry
+	raw     []byte // the gRPC path: the call's request bytes (wire.go)
 }
 
 // New returns a Server deciding with c.
@@ -96,7 +98,8 @@ func New(c Checker, opts Options) *Server {
 const maxUint32 = math.MaxUint32
 
 // ShouldRateLimit decides req as Envoy's ratelimit service does. Malformed
-// requests get codes.InvalidArgument naming the field at fault.
+// requests get codes.InvalidArgument naming the field at fault. (The gRPC
+// server runs the same decision without these message types: wire.go.)
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	w := s.work.Get().(*work)
 	defer s.work.Put(w)
@@ -105,6 +108,10 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.Stats.Invalid.Add(1)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	known, err := s.decide(ctx, w, rs)
+	if err != nil {
+		return nil, err
+	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
 	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors))
 	resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors))
@@ -112,35 +119,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		statuses[i].Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = &statuses[i]
 	}
-	if !rs.HasDomain(req.Domain) {
-		s.Stats.OK.Add(1)
-		return resp, nil // Envoy answers OK, no limit, for a domain it does not know
-	}
-	if err := s.c.Check(ctx, &w.req, &w.d); err != nil {
-		if errors.Is(err, checker.ErrUnknownDomain) {
-			s.Stats.OK.Add(1)
-			return resp, nil // a reload removed the domain since the look-up above
-		}
-		var fe *checker.FieldError
-		if errors.As(err, &fe) {
-			s.Stats.Invalid.Add(1)
-			if errors.Is(err, checker.ErrRequestIDConflict) {
-				return nil, status.Error(codes.FailedPrecondition, fe.Error())
-			}
-			return nil, status.Error(codes.InvalidArgument, fe.Error())
-		}
-		s.Stats.Errors.Add(1)
-		s.log.Warn("ShouldRateLimit failed", "domain", req.Domain, "error", err)
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	if s.opts.Decisions != nil {
-		s.opts.Decisions.Observe(&w.d)
+	if !known {
+		return resp, nil
 	}
 	if w.d.Code == checker.OverLimit {
-		s.Stats.OverLimit.Add(1)
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-	} else {
-		s.Stats.OK.Add(1)
 	}
 	limits := make([]rlsv3.RateLimitResponse_RateLimit, len(w.d.Statuses))
 	for i := range w.d.Statuses {
@@ -152,6 +135,42 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	return resp, nil
 }
 
+// decide runs w.req through the checker and counts the outcome. known is
+// false when the domain has no rules: Envoy answers OK, no limit, for a
+// domain it does not know. Failures come back as gRPC status errors.
+func (s *Server) decide(ctx context.Context, w *work, rs *config.RuleSet) (known bool, err error) {
+	if !rs.HasDomain(w.req.Domain) {
+		s.Stats.OK.Add(1)
+		return false, nil
+	}
+	if err := s.c.Check(ctx, &w.req, &w.d); err != nil {
+		if errors.Is(err, checker.ErrUnknownDomain) {
+			s.Stats.OK.Add(1)
+			return false, nil // a reload removed the domain since the look-up above
+		}
+		var fe *checker.FieldError
+		if errors.As(err, &fe) {
+			s.Stats.Invalid.Add(1)
+			if errors.Is(err, checker.ErrRequestIDConflict) {
+				return false, status.Error(codes.FailedPrecondition, fe.Error())
+			}
+			return false, status.Error(codes.InvalidArgument, fe.Error())
+		}
+		s.Stats.Errors.Add(1)
+		s.log.Warn("ShouldRateLimit failed", "domain", w.req.Domain, "error", err)
+		return false, status.Error(codes.Internal, err.Error())
+	}
+	if s.opts.Decisions != nil {
+		s.opts.Decisions.Observe(&w.d)
+	}
+	if w.d.Code == checker.OverLimit {
+		s.Stats.OverLimit.Add(1)
+	} else {
+		s.Stats.OK.Add(1)
+	}
+	return true, nil
+}
+
 var (
 	errUnit = errors.New("unit: must be SECOND, MINUTE, HOUR, DAY, MONTH or YEAR")
 )
@@ -159,24 +178,13 @@ var (
 // convert validates req's shape against b and fills w.req, reusing w's
 // memory. Overrides apply only in domains rs knows, as in Envoy's service.
 func (w *work) convert(req *rlsv3.RateLimitRequest, o *overrides, rs *config.RuleSet, b *checker.Bounds) error {
-	known := rs.HasDomain(req.Domain)
-	switch {
-	case req.Domain == "":
-		return errors.New("domain: must not be empty")
-	case len(req.Descriptors) == 0:
-		return errors.New("descriptors: must not be empty")
-	case len(req.Descriptors) > b.MaxDescriptors:
-		return fieldf("descriptors", "more than %d descriptors (got %d)", b.MaxDescriptors, len(req.Descriptors))
+	if err := checkShape(req.Domain, len(req.Descriptors), b); err != nil {
+		return err
 	}
 	n := 0
 	for i, d := range req.Descriptors {
-		switch {
-		case d == nil || len(d.Entries) == 0:
+		if d == nil || len(d.Entries) == 0 {
 			return fieldf(index("descriptors", i, "entries"), "must not be empty")
-		case len(d.Entries) > b.MaxEntries:
-			return fieldf(index("descriptors", i, "entries"), "more than %d entries (got %d)", b.MaxEntries, len(d.Entries))
-		case d.IsNegativeHits:
-			return fieldf(index("descriptors", i, "is_negative_hits"), "refunds through the Envoy API are not supported")
 		}
 		n += len(d.Entries)
 	}
@@ -184,66 +192,137 @@ func (w *work) convert(req *rlsv3.RateLimitRequest, o *overrides, rs *config.Rul
 		w.entries = make([]config.Entry, n)
 	}
 	entries := w.entries[:n]
-	hits := int64(req.HitsAddend)
-	if hits == 0 {
-		hits = 1 // Envoy: an unset hits_addend means one hit
-	}
-	w.req = checker.Request{Domain: req.Domain, Hits: hits, Descriptors: w.req.Descriptors[:0]}
+	w.start(req.Domain, req.HitsAddend)
+	known := rs.HasDomain(req.Domain)
 	for i, d := range req.Descriptors {
+		if len(d.Entries) > b.MaxEntries {
+			return fieldf(index("descriptors", i, "entries"), "more than %d entries (got %d)", b.MaxEntries, len(d.Entries))
+		}
 		es := entries[:len(d.Entries)]
 		entries = entries[len(d.Entries):]
 		for j, e := range d.Entries {
-			if e == nil || e.Key == "" {
+			if e == nil {
 				return fieldf(index("descriptors", i, "entries")+index("", j, "key"), "must not be empty")
 			}
 			es[j] = config.Entry{Key: e.Key, Value: e.Value}
 		}
-		if err := b.CheckEntries(i, es); err != nil {
+		var hits *uint64
+		if d.HitsAddend != nil {
+			hits = &d.HitsAddend.Value
+		}
+		if err := w.add(i, es, d.Limit, hits, d.IsNegativeHits, o, rs, known, b); err != nil {
 			return err
 		}
-		cd := checker.Descriptor{Entries: es}
-		if d.Limit != nil && known {
-			r, err := o.rule(req.Domain, es, d.Limit, rs.Match(req.Domain, es))
-			if err != nil {
-				return fmt.Errorf("%s%w", index("descriptors", i, "limit."), err)
-			}
-			cd.Rule = r
-		}
-		if d.HitsAddend != nil {
-			if d.HitsAddend.Value > checker.MaxHits {
-				return fieldf(index("descriptors", i, "hits_addend"), "above %d (got %d)", int64(checker.MaxHits), d.HitsAddend.Value)
-			}
-			cd.Hits, cd.HasHits = int64(d.HitsAddend.Value), true
-		}
-		w.req.Descriptors = append(w.req.Descriptors, cd)
 	}
+	return nil
+}
+
+// checkShape checks a request's domain and descriptor count.
+func checkShape(domain string, descriptors int, b *checker.Bounds) error {
+	switch {
+	case domain == "":
+		return errors.New("domain: must not be empty")
+	case descriptors == 0:
+		return errors.New("descriptors: must not be empty")
+	case descriptors > b.MaxDescriptors:
+		return fieldf("descriptors", "more than %d descriptors (got %d)", b.MaxDescriptors, descriptors)
+	}
+	return nil
+}
+
+// start begins w.req for domain with the request's hits_addend.
+func (w *work) start(domain string, hitsAddend uint32) {
+	hits := int64(hitsAddend)
+	if hits == 0 {
+		hits = 1 // Envoy: an unset hits_addend means one hit
+	}
+	w.req = checker.Request{Domain: domain, Hits: hits, Descriptors: w.req.Descriptors[:0]}
+}
+
+// add validates descriptor i (its entries es, its limit override, its own
+// hits_addend when set) and appends it to w.req.
+func (w *work) add(i int, es []config.Entry, lim *ratelimitv3.RateLimitDescriptor_RateLimitOverride, hits *uint64,
+	negative bool, o *overrides, rs *config.RuleSet, known bool, b *checker.Bounds) error {
+	switch {
+	case len(es) == 0:
+		return fieldf(index("descriptors", i, "entries"), "must not be empty")
+	case len(es) > b.MaxEntries:
+		return fieldf(index("descriptors", i, "entries"), "more than %d entries (got %d)", b.MaxEntries, len(es))
+	case negative:
+		return fieldf(index("descriptors", i, "is_negative_hits"), "refunds through the Envoy API are not supported")
+	}
+	for j := range es {
+		if es[j].Key == "" {
+			return fieldf(index("descriptors", i, "entries")+index("", j, "key"), "must not be empty")
+		}
+	}
+	if err := b.CheckEntries(i, es); err != nil {
+		return err
+	}
+	cd := checker.Descriptor{Entries: es}
+	if lim != nil && known {
+		r, err := o.rule(w.req.Domain, es, lim, rs.Match(w.req.Domain, es))
+		if err != nil {
+			return fmt.Errorf("%s%w", index("descriptors", i, "limit."), err)
+		}
+		cd.Rule = r
+	}
+	if hits != nil {
+		if *hits > checker.MaxHits {
+			return fieldf(index("descriptors", i, "hits_addend"), "above %d (got %d)", int64(checker.MaxHits), *hits)
+		}
+		cd.Hits, cd.HasHits = int64(*hits), true
+	}
+	w.req.Descriptors = append(w.req.Descriptors, cd)
 	return nil
 }
 
 // fill writes one descriptor's status the way Envoy shapes it.
 func fill(out *rlsv3.RateLimitResponse_DescriptorStatus, lim *rlsv3.RateLimitResponse_RateLimit, st *checker.Status) {
+	v := view(st)
+	out.Code = v.code
+	out.LimitRemaining = v.remaining
+	if !v.limited {
+		return
+	}
+	lim.Name, lim.RequestsPerUnit, lim.Unit = v.name, v.perUnit, v.unit
+	out.CurrentLimit = lim
+	out.DurationUntilReset = durationpb.New(v.reset)
+}
+
+// statusView is one descriptor's status in Envoy's terms, for both
+// encoders (fill, appendStatus).
+type statusView struct {
+	code      rlsv3.RateLimitResponse_Code
+	remaining uint32
+	limited   bool // a rule with a limit: current_limit and duration_until_reset are set
+	name      string
+	perUnit   uint32
+	unit      rlsv3.RateLimitResponse_RateLimit_Unit
+	reset     time.Duration
+}
+
+func view(st *checker.Status) statusView {
+	v := statusView{code: rlsv3.RateLimitResponse_OK}
 	if st.Code == checker.OverLimit {
-		out.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		v.code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	r := st.Rule
 	switch {
 	case r == nil: // no rule: OK, no limit, remaining 0
-		return
+		return v
 	case r.Unlimited:
-		out.LimitRemaining = maxUint32
-		return
+		v.remaining = maxUint32
+		return v
 	}
-	lim.Name = r.Name
-	lim.RequestsPerUnit = clampUint32(r.Limit)
-	lim.Unit = unitOf(r.Unit)
-	out.CurrentLimit = lim
-	out.LimitRemaining = clampUint32(st.Remaining)
-	reset := st.ResetAfter
+	v.limited, v.name, v.perUnit, v.unit = true, r.Name, clampUint32(r.Limit), unitOf(r.Unit)
+	v.remaining = clampUint32(st.Remaining)
+	v.reset = st.ResetAfter
 	if r.Algorithm == config.AlgEnvoy {
 		// Envoy counts whole seconds: the reset is unit - now%unit, never 0.
-		reset = time.Duration(max(httpapi.CeilSeconds(reset), 1)) * time.Second
+		v.reset = time.Duration(max(httpapi.CeilSeconds(v.reset), 1)) * time.Second
 	}
-	out.DurationUntilReset = durationpb.New(reset)
+	return v
 }
 
 func unitOf(u config.Unit) rlsv3.RateLimitResponse_RateLimit_Unit {
