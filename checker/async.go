@@ -28,7 +28,10 @@ type Config struct {
 	// the name, "/", and a nonce drawn at every start.
 	InstanceName string
 	MaxKeys      int // counter keys held in memory (1<<20)
-	Shards       int // lock shards, a power of two (256)
+	// MaxBytes bounds the key table in bytes as well (0: by MaxKeys
+	// alone): it holds at most MaxBytes / KeyBytes keys.
+	MaxBytes int64
+	Shards   int // lock shards, a power of two (256)
 
 	// FlushInterval: how often deltas are emitted (50 ms). It is part of
 	// the pipeline lag; a key with several decisions per interval sends
@@ -88,6 +91,9 @@ func (c *Config) defaults() error {
 	}
 	if c.MaxKeys == 0 {
 		c.MaxKeys = 1 << 20
+	}
+	if c.MaxBytes > 0 {
+		c.MaxKeys = int(min(int64(c.MaxKeys), c.MaxBytes/KeyBytes))
 	}
 	if c.Shards == 0 {
 		c.Shards = 256
@@ -310,6 +316,12 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	c.keyBufs.New = func() any { b := make([]byte, 0, 512); return &b }
 	return c, nil
 }
+
+// KeyBytes is what one tracked key costs in memory, for MaxBytes: the
+// heap a per-IP key of an Envoy-format rule takes, measured by
+// BenchmarkKeyTableBytes (745 bytes), with room for longer keys and
+// values.
+const KeyBytes = 800
 
 // storeLanes is how many batches of store charges are in flight at once:
 // enough to keep the store's connection busy while a batch is answered,

@@ -2,13 +2,16 @@ package checker
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/velvetrope/velvetrope/counters"
 	"golang.org/x/time/rate"
+
+	"github.com/velvetrope/velvetrope/counters"
+	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 )
 
 const benchRules = `domain: api
@@ -159,4 +162,63 @@ func BenchmarkCheckAsyncHotKeyParallel(b *testing.B) {
 		}
 		sinkAllowed = d.Code == OK
 	})
+}
+
+// nullStore answers every charge as allowed and keeps nothing, so a
+// memory measurement sees the key table alone.
+type nullStore struct{ counters.Store }
+
+func (*nullStore) Do(_ context.Context, ops []*counters.Op) {
+	for _, op := range ops {
+		op.Answer = counters.ChargeResult{Allowed: true, Total: op.Charge.Cost, Own: op.Charge.Cost,
+			OwnSync: op.Charge.Cost, Instances: 1}
+	}
+}
+
+// nullProducer drops deltas.
+type nullProducer struct{}
+
+func (nullProducer) Produce(context.Context, []*eventsv1.Delta) error { return nil }
+func (nullProducer) Close(context.Context) error                      { return nil }
+
+const memoryRules = `domain: api
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+`
+
+// BenchmarkKeyTableBytes measures the key table's memory per tracked key
+// (heap after a GC, per key): 1,000,000 keys of an Envoy-format per-IP
+// rule, each decided once and emitted, as at a front where most keys
+// are seen once. -benchtime 1x is enough: it reports bytes/key.
+func BenchmarkKeyTableBytes(b *testing.B) {
+	const keys = 1_000_000
+	for b.Loop() {
+		c, err := New(Config{MaxKeys: 2 * keys, FlushThreshold: 1 << 30}, ruleStore(b, memoryRules), &nullStore{counters.NewMemStore()},
+			nullProducer{}, sysClock{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		var d Decision
+		r := req(1, "remote_address", "")
+		for i := range keys {
+			r.Descriptors[0].Entries[0].Value = "10." + strconv.Itoa(i>>16) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255)
+			if err := c.Check(context.Background(), r, &d); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := c.Flush(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if n := c.Snapshot().Keys; n != keys {
+			b.Fatalf("%d keys tracked, want %d", n, keys)
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/keys, "bytes/key")
+		runtime.KeepAlive(c)
+	}
 }

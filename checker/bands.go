@@ -50,7 +50,7 @@ func (e *entry) observe(now, cost int64) {
 
 // learn updates e's rates from a store answer (requires the lock).
 func (c *Checker) learn(e *entry, now, others, own int64, instances int) {
-	e.instances = max(instances, 1)
+	e.instances = int32(max(instances, 1))
 	if !e.answered {
 		e.answered, e.answers, e.lastAnswer, e.lastOthers, e.lastOwn = true, 1, now, others, own
 		return

@@ -175,17 +175,18 @@ func (c *Checker) appendDeltas(deltas []*eventsv1.Delta, e *entry) []*eventsv1.D
 	// own_after only once the store has told us our part (a key created
 	// again counts from zero until then, and the counter adds all of it)
 	own := int64(0)
-	if e.answered {
+	switch {
+	case !e.answered:
+	case e.kind == counters.KindWindow:
+		own = e.cur.emitted
+	default:
 		own = e.cum
-		if e.kind == counters.KindWindow {
-			own = e.cur.emitted
-		}
 	}
-	if e.pendApplied.used {
+	if e.pendApplied.used() {
 		deltas = append(deltas, c.delta(e, &e.pendApplied, true, own))
 		e.pendApplied = pending{}
 	}
-	if e.pend.used {
+	if e.pend.used() {
 		deltas = append(deltas, c.delta(e, &e.pend, false, own))
 		e.pend = pending{}
 	}
@@ -209,8 +210,8 @@ func (c *Checker) delta(e *entry, p *pending, applied bool, ownAfter int64) *eve
 	d := &eventsv1.Delta{
 		InstanceId: c.instance, Domain: r.Domain, RuleId: r.ID, DescriptorText: e.desc, CounterKey: e.skey,
 		Algorithm: string(r.Algorithm), WindowNanos: int64(r.Window), Limit: r.Limit,
-		AllowedCount: p.allowedCount, AllowedCost: p.allowedCost, DeniedCount: p.deniedCount,
-		DeniedCost: p.deniedCost, DeferredCount: p.deferred, ShadowDeniedCount: p.shadowDenied,
+		AllowedCount: uint64(p.allowedCount), AllowedCost: p.allowedCost, DeniedCount: uint64(p.deniedCount),
+		DeniedCost: p.deniedCost, DeferredCount: uint64(p.deferred), ShadowDeniedCount: uint64(p.shadowDenied),
 		CountedCost: p.counted, AlreadyApplied: applied, FirstUnixNanos: p.first, LastUnixNanos: p.last,
 		OwnAfter: uint64(max(ownAfter, 0)), Minute: e.usage.add(p),
 	}
@@ -273,18 +274,22 @@ func (c *Checker) countAnalytics(e *entry, now, cost int64, allowed bool) {
 }
 
 // pending is consumption counted but not yet flushed, for one window.
+// Counts are uint32 (a key's decisions between two emissions, at most a
+// minute apart), costs uint64: 64 bytes, a tenth of a key's entry less.
 type pending struct {
-	window                          int64 // its start (window counters; buckets ignore it)
-	allowedCount, allowedCost       uint64
-	deniedCount, deniedCost         uint64
-	shadowDenied, deferred, counted uint64
-	first, last                     int64
-	used                            bool
+	window                           int64 // its start (window counters; buckets ignore it)
+	allowedCost, deniedCost, counted uint64
+	first, last                      int64 // first is 0 while nothing is pending
+	allowedCount, deniedCount        uint32
+	shadowDenied, deferred           uint32
 }
 
+// used says something is pending.
+func (p *pending) used() bool { return p.first != 0 }
+
 func (p *pending) add(now int64) {
-	if !p.used {
-		p.used, p.first = true, now
+	if p.first == 0 {
+		p.first = max(now, 1) // (0 marks an empty pending)
 	}
 	p.last = max(p.last, now)
 }
@@ -305,9 +310,9 @@ func (p *pending) tally(now, cost int64, allowed bool) {
 type minuteUsage struct {
 	stream                    uint64 // unique per entry of this checker
 	minute                    int64  // unix seconds; 0: none yet
-	allowedCount, allowedCost uint64
-	deniedCount, deniedCost   uint64
-	deferred, shadowDenied    uint64
+	allowedCost, deniedCost   uint64
+	allowedCount, deniedCount uint32 // a key's decisions in one minute
+	deferred, shadowDenied    uint32
 }
 
 // add folds p into the usage of its minute (never going back to an
@@ -327,7 +332,7 @@ func (u *minuteUsage) add(p *pending) *eventsv1.MinuteUsage {
 	u.deniedCost += p.deniedCost
 	u.deferred += p.deferred
 	u.shadowDenied += p.shadowDenied
-	return &eventsv1.MinuteUsage{MinuteUnix: u.minute, Stream: u.stream, AllowedCount: u.allowedCount,
-		AllowedCost: u.allowedCost, DeniedCount: u.deniedCount, DeniedCost: u.deniedCost,
-		DeferredCount: u.deferred, ShadowDeniedCount: u.shadowDenied}
+	return &eventsv1.MinuteUsage{MinuteUnix: u.minute, Stream: u.stream, AllowedCount: uint64(u.allowedCount),
+		AllowedCost: u.allowedCost, DeniedCount: uint64(u.deniedCount), DeniedCost: u.deniedCost,
+		DeferredCount: uint64(u.deferred), ShadowDeniedCount: uint64(u.shadowDenied)}
 }

@@ -104,7 +104,7 @@ func (c *Checker) Inspect(ctx context.Context, domain string, entries []config.E
 		c.roll(sh, e, now)
 		v := c.windowView(e, now)
 		st.Local = &LocalState{Used: v.used, Mine: e.cur.mine(), Remaining: v.remaining,
-			Pending: int64(e.pend.counted), OthersRate: e.othersRate, Instances: e.instances, NextRefresh: e.nextRefresh}
+			Pending: int64(e.pend.counted), OthersRate: e.othersRate, Instances: int(e.instances), NextRefresh: e.nextRefresh}
 		if e.overUntil > now {
 			st.Local.OverUntil = e.overUntil
 		}

@@ -26,20 +26,10 @@ type entry struct {
 	hash    uint64
 	created int64 // when this checker started tracking the key
 	rule    *config.Rule
-	kind    counters.Kind
 
-	windowCounter // KindWindow
-	bucketCounter // KindTAT
+	windowCounter  // KindWindow
+	*bucketCounter // KindTAT only (nil for window keys: 88 bytes a key saved)
 
-	answered bool // the store has answered for this key at least once
-	restored bool // created again after an eviction while over its limit
-	answers  int  // store answers that taught a rate (0, 1, 2+)
-	// active: decided on since the store last answered. A key nobody
-	// decides on has nothing to learn from a read: the refresher parks it
-	// (no reads, only its idle eviction) until a decision wakes it.
-	// A parked key's view may be long stale (other instances may use it
-	// all along): its next decision is near, whatever its band (stale).
-	active, parked, stale bool
 	// answerRemaining is what remained at the last store answer (-1: none
 	// yet) and sinceAnswer this instance's consumption since: while the
 	// store is down, local_budget admits up to answerRemaining / instances.
@@ -53,23 +43,35 @@ type entry struct {
 	// it leaves the near band, where every decision waited on the store)
 	// widens its band at once, before any store answer.
 	live, liveFrom, liveHits int64
-	recheck                  bool  // a live window ended: re-plan the refresh
 	ownRate                  int64 // own hits per second
-	instances                int
 	overUntil                int64 // deny from memory until then
 	// room is what a store answer left, trusted until roomUntil: a cost
 	// above it is refused from memory.
 	room, roomUntil int64
 	used            int64 // last decision
 	nextRefresh     int64
-	heapIdx         int // index in the shard's refresh heap; -1 when not in it
+	lazyTick        int64 // the emission wheel's tick a lazy entry waits for
 
 	pend, pendApplied pending
 	usage             minuteUsage // this minute's usage so far, carried by every delta
+
+	// the small fields last, together: no padding between them
+	heapIdx   int32 // index in the shard's refresh heap; -1 when not in it
+	instances int32
+	answers   int8 // store answers that taught a rate (0, 1, 2+)
+	kind      counters.Kind
+	answered  bool // the store has answered for this key at least once
+	restored  bool // created again after an eviction while over its limit
+	recheck   bool // a live window ended: re-plan the refresh
+	// active: decided on since the store last answered. A key nobody
+	// decides on has nothing to learn from a read: the refresher parks it
+	// (no reads, only its idle eviction) until a decision wakes it.
+	// A parked key's view may be long stale (other instances may use it
+	// all along): its next decision is near, whatever its band (stale).
+	active, parked, stale bool
 	// dirty: pending consumption waits for the flusher, at its next pass
 	// or, lazy, at tick lazyTick of the emission wheel.
 	dirty, lazy bool
-	lazyTick    int64
 	gone        bool // evicted: flusher and refresher skip it
 }
 
@@ -166,7 +168,7 @@ func (sh *shard) remove(e *entry) {
 	e.next = nil
 	sh.n--
 	if e.heapIdx >= 0 {
-		heap.Remove(&sh.refresh, e.heapIdx)
+		heap.Remove(&sh.refresh, int(e.heapIdx))
 	}
 	e.gone = true
 }
@@ -213,7 +215,7 @@ type parkedRef struct {
 func (sh *shard) schedule(e *entry, t int64) {
 	e.nextRefresh = t
 	if e.heapIdx >= 0 {
-		heap.Fix(&sh.refresh, e.heapIdx)
+		heap.Fix(&sh.refresh, int(e.heapIdx))
 	} else {
 		heap.Push(&sh.refresh, e)
 	}
@@ -226,11 +228,11 @@ func (h refreshHeap) Len() int           { return len(h) }
 func (h refreshHeap) Less(i, j int) bool { return h[i].nextRefresh < h[j].nextRefresh }
 func (h refreshHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx, h[j].heapIdx = i, j
+	h[i].heapIdx, h[j].heapIdx = int32(i), int32(j)
 }
 func (h *refreshHeap) Push(x any) {
 	e := x.(*entry)
-	e.heapIdx = len(*h)
+	e.heapIdx = int32(len(*h))
 	*h = append(*h, e)
 }
 func (h *refreshHeap) Pop() any {
@@ -345,6 +347,9 @@ func (c *Checker) create(sh *shard, s *slot, req *Request, now int64) *entry {
 	e := &entry{key: key, skey: c.storeKey(key, s.rule), vals: vals, desc: descText(es),
 		hash: s.h, rule: s.rule, kind: kindOf(s.rule), heapIdx: -1, answerRemaining: -1, created: now,
 		usage: minuteUsage{stream: c.streams.Add(1)}}
+	if e.kind == counters.KindTAT {
+		e.bucketCounter = new(bucketCounter)
+	}
 	if sh.tombs != nil {
 		i, j := tombSlots(s.h, len(sh.tombs))
 		if t := min(sh.tombs[i], sh.tombs[j]); t > now {

@@ -70,11 +70,11 @@ func (c *Checker) roll(sh *shard, e *entry, now int64) {
 	if e.answered {
 		own = e.cur.emitted
 	}
-	if e.pendApplied.used { // store charges of the window left behind
+	if e.pendApplied.used() { // store charges of the window left behind
 		sh.orphans = append(sh.orphans, c.delta(e, &e.pendApplied, true, own))
 		e.pendApplied = pending{}
 	}
-	if e.pend.used {
+	if e.pend.used() {
 		sh.orphans = append(sh.orphans, c.delta(e, &e.pend, false, own))
 		e.pend = pending{}
 	}

@@ -110,6 +110,7 @@ type AggregatorConfig struct {
 // meaning of each value).
 type CheckerConfig struct {
 	MaxKeys       int           `yaml:"max_keys"`
+	MaxBytes      int64         `yaml:"max_bytes"`
 	FlushInterval time.Duration `yaml:"flush_interval"`
 	// MaxEmitInterval: how long a key far from its limit may hold its
 	// consumption before emitting it.
@@ -251,7 +252,7 @@ func DefaultApp() App {
 		ClickHouse: ClickHouseConfig{Database: "velvetrope", Username: "default", RetentionDays: 30,
 			FlushInterval: 2 * time.Second, MaxRows: 1_000_000},
 		Limiter: LimiterConfig{MaxKeys: 1 << 20, IdempotencyTTL: time.Minute},
-		Checker: CheckerConfig{MaxKeys: 1 << 20, FlushInterval: 50 * time.Millisecond, MaxEmitInterval: time.Second, MinRefresh: 50 * time.Millisecond,
+		Checker: CheckerConfig{MaxKeys: 1 << 20, MaxBytes: 1 << 30, FlushInterval: 50 * time.Millisecond, MaxEmitInterval: time.Second, MinRefresh: 50 * time.Millisecond,
 			MaxRefresh: 5 * time.Second, PipelineLag: 250 * time.Millisecond, SafetyPercent: 200, NearFloor: 2,
 			NearFloorPct: 1, IdleAfter: 2 * time.Minute, ControlPoll: time.Second, SpillMaxBytes: 256 << 20, TopicPartitions: 16,
 			StoreTimeout: 150 * time.Millisecond, BreakerFailures: 5, BreakerOpenFor: time.Second},
@@ -463,6 +464,8 @@ func (a App) Validate() error {
 	switch {
 	case ck.MaxKeys < 256:
 		bad("checker.max_keys", "must be at least 256, got %d", ck.MaxKeys)
+	case ck.MaxBytes < 0 || (ck.MaxBytes > 0 && ck.MaxBytes < 256*1024):
+		bad("checker.max_bytes", "must be 0 (no bound in bytes) or at least 256KiB, got %d", ck.MaxBytes)
 	case ck.FlushInterval <= 0 || ck.FlushInterval > time.Minute:
 		bad("checker.flush_interval", "must be in (0, 1m], got %v", ck.FlushInterval)
 	case ck.MaxEmitInterval < ck.FlushInterval || ck.MaxEmitInterval > time.Minute:

@@ -157,6 +157,7 @@ func (c *KafkaConsumer) Commit(ctx context.Context, msgs ...Message) error {
 // Close implements [Consumer].
 func (c *KafkaConsumer) Close(context.Context) error { return c.r.Close() }
 
-// Lag returns how many messages the consumer is behind the end of its
-// partitions, as of its last fetch.
-func (c *KafkaConsumer) Lag() int64 { return c.r.Lag() }
+// Lag returns how many messages the consumer was behind the end of a
+// partition at the last message it read (kafka-go's reader statistics:
+// its Lag method answers -1 for a consumer group, always).
+func (c *KafkaConsumer) Lag() int64 { return c.r.Stats().Lag }
