@@ -84,8 +84,12 @@
 // limits. The key table is bounded (max_keys; least recently used of a
 // sample is evicted, idle keys after idle_after); a key evicted while over
 // its limit is remembered in a fixed-size tombstone table and comes back
-// over. Consumption is aggregated per key and emitted by a flusher every
-// flush interval (or earlier when many keys are dirty); while the producer
+// over; a key nobody decides on is parked (no reads) until a decision
+// wakes it, near. Consumption is aggregated per key and emitted by a
+// flusher every flush interval (or earlier when many keys are dirty); a key
+// far from its limit holds it up to MaxEmitInterval while what it holds
+// stays within half its far band's margin, split over the instances.
+// Store charges of concurrent decisions go out in shared batches. While the producer
 // refuses, deltas are kept in order and consumption keeps aggregating in
 // the table: nothing counted is dropped.
 package checker

@@ -121,6 +121,9 @@ type row struct {
 	DeltasPerDecision  float64 `json:"deltas_per_decision,omitempty"`
 	ChargesPerDecision float64 `json:"store_charges_per_decision,omitempty"`
 	RSSPerKey          float64 `json:"rss_bytes_per_key,omitempty"`
+	// AggScriptsPer1000 is the aggregator's Redis script calls per 1,000
+	// deltas it took (one per counter and window of a batch).
+	AggScriptsPer1000 float64 `json:"aggregator_scripts_per_1000_deltas,omitempty"`
 	// DrainAfter is how long the aggregator took, after the row, to take
 	// in what it was sent (reported above 1 s).
 	DrainAfter time.Duration `json:"drain_after_ns,omitempty"`
@@ -218,6 +221,9 @@ func measure(o options, sv *served, rc *redis.Client, conns, keys int64) (row, e
 	if sv.metrics != "" {
 		r.DeltasPerDecision = (after.deltas - before.deltas) / decisions
 		r.ChargesPerDecision = (after.charges - before.charges) / decisions
+		if d := after.aggDeltas - before.aggDeltas; d > 0 {
+			r.AggScriptsPer1000 = (after.aggScripts - before.aggScripts) * 1000 / d
+		}
 		if dk := after.keys - before.keys; dk > 1000 {
 			r.RSSPerKey = (after.rss - before.rss) / dk
 		}

@@ -57,6 +57,7 @@ func (s *served) stop() {
 // snapshot is what a row's counters read before and after it.
 type snapshot struct {
 	redis, redisCPU, decisions, deltas, charges, keys, rss float64
+	aggScripts, aggDeltas                                  float64 // the aggregator's script calls and deltas taken
 }
 
 func (s *served) counters(ctx context.Context, rc *redis.Client) snapshot {
@@ -70,6 +71,12 @@ func (s *served) counters(ctx context.Context, rc *redis.Client) snapshot {
 		sn.charges = metric(s.metrics, "velvetrope_checker_store_charges_total")
 		sn.keys = metric(s.metrics, "velvetrope_checker_keys")
 		sn.rss = float64(s.checker.rss())
+	}
+	if s.aggregate != "" {
+		sn.aggScripts = metric(s.aggregate, "velvetrope_aggregator_redis_scripts_total")
+		sn.aggDeltas = metric(s.aggregate, "velvetrope_aggregator_deltas_applied_total") +
+			metric(s.aggregate, "velvetrope_aggregator_deltas_already_applied_total") +
+			metric(s.aggregate, "velvetrope_aggregator_deltas_skipped_total")
 	}
 	return sn
 }
