@@ -133,10 +133,13 @@ func niceCeil(v float64) float64 {
 	return 10 * p
 }
 
-// short writes 45000 as 45k.
+// short writes 45000 as 45k and 12500 as 12.5k.
 func short(v float64) string {
-	if v >= 1000 {
+	switch {
+	case v >= 1000 && int64(v)%1000 == 0:
 		return fmt.Sprintf("%.0fk", v/1000)
+	case v >= 1000:
+		return fmt.Sprintf("%.1fk", v/1000)
 	}
 	return fmt.Sprintf("%.0f", v)
 }
