@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
@@ -141,4 +142,16 @@ func TestRefreshReachesEveryShard(t *testing.T) {
 	if stale != 0 {
 		t.Fatalf("%d keys still due after 8 passes of %d reads", stale, refreshBatch)
 	}
+}
+
+// FuzzValidUTF8: the fast check agrees with utf8.ValidString on any input.
+func FuzzValidUTF8(f *testing.F) {
+	for _, s := range []string{"", "priya", "10.0.0.1-and-more", "ünïcode", "\xff", "abcdefgh\xfe", "abcdefghijklmnop\xc3\xa9"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := validUTF8(s), utf8.ValidString(s); got != want {
+			t.Fatalf("validUTF8(%q) = %v, want %v", s, got, want)
+		}
+	})
 }

@@ -178,7 +178,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 			}
 			s.shadowed = !s.allowed && s.rule.Shadow
 			c.countAnalytics(e, now, cost, false)
-			c.emitSoon(&c.shards[s.sh], e, now, 0)
+			c.emitSoon(&c.shards[s.sh], e, now, 0, -1)
 			continue
 		}
 		if s.exact { // the store ran the algorithm: its answer is the status
@@ -190,7 +190,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 			}
 			s.shadowed = !s.allowed && s.rule.Shadow
 			c.countAnalytics(e, now, cost, s.allowed)
-			c.emitSoon(&c.shards[s.sh], e, now, 0)
+			c.emitSoon(&c.shards[s.sh], e, now, 0, -1)
 			continue
 		}
 		if s.skipped { // report it as a peek from memory would
@@ -206,7 +206,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 			}
 			s.shadowed = !s.allowed && s.rule.Shadow
 			c.countDenied(e, now, cost)
-			c.emitSoon(&c.shards[s.sh], e, now, 0)
+			c.emitSoon(&c.shards[s.sh], e, now, 0, -1)
 			continue
 		}
 		if e.kind == counters.KindWindow {
@@ -217,7 +217,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 		if !s.allowed && s.rule.Shadow {
 			s.shadowed = true
 		}
-		c.emitSoon(&c.shards[s.sh], e, now, 0)
+		c.emitSoon(&c.shards[s.sh], e, now, 0, -1)
 	}
 }
 

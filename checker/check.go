@@ -187,7 +187,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 		s.allowed, s.never, s.shadowed = false, true, r.Shadow
 		c.fillView(s, now)
 		s.remaining = 0 // as the exact limiter reports a cost it can never admit
-		c.emitSoon(sh, e, now, 0)
+		c.emitSoon(sh, e, now, 0, -1)
 		return
 	case r.Mode == config.ModeSync:
 		c.prepareExact(s, req, cost)
@@ -217,9 +217,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 	// (a stale view's refusal is not trusted: a reset or a new limit may
 	// have made room since)
 	over := !e.stale && (e.overUntil > now || (cost > e.room && now < e.roomUntil))
-	// consumption this instance may hold back from the store (emitSoon),
-	// this decision's cost (counted at commit) included: none but far
-	allowance := -cost
+	farRoom := int64(-1) // the far band's margin, for emitSoon; -1: not far
 	switch {
 	case over && cost > 0 && (cost > remaining || e.restored && !e.answered):
 		// (a key evicted while over and created again knows nothing yet
@@ -242,7 +240,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 			}
 		} else {
 			sh.stats.far++
-			allowance = room/int64(2*max(e.instances, 1)) - cost
+			farRoom = room
 			// Re-read before the key can reach its band at the rate it goes
 			// now: a key that speeds up is refreshed sooner than the
 			// refresher planned. Checked once per live-rate window.
@@ -264,7 +262,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 	if !s.allowed && r.Shadow {
 		s.shadowed = true
 	}
-	c.emitSoon(sh, e, now, allowance)
+	c.emitSoon(sh, e, now, cost, farRoom)
 }
 
 // denyFromMemory refuses while a key is known to be over its limit: no

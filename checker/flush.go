@@ -39,23 +39,30 @@ func (c *Checker) every(interval time.Duration, wake <-chan struct{}, timeout ti
 	}
 }
 
-// emitSoon queues e's pending consumption (requires the shard lock). It
-// waits in the emission wheel, up to MaxEmitInterval (and never past the
-// end of its window or its analytics minute), while what it holds that the store lacks
-// — hits decided in memory, pend.counted — is within allowance; else it
-// goes at the next flush. Callers pass 0 when the decision was not far
-// from the limit, and room / (2 × instances) when it was: then the
-// consumption all instances hold back is at most half the far band's
-// margin, which therefore still lies between their view and the near band
-// (docs/design.md, emission). Consumption the store already has (charges,
-// sync decisions) and refusals that charge nothing are analytics only and
-// always wait.
-func (c *Checker) emitSoon(sh *shard, e *entry, now, allowance int64) {
-	if int64(e.pend.counted) > allowance || c.slots == 0 {
+// emitSoon queues e's pending consumption (requires the shard lock), cost
+// more hits about to be counted. It waits in the emission wheel, up to
+// MaxEmitInterval (and never past the end of its window or its analytics
+// minute), while what it holds that the store lacks — hits decided in
+// memory, pend.counted — is at most room / (2 × instances), room being the
+// far band's margin at this decision (-1: the decision was not far);
+// else it goes at the next flush. Then the consumption all instances hold
+// back is at most half the far band's margin, which therefore still lies
+// between their view and the near band (docs/design.md, emission).
+// Consumption the store already has (charges, sync decisions) and
+// refusals that charge nothing are analytics only and always wait.
+func (c *Checker) emitSoon(sh *shard, e *entry, now, cost, room int64) {
+	if e.dirty && !e.lazy {
+		return // due at the next flush already
+	}
+	// held > room / (2 × instances), without a division on the request path
+	if held := int64(e.pend.counted) + cost; held > 0 && (room < 0 || held*2*int64(max(e.instances, 1)) > room) || c.slots == 0 {
 		if sh.markDirty(e) {
 			c.dirtyN.Add(1)
 		}
 		return
+	}
+	if e.dirty {
+		return // lazy: keeps its turn
 	}
 	due := min(now+int64(c.cfg.MaxEmitInterval), (now/int64(time.Minute)+1)*int64(time.Minute)-1)
 	if e.kind == counters.KindWindow && e.cur.start > 0 {
