@@ -28,6 +28,16 @@ func NewMemory(retention time.Duration) *Memory {
 	return &Memory{rows: map[rowKey]Row{}, retention: retention, now: time.Now}
 }
 
+// SetClock replaces the clock retention is measured against (time.Now):
+// rows older than the retention are dropped as new ones arrive. Tests
+// with fixed timestamps pin it, so their rows do not age out as the real
+// date moves on.
+func (m *Memory) SetClock(now func() time.Time) {
+	m.mu.Lock()
+	m.now = now
+	m.mu.Unlock()
+}
+
 // Insert implements Store.
 func (m *Memory) Insert(_ context.Context, rows []Row) error {
 	m.mu.Lock()

@@ -211,7 +211,9 @@ func (m *mix) check(t *testing.T, s Analytics) {
 // ClickHouse store on a database of its own.
 func stores(t *testing.T) map[string]Store {
 	t.Helper()
-	out := map[string]Store{"memory": NewMemory(0)}
+	mem := NewMemory(0)
+	mem.SetClock(func() time.Time { return t0.Add(time.Hour) }) // the rows' own day, whatever today is
+	out := map[string]Store{"memory": mem}
 	if os.Getenv(testsvc.EnvClickHouse) != "" {
 		out["clickhouse"] = newCH(t, testsvc.ClickHouse(t), nil)
 	}
@@ -411,6 +413,7 @@ func TestClickHouseOutage(t *testing.T) {
 func TestBufferBound(t *testing.T) {
 	var log bytes.Buffer
 	mem := NewMemory(0)
+	mem.SetClock(func() time.Time { return t0.Add(time.Hour) })
 	w, err := NewWriter(WriterConfig{MaxRows: 10, Logger: slog.New(slog.NewTextHandler(&log, nil))}, mem)
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ var now = time.Date(2026, 11, 30, 12, 0, 30, 0, time.UTC)
 func seeded(t testing.TB) http.Handler {
 	t.Helper()
 	mem := sink.NewMemory(0)
+	mem.SetClock(func() time.Time { return now }) // the rows' own day, whatever today is
 	min := func(ago time.Duration) int64 { return now.Add(-ago).Truncate(time.Minute).Unix() }
 	rows := []sink.Row{
 		{Minute: min(10 * time.Minute), Domain: "api", Rule: "api:user_id", Descriptor: "user_id=priya", Instance: "c/1", Stream: 1, Version: 5, Allowed: 6, Denied: 12},
