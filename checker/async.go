@@ -64,6 +64,13 @@ type Config struct {
 	IdleAfter      time.Duration // a clean key unused this long is dropped (2 min)
 	IdempotencyTTL time.Duration // request ids remembered (1 min; 0 disables)
 	ControlPoll    time.Duration // how often operator controls are re-read (1 s)
+	// Heartbeat: how often this checker lists itself in the store's
+	// registry of live checkers (1 s); it stays listed for InstanceTTL
+	// (3 heartbeats). Each heartbeat also reads the store's clock:
+	// this checker's clock is kept within MaxClockSkew of it (100 ms).
+	Heartbeat    time.Duration
+	InstanceTTL  time.Duration
+	MaxClockSkew time.Duration
 	// Bounds limit the size of a request (zero fields: DefaultBounds).
 	Bounds Bounds
 	// StoreTimeout is the deadline of one decision's store calls, and of
@@ -112,6 +119,9 @@ func (c *Config) defaults() error {
 	def(&c.PipelineLag, 250*time.Millisecond)
 	def(&c.IdleAfter, 2*time.Minute)
 	def(&c.ControlPoll, time.Second)
+	def(&c.Heartbeat, time.Second)
+	def(&c.InstanceTTL, 3*c.Heartbeat)
+	def(&c.MaxClockSkew, 100*time.Millisecond)
 	def(&c.StoreTimeout, 150*time.Millisecond)
 	def(&c.BreakerOpenFor, time.Second)
 	if c.BreakerFailures == 0 {
@@ -140,6 +150,8 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("checker: max keys %d: must be at least the shard count %d", c.MaxKeys, c.Shards)
 	case c.MaxEmitInterval > time.Minute:
 		return fmt.Errorf("checker: max emit interval %v: at most a minute (one analytics row)", c.MaxEmitInterval)
+	case c.InstanceTTL < c.Heartbeat:
+		return fmt.Errorf("checker: instance ttl %v below the heartbeat %v", c.InstanceTTL, c.Heartbeat)
 	case c.MinRefresh > c.MaxRefresh:
 		return fmt.Errorf("checker: min refresh %v above max refresh %v", c.MinRefresh, c.MaxRefresh)
 	case c.SafetyPercent < 100:
@@ -225,7 +237,8 @@ type Checker struct {
 	rules    *config.Store
 	store    counters.Store
 	prod     events.Producer
-	clock    limiter.Clock
+	clock    *storeClock  // the given clock, clamped to the store's
+	live     atomic.Int32 // live checkers, as the registry last said (0: not yet)
 	local    *limiter.Keyed
 	instance string
 	seed     maphash.Seed
@@ -281,7 +294,8 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	if rules == nil || cs == nil || prod == nil || clock == nil {
 		return nil, errors.New("checker: New needs rules, a counter store, a producer and a clock")
 	}
-	local, err := limiter.NewKeyed(limiter.WithMaxKeys(max(cfg.MaxKeys/4, 64)), limiter.WithClock(clock))
+	sc := &storeClock{base: clock}
+	local, err := limiter.NewKeyed(limiter.WithMaxKeys(max(cfg.MaxKeys/4, 64)), limiter.WithClock(sc))
 	if err != nil {
 		return nil, err
 	}
@@ -289,7 +303,7 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	if _, err := rand.Read(nonce[:]); err != nil {
 		return nil, err
 	}
-	c := &Checker{cfg: cfg, rules: rules, store: cs, prod: prod, clock: clock, local: local,
+	c := &Checker{cfg: cfg, rules: rules, store: cs, prod: prod, clock: sc, local: local,
 		instance: cfg.InstanceName + "/" + hex.EncodeToString(nonce[:]), seed: maphash.MakeSeed(),
 		shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1), perShard: max(cfg.MaxKeys/cfg.Shards, 1),
 		flushNow: make(chan struct{}, 1)}
@@ -370,9 +384,15 @@ func (c *Checker) Rules() *config.RuleSet { return c.rules.Load() }
 // checker starts without controls and the poller retries).
 func (c *Checker) Start(ctx context.Context) error {
 	c.stop = make(chan struct{})
-	c.wg.Add(2)
+	hctx, cancel := context.WithTimeout(ctx, 4*c.cfg.StoreTimeout)
+	if err := c.heartbeat(hctx); err != nil { // decisions may start before the store answers
+		c.cfg.Logger.Warn("first heartbeat to the counter store failed; retrying in the background", "error", err)
+	}
+	cancel()
+	c.wg.Add(3)
 	go c.flushLoop()
 	go c.refreshLoop()
+	go c.heartbeatLoop()
 	if c.ctlStore != nil {
 		if err := c.SyncControls(ctx); err != nil {
 			c.cfg.Logger.Warn("operator controls not read at start; retrying in the background", "err", err)

@@ -1,6 +1,12 @@
 package checker
 
-import "time"
+import (
+	"math"
+	"math/bits"
+	"time"
+
+	"github.com/velvetrope/velvetrope/counters"
+)
 
 // inFlight is the other instances' consumption predicted to be on its way
 // through the pipeline: their learned rate × one pipeline lag. It chooses
@@ -72,4 +78,74 @@ func (c *Checker) learn(e *entry, now, others, own int64, instances int) {
 	}
 	e.answers = min(e.answers+1, 2)
 	e.lastAnswer, e.lastOthers, e.lastOwn = now, others, own
+}
+
+// quota is this instance's slice of a key near its limit under
+// `near_limit: async`: what it may spend, and has spent, since the slice
+// was cut (at, unix ns) in window (window keys: a new window starts cold).
+type quota struct {
+	at, window, mine, spent int64
+}
+
+// capped says whether cost more hits would take this instance past its
+// slice (requires the lock; remaining is the key's view now). The first
+// slice of a window is cut from that view; a key this instance has not
+// read in its current window — never read, or a window just begun — gets the ceiling
+// divided by the live checkers (cold start); afterwards each refresh at
+// least one pipeline lag after the last cut re-cuts it (recut). Alone, a
+// checker needs no slice: its estimate is exact.
+func (c *Checker) capped(e *entry, now, cost, remaining, ceiling int64) bool {
+	n := c.fleet(e)
+	if n <= 1 || cost <= 0 {
+		return false
+	}
+	q := e.quota
+	if q == nil || (e.kind == counters.KindWindow && q.window != e.cur.start) {
+		if q == nil {
+			q = new(quota)
+			e.quota = q
+		}
+		*q = quota{at: now, window: e.cur.start, mine: ceiling / n}
+		if e.answered && (e.kind != counters.KindWindow || e.cur.known) { // read in this window: its view
+			q.mine = cut(max(0, remaining-c.inFlight(e)), n, e.ownRate, e.ownRate+e.othersRate)
+		}
+	}
+	return q.spent+cost > q.mine
+}
+
+// recut gives e a new slice after a store answer (requires the lock):
+// its share of what remained, less the others' predicted in-flight hits.
+// A slice lasts at least one pipeline lag, so the others' consumption
+// from the slices cut before it has reached the store when it is re-cut;
+// the slices of one round add up to at most what remained (cut).
+func (c *Checker) recut(e *entry, now, remaining int64) {
+	q := e.quota
+	if q == nil || now-q.at < int64(c.cfg.PipelineLag) || (e.kind == counters.KindWindow && q.window != e.cur.start) {
+		return
+	}
+	*q = quota{at: now, window: e.cur.start,
+		mine: cut(max(0, remaining-c.inFlight(e)), c.fleet(e), e.ownRate, e.ownRate+e.othersRate)}
+}
+
+// cut is one instance's slice of remaining among n instances, own of the
+// fleet's rate fleet (0: unknown, equal shares). The share is half an
+// equal split and half this instance's rate over the fleet's, both
+// learned from store answers: when the instances' views agree, the shares
+// add up to one, and none starves while its rate is still unknown.
+func cut(remaining, n, own, fleet int64) int64 {
+	if fleet <= 0 || own > fleet {
+		return remaining / n
+	}
+	return remaining/(2*n) + mulDiv(remaining, own, 2*fleet)
+}
+
+// mulDiv is a × b / c rounded down, without overflow for non-negative
+// values.
+func mulDiv(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int64(min(q, math.MaxInt64))
 }

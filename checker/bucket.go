@@ -65,7 +65,7 @@ func peek(e *entry, now, cost int64) limiter.Decision {
 // decideTAT decides s from memory for a bucket key (requires the lock).
 func (c *Checker) decideTAT(s *slot, try limiter.Decision, before, now, cost int64) {
 	e := s.e
-	s.allowed = try.Allowed // the prediction chose the band, it does not refuse
+	s.allowed = try.Allowed && !s.capped // the prediction chose the band, it does not refuse
 	s.resetAfter = try.ResetAfter
 	if s.allowed {
 		s.remaining = try.Remaining
@@ -74,6 +74,10 @@ func (c *Checker) decideTAT(s *slot, try limiter.Decision, before, now, cost int
 	}
 	s.remaining = before
 	s.retryAfter = try.RetryAfter
+	if s.capped { // a new slice comes with the next store answer
+		s.retryAfter = max(s.retryAfter, c.cfg.MinRefresh)
+		return
+	}
 	if before == 0 {
 		e.overUntil = max(e.overUntil, now+int64(s.retryAfter))
 	}

@@ -22,7 +22,7 @@ func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 	if budget < 0 {
 		budget = r.Capacity()
 	}
-	s.budgetOK = e.sinceAnswer+cost <= budget/int64(max(e.instances, 1))
+	s.budgetOK = e.sinceAnswer+cost <= budget/c.fleet(e) // this instance's share
 	s.w = c.work(s.w)
 	q := &s.w.Charge
 	*q = counters.ChargeRequest{Key: e.skey, Kind: e.kind, Instance: c.instance, Now: now, Cost: cost,

@@ -238,6 +238,9 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 				c.prepareCharge(s, now, cost)
 				return
 			}
+			// near_limit: async spends only this instance's slice of what
+			// remained (bands.go)
+			s.capped = c.capped(e, now, cost, remaining, ceiling)
 		} else {
 			sh.stats.far++
 			farRoom = room
@@ -420,6 +423,7 @@ type slot struct {
 	local bool // mode local with an algorithm: peeked, charged at commit
 
 	allowed    bool // this descriptor admits the request
+	capped     bool // near_limit: async, past this instance's slice: refused from memory
 	budgetOK   bool // local_budget would admit it if the store is down
 	skipped    bool // a store charge not made: the request was already refused
 	exact      bool // mode: sync, run whole by the store (counters.SyncStore)

@@ -55,7 +55,7 @@ func (c *Checker) emitSoon(sh *shard, e *entry, now, cost, room int64) {
 		return // due at the next flush already
 	}
 	// held > room / (2 × instances), without a division on the request path
-	if held := int64(e.pend.counted) + cost; held > 0 && (room < 0 || held*2*int64(max(e.instances, 1)) > room) || c.slots == 0 {
+	if held := int64(e.pend.counted) + cost; held > 0 && (room < 0 || held*2*max(c.fleet(e), int64(e.instances)) > room) || c.slots == 0 {
 		if sh.markDirty(e) {
 			c.dirtyN.Add(1)
 		}
@@ -241,6 +241,9 @@ func (c *Checker) count(e *entry, now, cost int64, allowed, charge bool) {
 		e.observe(now, cost)
 		p.counted += uint64(cost)
 		e.sinceAnswer += cost
+		if e.quota != nil {
+			e.quota.spent += cost
+		}
 		if e.kind == counters.KindWindow {
 			e.cur.emitted += cost
 		} else {

@@ -223,6 +223,7 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *counters.ReadItem, now int6
 		pred = c.inFlight(e)
 	}
 	e.answerRemaining, e.sinceAnswer, e.stale = remaining, 0, false
+	c.recut(e, now, remaining)
 	e.roomUntil = 0 // a fresh read replaces what a refusal taught
 	switch {
 	case remaining <= 0 && e.overUntil <= now:

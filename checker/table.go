@@ -27,8 +27,9 @@ type entry struct {
 	created int64 // when this checker started tracking the key
 	rule    *config.Rule
 
-	windowCounter  // KindWindow
-	*bucketCounter // KindTAT only (nil for window keys: 88 bytes a key saved)
+	windowCounter         // KindWindow
+	*bucketCounter        // KindTAT only (nil for window keys: 88 bytes a key saved)
+	quota          *quota // near_limit: async keys near their limit only
 
 	// answerRemaining is what remained at the last store answer (-1: none
 	// yet) and sinceAnswer this instance's consumption since: while the

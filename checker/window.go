@@ -88,6 +88,7 @@ func (c *Checker) roll(sh *shard, e *entry, now int64) {
 		e.prev = winState{}
 	}
 	e.cur = winState{start: ws}
+	e.answerRemaining, e.sinceAnswer = -1, 0 // nothing known of the new window yet
 	if e.overUntil <= ws {
 		e.overUntil = 0
 	}
@@ -145,7 +146,7 @@ func (c *Checker) decideWindow(s *slot, v view, now, cost int64) {
 	// sliding window decides as the exact weighted comparison does. The
 	// prediction chose the band; a decision counts only consumption known
 	// to have happened, so no rule refuses below its limit on a guess.
-	s.allowed = fits && cost <= v.remaining
+	s.allowed = fits && cost <= v.remaining && !s.capped
 	s.remaining = v.remaining
 	if s.allowed {
 		s.remaining -= cost
@@ -156,6 +157,9 @@ func (c *Checker) decideWindow(s *slot, v view, now, cost int64) {
 		s.never = !fits
 		if fits {
 			s.retryAfter = c.windowRetry(e, v, now, cost)
+		}
+		if s.capped { // a new slice comes with the next store answer
+			s.retryAfter = max(s.retryAfter, c.cfg.MinRefresh)
 		}
 	}
 	if r.Algorithm == config.AlgEnvoy { // Envoy: every call counts

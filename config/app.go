@@ -123,6 +123,11 @@ type CheckerConfig struct {
 	NearFloorPct    int64         `yaml:"near_floor_percent"`
 	IdleAfter       time.Duration `yaml:"idle_after"`
 	ControlPoll     time.Duration `yaml:"control_poll"`
+	// Heartbeat, InstanceTTL: the registry of live checkers; MaxClockSkew:
+	// how far this checker's clock may be from the counter store's.
+	Heartbeat    time.Duration `yaml:"heartbeat"`
+	InstanceTTL  time.Duration `yaml:"instance_ttl"`
+	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
 	// StoreTimeout is the deadline of one decision's Redis calls (150 ms);
 	// past it the rule's failure policy decides. After BreakerFailures
 	// consecutive failures (5) no call is made for BreakerOpenFor (1 s).
@@ -254,7 +259,8 @@ func DefaultApp() App {
 		Limiter: LimiterConfig{MaxKeys: 1 << 20, IdempotencyTTL: time.Minute},
 		Checker: CheckerConfig{MaxKeys: 1 << 20, MaxBytes: 1 << 30, FlushInterval: 50 * time.Millisecond, MaxEmitInterval: time.Second, MinRefresh: 50 * time.Millisecond,
 			MaxRefresh: 5 * time.Second, PipelineLag: 250 * time.Millisecond, SafetyPercent: 200, NearFloor: 2,
-			NearFloorPct: 1, IdleAfter: 2 * time.Minute, ControlPoll: time.Second, SpillMaxBytes: 256 << 20, TopicPartitions: 16,
+			NearFloorPct: 1, IdleAfter: 2 * time.Minute, ControlPoll: time.Second,
+			Heartbeat: time.Second, InstanceTTL: 3 * time.Second, MaxClockSkew: 100 * time.Millisecond, SpillMaxBytes: 256 << 20, TopicPartitions: 16,
 			StoreTimeout: 150 * time.Millisecond, BreakerFailures: 5, BreakerOpenFor: time.Second},
 		Analytics: AnalyticsConfig{MaxWindow: 7 * 24 * time.Hour, MaxConcurrent: 8},
 		Limits:    LimitsConfig{MaxDescriptors: 16, MaxEntries: 8, MaxKeyBytes: 128, MaxValueBytes: 1024, MaxRequestIDBytes: 128},
@@ -470,6 +476,10 @@ func (a App) Validate() error {
 		bad("checker.flush_interval", "must be in (0, 1m], got %v", ck.FlushInterval)
 	case ck.MaxEmitInterval < ck.FlushInterval || ck.MaxEmitInterval > time.Minute:
 		bad("checker.max_emit_interval", "must be in [checker.flush_interval (%v), 1m], got %v", ck.FlushInterval, ck.MaxEmitInterval)
+	case ck.Heartbeat <= 0 || ck.InstanceTTL < ck.Heartbeat:
+		bad("checker.heartbeat/instance_ttl", "want 0 < heartbeat <= instance_ttl, got %v and %v", ck.Heartbeat, ck.InstanceTTL)
+	case ck.MaxClockSkew <= 0:
+		bad("checker.max_clock_skew", "must be > 0, got %v", ck.MaxClockSkew)
 	case ck.MinRefresh <= 0 || ck.MaxRefresh < ck.MinRefresh:
 		bad("checker.min_refresh/max_refresh", "want 0 < min_refresh <= max_refresh, got %v and %v", ck.MinRefresh, ck.MaxRefresh)
 	case ck.PipelineLag < 0:

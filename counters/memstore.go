@@ -28,9 +28,10 @@ type MemStore struct {
 	seen map[seqKey]uint64
 	ctl  memControls // operator controls
 
-	down  atomic.Bool                   // SetUnavailable: every call fails
-	sync  memSync                       // mode: sync decisions, on the exact limiter
-	clock atomic.Pointer[limiter.Clock] // the store's own clock (SetClock)
+	down      atomic.Bool                   // SetUnavailable: every call fails
+	sync      memSync                       // mode: sync decisions, on the exact limiter
+	clock     atomic.Pointer[limiter.Clock] // the store's own clock (SetClock)
+	instances map[string]int64              // the registry: instance → expiry (under mu)
 
 	// Applied and Skipped count deltas applied and dropped as copies.
 	Applied, Skipped atomic.Uint64

@@ -121,6 +121,8 @@ type Store interface {
 	// SyncStore runs `mode: sync` decisions: the rule's algorithm, atomic
 	// in the store, on the store's clock.
 	SyncStore
+	// Registry lists the live checkers and tells the store's time.
+	Registry
 }
 
 // ErrStoreUnavailable marks store errors the failure policy applies to.

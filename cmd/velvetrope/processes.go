@@ -227,6 +227,12 @@ func checkerMetrics(reg *metrics.Registry, c *checker.Checker, prod *events.Kafk
 		func() float64 { _, _, r := c.Breaker(); return float64(r) })
 	reg.Histogram("velvetrope_checker_emit_latency_seconds", "From a key's first pending decision to the producer accepting its delta.", &c.Stats.EmitLatency)
 	reg.Histogram("velvetrope_checker_refresh_staleness_seconds", "Age of a key's store view when a refresh replaces it.", &c.Stats.Staleness)
+	reg.Gauge("velvetrope_checker_live_instances", "Checkers sharing the counter store, as its registry last said.",
+		func() float64 { l, _, _ := c.Fleet(); return float64(l) })
+	reg.Gauge("velvetrope_checker_clock_skew_seconds", "The counter store's clock minus this checker's own, at the last heartbeat.",
+		func() float64 { _, s, _ := c.Fleet(); return s.Seconds() })
+	reg.Gauge("velvetrope_checker_clock_adjustment_seconds", "What is added to this checker's clock to keep it within checker.max_clock_skew of the store's.",
+		func() float64 { _, _, a := c.Fleet(); return a.Seconds() })
 	reg.Gauge("velvetrope_checker_queue_keys", "Keys with consumption not yet emitted.", func() float64 { k, _, _ := c.Queue(); return float64(k) })
 	reg.Gauge("velvetrope_checker_queue_lazy_keys", "Of those, keys far from their limits whose emission waits (up to checker.max_emit_interval).",
 		func() float64 { _, l, _ := c.Queue(); return float64(l) })
