@@ -87,6 +87,23 @@ type quota struct {
 	at, window, mine, spent int64
 }
 
+// extra is what only some keys need, kept out of every entry: the slice
+// of a near_limit: async key, and what a hot key spread over shards
+// (`shards: N`) knows of the near-band charges every instance makes at
+// its one shared counter (hot.go).
+type extra struct {
+	quota
+	hotWindow, hotOthers, hotBase int64
+}
+
+// more returns e's extra state, made on first use (requires the lock).
+func (e *entry) more() *extra {
+	if e.x == nil {
+		e.x = new(extra)
+	}
+	return e.x
+}
+
 // capped says whether cost more hits would take this instance past its
 // slice (requires the lock; remaining is the key's view now). The first
 // slice of a window is cut from that view; a key this instance has not
@@ -99,12 +116,9 @@ func (c *Checker) capped(e *entry, now, cost, remaining, ceiling int64) bool {
 	if n <= 1 || cost <= 0 {
 		return false
 	}
-	q := e.quota
-	if q == nil || (e.kind == counters.KindWindow && q.window != e.cur.start) {
-		if q == nil {
-			q = new(quota)
-			e.quota = q
-		}
+	fresh := e.x == nil
+	q := &e.more().quota
+	if fresh || (e.kind == counters.KindWindow && q.window != e.cur.start) {
 		*q = quota{at: now, window: e.cur.start, mine: ceiling / n}
 		if e.answered && (e.kind != counters.KindWindow || e.cur.known) { // read in this window: its view
 			q.mine = cut(max(0, remaining-c.inFlight(e)), n, e.ownRate, e.ownRate+e.othersRate)
@@ -119,8 +133,11 @@ func (c *Checker) capped(e *entry, now, cost, remaining, ceiling int64) bool {
 // from the slices cut before it has reached the store when it is re-cut;
 // the slices of one round add up to at most what remained (cut).
 func (c *Checker) recut(e *entry, now, remaining int64) {
-	q := e.quota
-	if q == nil || now-q.at < int64(c.cfg.PipelineLag) || (e.kind == counters.KindWindow && q.window != e.cur.start) {
+	if e.x == nil {
+		return
+	}
+	q := &e.x.quota
+	if q.at == 0 || now-q.at < int64(c.cfg.PipelineLag) || (e.kind == counters.KindWindow && q.window != e.cur.start) {
 		return
 	}
 	*q = quota{at: now, window: e.cur.start,

@@ -30,6 +30,10 @@ func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 	if e.kind == counters.KindWindow {
 		q.Window, q.Ceiling, q.OwnEmitted = e.cur.start, r.Ceiling(), e.cur.emitted
 		q.ChargeDenied = r.Algorithm == config.AlgEnvoy
+		if hotNear(e) { // the shared counter: the shards as last read, own unapplied hits included (hot.go)
+			q.Key, q.OwnEmitted = e.key, 0
+			q.OtherShards = e.cur.shards + e.cur.total + max(0, e.cur.emitted-e.cur.own)
+		}
 		if r.Algorithm == config.AlgSlidingWindow {
 			q.Sliding = true
 			if e.prev.start == e.cur.start-int64(r.Window) {
@@ -233,11 +237,15 @@ func (c *Checker) answerWindow(s *slot, now, cost int64) {
 	if s.charged {
 		chargedNow = cost
 	}
-	e.windowCounter.absorb(chargeAnswer(&res), !e.answered, chargedNow)
+	if s.w.Charge.Key != e.skey { // the shared counter of a hot key: its own answer (hot.go)
+		e.learnHot(s.w.Charge.Window, res.Total, res.Own, res.Base, res.OwnSync-chargedNow)
+	} else {
+		e.windowCounter.absorb(chargeAnswer(&res), !e.answered, chargedNow)
+	}
 	if s.w.Charge.Sliding && e.prev.start == e.cur.start-s.w.Charge.WindowNanos {
 		e.prev.total, e.prev.own, e.prev.base, e.prev.known = res.PrevTotal, res.PrevOwn, res.PrevBase, true
 	}
-	c.learn(e, now, e.cur.others(), e.cur.mine(), res.Instances)
+	c.learn(e, now, e.curOthers(), e.curMine(), res.Instances)
 	e.active, e.stale = false, false // the answer is as fresh as a read
 	if s.charged {
 		c.countApplied(e, now, cost, s.allowed)

@@ -241,8 +241,8 @@ func (c *Checker) count(e *entry, now, cost int64, allowed, charge bool) {
 		e.observe(now, cost)
 		p.counted += uint64(cost)
 		e.sinceAnswer += cost
-		if e.quota != nil {
-			e.quota.spent += cost
+		if e.x != nil {
+			e.x.spent += cost
 		}
 		if e.kind == counters.KindWindow {
 			e.cur.emitted += cost

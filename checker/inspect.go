@@ -103,7 +103,7 @@ func (c *Checker) Inspect(ctx context.Context, domain string, entries []config.E
 	if e := sh.lookup(h, r, es); e != nil && !e.gone {
 		c.roll(sh, e, now)
 		v := c.windowView(e, now)
-		st.Local = &LocalState{Used: v.used, Mine: e.cur.mine(), Remaining: v.remaining,
+		st.Local = &LocalState{Used: v.used, Mine: e.curMine(), Remaining: v.remaining,
 			Pending: int64(e.pend.counted), OthersRate: e.othersRate, Instances: int(e.instances), NextRefresh: e.nextRefresh}
 		if e.overUntil > now {
 			st.Local.OverUntil = e.overUntil
@@ -112,8 +112,7 @@ func (c *Checker) Inspect(ctx context.Context, domain string, entries []config.E
 	sh.mu.Unlock()
 
 	keys := []string{key}
-	if r.Shards > 1 {
-		keys = keys[:0]
+	if r.Shards > 1 { // every shard, and the shared counter of near-band charges (hot.go)
 		for i := range r.Shards {
 			keys = append(keys, counters.ShardKey(key, i))
 		}
@@ -249,8 +248,7 @@ func (c *Checker) Reset(ctx context.Context, domain string, entries []config.Ent
 	}
 	now := c.clock.Now()
 	keys := []string{key}
-	if r.Shards > 1 {
-		keys = keys[:0]
+	if r.Shards > 1 { // every shard, and the shared counter of near-band charges (hot.go)
 		for i := range r.Shards {
 			keys = append(keys, counters.ShardKey(key, i))
 		}

@@ -97,6 +97,8 @@ func (c *Checker) Refresh(ctx context.Context) {
 					c.Stats.Staleness.Observe(time.Duration(now - e.lastAnswer))
 				}
 				c.applyRead(sh, e, it, now)
+			} else if tags[i] == tagHot {
+				e.learnHot(it.Window, it.Total, it.Own, it.Base, it.OwnSync)
 			} else { // another shard of a hot key: summed into the window's others
 				w := &e.cur
 				if it.Window == e.prev.start {
@@ -121,6 +123,7 @@ const (
 	tagOwn uint8 = iota
 	tagOtherFirst
 	tagOther
+	tagHot // a hot key's shared counter (hot.go)
 )
 
 // windowItems appends the reads of window start of e: its own counter and,
@@ -128,6 +131,10 @@ const (
 func (c *Checker) windowItems(items []counters.ReadItem, ents []*entry, tags []uint8, e *entry, start int64) ([]counters.ReadItem, []*entry, []uint8) {
 	items = append(items, counters.ReadItem{Key: e.skey, Kind: counters.KindWindow, Window: start})
 	ents, tags = append(ents, e), append(tags, tagOwn)
+	if hotNear(e) { // the shared counter of its near-band charges
+		items = append(items, counters.ReadItem{Key: e.key, Kind: counters.KindWindow, Window: start})
+		ents, tags = append(ents, e), append(tags, tagHot)
+	}
 	if n := e.rule.Shards; n > 1 {
 		mine := c.shardOf(n)
 		tag := tagOtherFirst
@@ -202,7 +209,7 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *counters.ReadItem, now int6
 		switch it.Window {
 		case e.cur.start:
 			e.windowCounter.absorb(readAnswer(it), !e.answered, 0)
-			c.learn(e, now, e.cur.others(), e.cur.mine(), it.Instances)
+			c.learn(e, now, e.curOthers(), e.curMine(), it.Instances)
 		case e.prev.start:
 			e.prev.total, e.prev.own, e.prev.base, e.prev.known = it.Total, it.Own, it.Base, true
 			return

@@ -29,7 +29,7 @@ type entry struct {
 
 	windowCounter         // KindWindow
 	*bucketCounter        // KindTAT only (nil for window keys: 88 bytes a key saved)
-	quota          *quota // near_limit: async keys near their limit only
+	x              *extra // near_limit: async slices, hot-key near charges: those keys only
 
 	// answerRemaining is what remained at the last store answer (-1: none
 	// yet) and sinceAnswer this instance's consumption since: while the

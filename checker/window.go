@@ -112,7 +112,7 @@ func (c *Checker) windowView(e *entry, now int64) view {
 	if !e.cur.known {
 		v.pred += e.othersRate * min(now-e.cur.start, W) / int64(time.Second)
 	}
-	cur := e.cur.mine() + e.cur.others()
+	cur := e.curMine() + e.curOthers()
 	if r.Algorithm != config.AlgSlidingWindow {
 		v.used = cur
 		v.remaining = max(0, v.ceiling-cur)
@@ -175,7 +175,7 @@ func (c *Checker) decideWindow(s *slot, v view, now, cost int64) {
 
 func (c *Checker) windowReset(e *entry, now int64, charged bool, cost int64) time.Duration {
 	W := int64(e.rule.Window)
-	cur := e.cur.mine() + e.cur.others()
+	cur := e.curMine() + e.curOthers()
 	if charged {
 		cur += cost
 	}
@@ -202,7 +202,7 @@ func (c *Checker) windowRetry(e *entry, v view, now, cost int64) time.Duration {
 	if e.rule.Algorithm != config.AlgSlidingWindow {
 		return time.Duration(end - now)
 	}
-	cur := e.cur.mine() + e.cur.others()
+	cur := e.curMine() + e.curOthers()
 	prev := int64(0)
 	if e.prev.start == e.cur.start-W {
 		prev = e.prev.mine() + e.prev.others()
