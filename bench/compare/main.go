@@ -45,11 +45,14 @@ type options struct {
 	systems          []string
 	machine          string
 	logsDir          string
+	scenarios        []string
+	runs             int
+	steady           bool
 }
 
 func parse() (options, error) {
 	var o options
-	var keys, conns, systems string
+	var keys, conns, systems, scenarios string
 	flag.StringVar(&o.bin, "bin", "bin", "directory of velvetrope, service_cmd (envoy ratelimit) and gubernator")
 	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "markdown file whose comparison section is rewritten")
 	flag.StringVar(&o.chart, "chart", "docs/bench-compare.png", "PNG chart to write")
@@ -62,6 +65,9 @@ func parse() (options, error) {
 	flag.StringVar(&conns, "conns", "4,64", "connection counts")
 	flag.StringVar(&systems, "systems", strings.Join(allSystems, ","), "systems to run")
 	flag.StringVar(&o.machine, "machine", "", "machine description for the table (default: cores and memory read here)")
+	flag.StringVar(&scenarios, "scenarios", "throughput,overshoot", "throughput (every system at each key spread and connection count), overshoot (admitted against the limit across 3 instances)")
+	flag.IntVar(&o.runs, "runs", 5, "overshoot: runs per case")
+	flag.BoolVar(&o.steady, "steady", true, "overshoot: also 2 minutes of steady demand at 2 × L a minute")
 	flag.StringVar(&o.logsDir, "logs", "", "keep the servers' logs in this directory (default: a temporary one, removed)")
 	flag.Parse()
 	var err error
@@ -70,6 +76,15 @@ func parse() (options, error) {
 	}
 	if o.conns, err = ints(conns); err != nil {
 		return o, fmt.Errorf("--conns: %w", err)
+	}
+	for _, s := range strings.Split(scenarios, ",") {
+		if s != "throughput" && s != "overshoot" {
+			return o, fmt.Errorf("--scenarios: unknown %q (have throughput, overshoot)", s)
+		}
+		o.scenarios = append(o.scenarios, s)
+	}
+	if o.runs < 1 {
+		return o, fmt.Errorf("--runs: at least 1")
 	}
 	for _, s := range strings.Split(systems, ",") {
 		if !contains(allSystems, s) {
@@ -148,6 +163,26 @@ func run() error {
 	if err := rc.Ping(context.Background()).Err(); err != nil {
 		return fmt.Errorf("redis %s: %w", o.redis, err)
 	}
+	if contains(o.scenarios, "throughput") {
+		if err := throughput(o, dir, rc); err != nil {
+			return err
+		}
+	}
+	if contains(o.scenarios, "overshoot") {
+		rep, err := overshoot(o, dir)
+		if err != nil {
+			return err
+		}
+		if err := writeJSON(filepath.Join(filepath.Dir(o.out), "bench-overshoot.json"), rep); err != nil {
+			return err
+		}
+		return writeOvershoot(o.out, rep)
+	}
+	return nil
+}
+
+// throughput runs every system at each key spread and connection count.
+func throughput(o options, dir string, rc *redis.Client) error {
 	started := time.Now()
 	var rows []row
 	for _, sys := range o.systems {

@@ -84,3 +84,27 @@ func must(b []byte, err error) []byte {
 	}
 	return b
 }
+
+func TestOvershootSection(t *testing.T) {
+	r := overReport{Started: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC), Commit: "abc", Runs: 3, Steady: []int64{990, 1000},
+		Cases: []overCase{{Name: "async", Limit: 1000, Runs: []int64{1050, 1010, 1100}, Median: 1050},
+			{Name: "gubernator", Limit: 1000, Runs: []int64{2600, 2700, 2800}, Median: 2700}}}
+	md := r.markdown()
+	for _, want := range []string{"median 1,050 (+5.0 %), +1.0 % to +10.0 % [1,050, 1,010, 1,100]; 0 store calls",
+		"median 2,700 (+170.0 %)", "990 and 1,000", "| velvetrope `near_limit: sync` (default) | — | — |"} {
+		if !strings.Contains(md, want) {
+			t.Fatalf("missing %q in:\n%s", want, md)
+		}
+	}
+	p := filepath.Join(t.TempDir(), "b.md")
+	os.WriteFile(p, []byte("# B\n"), 0o644)
+	if err := writeOvershoot(p, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeOvershoot(p, r); err != nil {
+		t.Fatal(err)
+	}
+	if s := string(must(os.ReadFile(p))); strings.Count(s, overBegin) != 1 || !strings.HasPrefix(s, "# B") {
+		t.Fatalf("rewritten:\n%s", s)
+	}
+}

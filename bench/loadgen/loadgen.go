@@ -57,6 +57,11 @@ type Config struct {
 	LimitEvery time.Duration // (1 s)
 	Global     bool
 
+	// Rate, when > 0, paces the run: at most Rate requests per second in
+	// all (each caller waits for its turn), instead of closed-loop at full
+	// speed.
+	Rate float64
+
 	// Progress, when set, gets one line per second while the run goes.
 	Progress io.Writer
 }
@@ -147,6 +152,10 @@ type Result struct {
 	Max  time.Duration `json:"max_ns"`
 	// PerTarget counts admissions by target, in Targets' order.
 	PerTarget []uint64 `json:"admitted_per_target,omitempty"`
+	// Start is when measuring began; AdmittedPerSecond counts admissions
+	// by the second of the run they were answered in.
+	Start             time.Time `json:"start"`
+	AdmittedPerSecond []uint64  `json:"admitted_per_second,omitempty"`
 }
 
 // caller is one closed-loop client: its own buffers and histogram.
@@ -159,6 +168,7 @@ type caller struct {
 	hist    Histogram
 	n, errs atomic.Uint64 // read by the progress line while the run goes
 	ok, no  uint64
+	perSec  []uint64 // admissions by second of the run
 	lastErr error
 }
 
@@ -202,7 +212,31 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			req: make([]byte, 0, 256), resp: make([]byte, 0, 256), key: make([]byte, 0, 64)}
 	}
 
-	var next atomic.Int64   // the key sequence
+	var next atomic.Int64    // the key sequence
+	var startNs atomic.Int64 // when measuring began
+	var turns chan struct{}  // paced runs: one token a request
+	if cfg.Rate > 0 {
+		turns = make(chan struct{})
+		pctx, pstop := context.WithCancel(ctx)
+		defer pstop()
+		go func() {
+			t := time.NewTicker(time.Duration(float64(time.Second) / cfg.Rate))
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					select {
+					case turns <- struct{}{}:
+					case <-pctx.Done():
+						return
+					default: // every caller busy: the turn is lost, as an open loop would queue it
+					}
+				case <-pctx.Done():
+					return
+				}
+			}
+		}()
+	}
 	var issued atomic.Int64 // measured requests started (with cfg.Requests)
 	var measuring atomic.Bool
 	var stop atomic.Bool
@@ -211,6 +245,16 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		measured := measuring.Load() // a call counts when it started measured
 		if measured && cfg.Requests > 0 && issued.Add(1) > cfg.Requests {
 			return false
+		}
+		if turns != nil {
+			select {
+			case <-turns:
+			case <-ctx.Done():
+				return false
+			}
+			if stop.Load() {
+				return false
+			}
 		}
 		k := next.Add(1) % cfg.Keys
 		c.key = strconv.AppendInt(append(c.key[:0], cfg.KeyPrefix...), k, 10)
@@ -252,6 +296,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			}
 		case v == admitted:
 			c.ok++
+			if sec := int((time.Now().UnixNano() - startNs.Load()) / int64(time.Second)); sec >= 0 && sec < 1<<16 {
+				for len(c.perSec) <= sec {
+					c.perSec = append(c.perSec, 0)
+				}
+				c.perSec[sec]++
+			}
 		default:
 			c.no++
 		}
@@ -296,8 +346,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		done.Wait()
 		return Result{}, err
 	}
-	measuring.Store(true)
 	start := time.Now()
+	startNs.Store(start.UnixNano())
+	measuring.Store(true)
 	tick := time.NewTicker(time.Second)
 	finished := make(chan struct{})
 	go func() { done.Wait(); close(finished) }()
@@ -324,7 +375,7 @@ loop:
 	elapsed := time.Since(start)
 
 	res := Result{Protocol: cfg.Protocol, Targets: cfg.Targets, Callers: cfg.Callers, Conns: cfg.Conns, Keys: cfg.Keys,
-		Elapsed: elapsed, PerTarget: make([]uint64, len(cfg.Targets))}
+		Elapsed: elapsed, PerTarget: make([]uint64, len(cfg.Targets)), Start: start}
 	var h Histogram
 	for _, c := range callers {
 		h.Merge(&c.hist)
@@ -333,6 +384,12 @@ loop:
 		res.Refused += c.no
 		res.Errors += c.errs.Load()
 		res.PerTarget[c.target] += c.ok
+		for i, n := range c.perSec {
+			for len(res.AdmittedPerSecond) <= i {
+				res.AdmittedPerSecond = append(res.AdmittedPerSecond, 0)
+			}
+			res.AdmittedPerSecond[i] += n
+		}
 		if c.lastErr != nil && res.FirstErr == "" {
 			res.FirstErr = c.lastErr.Error()
 		}

@@ -248,3 +248,27 @@ func TestRunErrors(t *testing.T) {
 		t.Fatalf("dead target: %v", err)
 	}
 }
+
+// TestPacedRun: a paced run sends no more than its rate allows, and the
+// admissions by second add up to the admissions.
+func TestPacedRun(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go NewNoop().Serve(ctx, lis)
+	res, err := Run(ctx, Config{Target: lis.Addr().String(), Callers: 4, Conns: 1, Duration: 1500 * time.Millisecond,
+		Warmup: -1, Rate: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum uint64
+	for _, n := range res.AdmittedPerSecond {
+		sum += n
+	}
+	if res.Requests == 0 || res.Requests > 100*2+4 || sum != res.Admitted || len(res.AdmittedPerSecond) > 3 {
+		t.Fatalf("paced at 100/s for 1.5 s: %d requests, %d admitted, by second %v", res.Requests, res.Admitted, res.AdmittedPerSecond)
+	}
+}

@@ -42,6 +42,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	limit := fs.Int64("limit", 1_000_000_000, "gubernator: the limit each request carries")
 	every := fs.Duration("limit-every", time.Second, "gubernator: the limit's duration")
 	global := fs.Bool("global", false, "gubernator: GLOBAL behaviour")
+	rate := fs.Float64("rate", 0, "pace the run: at most this many requests per second in all (0: closed loop at full speed)")
 	label := fs.String("label", "", "name of the row in the table (default: the protocol and address)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	quiet := fs.Bool("quiet", false, "no progress line on stderr")
@@ -73,7 +74,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := loadgen.Config{Targets: strings.Split(*addr, ","), Protocol: loadgen.Protocol(*protocol), Callers: *callers,
 		Conns: *conns, Duration: *duration, Warmup: *warmup, Requests: *requests, Timeout: *timeout, Keys: *keys,
-		KeyPrefix: *prefix, Domain: *domain, DescriptorKey: *key, Hits: *hits, Limit: *limit, LimitEvery: *every, Global: *global}
+		KeyPrefix: *prefix, Domain: *domain, DescriptorKey: *key, Hits: *hits, Limit: *limit, LimitEvery: *every, Global: *global, Rate: *rate}
 	if cfg.Warmup == 0 {
 		cfg.Warmup = -1 // none
 	}
