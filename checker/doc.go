@@ -71,10 +71,20 @@
 // within one refresh interval plus one pipeline lag. The rate in the
 // threshold is the learned one or, when higher, this instance's live rate
 // with every other instance assumed as fast, so a key that speeds up
-// widens its band at once. With `near_limit: async` the overshoot is at
-// most the other instances' admissions during one pipeline lag; the
-// prediction of in-flight hits chooses the band but never refuses a
-// request, so no rule refuses below its limit on a guess.
+// widens its band at once. A hot key spread over shards charges one
+// shared counter near its limit, so it is exact too. With `near_limit:
+// async` no decision calls out: near the limit each instance spends only
+// its quota slice of what remained (the ceiling over the live checkers
+// before its first read of a window; re-cut from a store answer at most
+// once per pipeline lag), which bounds the overshoot by one round of
+// slices. The prediction of in-flight hits chooses the band but never
+// refuses a request, so no rule refuses below its limit on a guess.
+//
+// # The fleet and its clock
+//
+// Every checker heartbeats to a registry in the counter store: the live
+// count divides the slices and local_budget, and the store's clock keeps
+// this checker's within MaxClockSkew of it, so no window opens early.
 //
 // # Refresh, memory, emission
 //
