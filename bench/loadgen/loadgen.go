@@ -307,6 +307,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		return true
 	}
+	if cfg.Warmup == 0 { // no warm-up: every call is measured, the first included
+		startNs.Store(time.Now().UnixNano())
+		measuring.Store(true)
+	}
 	for _, c := range callers {
 		done.Add(1)
 		go func() {
@@ -347,8 +351,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	start := time.Now()
-	startNs.Store(start.UnixNano())
-	measuring.Store(true)
+	if cfg.Warmup > 0 {
+		startNs.Store(start.UnixNano())
+		measuring.Store(true)
+	} else {
+		start = time.Unix(0, startNs.Load())
+	}
 	tick := time.NewTicker(time.Second)
 	finished := make(chan struct{})
 	go func() { done.Wait(); close(finished) }()
