@@ -209,7 +209,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 				}
 			}
 			s.shadowed = !s.allowed && s.rule.Shadow
-			c.countDenied(e, now, cost)
+			c.countRefused(s, e, now, cost)
 			c.emitSoon(&c.shards[s.sh], e, now, 0, -1)
 			continue
 		}
@@ -250,7 +250,7 @@ func (c *Checker) answerWindow(s *slot, now, cost int64) {
 	if s.charged {
 		c.countApplied(e, now, cost, s.allowed)
 	} else {
-		c.countDenied(e, now, cost)
+		c.countRefused(s, e, now, cost)
 	}
 	v := c.windowView(e, now)
 	s.remaining, s.resetAfter = v.remaining, c.windowReset(e, now, false, 0)
@@ -284,7 +284,7 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 		g.AllowAt(&e.gs, now, cost) // own exact view, before the store's raise
 		c.countApplied(e, now, cost, true)
 	} else {
-		c.countDenied(e, now, cost)
+		c.countRefused(s, e, now, cost)
 	}
 	e.bucketCounter.absorb(a, g, int64(s.rule.Window), s.rule.Limit)
 	c.learn(e, now, e.bucketCounter.others(), e.bucketCounter.mine(), res.Instances)
@@ -315,7 +315,7 @@ func (c *Checker) degradedDecision(s *slot, now, cost int64) {
 		}
 		s.charged = true
 	} else {
-		c.countDenied(e, now, cost)
+		c.countRefused(s, e, now, cost)
 	}
 	c.fillView(s, now)
 	if c.shards[s.sh].markDirty(e) { // counted in memory only: the store needs it soon

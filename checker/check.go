@@ -27,13 +27,25 @@ func (c *Checker) Check(ctx context.Context, req *Request, d *Decision) error {
 		if bufp != nil {
 			c.keyBufs.Put(bufp)
 		}
+		if err == errMoreSlots { // elastic rules' pools did not fit
+			return c.checkLarge(ctx, req, d)
+		}
 		return err
 	}
+	return c.checkLarge(ctx, req, d)
+}
+
+// checkLarge decides with pooled working memory: requests of many
+// descriptors, or whose pools need more slots than the stack gives.
+func (c *Checker) checkLarge(ctx context.Context, req *Request, d *Decision) error {
 	sc := c.scratch.Get().(*scratch)
 	defer c.scratch.Put(sc)
 	bufp := &sc.buf
 	return c.check(ctx, req, d, sc.slots[:], sc.locks[:0], sc.matched[:], &bufp)
 }
+
+// errMoreSlots asks Check to decide again with pooled working memory.
+var errMoreSlots = errors.New("checker: more slots needed")
 
 // smallRequest is the most descriptors decided with stack memory.
 const smallRequest = 4
@@ -66,10 +78,22 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 		}
 	}
 
+	pools := 0
+	for _, r := range matched {
+		if r != nil && r.Pool != nil {
+			pools++
+		}
+	}
+	if n+pools > len(slotBuf) {
+		return errMoreSlots // nothing changed yet: decided again with more room
+	}
 	slots := slotBuf[:n]
 	c.keys(buf, req, matched, slots)
+	if pools > 0 {
+		slots = c.poolSlots(slotBuf, slots, req)
+	}
 
-	for i := range n { // ascending and unique: shards are always locked in one order
+	for i := range slots { // ascending and unique: shards are always locked in one order
 		if s := &slots[i]; s.sh >= 0 {
 			if len(locks) == 0 {
 				locks = append(locks, s.sh)
@@ -80,10 +104,13 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 	}
 	c.lock(locks)
 	denied, sync := false, false
-	for i := range n {
+	for i := range slots {
 		s := &slots[i]
 		if s.dupOf >= 0 {
 			continue // decided with the descriptor it repeats
+		}
+		if s.pool && !c.borrowing(s, slots) {
+			continue // nobody borrows: nothing to decide
 		}
 		c.decide(s, req, now)
 		switch {
@@ -120,6 +147,12 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 	d.Code = OK
 	if denied {
 		d.Code = OverLimit
+		if deferring(slots[:n]) {
+			d.Code = Deferred
+		}
+	}
+	if pools > 0 {
+		refusedByPool(slots, n)
 	}
 	for i := range n {
 		if p := slots[i].dupOf; p >= 0 {
@@ -127,6 +160,9 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 			continue
 		}
 		c.status(&d.Statuses[i], &slots[i], denied)
+		if d.Code == Deferred && d.Statuses[i].Code == OverLimit {
+			d.Statuses[i].Code = Deferred
+		}
 	}
 	c.ids.Remember(req, fp, now, d)
 	if c.dirtyN.Load() >= int64(c.cfg.FlushThreshold) {
@@ -168,7 +204,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 		return
 	}
 	sh := &c.shards[s.sh]
-	e := sh.lookup(s.h, r, req.Descriptors[s.idx].Entries)
+	e := sh.lookup(s.h, r, s.entriesOf(req))
 	if e == nil {
 		e = c.create(sh, s, req, now)
 	}
@@ -210,6 +246,9 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 			remaining += cost
 		}
 		pred = c.inFlight(e)
+	}
+	if r.Pool != nil { // elastic: over its own limit it borrows (judged from this view)
+		s.borrow = ceiling-remaining+cost > r.Limit
 	}
 	// Over band: a store answer said there is no room (for this cost), and
 	// what this instance knows agrees. Refused from memory: abusive traffic
@@ -349,7 +388,7 @@ func (c *Checker) commit(slots []slot, denied, held bool, now int64) {
 				e.pend.add(now)
 				e.pend.shadowDenied++
 			} else {
-				c.countDenied(e, now, cost)
+				c.countRefused(s, e, now, cost)
 			}
 		}
 	}
@@ -386,6 +425,8 @@ func (c *Checker) status(st *Status, s *slot, denied bool) {
 		if !s.never {
 			st.RetryAfter = max(s.retryAfter, 0)
 		}
+	case r.Pool != nil:
+		st.Elastic = s.borrow
 	default:
 		st.OverSoft = over > 0 && rem < over
 	}
@@ -394,8 +435,8 @@ func (c *Checker) status(st *Status, s *slot, denied bool) {
 // scratch is the per-Check working memory, pooled.
 type scratch struct {
 	buf     []byte
-	slots   [MaxDescriptors]slot
-	locks   [MaxDescriptors]int
+	slots   [2 * MaxDescriptors]slot // a descriptor's slot, and its pool's
+	locks   [2 * MaxDescriptors]int
 	matched [MaxDescriptors]*config.Rule
 }
 
@@ -434,6 +475,15 @@ type slot struct {
 	resetAfter time.Duration
 	retryAfter time.Duration
 	never      bool
+
+	// Pools and deferral: deferrable is a refusal deferred
+	// (`on_exceed: defer`, not a release); pool marks the slot of an
+	// elastic rule's pool, decided after its borrowers (entries: the
+	// pool's counter), poolSlot (>= 0) is a borrower's pool slot, and
+	// borrow says the borrower goes over its own limit.
+	deferrable, pool, borrow bool
+	poolSlot                 int
+	entries                  []config.Entry
 
 	w *syncWork // the store charge, when one is made
 	// resetBefore is the reset as things stand, reported when the request

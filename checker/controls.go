@@ -120,7 +120,7 @@ func (c *Checker) Controls() []counters.Control {
 	now := c.clock.Now()
 	out := make([]counters.Control, 0, len(cs.list))
 	for i := range cs.list {
-		if cs.list[i].Live(now) {
+		if cs.list[i].Live(now) && cs.list[i].Action != counters.ActionPool { // pools: Pools
 			out = append(out, cs.list[i])
 		}
 	}
@@ -197,6 +197,7 @@ func (c *Checker) controlLoop() {
 // controlSet is what the request path applies: immutable once built.
 type controlSet struct {
 	rules   *config.RuleSet // the rule set the overrides were built against
+	pools   map[string]*config.Rule // pool rule id → the pool at an operator's capacity
 	list    []counters.Control
 	domains map[string]map[uint64]*liveControl
 	n       int
@@ -237,6 +238,19 @@ func (c *Checker) compileControls(rs *config.RuleSet, list []counters.Control, n
 	}
 	for i := range s.list {
 		ct := &s.list[i]
+		if ct.Action == counters.ActionPool { // a pool's capacity, not a descriptor's control
+			if len(ct.Entries) == 1 {
+				if pr := rs.Pool(ct.Domain, ct.Entries[0].Value); pr != nil {
+					if r, err := pr.WithLimit(ct.Limit); err == nil && ct.Limit > 0 {
+						if s.pools == nil {
+							s.pools = map[string]*config.Rule{}
+						}
+						s.pools[pr.ID] = r
+					}
+				}
+			}
+			continue
+		}
 		lc := &liveControl{ctl: ct, entries: ct.Entries, expires: ct.ExpiresAt}
 		base := ruleByID(rs, ct.Rule)
 		switch ct.Action {

@@ -339,3 +339,95 @@ func TestBounds(t *testing.T) {
 		})
 	}
 }
+
+const elasticRules = `domain: shop
+pools:
+  - name: shared
+    rate_limit: {unit: minute, requests_per_unit: 10}
+descriptors:
+  - key: tenant
+    algorithm: fixed_window
+    throttle: {type: elastic, pool: shared, max_multiplier: 3}
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: user_id
+    algorithm: fixed_window
+    on_exceed: defer
+    defer: {target: "http://orders.internal:8080"}
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`
+
+// TestElasticAndDeferOnBothEngines: an elastic tenant with limit 5 and a
+// pool of 10 (max_multiplier 3) admits 15, the last 10 borrowed; another
+// tenant then admits only its own 5. A deferring rule's refusal is
+// Deferred, charged nothing, and a release's refusal is OverLimit.
+func TestElasticAndDeferOnBothEngines(t *testing.T) {
+	f, err := config.ParseRules("shop.yaml", []byte(elasticRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := config.Compile([]*config.File{f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"async", "local"} {
+		t.Run(name, func(t *testing.T) {
+			clk := &clock{}
+			clk.ns.Store(t0)
+			var check func(*checker.Request, *checker.Decision) error
+			if name == "async" {
+				ms := counters.NewMemStore()
+				ms.SetClock(clk)
+				c, err := checker.New(checker.Config{}, config.NewStore(rs), ms, &applyProducer{store: ms}, clk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				check = func(q *checker.Request, d *checker.Decision) error { return c.Check(context.Background(), q, d) }
+			} else {
+				k, _ := limiter.NewKeyed(limiter.WithClock(clk))
+				l, err := local.New(config.NewStore(rs), k, clk, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				check = func(q *checker.Request, d *checker.Decision) error { return l.Check(context.Background(), q, d) }
+			}
+			run := func(n int, kv ...string) (admitted, elastic int, last checker.Decision) {
+				for range n {
+					q := req(1, kv...)
+					q.Domain = "shop"
+					var d checker.Decision
+					if err := check(q, &d); err != nil {
+						t.Fatal(err)
+					}
+					if d.Allowed() {
+						admitted++
+						if d.Statuses[0].Elastic {
+							elastic++
+						}
+					}
+					last = d
+				}
+				return
+			}
+			if a, e, last := run(20, "tenant", "a"); a != 15 || e != 10 || last.Code != checker.OverLimit {
+				t.Fatalf("tenant a: admitted %d (%d borrowed), last %v; want 15 (10 borrowed), then refused", a, e, last.Code)
+			}
+			if a, e, _ := run(10, "tenant", "b"); a != 5 || e != 0 {
+				t.Fatalf("tenant b: admitted %d (%d borrowed); want its own 5 (the pool is spent)", a, e)
+			}
+			if a, _, last := run(3, "user_id", "u"); a != 2 || last.Code != checker.Deferred || last.Statuses[0].Code != checker.Deferred ||
+				last.Statuses[0].RetryAfter <= 0 {
+				t.Fatalf("defer: admitted %d, last %+v; want 2 admitted, then deferred with a retry_after", a, last)
+			}
+			q := req(1, "user_id", "u")
+			q.Domain, q.Release = "shop", true
+			var d checker.Decision
+			if err := check(q, &d); err != nil || d.Code != checker.OverLimit {
+				t.Fatalf("a release over the limit: %v %v, want OverLimit", d.Code, err)
+			}
+			clk.ns.Add(int64(time.Minute)) // the next window: a release passes
+			if err := check(q, &d); err != nil || d.Code != checker.OK {
+				t.Fatalf("a release in the next window: %v %v", d.Code, err)
+			}
+		})
+	}
+}

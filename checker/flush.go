@@ -275,6 +275,19 @@ func (c *Checker) countDenied(e *entry, now, cost int64) {
 	p.deniedCost += uint64(cost)
 }
 
+// countRefused records a refusal that charged nothing: deferred for a
+// deferrable descriptor, denied otherwise (analytics only).
+func (c *Checker) countRefused(s *slot, e *entry, now, cost int64) {
+	if !s.deferrable || s.never {
+		c.countDenied(e, now, cost)
+		return
+	}
+	p := &e.pend
+	p.window = e.cur.start
+	p.add(now)
+	p.deferred++
+}
+
 // countAnalytics records a decision the store applied itself (`mode:
 // sync`): emitted as already applied, for analytics only.
 func (c *Checker) countAnalytics(e *entry, now, cost int64, allowed bool) {

@@ -277,7 +277,8 @@ func (c *Checker) keys(bufpp **[]byte, req *Request, rules []*config.Rule, slots
 	var offs [MaxDescriptors + 1]int
 	for i, r := range rules {
 		s := &slots[i]
-		*s = slot{rule: r, sh: -1, idx: i, dupOf: -1, cost: req.HitsOf(i)}
+		*s = slot{rule: r, sh: -1, idx: i, dupOf: -1, poolSlot: -1, cost: req.HitsOf(i)}
+		s.deferrable = r != nil && r.OnExceed == config.ExceedDefer && !req.Release
 		offs[i] = len(buf)
 		if r == nil || r.Unlimited || r.Limit == 0 {
 			continue
@@ -335,7 +336,7 @@ func (c *Checker) create(sh *shard, s *slot, req *Request, now int64) *entry {
 	if sh.len() >= c.perShard {
 		c.evict(sh, now)
 	}
-	es := req.Descriptors[s.idx].Entries
+	es := s.entriesOf(req)
 	vals := make([]string, len(es))
 	for i := range es {
 		// a copy: a request's strings may alias its caller's buffer

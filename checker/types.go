@@ -52,6 +52,9 @@ type Request struct {
 	Descriptors []Descriptor
 	Hits        int64
 	RequestID   string
+	// Release marks the drain's decision on a deferred request: a refusal
+	// is then OverLimit (wait and ask again), never Deferred anew.
+	Release bool
 }
 
 // Code is the outcome of one descriptor or a whole request.
@@ -61,6 +64,11 @@ type Code uint8
 const (
 	OK        Code = iota + 1 // within the limit, or no limit applies
 	OverLimit                 // refused
+	// Deferred: over an `on_exceed: defer` rule. Not admitted now, nothing
+	// charged; the caller queues the request (package deferred), whose
+	// release is a decision of its own. A request is deferred when every
+	// descriptor that refuses it defers.
+	Deferred
 )
 
 func (c Code) String() string {
@@ -69,6 +77,8 @@ func (c Code) String() string {
 		return "allow"
 	case OverLimit:
 		return "deny"
+	case Deferred:
+		return "defer"
 	}
 	return "unknown"
 }
@@ -94,12 +104,16 @@ type Status struct {
 	// OverSoft is set when a soft throttle admitted the request above the
 	// base limit (within the overage).
 	OverSoft bool
+	// Elastic is set when an elastic rule admitted the request above its
+	// limit, borrowing from its pool.
+	Elastic bool
 	// Degraded is set when the decision needed the counter store, the store
 	// did not answer, and the rule's failure policy decided instead.
 	Degraded bool
 }
 
-// Decision is the outcome of a request: OverLimit if any status is.
+// Decision is the outcome of a request: OverLimit if any status is,
+// Deferred if every refusing status defers.
 type Decision struct {
 	Code     Code
 	Statuses []Status

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -89,6 +90,32 @@ type Throttle struct {
 	MaxMultiplier  int64  // elastic: never above limit × MaxMultiplier
 }
 
+// DeferSpec is where and how long deferred requests of an `on_exceed:
+// defer` rule are kept and delivered.
+type DeferSpec struct {
+	Target          string        // base URL the drain delivers to (http or https)
+	MaxAge          time.Duration // past it an item goes to the dead letters (10m)
+	MaxAttempts     int           // deliveries tried before the dead letters (5)
+	MaxPayloadBytes int64         // the largest payload a request may carry (64 KiB)
+}
+
+// Defaults of a defer block.
+const (
+	DefaultDeferMaxAge       = 10 * time.Minute
+	DefaultDeferMaxAttempts  = 5
+	DefaultDeferPayloadBytes = 64 << 10
+	// MaxDeferPayloadBytes bounds max_payload_bytes: an item is one Kafka
+	// record.
+	MaxDeferPayloadBytes = 512 << 10
+)
+
+// Pool is a named capacity of a domain that elastic rules borrow from.
+type Pool struct {
+	Name      string
+	RateLimit *RateLimit
+	Pos       Position
+}
+
 // Descriptor is one node of a rule file's descriptor tree, as written.
 type Descriptor struct {
 	Key, Value     string
@@ -110,6 +137,7 @@ type Descriptor struct {
 	NearLimit NearLimit
 	Failure   FailurePolicy
 	Shards    int64
+	Defer     *DeferSpec // on_exceed: defer only
 
 	Pos Position
 }
@@ -118,6 +146,7 @@ type Descriptor struct {
 type File struct {
 	Path        string
 	Domain      string
+	Pools       []*Pool
 	Descriptors []*Descriptor
 	Pos         Position
 }
@@ -254,14 +283,17 @@ func (p *parser) integer(n *yaml.Node, field string) int64 {
 func (p *parser) file(n *yaml.Node) *File {
 	f := &File{Path: p.path, Pos: p.pos(n)}
 	var domainNode *yaml.Node
-	p.fields(n, "rule file", []string{"domain", "descriptors"}, func(key string, _, v *yaml.Node) {
+	p.fields(n, "rule file", []string{"domain", "pools", "descriptors"}, func(key string, _, v *yaml.Node) {
 		switch key {
 		case "domain":
 			domainNode, f.Domain = v, p.str(v, "domain")
+		case "pools":
+			f.Pools = p.pools(v)
 		case "descriptors":
 			f.Descriptors = p.descriptors(v, "descriptors")
 		}
 	})
+	p.checkPools(f, f.Descriptors)
 	if domainNode == nil && n.Kind == yaml.MappingNode {
 		p.errorf(n, "rule file: missing domain")
 	} else if domainNode != nil && f.Domain == "" {
@@ -272,7 +304,106 @@ func (p *parser) file(n *yaml.Node) *File {
 
 var descriptorFields = []string{"key", "value", "rate_limit", "shadow_mode", "detailed_metric", "hash_values",
 	"share_threshold", "value_to_metric", "descriptors", "algorithm", "burst", "throttle", "on_exceed", "mode", "near_limit",
-	"failure", "shards"}
+	"failure", "shards", "defer"}
+
+// pools reads a file's capacity pools: a name and a rate limit each.
+func (p *parser) pools(n *yaml.Node) []*Pool {
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, "pools: want a list of {name, rate_limit}, got %s", kindName(n))
+		return nil
+	}
+	var out []*Pool
+	seen := map[string]int{}
+	for _, item := range n.Content {
+		item = resolve(item)
+		pl := &Pool{Pos: p.pos(item)}
+		p.fields(item, "pool", []string{"name", "rate_limit"}, func(key string, _, v *yaml.Node) {
+			switch key {
+			case "name":
+				pl.Name = p.str(v, "pools.name")
+			case "rate_limit":
+				pl.RateLimit = p.rateLimit(v)
+			}
+		})
+		switch {
+		case item.Kind != yaml.MappingNode:
+			continue
+		case pl.Name == "":
+			p.errorf(item, "pool: missing name")
+			continue
+		case pl.RateLimit == nil:
+			p.errorf(item, "pool %q: missing rate_limit", pl.Name)
+			continue
+		case pl.RateLimit.Unlimited || pl.RateLimit.RequestsPerUnit <= 0:
+			p.errorf(item, "pool %q: a pool is a capacity: requests_per_unit must be > 0 (and not unlimited)", pl.Name)
+			continue
+		}
+		if line, dup := seen[pl.Name]; dup {
+			p.errorf(item, "duplicate pool %q: already defined at line %d", pl.Name, line)
+			continue
+		}
+		seen[pl.Name] = pl.Pos.Line
+		out = append(out, pl)
+	}
+	return out
+}
+
+// checkPools reports elastic descriptors naming a pool the file does not
+// define.
+func (p *parser) checkPools(f *File, ds []*Descriptor) {
+	for _, d := range ds {
+		if d.Throttle.Type == ThrottleElastic && d.Throttle.Pool != "" {
+			found := false
+			var names []string
+			for _, pl := range f.Pools {
+				found = found || pl.Name == d.Throttle.Pool
+				names = append(names, pl.Name)
+			}
+			if !found {
+				list := "none"
+				if len(names) > 0 {
+					list = strings.Join(names, ", ")
+				}
+				p.errs = append(p.errs, &Error{File: p.path, Line: d.Pos.Line, Column: d.Pos.Column,
+					Msg: fmt.Sprintf("descriptor %q: throttle.pool %q is not a pool of domain %q (pools: %s)", d.Key, d.Throttle.Pool, f.Domain, list)})
+			}
+		}
+		p.checkPools(f, d.Descriptors)
+	}
+}
+
+// deferSpec reads a descriptor's defer block.
+func (p *parser) deferSpec(n *yaml.Node) *DeferSpec {
+	ds := &DeferSpec{MaxAge: DefaultDeferMaxAge, MaxAttempts: DefaultDeferMaxAttempts, MaxPayloadBytes: DefaultDeferPayloadBytes}
+	p.fields(n, "defer", []string{"target", "max_age", "max_attempts", "max_payload_bytes"}, func(key string, _, v *yaml.Node) {
+		switch key {
+		case "target":
+			ds.Target = p.str(v, "defer.target")
+			if u, err := url.Parse(ds.Target); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				p.errorf(v, "defer.target: want an absolute http or https URL, got %q", ds.Target)
+			}
+		case "max_age":
+			d, err := time.ParseDuration(p.str(v, "defer.max_age"))
+			if err != nil || d <= 0 || d > 7*24*time.Hour {
+				p.errorf(v, "defer.max_age: want a duration from 1s to 168h, got %q", v.Value)
+			}
+			ds.MaxAge = d
+		case "max_attempts":
+			if a := p.integer(v, "defer.max_attempts"); a < 1 || a > 100 {
+				p.errorf(v, "defer.max_attempts: must be between 1 and 100, got %s", v.Value)
+			} else {
+				ds.MaxAttempts = int(a)
+			}
+		case "max_payload_bytes":
+			if b := p.integer(v, "defer.max_payload_bytes"); b < 1 || b > MaxDeferPayloadBytes {
+				p.errorf(v, "defer.max_payload_bytes: must be between 1 and %d, got %s", MaxDeferPayloadBytes, v.Value)
+			} else {
+				ds.MaxPayloadBytes = b
+			}
+		}
+	})
+	return ds
+}
 
 func (p *parser) descriptors(n *yaml.Node, where string) []*Descriptor {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
@@ -347,6 +478,8 @@ func (p *parser) descriptor(n *yaml.Node) *Descriptor {
 			if d.Shards = p.integer(v, "shards"); d.Shards < 1 || d.Shards > MaxShards {
 				p.errorf(v, "shards: must be between 1 and %d, got %s", MaxShards, v.Value)
 			}
+		case "defer":
+			d.Defer = p.deferSpec(v)
 		}
 	})
 	if !ok {
@@ -489,7 +622,7 @@ func (p *parser) throttle(n *yaml.Node, t *Throttle) {
 // checkDescriptor reports extensions that contradict each other.
 func (p *parser) checkDescriptor(n *yaml.Node, d *Descriptor) {
 	ext := d.Algorithm != "" || d.Burst != 0 || d.Throttle.Type != "" || d.OnExceed != "" || d.Mode != "" ||
-		d.NearLimit != "" || d.Failure != "" || d.Shards != 0
+		d.NearLimit != "" || d.Failure != "" || d.Shards != 0 || d.Defer != nil
 	if d.RateLimit == nil {
 		if ext {
 			p.errorf(n, "descriptor %q: limit extensions (algorithm, burst, throttle, ...) need a rate_limit", d.Key)
@@ -537,6 +670,28 @@ func (p *parser) checkDescriptor(n *yaml.Node, d *Descriptor) {
 	}
 	if d.OnExceed == ExceedDefer && d.ShadowMode {
 		p.errorf(n, "descriptor %q: on_exceed defer and shadow_mode contradict (shadow never refuses)", d.Key)
+	}
+	switch {
+	case d.Defer != nil && d.OnExceed != ExceedDefer:
+		p.errorf(n, "descriptor %q: a defer block needs on_exceed: defer", d.Key)
+	case d.OnExceed == ExceedDefer && d.Algorithm == "":
+		p.errorf(n, "descriptor %q: on_exceed defer needs an explicit algorithm (with Envoy's semantics a refused call is charged, so a deferred one would be charged twice)", d.Key)
+	case d.OnExceed == ExceedDefer && (d.Defer == nil || d.Defer.Target == ""):
+		p.errorf(n, "descriptor %q: on_exceed defer needs defer.target, the URL the drain delivers deferred requests to", d.Key)
+	}
+	if d.Throttle.Type == ThrottleElastic {
+		switch {
+		case d.Algorithm != AlgFixedWindow && d.Algorithm != AlgSlidingWindow:
+			p.errorf(n, "descriptor %q: elastic throttling needs algorithm fixed_window or sliding_window (a pool is a window's capacity)", d.Key)
+		case mode != ModeAsync:
+			p.errorf(n, "descriptor %q: elastic throttling needs mode async (the pool is a shared counter)", d.Key)
+		case d.Shards > 1:
+			p.errorf(n, "descriptor %q: elastic throttling and shards do not combine", d.Key)
+		case d.OnExceed == ExceedDefer:
+			p.errorf(n, "descriptor %q: elastic throttling and on_exceed defer do not combine: borrow or defer", d.Key)
+		case d.RateLimit.RequestsPerUnit > math.MaxInt64/100:
+			p.errorf(n, "descriptor %q: requests_per_unit too large for an elastic multiplier", d.Key)
+		}
 	}
 	if d.Throttle.Type == ThrottleSoft && d.RateLimit.RequestsPerUnit > math.MaxInt64/1100 {
 		p.errorf(n, "descriptor %q: requests_per_unit too large for a soft overage", d.Key)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -51,6 +52,14 @@ type Rule struct {
 	NearLimit NearLimit // async rules only
 	Failure   FailurePolicy
 	Shards    int64
+	// Defer is where an `on_exceed: defer` rule's deferred requests go.
+	Defer DeferSpec
+	// Pool is the capacity an elastic rule borrows from (throttle.pool,
+	// compiled); nil for other rules.
+	Pool *Rule
+	// IsPool marks the rule of a pool itself: a fixed window over the
+	// domain's shared capacity.
+	IsPool bool
 
 	// Limiter is the exact in-process algorithm for this rule, built once
 	// (an interface value, so passing it allocates nothing). A soft
@@ -84,7 +93,7 @@ func (r *Rule) MetricID() string {
 }
 
 // Ceiling is the most the rule admits per window: the limit, raised by a
-// soft throttle's overage.
+// soft throttle's overage or an elastic rule's multiplier.
 func (r *Rule) Ceiling() int64 { return r.ceiling }
 
 // Capacity is the bucket size for bucket algorithms (burst, else the
@@ -94,8 +103,11 @@ func (r *Rule) Capacity() int64 { return r.capacity }
 // derive computes the values the hot path reads on every decision.
 func (r *Rule) derive() {
 	r.ceiling = r.Limit
-	if r.Throttle.Type == ThrottleSoft {
+	switch r.Throttle.Type {
+	case ThrottleSoft:
 		r.ceiling = r.Limit + (r.Limit*r.Throttle.OveragePercent+99)/100
+	case ThrottleElastic:
+		r.ceiling = r.Limit * r.Throttle.MaxMultiplier
 	}
 	r.capacity = r.ceiling
 	if r.Burst > 0 {
@@ -195,6 +207,7 @@ type wildNode struct {
 // safe for concurrent use without locks.
 type RuleSet struct {
 	domains map[string]*node
+	pools   map[string]map[string]*Rule // domain → name → the pool's rule
 	// few holds the domains when there are at most 8: comparing a few short
 	// strings is cheaper than hashing one.
 	few   []domainNode
@@ -339,7 +352,26 @@ func Compile(files []*File) (*RuleSet, error) {
 		first[f.Domain] = f
 		root := &node{}
 		rs.domains[f.Domain] = root
+		for _, pl := range f.Pools {
+			if rs.pools == nil {
+				rs.pools = map[string]map[string]*Rule{}
+			}
+			if rs.pools[f.Domain] == nil {
+				rs.pools[f.Domain] = map[string]*Rule{}
+			}
+			rs.pools[f.Domain][pl.Name] = newPoolRule(f.Domain, pl)
+		}
+		n := len(rs.rules)
 		rs.build(root, f.Domain, nil, nil, nil, f.Descriptors, &errs)
+		for _, r := range rs.rules[n:] { // elastic rules: their pool, by name
+			if r.Throttle.Type != ThrottleElastic {
+				continue
+			}
+			if r.Pool = rs.pools[f.Domain][r.Throttle.Pool]; r.Pool == nil {
+				errs = append(errs, posError(r.Pos, fmt.Sprintf("descriptor %q: throttle.pool %q is not a pool of domain %q (pools: %s)",
+					r.Path[len(r.Path)-1].Key, r.Throttle.Pool, f.Domain, poolNames(rs.pools[f.Domain]))))
+			}
+		}
 	}
 	if err := errs.err(); err != nil {
 		return nil, err
@@ -423,6 +455,9 @@ func newRule(domain string, path []Entry, shared []bool, d *Descriptor) *Rule {
 		Throttle: d.Throttle, OnExceed: or(d.OnExceed, ExceedDeny), Mode: or(d.Mode, ModeAsync),
 		NearLimit: d.NearLimit, Failure: or(d.Failure, FailOpen), Shards: d.Shards, Pos: d.Pos,
 	}
+	if d.Defer != nil {
+		r.Defer = *d.Defer
+	}
 	if r.Throttle.Type == "" {
 		r.Throttle.Type = ThrottleHard
 	}
@@ -437,6 +472,45 @@ func newRule(domain string, path []Entry, shared []bool, d *Descriptor) *Rule {
 		r.Limiter = r.buildLimiter()
 	}
 	return r
+}
+
+// poolKey is the entry key of a pool's counter: no descriptor of a rule
+// file starts with '#' and a ':' (see newPoolRule).
+const poolKey = "#pool"
+
+// newPoolRule is the rule of a pool: a fixed window of the pool's limit
+// over one counter of the domain, decided like any async rule.
+func newPoolRule(domain string, pl *Pool) *Rule {
+	path := []Entry{{Key: poolKey, Value: pl.Name}}
+	r := &Rule{ID: domain + ":" + poolKey + ":" + pl.Name, Domain: domain, Name: pl.Name, Path: path, Limit: pl.RateLimit.RequestsPerUnit,
+		Unit: pl.RateLimit.Unit, Window: pl.RateLimit.Unit.Duration(), Algorithm: AlgFixedWindow,
+		Throttle: Throttle{Type: ThrottleHard}, OnExceed: ExceedDeny, Mode: ModeAsync, NearLimit: NearSync,
+		Failure: FailOpen, Shards: 1, Pos: pl.Pos, IsPool: true}
+	r.derive()
+	r.Limiter = r.buildLimiter()
+	return r
+}
+
+func poolNames(m map[string]*Rule) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	names := slices.Sorted(maps.Keys(m))
+	return strings.Join(names, ", ")
+}
+
+// Pool returns the pool name of domain, or nil.
+func (rs *RuleSet) Pool(domain, name string) *Rule { return rs.pools[domain][name] }
+
+// Pools returns every pool's rule, by domain and name.
+func (rs *RuleSet) Pools() []*Rule {
+	var out []*Rule
+	for _, d := range slices.Sorted(maps.Keys(rs.pools)) {
+		for _, n := range slices.Sorted(maps.Keys(rs.pools[d])) {
+			out = append(out, rs.pools[d][n])
+		}
+	}
+	return out
 }
 
 func or[T ~string](s, def T) T {

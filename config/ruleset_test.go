@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLoadEnvoyExamplesUnchanged(t *testing.T) {
@@ -164,6 +165,9 @@ descriptors:
 
 func TestExtensions(t *testing.T) {
 	src := `domain: api
+pools:
+  - name: spare
+    rate_limit: {unit: hour, requests_per_unit: 5000}
 descriptors:
   - key: user_id
     rate_limit: {unit: minute, requests_per_unit: 100}
@@ -171,6 +175,7 @@ descriptors:
     burst: 20
     throttle: {type: soft, overage_percent: 5}
     on_exceed: defer
+    defer: {target: "http://orders.internal:8080", max_age: 2m, max_attempts: 3}
     mode: async
     near_limit: async
     failure: local_budget
@@ -183,6 +188,7 @@ descriptors:
     mode: sync
   - key: tenant
     rate_limit: {unit: hour, requests_per_unit: 1000}
+    algorithm: fixed_window
     throttle: {type: elastic, pool: spare, max_multiplier: 3}
 `
 	f, err := ParseRules("ext.yaml", []byte(src))
@@ -204,8 +210,13 @@ descriptors:
 	if l := rs.Match("api", entries("login", "x")); l.Mode != "sync" || l.Limiter == nil {
 		t.Fatalf("sliding log: got %+v", l)
 	}
-	if e := rs.Match("api", entries("tenant", "x")); e.Throttle.Pool != "spare" || e.Throttle.MaxMultiplier != 3 {
-		t.Fatalf("elastic: got %+v", e.Throttle)
+	if e := rs.Match("api", entries("tenant", "x")); e.Throttle.Pool != "spare" || e.Throttle.MaxMultiplier != 3 ||
+		e.Pool == nil || !e.Pool.IsPool || e.Pool.Limit != 5000 || e.Ceiling() != 3000 || rs.Pool("api", "spare") != e.Pool {
+		t.Fatalf("elastic: got %+v, pool %+v", e.Throttle, e.Pool)
+	}
+	if d := u.Defer; d.Target != "http://orders.internal:8080" || d.MaxAge != 2*time.Minute || d.MaxAttempts != 3 ||
+		d.MaxPayloadBytes != DefaultDeferPayloadBytes {
+		t.Fatalf("defer: got %+v", d)
 	}
 }
 
@@ -259,6 +270,22 @@ func TestRuleErrors(t *testing.T) {
 		{"not a bool", "domain: a\ndescriptors:\n  - key: k\n    shadow_mode: maybe\n", `bad.yaml:4:18: shadow_mode: want true or false, got "maybe"`},
 		{"yaml syntax", "domain: a\ndescriptors:\n  - key: [\n", "bad.yaml:3:1: did not find expected node content"},
 		{"descriptors not a list", "domain: a\ndescriptors: {key: k}\n", "bad.yaml:2:14: descriptors: want a list, got a mapping"},
+		{"defer without an algorithm", "domain: a\ndescriptors:\n  - key: k\n    on_exceed: defer\n    defer: {target: \"http://t\"}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			"bad.yaml:3:5: descriptor \"k\": on_exceed defer needs an explicit algorithm"},
+		{"defer without a target", "domain: a\ndescriptors:\n  - key: k\n    algorithm: fixed_window\n    on_exceed: defer\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			"bad.yaml:3:5: descriptor \"k\": on_exceed defer needs defer.target"},
+		{"defer block without defer", "domain: a\ndescriptors:\n  - key: k\n    algorithm: fixed_window\n    defer: {target: \"http://t\"}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			"bad.yaml:3:5: descriptor \"k\": a defer block needs on_exceed: defer"},
+		{"defer to a relative target", "domain: a\ndescriptors:\n  - key: k\n    algorithm: fixed_window\n    on_exceed: defer\n    defer: {target: \"/orders\"}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			"bad.yaml:6:21: defer.target: want an absolute http or https URL"},
+		{"elastic with an unknown pool", "domain: a\npools:\n  - name: p\n    rate_limit: {unit: second, requests_per_unit: 9}\ndescriptors:\n  - key: k\n    algorithm: fixed_window\n    throttle: {type: elastic, pool: q}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			"bad.yaml:6:5: descriptor \"k\": throttle.pool \"q\" is not a pool of domain \"a\" (pools: p)"},
+		{"elastic on a bucket", "domain: a\ndescriptors:\n  - key: k\n    algorithm: gcra\n    throttle: {type: elastic, pool: p}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			"bad.yaml:3:5: descriptor \"k\": elastic throttling needs algorithm fixed_window or sliding_window"},
+		{"pool without a limit", "domain: a\npools:\n  - name: p\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
+			"bad.yaml:3:5: pool \"p\": a pool is a capacity"},
+		{"duplicate pool", "domain: a\npools:\n  - name: p\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - name: p\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			"bad.yaml:5:5: duplicate pool \"p\": already defined at line 3"},
 		{"defer in shadow", "domain: a\ndescriptors:\n  - key: k\n    shadow_mode: true\n    on_exceed: defer\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			"bad.yaml:3:5: descriptor \"k\": on_exceed defer and shadow_mode contradict"},
 	}

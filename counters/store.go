@@ -225,6 +225,10 @@ const (
 	// ActionLimit replaces the matched rule's limit for this descriptor
 	// (same algorithm, mode and counter: the count so far still applies).
 	ActionLimit = "limit"
+	// ActionPool sets the capacity (Limit) of the pool named by the one
+	// entry {"#pool": name} of Domain, until deleted: what an autoscaler
+	// or a health signal sets at run time (PUT /v1/pools/...).
+	ActionPool = "pool"
 )
 
 // Control is one operator control as stored and listed. Values of entries

@@ -95,6 +95,7 @@ func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decis
 	// algorithm rules are only peeked.
 	denied := false
 	var peeked [checker.MaxDescriptors]limiter.Decision // algorithm rules' peeks, by descriptor
+	var borrow [checker.MaxDescriptors]bool             // elastic rules above their own limit
 	for i := range n {
 		st := &d.Statuses[i]
 		*st = checker.Status{Code: checker.OK, Rule: matched[i]}
@@ -118,6 +119,19 @@ func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decis
 			return fmt.Errorf("local: rule %s: %w", r.ID, err)
 		}
 		fill(st, r, ld)
+		if r.Pool != nil && ld.Allowed && r.Ceiling()-ld.Remaining > r.Limit { // elastic, above its own limit
+			borrow[i] = true
+			pd, err := l.keyed.PeekAt(l.poolKey(bufp, r.Pool), r.Pool.Limiter, now, cost[i])
+			if err != nil && !errors.Is(err, limiter.ErrCostExceedsLimit) {
+				return fmt.Errorf("local: pool %s: %w", r.Pool.ID, err)
+			}
+			if !pd.Allowed { // the pool has no room: refused as the pool refuses
+				borrow[i] = false
+				st.Code, st.RetryAfter, st.RetryNever, st.Remaining = checker.OverLimit, max(pd.RetryAfter, 0), pd.RetryNever(), 0
+				peeked[i] = limiter.Decision{}
+			}
+			st.Elastic = borrow[i]
+		}
 		if st.Code == checker.OverLimit {
 			denied = true
 		}
@@ -139,6 +153,12 @@ func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decis
 			}
 			peeked[i] = limiter.Decision{} // charged: its status is the real one
 			fill(st, r, ld)
+			st.Elastic = borrow[i] && ld.Allowed
+			if borrow[i] && ld.Allowed { // what it takes above its limit, the pool gives
+				if pd, _ := l.keyed.AllowAt(l.poolKey(bufp, r.Pool), r.Pool.Limiter, now, cost[i], ""); !pd.Allowed {
+					st.Code, st.Elastic = checker.OverLimit, false
+				}
+			}
 			if st.Code == checker.OverLimit {
 				denied = true
 			}
@@ -155,6 +175,14 @@ func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decis
 				fill(&d.Statuses[i], r, peeked[i])
 			}
 		}
+		if deferring(req, d.Statuses[:n]) {
+			d.Code = checker.Deferred
+			for i := range n {
+				if d.Statuses[i].Code == checker.OverLimit {
+					d.Statuses[i].Code = checker.Deferred
+				}
+			}
+		}
 	}
 	for i := range n {
 		if dupOf[i] >= 0 {
@@ -163,6 +191,28 @@ func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decis
 	}
 	l.ids.Remember(req, fp, now, d)
 	return nil
+}
+
+// deferring reports whether every refusing status is of an `on_exceed:
+// defer` rule that could still admit the request (not a release).
+func deferring(req *checker.Request, sts []checker.Status) bool {
+	if req.Release {
+		return false
+	}
+	for i := range sts {
+		st := &sts[i]
+		if st.Code == checker.OverLimit && (st.Rule == nil || st.Rule.OnExceed != config.ExceedDefer || st.RetryNever) {
+			return false
+		}
+	}
+	return true
+}
+
+// poolKey is a pool's counter key in the pooled buffer (as key does).
+func (l *Engine) poolKey(bufp *[]byte, pool *config.Rule) string {
+	*bufp = config.AppendCounterKey((*bufp)[:0], pool, pool.Path)
+	b := *bufp
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // key builds descriptor i's counter key in the pooled buffer and returns it
@@ -192,6 +242,6 @@ func fill(st *checker.Status, r *config.Rule, ld limiter.Decision) {
 		st.Code = checker.OverLimit
 	default:
 		st.Code = checker.OK
-		st.OverSoft = over > 0 && ld.Remaining < over
+		st.OverSoft = over > 0 && ld.Remaining < over && r.Pool == nil // elastic: Elastic, set by Check
 	}
 }

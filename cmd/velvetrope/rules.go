@@ -63,6 +63,28 @@ func runRules(args []string, stdout, stderr io.Writer) int {
 		slices.Sort(s.algorithms)
 		fmt.Fprintf(stdout, "%s: ok, %d rules (%d shadow, %d unlimited), algorithms %v\n",
 			d, s.rules, s.shadow, s.unlimited, s.algorithms)
+		for _, p := range rs.Pools() {
+			if p.Domain == d {
+				fmt.Fprintf(stdout, "  pool %s: %d per %s, shared by the elastic rules that name it\n", p.Name, p.Limit, p.Unit)
+			}
+		}
+		for _, r := range rs.Rules() {
+			if r.Domain != d {
+				continue
+			}
+			switch {
+			case r.OnExceed == config.ExceedDefer:
+				fmt.Fprintf(stdout, "  %s: over %d per %s a request is deferred, not refused: released when the key has budget again and "+
+					"delivered to %s (idempotency key: its ticket), tried %d times within %v; payloads up to %d bytes\n",
+					r.ID, r.Limit, r.Unit, r.Defer.Target, r.Defer.MaxAttempts, r.Defer.MaxAge, r.Defer.MaxPayloadBytes)
+			case r.Throttle.Type == config.ThrottleElastic:
+				fmt.Fprintf(stdout, "  %s: elastic: over its %d per %s it borrows from pool %s while the pool has room, up to %d per %s (× %d)\n",
+					r.ID, r.Limit, r.Unit, r.Throttle.Pool, r.Ceiling(), r.Unit, r.Throttle.MaxMultiplier)
+			case r.Throttle.Type == config.ThrottleSoft:
+				fmt.Fprintf(stdout, "  %s: soft: admits up to %d per %s (%d %% over its %d), flagged over_soft\n",
+					r.ID, r.Ceiling(), r.Unit, r.Throttle.OveragePercent, r.Limit)
+			}
+		}
 	}
 	return 0
 }

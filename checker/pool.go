@@ -1,0 +1,181 @@
+package checker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
+)
+
+// Elastic throttling: a rule with `throttle: {type: elastic, pool: P,
+// max_multiplier: M}` admits up to M × its limit (its ceiling), and
+// whatever it admits above its own limit must fit in pool P as well: a
+// shared counter of the domain (config.RuleSet.Pool), decided like any
+// async rule — memory far from its limit, an atomic store charge near it.
+// The pool's slot follows its borrowers in a Check; a request whose
+// borrowing the pool refuses is refused whole, and charges nothing (both
+// rules are algorithm rules). Whether an admission borrows is judged from
+// the borrower's view at the decision.
+
+// poolSlots appends, after the descriptors' slots, one slot per pool an
+// elastic rule of the request borrows from (slotBuf has room: check counted).
+func (c *Checker) poolSlots(slotBuf []slot, slots []slot, req *Request) []slot {
+	n := len(slots)
+	for i := range n {
+		s := &slots[i]
+		r := s.rule
+		if r == nil || r.Pool == nil || s.dupOf >= 0 || r.Unlimited || r.Limit == 0 {
+			continue
+		}
+		pr := c.poolRule(r.Pool)
+		j := -1
+		for k := n; k < len(slots); k++ {
+			if slots[k].rule.ID == pr.ID {
+				j = k
+			}
+		}
+		if j < 0 {
+			slots = slotBuf[:len(slots)+1]
+			j = len(slots) - 1
+			h := c.counterHash(pr, pr.Path)
+			slots[j] = slot{rule: pr, sh: int(h & c.mask), h: h, idx: i, dupOf: -1, poolSlot: -1, pool: true, entries: pr.Path}
+		}
+		s.poolSlot = j
+	}
+	return slots
+}
+
+// borrowing sets a pool slot's cost to what its borrowers take above
+// their own limits (requires the locks); false when none does.
+func (c *Checker) borrowing(p *slot, slots []slot) bool {
+	var cost int64
+	for i := range slots {
+		if s := &slots[i]; s.poolSlot >= 0 && &slots[s.poolSlot] == p && s.borrow && (s.allowed || s.need == needSync) {
+			cost += s.cost
+		}
+	}
+	p.cost = cost
+	if cost == 0 {
+		p.need, p.allowed = needNone, true
+	}
+	return cost > 0
+}
+
+// refusedByPool makes a borrower's status say what its pool said: refused
+// when the pool had no room for it.
+func refusedByPool(slots []slot, n int) {
+	for i := range n {
+		s := &slots[i]
+		if s.poolSlot < 0 || !s.borrow || !s.allowed {
+			continue
+		}
+		if p := &slots[s.poolSlot]; !p.allowed && p.need != needNone {
+			s.allowed, s.borrow, s.retryAfter, s.never = false, false, p.retryAfter, p.never
+		}
+	}
+}
+
+// deferring reports whether every descriptor that refuses the request
+// defers it (requires a refusal among them).
+func deferring(slots []slot) bool {
+	for i := range slots {
+		s := &slots[i]
+		if s.dupOf < 0 && !s.allowed && !s.shadowed && s.need != needNone && (!s.deferrable || s.never) {
+			return false
+		}
+	}
+	return true
+}
+
+// entriesOf is the entries s counts: the descriptor's, or its pool's.
+func (s *slot) entriesOf(req *Request) []config.Entry {
+	if s.entries != nil {
+		return s.entries
+	}
+	return req.Descriptors[s.idx].Entries
+}
+
+// poolRule is the rule pool decides with: the file's, or an operator's
+// capacity for it (controls).
+func (c *Checker) poolRule(pool *config.Rule) *config.Rule {
+	if cs := c.controls.Load(); cs != nil {
+		if r := cs.pools[pool.ID]; r != nil {
+			return r
+		}
+	}
+	return pool
+}
+
+// PoolState is one pool as Pools lists it.
+type PoolState struct {
+	Domain string `json:"domain"`
+	Name   string `json:"name"`
+	Unit   string `json:"unit"`
+	// Capacity is what the pool admits per window now: the file's, or an
+	// operator's (Override) until deleted.
+	Capacity     int64 `json:"capacity"`
+	FileCapacity int64 `json:"file_capacity"`
+	Override     bool  `json:"override"`
+	// Used is what the pool's current window has counted in the store
+	// (-1: the store did not answer).
+	Used int64 `json:"used"`
+}
+
+// SetPool sets a pool's capacity for every checker (an operator's or an
+// autoscaler's call), applied here at once and by the others within a
+// control poll.
+func (c *Checker) SetPool(ctx context.Context, domain, name string, capacity int64) error {
+	if c.ctlStore == nil {
+		return ErrNoControls
+	}
+	pr := c.rules.Load().Pool(domain, name)
+	switch {
+	case pr == nil:
+		return &FieldError{"pool", fmt.Errorf("%w: no pool %q in domain %q", ErrNoPool, name, domain)}
+	case capacity < 1 || capacity > 1<<40:
+		return &FieldError{"requests_per_unit", fmt.Errorf("want 1 to %d, got %d", int64(1<<40), capacity)}
+	}
+	es := pr.Path
+	ct := counters.Control{ID: counters.ControlID(domain, es), Domain: domain, Entries: es, Action: counters.ActionPool,
+		Limit: capacity, Rule: pr.ID, CreatedAt: c.clock.Now()}
+	if err := c.ctlStore.PutControl(ctx, ct); err != nil {
+		return fmt.Errorf("checker: storing pool capacity: %w", err)
+	}
+	return c.SyncControls(ctx)
+}
+
+// ResetPool returns a pool to its file's capacity; it reports whether an
+// operator's capacity was in force.
+func (c *Checker) ResetPool(ctx context.Context, domain, name string) (bool, error) {
+	pr := c.rules.Load().Pool(domain, name)
+	if pr == nil {
+		return false, &FieldError{"pool", fmt.Errorf("%w: no pool %q in domain %q", ErrNoPool, name, domain)}
+	}
+	return c.DeleteControl(ctx, counters.ControlID(domain, pr.Path))
+}
+
+// ErrNoPool is a pool the rules do not define.
+var ErrNoPool = errors.New("unknown pool")
+
+// Pools lists every pool of the rules, with its capacity in force and
+// what its current window has used.
+func (c *Checker) Pools(ctx context.Context) []PoolState {
+	var out []PoolState
+	now := c.clock.Now()
+	for _, pr := range c.rules.Load().Pools() {
+		r := c.poolRule(pr)
+		st := PoolState{Domain: pr.Domain, Name: pr.Name, Unit: pr.Unit.String(), Capacity: r.Limit, FileCapacity: pr.Limit,
+			Override: r != pr, Used: -1}
+		key := string(config.AppendCounterKey(nil, pr, pr.Path))
+		items := []counters.ReadItem{{Key: key, Kind: counters.KindWindow, Window: windowStart(now, int64(pr.Window))}}
+		rctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+		if err := c.store.Read(rctx, c.instance, items); err == nil {
+			st.Used = items[0].Total
+		}
+		cancel()
+		out = append(out, st)
+	}
+	return out
+}
