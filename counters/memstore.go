@@ -32,6 +32,7 @@ type MemStore struct {
 	sync      memSync                       // mode: sync decisions, on the exact limiter
 	clock     atomic.Pointer[limiter.Clock] // the store's own clock (SetClock)
 	instances map[string]int64              // the registry: instance → expiry (under mu)
+	tickets   memTickets                    // deferred requests' states
 
 	// Applied and Skipped count deltas applied and dropped as copies.
 	Applied, Skipped atomic.Uint64

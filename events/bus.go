@@ -20,6 +20,15 @@ type Producer interface {
 	Close(ctx context.Context) error
 }
 
+// Publisher appends raw records to a topic, partitioned by key, and
+// returns nil once every one is acknowledged (the deferred queue and its
+// dead letters: records whose loss a caller must hear of at once, so no
+// spill file stands in between).
+type Publisher interface {
+	Publish(ctx context.Context, msgs []Message) error
+	Close(ctx context.Context) error
+}
+
 // Message is one raw record as a consumer receives it.
 type Message struct {
 	Partition int
@@ -91,6 +100,10 @@ func (b *MemBus) Produce(_ context.Context, deltas []*eventsv1.Delta) error {
 	}
 	return b.produceRaw(msgs)
 }
+
+// Publish implements [Publisher]: raw records, all or none, partitioned
+// by key.
+func (b *MemBus) Publish(_ context.Context, msgs []Message) error { return b.produceRaw(msgs) }
 
 // produceRaw appends raw messages (tests use it to inject bad records).
 func (b *MemBus) produceRaw(msgs []Message) error {
