@@ -86,11 +86,13 @@ func (c *Checker) learn(e *entry, now, others, own int64, instances int) {
 type quota struct {
 	at, window, mine, spent int64
 	// mineAt is what this instance had counted in the window when the
-	// slice was cut (window keys): a store answer that does not hold all of
-	// it is older than the cut, and so, very likely, are the others' parts
-	// in it (a pipeline slower than PipelineLag: a consumer group still
-	// joining, a backlog); no re-cut is made from it.
+	// slice had lasted one pipeline lag (armed; window keys): a store
+	// answer that does not hold all of it lags more than that, and so,
+	// very likely, do the others' parts in it (a pipeline slower than
+	// PipelineLag: a consumer group still joining, a backlog); no re-cut
+	// is made from it.
 	mineAt int64
+	armed  bool
 }
 
 // extra is what only some keys need, kept out of every entry: the slice
@@ -125,7 +127,7 @@ func (c *Checker) capped(e *entry, now, cost, remaining, ceiling int64) bool {
 	fresh := e.x == nil
 	q := &e.more().quota
 	if fresh || (e.kind == counters.KindWindow && q.window != e.cur.start) {
-		*q = quota{at: now, window: e.cur.start, mine: ceiling / n, mineAt: e.cur.emitted + e.cur.charged}
+		*q = quota{at: now, window: e.cur.start, mine: ceiling / n}
 		if e.answered && (e.kind != counters.KindWindow || e.cur.known) { // read in this window: its view
 			q.mine = cut(max(0, remaining-c.inFlight(e)), n, e.ownRate, e.ownRate+e.othersRate)
 		}
@@ -136,7 +138,7 @@ func (c *Checker) capped(e *entry, now, cost, remaining, ceiling int64) bool {
 // recut gives e a new slice after a store answer (requires the lock):
 // its share of what remained, less the others' predicted in-flight hits.
 // A slice lasts at least one pipeline lag, and until the store holds all
-// this instance had counted at the cut, so the others' consumption from
+// this instance had counted by then, so the others' consumption from
 // the slices cut before it has reached the store when it is re-cut;
 // the slices of one round add up to at most what remained (cut).
 func (c *Checker) recut(e *entry, now, remaining int64) {
@@ -144,11 +146,19 @@ func (c *Checker) recut(e *entry, now, remaining int64) {
 		return
 	}
 	q := &e.x.quota
-	if q.at == 0 || now-q.at < int64(c.cfg.PipelineLag) ||
-		(e.kind == counters.KindWindow && (q.window != e.cur.start || e.cur.own < q.mineAt)) {
+	if q.at == 0 || now-q.at < int64(c.cfg.PipelineLag) || (e.kind == counters.KindWindow && q.window != e.cur.start) {
 		return
 	}
-	*q = quota{at: now, window: e.cur.start, mineAt: e.cur.emitted + e.cur.charged,
+	if e.kind == counters.KindWindow {
+		if !q.armed {
+			q.armed, q.mineAt = true, e.cur.emitted+e.cur.charged
+			return
+		}
+		if e.cur.own < q.mineAt {
+			return
+		}
+	}
+	*q = quota{at: now, window: e.cur.start,
 		mine: cut(max(0, remaining-c.inFlight(e)), c.fleet(e), e.ownRate, e.ownRate+e.othersRate)}
 }
 

@@ -196,7 +196,7 @@ func (c *Checker) controlLoop() {
 
 // controlSet is what the request path applies: immutable once built.
 type controlSet struct {
-	rules   *config.RuleSet // the rule set the overrides were built against
+	rules   *config.RuleSet         // the rule set the overrides were built against
 	pools   map[string]*config.Rule // pool rule id → the pool at an operator's capacity
 	list    []counters.Control
 	domains map[string]map[uint64]*liveControl
