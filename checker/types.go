@@ -193,7 +193,7 @@ func (r *Request) validate(known bool, b *Bounds) error {
 func (d *Decision) RetryAfter() (wait time.Duration, never bool) {
 	for i := range d.Statuses {
 		st := &d.Statuses[i]
-		if st.Code != OverLimit {
+		if st.Code == OK {
 			continue
 		}
 		if st.RetryNever {

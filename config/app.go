@@ -35,6 +35,7 @@ type App struct {
 	Limiter    LimiterConfig    `yaml:"limiter"`
 	Checker    CheckerConfig    `yaml:"checker"`
 	Aggregator AggregatorConfig `yaml:"aggregator"`
+	Deferred   DeferredConfig   `yaml:"deferred"`
 	Admin      AdminConfig      `yaml:"admin"`
 	Limits     LimitsConfig     `yaml:"limits"`
 	Analytics  AnalyticsConfig  `yaml:"analytics"`
@@ -104,6 +105,21 @@ type AggregatorConfig struct {
 	// RedisTimeout is the read and write timeout of the aggregator's Redis
 	// client (5 s): one apply carries a whole batch.
 	RedisTimeout time.Duration `yaml:"redis_timeout"`
+}
+
+// DeferredConfig tunes `velvetrope drain`, which releases and delivers
+// deferred requests (the topic is kafka.deferred_topic; dead letters go
+// to that name + ".dlq").
+type DeferredConfig struct {
+	Group           string        `yaml:"group"`            // the drains' consumer group (velvetrope-drain)
+	Workers         int           `yaml:"workers"`          // deliveries at once per drain (16)
+	MaxInFlight     int           `yaml:"max_in_flight"`    // items one drain holds in memory (10000)
+	DeliveryTimeout time.Duration `yaml:"delivery_timeout"` // one delivery attempt (10s)
+	BackoffMin      time.Duration `yaml:"backoff_min"`      // the first retry's wait (200ms)
+	BackoffMax      time.Duration `yaml:"backoff_max"`      // the longest wait between attempts (30s)
+	// StateRetention is how long a ticket's state stays readable after
+	// its deadline (24h).
+	StateRetention time.Duration `yaml:"state_retention"`
 }
 
 // CheckerConfig tunes the async checker (see checker.Config for the
@@ -267,6 +283,8 @@ func DefaultApp() App {
 		Aggregator: AggregatorConfig{Group: "velvetrope-aggregator", BatchSize: 1000, BatchWait: 20 * time.Millisecond,
 			SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second, RebalanceTimeout: 6 * time.Second,
 			RedisTimeout: 5 * time.Second},
+		Deferred: DeferredConfig{Group: "velvetrope-drain", Workers: 16, MaxInFlight: 10000, DeliveryTimeout: 10 * time.Second,
+			BackoffMin: 200 * time.Millisecond, BackoffMax: 30 * time.Second, StateRetention: 24 * time.Hour},
 	}
 }
 
@@ -522,6 +540,24 @@ func (a App) Validate() error {
 		bad("aggregator.rebalance_timeout", "must be > 0")
 	case ag.RedisTimeout <= 0:
 		bad("aggregator.redis_timeout", "must be > 0")
+	}
+	df := a.Deferred
+	switch {
+	case df.Group == "":
+		bad("deferred.group", "must not be empty")
+	case df.Workers < 1 || df.Workers > 4096:
+		bad("deferred.workers", "must be between 1 and 4096, got %d", df.Workers)
+	case df.MaxInFlight < 1 || df.MaxInFlight > 1_000_000:
+		bad("deferred.max_in_flight", "must be between 1 and 1000000, got %d", df.MaxInFlight)
+	case df.DeliveryTimeout < time.Millisecond:
+		bad("deferred.delivery_timeout", "must be >= 1ms, got %v", df.DeliveryTimeout)
+	case df.BackoffMin < time.Millisecond || df.BackoffMax < df.BackoffMin:
+		bad("deferred.backoff_min/backoff_max", "want backoff_min >= 1ms and backoff_max >= backoff_min, got %v and %v", df.BackoffMin, df.BackoffMax)
+	case df.StateRetention < time.Minute:
+		bad("deferred.state_retention", "must be >= 1m, got %v", df.StateRetention)
+	}
+	if a.Kafka.DeferredTopic == "" {
+		bad("kafka.deferred_topic", "must not be empty")
 	}
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "\n"))

@@ -65,6 +65,9 @@ func TestLoadAppErrors(t *testing.T) {
 		{"http tls half", "http:\n  tls: {key_file: k.pem}\n", nil, "http.tls: cert_file and key_file go together"},
 		{"unknown compression", "kafka:\n  compression: brotli\n", nil, `kafka.compression: want lz4, zstd, snappy, gzip or none, got "brotli"`},
 		{"control poll too fast", "checker:\n  control_poll: 1ms\n", nil, "checker.control_poll: must be in [10ms, 1h], got 1ms"},
+		{"drain without workers", "deferred:\n  workers: 0\n", nil, "deferred.workers: must be between 1 and 4096, got 0"},
+		{"drain backoff inverted", "deferred:\n  backoff_min: 1s\n  backoff_max: 10ms\n", nil, "deferred.backoff_min/backoff_max: want backoff_min >= 1ms and backoff_max >= backoff_min, got 1s and 10ms"},
+		{"unknown deferred field", "deferred:\n  worker: 3\n", nil, "field worker not found"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -689,6 +689,8 @@ func (p *parser) checkDescriptor(n *yaml.Node, d *Descriptor) {
 			p.errorf(n, "descriptor %q: elastic throttling and shards do not combine", d.Key)
 		case d.OnExceed == ExceedDefer:
 			p.errorf(n, "descriptor %q: elastic throttling and on_exceed defer do not combine: borrow or defer", d.Key)
+		case d.ShadowMode:
+			p.errorf(n, "descriptor %q: elastic throttling and shadow_mode do not combine (a shadow rule refuses nothing, so it never borrows)", d.Key)
 		case d.RateLimit.RequestsPerUnit > math.MaxInt64/100:
 			p.errorf(n, "descriptor %q: requests_per_unit too large for an elastic multiplier", d.Key)
 		}

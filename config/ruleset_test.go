@@ -280,6 +280,8 @@ func TestRuleErrors(t *testing.T) {
 			"bad.yaml:6:21: defer.target: want an absolute http or https URL"},
 		{"elastic with an unknown pool", "domain: a\npools:\n  - name: p\n    rate_limit: {unit: second, requests_per_unit: 9}\ndescriptors:\n  - key: k\n    algorithm: fixed_window\n    throttle: {type: elastic, pool: q}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			"bad.yaml:6:5: descriptor \"k\": throttle.pool \"q\" is not a pool of domain \"a\" (pools: p)"},
+		{"elastic in shadow mode", "domain: a\npools:\n  - name: p\n    rate_limit: {unit: second, requests_per_unit: 9}\ndescriptors:\n  - key: k\n    algorithm: fixed_window\n    shadow_mode: true\n    throttle: {type: elastic, pool: p, max_multiplier: 2}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			"bad.yaml:6:5: descriptor \"k\": elastic throttling and shadow_mode do not combine (a shadow rule refuses nothing, so it never borrows)"},
 		{"elastic on a bucket", "domain: a\ndescriptors:\n  - key: k\n    algorithm: gcra\n    throttle: {type: elastic, pool: p}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			"bad.yaml:3:5: descriptor \"k\": elastic throttling needs algorithm fixed_window or sliding_window"},
 		{"pool without a limit", "domain: a\npools:\n  - name: p\n    rate_limit: {unit: second, requests_per_unit: 0}\n",

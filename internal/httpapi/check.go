@@ -16,6 +16,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/deferred"
 	"github.com/velvetrope/velvetrope/internal/logx"
 )
 
@@ -31,6 +32,9 @@ type CheckRequest struct {
 	// Hits is the cost; missing means 1, an explicit 0 is a probe.
 	Hits      *int64 `json:"hits,omitempty"`
 	RequestID string `json:"request_id,omitempty"`
+	// Payload is the work a deferred request carries to the rule's target
+	// (used only when the decision is defer).
+	Payload *deferred.Payload `json:"payload,omitempty"`
 }
 
 // JSONDescriptor is one descriptor of a CheckRequest.
@@ -49,8 +53,15 @@ type JSONEntry struct {
 
 // CheckResponse is the JSON answer of POST /v1/check.
 type CheckResponse struct {
-	Decision string       `json:"decision"` // allow | deny
-	Statuses []JSONStatus `json:"statuses"`
+	Decision string `json:"decision"` // allow | deny | defer
+	// Ticket names a deferred request (GET /v1/deferred/{ticket}), and
+	// RetryAfterMS estimates its release.
+	Ticket       string `json:"ticket,omitempty"`
+	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+	// DeferError says why a request that would have been deferred was
+	// refused instead: the deferred topic did not take it.
+	DeferError string       `json:"defer_error,omitempty"`
+	Statuses   []JSONStatus `json:"statuses"`
 }
 
 // JSONStatus is the decision for one descriptor, in request order.
@@ -68,6 +79,9 @@ type JSONStatus struct {
 	Unlimited  bool `json:"unlimited,omitempty"`
 	Shadowed   bool `json:"shadowed,omitempty"`
 	OverSoft   bool `json:"over_soft,omitempty"`
+	// Elastic: an elastic rule admitted the request above its limit,
+	// borrowing from its pool.
+	Elastic bool `json:"elastic,omitempty"`
 	// Degraded: the counter store was needed and did not answer; the
 	// rule's failure policy decided.
 	Degraded bool `json:"degraded,omitempty"`
@@ -79,16 +93,34 @@ type ErrorResponse struct {
 	Field string `json:"field,omitempty"`
 }
 
-// CheckHandler serves POST /v1/check over c, reading at most maxBody
-// bytes. Decisions that fail for another reason than the request (500)
 // Observer is told of every decision an API answers (the metrics of
 // decisions per rule); nil observes nothing.
 type Observer interface {
 	Observe(d *checker.Decision)
 }
 
+// Enqueuer queues deferred requests; *deferred.Queue is one.
+type Enqueuer interface {
+	Enqueue(ctx context.Context, req *checker.Request, d *checker.Decision, p *deferred.Payload) (deferred.Receipt, error)
+}
+
+// Option configures CheckHandler.
+type Option func(*checkOptions)
+
+type checkOptions struct{ queue Enqueuer }
+
+// WithQueue queues the requests an `on_exceed: defer` rule defers;
+// without it such a request is refused (decision deny, with defer_error).
+func WithQueue(q Enqueuer) Option { return func(o *checkOptions) { o.queue = q } }
+
+// CheckHandler serves POST /v1/check over c, reading at most maxBody
+// bytes. Decisions that fail for another reason than the request (500)
 // are logged through log (rate-limited; nil: not logged).
-func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer) http.Handler {
+func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opts ...Option) http.Handler {
+	var o checkOptions
+	for _, f := range opts {
+		f(&o)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -118,12 +150,60 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer) htt
 			writeError(w, http.StatusInternalServerError, "", err.Error())
 			return
 		}
+		out := toResponse(&d)
+		if d.Code == checker.Deferred {
+			rc, err := deferRequest(r.Context(), o.queue, &req, &d, in.Payload)
+			var fe *checker.FieldError
+			switch {
+			case errors.As(err, &fe):
+				code := http.StatusBadRequest
+				if errors.Is(err, deferred.ErrPayloadTooLarge) {
+					code = http.StatusRequestEntityTooLarge
+				}
+				writeError(w, code, fe.Field, fe.Error())
+				return
+			case err != nil:
+				if log != nil && o.queue != nil {
+					log.Warn("deferred request refused: not queued", "domain", in.Domain, "error", err)
+				}
+				// nothing was charged and nothing queued: a refusal
+				Refuse(&d)
+				out = toResponse(&d)
+				out.DeferError = err.Error()
+			default:
+				out.Ticket, out.RetryAfterMS = rc.Ticket, max(ceilMS(rc.ETA), 1)
+			}
+		}
 		if obs != nil {
 			obs.Observe(&d)
 		}
 		SetHeaders(w.Header(), &d)
-		writeJSON(w, http.StatusOK, toResponse(&d))
+		writeJSON(w, http.StatusOK, out)
 	})
+}
+
+// errNoQueue is a defer where no deferred queue is configured.
+var errNoQueue = errors.New("deferred: no deferred queue here; the request is refused")
+
+func deferRequest(ctx context.Context, q Enqueuer, req *checker.Request, d *checker.Decision, p *deferred.Payload) (deferred.Receipt, error) {
+	if q == nil {
+		return deferred.Receipt{}, errNoQueue
+	}
+	return q.Enqueue(ctx, req, d, p)
+}
+
+// Refuse turns a Deferred decision into the refusal it is when the
+// request cannot be queued.
+func Refuse(d *checker.Decision) {
+	if d.Code != checker.Deferred {
+		return
+	}
+	d.Code = checker.OverLimit
+	for i := range d.Statuses {
+		if d.Statuses[i].Code == checker.Deferred {
+			d.Statuses[i].Code = checker.OverLimit
+		}
+	}
 }
 
 func (in *CheckRequest) toRequest() checker.Request {
@@ -150,7 +230,7 @@ func toResponse(d *checker.Decision) CheckResponse {
 	for i, st := range d.Statuses {
 		js := JSONStatus{Decision: st.Code.String(), Remaining: st.Remaining, ResetAfterMS: ceilMS(st.ResetAfter),
 			RetryAfterMS: ceilMS(st.RetryAfter), RetryNever: st.RetryNever, Shadowed: st.Shadowed, OverSoft: st.OverSoft,
-			Degraded: st.Degraded}
+			Elastic: st.Elastic, Degraded: st.Degraded}
 		if r := st.Rule; r != nil {
 			js.Rule, js.Unlimited = r.ID, r.Unlimited
 			if !r.Unlimited {
@@ -220,19 +300,27 @@ func writeError(w http.ResponseWriter, status int, field, msg string) {
 // RateLimit-Policy (every limited descriptor) and RateLimit (the most
 // restrictive one), the common X-RateLimit-Limit/Remaining/Reset, and
 // Retry-After (whole seconds, rounded up) when the request is refused and
-// waiting can help.
+// waiting can help; RateLimit-Over-Soft and RateLimit-Elastic (the rule
+// ids) when a soft throttle admitted it over the base limit or an elastic
+// rule borrowed from its pool for it.
 func SetHeaders(h http.Header, d *checker.Decision) {
-	var policies []string
+	var policies, soft, elastic []string
 	var tight *checker.Status
 	for i := range d.Statuses {
 		st := &d.Statuses[i]
 		if st.Rule == nil || st.Rule.Unlimited {
 			continue
 		}
+		if st.OverSoft {
+			soft = append(soft, sfString(st.Rule.ID))
+		}
+		if st.Elastic {
+			elastic = append(elastic, sfString(st.Rule.ID))
+		}
 		policies = append(policies, fmt.Sprintf("%s;q=%d;w=%d", sfString(st.Rule.ID), st.Limit, int64(st.Rule.Window/time.Second)))
 		switch {
 		case tight == nil,
-			st.Code == checker.OverLimit && tight.Code != checker.OverLimit,
+			st.Code != checker.OK && tight.Code == checker.OK,
 			st.Code == tight.Code && st.Remaining < tight.Remaining:
 			tight = st
 		}
@@ -246,7 +334,13 @@ func SetHeaders(h http.Header, d *checker.Decision) {
 	h.Set("X-RateLimit-Limit", strconv.FormatInt(tight.Limit, 10))
 	h.Set("X-RateLimit-Remaining", strconv.FormatInt(tight.Remaining, 10))
 	h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
-	if d.Code == checker.OverLimit {
+	if len(soft) > 0 {
+		h.Set("RateLimit-Over-Soft", strings.Join(soft, ", "))
+	}
+	if len(elastic) > 0 {
+		h.Set("RateLimit-Elastic", strings.Join(elastic, ", "))
+	}
+	if d.Code != checker.OK {
 		if wait, never := d.RetryAfter(); !never {
 			h.Set("Retry-After", strconv.FormatInt(max(CeilSeconds(wait), 1), 10))
 		}
