@@ -33,6 +33,9 @@ type Keys interface {
 	DeleteControl(ctx context.Context, id string) (bool, error)
 	Controls() []counters.Control
 	ControlFor(domain string, entries []config.Entry) (counters.Control, bool)
+	SetPool(ctx context.Context, domain, name string, capacity int64) error
+	ResetPool(ctx context.Context, domain, name string) (bool, error)
+	Pools(ctx context.Context) []checker.PoolState
 }
 
 // Admin serves the endpoints over one rule store.
@@ -72,7 +75,67 @@ func (a *Admin) Register(mux *http.ServeMux) {
 		mux.HandleFunc("GET /v1/controls", a.authorized("controls.list", a.listControls))
 		mux.HandleFunc("POST /v1/controls", a.authorized("controls.set", a.setControl))
 		mux.HandleFunc("DELETE /v1/controls/{id}", a.authorized("controls.delete", a.deleteControl))
+		mux.HandleFunc("GET /v1/pools", a.authorized("pools.list", a.listPools))
+		mux.HandleFunc("PUT /v1/pools/{domain}/{name}", a.authorized("pools.set", a.setPool))
+		mux.HandleFunc("DELETE /v1/pools/{domain}/{name}", a.authorized("pools.reset", a.resetPool))
 	}
+}
+
+// PoolsJSON is the body of GET /v1/pools.
+type PoolsJSON struct {
+	Pools []checker.PoolState `json:"pools"`
+}
+
+// PoolRequest is the body of PUT /v1/pools/{domain}/{name}.
+type PoolRequest struct {
+	RequestsPerUnit *int64 `json:"requests_per_unit"`
+}
+
+func (a *Admin) listPools(w http.ResponseWriter, r *http.Request) (string, int) {
+	ps := a.keys.Pools(r.Context())
+	if ps == nil {
+		ps = []checker.PoolState{}
+	}
+	writeJSON(w, http.StatusOK, PoolsJSON{Pools: ps})
+	return fmt.Sprintf("listed %d", len(ps)), http.StatusOK
+}
+
+// setPool sets a pool's capacity for every checker: what an autoscaler
+// or a health signal calls.
+func (a *Admin) setPool(w http.ResponseWriter, r *http.Request) (string, int) {
+	var pr PoolRequest
+	if status, err := a.decode(w, r, &pr); err != nil {
+		return refuse(w, status, err)
+	}
+	if pr.RequestsPerUnit == nil {
+		return refuse(w, http.StatusBadRequest, errors.New("requests_per_unit: required"))
+	}
+	domain, name := r.PathValue("domain"), r.PathValue("name")
+	if err := a.keys.SetPool(r.Context(), domain, name, *pr.RequestsPerUnit); err != nil {
+		if errors.Is(err, checker.ErrNoPool) {
+			return refuse(w, http.StatusNotFound, err)
+		}
+		return refuseKey(w, err)
+	}
+	for _, p := range a.keys.Pools(r.Context()) {
+		if p.Domain == domain && p.Name == name {
+			writeJSON(w, http.StatusOK, p)
+		}
+	}
+	return fmt.Sprintf("pool %s/%s capacity %d", domain, name, *pr.RequestsPerUnit), http.StatusOK
+}
+
+func (a *Admin) resetPool(w http.ResponseWriter, r *http.Request) (string, int) {
+	domain, name := r.PathValue("domain"), r.PathValue("name")
+	had, err := a.keys.ResetPool(r.Context(), domain, name)
+	if err != nil {
+		if errors.Is(err, checker.ErrNoPool) {
+			return refuse(w, http.StatusNotFound, err)
+		}
+		return refuseKey(w, err)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"domain": domain, "name": name, "had_override": had})
+	return fmt.Sprintf("pool %s/%s back to the file's capacity (override was in force: %v)", domain, name, had), http.StatusOK
 }
 
 // KeyJSON is the body of GET /v1/keys: the counter's state and the

@@ -292,3 +292,82 @@ descriptors:
 		t.Fatalf("the audit log leaks a secret:\n%s", log.String())
 	}
 }
+
+// TestPools: PUT sets a pool's capacity (an elastic tenant borrows up to
+// it at once), GET lists capacity and use, DELETE returns it to the
+// file's value; token-protected, audited, errors naming what is wrong.
+func TestPools(t *testing.T) {
+	f, err := config.ParseRules("r.yaml", []byte(`domain: shop
+pools:
+  - name: shared
+    rate_limit: {unit: minute, requests_per_unit: 2}
+descriptors:
+  - key: tenant
+    algorithm: fixed_window
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    throttle: {type: elastic, pool: shared, max_multiplier: 10}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := config.Compile([]*config.File{f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := config.NewStore(set)
+	bus, _ := events.NewMemBus(1, 1<<20)
+	c, err := checker.New(checker.Config{}, store, counters.NewMemStore(), bus, limiter.SystemClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	mux := http.NewServeMux()
+	New(store, nil, "tok", 1<<12, slog.New(slog.NewTextHandler(&log, nil))).WithKeys(c).Register(mux)
+	admitted := func() int {
+		n := 0
+		for range 20 {
+			var d checker.Decision
+			if err := c.Check(context.Background(), &checker.Request{Domain: "shop", Hits: 1, Descriptors: []checker.Descriptor{
+				{Entries: []config.Entry{{Key: "tenant", Value: "acme"}}}}}, &d); err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed() {
+				n++
+			}
+		}
+		return n
+	}
+	if n := admitted(); n != 3 {
+		t.Fatalf("limit 1 and a pool of 2: admitted %d, want 3", n)
+	}
+	steps := []struct {
+		method, path, token, body string
+		code                      int
+		contains                  string
+	}{
+		{"PUT", "/v1/pools/shop/shared", "", `{"requests_per_unit": 5}`, 401, "bearer token"},
+		{"PUT", "/v1/pools/shop/nope", "tok", `{"requests_per_unit": 5}`, 404, `no pool \"nope\"`},
+		{"PUT", "/v1/pools/shop/shared", "tok", `{"requests_per_unit": 0}`, 400, "requests_per_unit"},
+		{"PUT", "/v1/pools/shop/shared", "tok", `{}`, 400, "requests_per_unit: required"},
+		{"PUT", "/v1/pools/shop/shared", "tok", `{"requests_per_unit": 5}`, 200, `"capacity":5`},
+		{"GET", "/v1/pools", "tok", "", 200, `"file_capacity":2,"override":true`},
+	}
+	for i, s := range steps {
+		rec := send(mux, s.method, s.path, s.token, s.body)
+		if rec.Code != s.code || !strings.Contains(rec.Body.String(), s.contains) {
+			t.Fatalf("step %d %s %s: got %d %s, want %d containing %q", i, s.method, s.path, rec.Code, rec.Body, s.code, s.contains)
+		}
+	}
+	if n := admitted(); n != 3 {
+		t.Fatalf("pool raised to 5 (2 used): admitted %d more, want 3", n)
+	}
+	if rec := send(mux, "DELETE", "/v1/pools/shop/shared", "tok", ""); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"had_override":true`) {
+		t.Fatalf("delete: %d %s", rec.Code, rec.Body)
+	}
+	if rec := send(mux, "GET", "/v1/pools", "tok", ""); !strings.Contains(rec.Body.String(), `"capacity":2,"file_capacity":2,"override":false`) {
+		t.Fatalf("after delete: %s", rec.Body)
+	}
+	if !strings.Contains(log.String(), "action=pools.set") || !strings.Contains(log.String(), "action=pools.reset") {
+		t.Fatalf("not audited:\n%s", log.String())
+	}
+}
