@@ -249,7 +249,27 @@ func EnsureTopic(ctx context.Context, sec Security, brokers []string, topic stri
 	if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
 		return fmt.Errorf("events: create topic %s: %w", topic, err)
 	}
-	return nil
+	// A topic just created has no partition leaders for a moment; a
+	// consumer group joined then gets no partitions at all, and a writer
+	// caches the topic as missing. Wait (up to 5 s) until every partition
+	// has a leader.
+	give := time.Now().Add(5 * time.Second)
+	for wait := 20 * time.Millisecond; time.Now().Before(give); wait = min(2*wait, 500*time.Millisecond) {
+		ps, err := conn.ReadPartitions(topic)
+		ready := err == nil && len(ps) > 0
+		for _, p := range ps {
+			ready = ready && p.Leader.Host != ""
+		}
+		if ready {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("events: topic %s has no partition leaders yet: %w", topic, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+	return nil // kafka-go retries from here
 }
 
 // Produce implements [Producer]. A delta that can never be delivered

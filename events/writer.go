@@ -61,6 +61,10 @@ func NewKafkaWriter(cfg WriterConfig) (*KafkaWriter, error) {
 	if cfg.Partitions < 1 || cfg.ReplicationFactor < 1 {
 		return nil, fmt.Errorf("events: partitions %d and replication factor %d must be >= 1", cfg.Partitions, cfg.ReplicationFactor)
 	}
+	tr := cfg.Security.transport()
+	// a topic's metadata is cached this long, a missing topic's too: short,
+	// so that a topic another process just created is found soon
+	tr.MetadataTTL = 500 * time.Millisecond
 	return &KafkaWriter{cfg: cfg, w: &kafka.Writer{
 		Addr:            kafka.TCP(cfg.Brokers...),
 		Topic:           cfg.Topic,
@@ -75,7 +79,7 @@ func NewKafkaWriter(cfg WriterConfig) (*KafkaWriter, error) {
 		MaxAttempts:     3,
 		WriteBackoffMin: 50 * time.Millisecond,
 		WriteBackoffMax: 500 * time.Millisecond,
-		Transport:       cfg.Security.transport(),
+		Transport:       tr,
 	}}, nil
 }
 
@@ -98,10 +102,24 @@ func (k *KafkaWriter) Publish(ctx context.Context, msgs []Message) error {
 	if err := k.ensure(ctx); err != nil {
 		return err
 	}
-	if err := k.w.WriteMessages(ctx, km...); err != nil {
-		return fmt.Errorf("events: write %d records to %s: %w", len(km), k.cfg.Topic, err)
+	// A topic just created is unknown to the brokers' metadata for a
+	// moment: that answer is retried for up to 5 s.
+	var err error
+	for wait, waited := 50*time.Millisecond, time.Duration(0); ; wait *= 2 {
+		if err = k.w.WriteMessages(ctx, km...); err == nil {
+			return nil
+		}
+		if !errors.Is(err, kafka.UnknownTopicOrPartition) && !errors.Is(err, kafka.LeaderNotAvailable) || waited >= 5*time.Second {
+			break
+		}
+		select {
+		case <-time.After(wait):
+			waited += wait
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	return nil
+	return fmt.Errorf("events: write %d records to %s: %w", len(km), k.cfg.Topic, err)
 }
 
 func (k *KafkaWriter) ensure(ctx context.Context) error {

@@ -19,6 +19,7 @@ import (
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/deferred"
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/admin"
 	"github.com/velvetrope/velvetrope/internal/analytics"
@@ -131,9 +132,11 @@ func devModule(app config.App, logger *slog.Logger) fx.Option {
 			newDevChecker,
 			newDecisionCounter,
 			newRLS,
+			newDevDeferred,
+			newDevDrain,
 			newDevHTTP,
 		),
-		fx.Invoke(watchRules, runEmbeddedAggregator, expireCounters),
+		fx.Invoke(watchRules, runEmbeddedAggregator, expireCounters, startDrain),
 	)
 }
 
@@ -235,8 +238,10 @@ func watchRules(lc fx.Lifecycle, app config.App, store *config.Store, logger *sl
 }
 
 func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
-	rules *config.Store, usage *sink.Memory, logger *slog.Logger) (*httpapi.Server, error) {
-	return newCheckerHTTP(lc, app, c, n, rs, rules, logger, nil, analytics.New(usage, "", logger), nil)
+	rules *config.Store, usage *sink.Memory, logger *slog.Logger, dd devDeferred, store *counters.MemStore,
+	drain *deferred.Drain) (*httpapi.Server, error) {
+	return newCheckerHTTP(lc, app, c, n, rs, rules, logger, nil, analytics.New(usage, "", logger), nil,
+		newQueue(dd.topic, store, app), store, drain)
 }
 
 // newDevUsage is dev's analytics store: usage in memory for a day, fed by
@@ -258,18 +263,24 @@ func newDecisionCounter(rules *config.Store) *decisions.Counter { return decisio
 // checker): the check API, Envoy's /json, admin, metrics and health.
 // prod is nil in dev (no spill file); ready nil means always ready.
 func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
-	rules *config.Store, logger *slog.Logger, prod *events.KafkaProducer, an *analytics.Handler, ready func() error) (*httpapi.Server, error) {
+	rules *config.Store, logger *slog.Logger, prod *events.KafkaProducer, an *analytics.Handler, ready func() error,
+	q *deferred.Queue, tickets counters.Tickets, drain *deferred.Drain) (*httpapi.Server, error) {
 	mux := http.NewServeMux()
 	an.WithAccess(analytics.Access{Token: app.Analytics.Token, MaxWindow: app.Analytics.MaxWindow,
 		MaxConcurrent: app.Analytics.MaxConcurrent}).Register(mux)
 	dashboard.Register(mux)
-	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes, logx.New(logger, 10*time.Second), n))
+	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes, logx.New(logger, 10*time.Second), n, httpapi.WithQueue(q)))
+	mux.Handle("GET /v1/deferred/{ticket}", httpapi.TicketHandler(tickets))
 	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
 	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).WithKeys(c).Register(mux)
 	reg := metrics.New()
 	processMetrics(reg)
 	checkerMetrics(reg, c, prod)
 	rlsMetrics(reg, rs)
+	queueMetrics(reg, q)
+	if drain != nil {
+		drainMetrics(reg, drain)
+	}
 	n.Register(reg)
 	mux.Handle("GET /metrics", reg)
 	httpapi.Health(mux, ready)

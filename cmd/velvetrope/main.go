@@ -18,6 +18,9 @@ Usage:
   velvetrope aggregator [--http ADDR] [--config FILE]
                                    apply consumption deltas from Kafka to the Redis counters,
                                    and usage to ClickHouse when VELVETROPE_CLICKHOUSE_ADDR is set
+  velvetrope drain [--rules PATH] [--http ADDR] [--config FILE]
+                                   release deferred requests (kafka.deferred_topic) when their key
+                                   has budget, and deliver them to their rule's defer.target
   velvetrope check --domain D --descriptor k=v[,k2=v2] [--descriptor ...] [--hits N] [--addr HOST:PORT]
                                    ask a running velvetrope (gRPC); exit 0 allow, 2 deny, 1 error
   velvetrope top [--window 1h] [--domain D] [--rule ID] [--limit 10] [--addr HOST:PORT] [--json]
@@ -52,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runChecker(args[1:], stdout, stderr)
 	case "aggregator":
 		return runAggregator(args[1:], stdout, stderr)
+	case "drain":
+		return runDrain(args[1:], stdout, stderr)
 	case "rules":
 		return runRules(args[1:], stdout, stderr)
 	case "check":

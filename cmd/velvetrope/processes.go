@@ -127,6 +127,7 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 			newRedis,
 			newCounters,
 			newKafkaProducer,
+			newDeferredWriter,
 			func(lc fx.Lifecycle, app config.App, logger *slog.Logger, rules *config.Store, store *counters.Redis,
 				prod *events.KafkaProducer) (*checker.Checker, error) {
 				c, err := checker.New(checkerConfig(app, logger), rules, store, prod, limiter.SystemClock{})
@@ -141,7 +142,7 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 			newAnalyticsReader,
 			func(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
 				rc redis.UniversalClient, prod *events.KafkaProducer, rules *config.Store, an *sink.ClickHouse,
-				logger *slog.Logger) (*httpapi.Server, error) {
+				logger *slog.Logger, dw *events.KafkaWriter, store *counters.Redis) (*httpapi.Server, error) {
 				h := analytics.New(nil, "analytics are off: set clickhouse.addr (VELVETROPE_CLICKHOUSE_ADDR) on the checker", logger)
 				if an != nil {
 					h = analytics.New(an, "", logger)
@@ -153,7 +154,7 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 					ctx, cancel := context.WithTimeout(context.Background(), app.Checker.StoreTimeout)
 					defer cancel()
 					return rc.Ping(ctx).Err()
-				})
+				}, newQueue(dw, store, app), store, nil)
 			},
 		),
 		fx.Invoke(watchRules),

@@ -126,7 +126,7 @@ func TestProcessesNeedTheirBackends(t *testing.T) {
 	app := config.DefaultApp()
 	app.HTTP.Addr = "127.0.0.1:0"
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	for name, mod := range map[string]func(config.App, *slog.Logger) fx.Option{"checker": checkerModule, "aggregator": aggregatorModule} {
+	for name, mod := range map[string]func(config.App, *slog.Logger) fx.Option{"checker": checkerModule, "aggregator": aggregatorModule, "drain": drainModule} {
 		var srv *httpapi.Server
 		a := fx.New(mod(app, quiet), fx.Populate(&srv))
 		if err := a.Err(); err == nil || !strings.Contains(err.Error(), "VELVETROPE_REDIS_ADDRS") {

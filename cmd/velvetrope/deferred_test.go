@@ -1,0 +1,229 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+
+	"github.com/velvetrope/velvetrope/internal/httpapi"
+	"github.com/velvetrope/velvetrope/internal/testsvc"
+)
+
+// recorder is an HTTP target that records each delivery's arrival.
+type recorder struct {
+	mu   sync.Mutex
+	keys []string
+	at   []time.Time
+}
+
+func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	_, _ = io.Copy(io.Discard, req.Body)
+	r.mu.Lock()
+	r.keys, r.at = append(r.keys, req.Header.Get("Idempotency-Key")), append(r.at, time.Now())
+	r.mu.Unlock()
+	w.WriteHeader(http.StatusCreated)
+}
+
+func (r *recorder) snapshot() ([]string, []time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.keys...), append([]time.Time(nil), r.at...)
+}
+
+// TestDeferredThroughTheProcesses: the checker, the aggregator and a
+// drain on the real Redis and Kafka. 150 quick requests for one key of a
+// 10/s defer rule: about 10 allowed, the rest deferred with tickets; the
+// drain releases them at the limit (no aligned second gets more than 10)
+// and the target receives each ticket exactly once; the whole set takes
+// at least deferred / 10 seconds; every ticket reads delivered. Midway
+// the drain is stopped and another started: nothing is lost, and a
+// repeat only ever carries an already-seen key.
+func TestDeferredThroughTheProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 15 s end-to-end run")
+	}
+	target := &recorder{}
+	ts := httptest.NewServer(target)
+	defer ts.Close()
+	dir := t.TempDir()
+	rules := fmt.Sprintf(`domain: shop
+descriptors:
+  - key: user_id
+    rate_limit: {unit: second, requests_per_unit: 10}
+    algorithm: fixed_window
+    on_exceed: defer
+    defer: {target: %q, max_age: 2m, max_attempts: 5}
+`, ts.URL)
+	if err := os.WriteFile(filepath.Join(dir, "shop.yaml"), []byte(rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	app := realApp(t)
+	app.Rules = []string{dir}
+	app.Kafka.DeferredTopic = testsvc.Unique("dfr")
+	app.Deferred.Group = testsvc.Unique("drain")
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	aggApp := fxtest.New(t, aggregatorModule(app, quiet))
+	aggApp.RequireStart()
+	defer aggApp.RequireStop()
+	var chk *httpapi.Server
+	chkApp := fxtest.New(t, checkerModule(app, quiet), fx.Populate(&chk))
+	chkApp.RequireStart()
+	defer chkApp.RequireStop()
+	startDrainApp := func(n int) (*fxtest.App, *httpapi.Server) {
+		a := app
+		a.InstanceID = fmt.Sprintf("%s-%d", app.InstanceID, n)
+		var srv *httpapi.Server
+		d := fxtest.New(t, drainModule(a, quiet), fx.Populate(&srv))
+		d.RequireStart()
+		return d, srv
+	}
+	drain1, d1 := startDrainApp(1)
+	// the drain is ready once it is a member of its group
+	waitReady(t, "http://"+d1.Addr()+"/readyz")
+
+	start := time.Now()
+	var tickets []string
+	var mu sync.Mutex
+	allowed := 0
+	var wg sync.WaitGroup
+	errs := make(chan error, 150)
+	for w := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < 150; i += 10 {
+				body := fmt.Sprintf(`{"domain":"shop","descriptors":[{"entries":[{"key":"user_id","value":"u1"}]}],"payload":{"path":"/orders/%d","body":"{}"}}`, i)
+				resp, err := http.Post("http://"+chk.Addr()+"/v1/check", "application/json", strings.NewReader(body))
+				if err != nil {
+					errs <- err
+					return
+				}
+				var out httpapi.CheckResponse
+				err = json.NewDecoder(resp.Body).Decode(&out)
+				resp.Body.Close()
+				mu.Lock()
+				switch {
+				case err != nil:
+					errs <- err
+				case out.Decision == "allow":
+					allowed++
+				case out.Decision == "defer":
+					tickets = append(tickets, out.Ticket)
+				default:
+					errs <- fmt.Errorf("request %d: %+v", i, out)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// live requests and releases share the budget: at most 10 a second
+	sent := time.Since(start)
+	if allowed < 10 || allowed > 10*(int(sent/time.Second)+2) || len(tickets)+allowed != 150 {
+		t.Fatalf("allowed %d, deferred %d in %v", allowed, len(tickets), sent)
+	}
+	// stop the first drain midway, start another
+	waitFor(t, 20*time.Second, func() bool {
+		k, _ := target.snapshot()
+		if len(k) < 30 && time.Since(start) > 15*time.Second {
+			r, _ := http.Get("http://" + d1.Addr() + "/metrics")
+			b, _ := io.ReadAll(r.Body)
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(l, "velvetrope_drain") {
+					t.Log(l)
+				}
+			}
+		}
+		return len(k) >= 30
+	})
+	drain1.RequireStop()
+	drain2, _ := startDrainApp(2)
+	defer drain2.RequireStop()
+	waitFor(t, 90*time.Second, func() bool {
+		k, _ := target.snapshot()
+		seen := map[string]bool{}
+		for _, x := range k {
+			seen[x] = true
+		}
+		return len(seen) >= len(tickets)
+	})
+	keys, at := target.snapshot()
+	want := map[string]bool{}
+	for _, tk := range tickets {
+		want[tk] = true
+	}
+	count := map[string]int{}
+	perSecond := map[int64]int{}
+	for i, k := range keys {
+		if !want[k] {
+			t.Fatalf("delivery %d carries %q, not a ticket of ours", i, k)
+		}
+		count[k]++
+		perSecond[at[i].Unix()]++
+	}
+	repeats := 0
+	for _, n := range count {
+		repeats += n - 1
+	}
+	for s, n := range perSecond {
+		if n > 10 {
+			t.Fatalf("second %d got %d deliveries (limit 10)", s-start.Unix(), n)
+		}
+	}
+	if took, least := at[len(at)-1].Sub(start), time.Duration(len(tickets)/10-1)*time.Second; took < least {
+		t.Fatalf("%d deferred at 10/s took %v, want at least %v", len(tickets), took, least)
+	}
+	for _, tk := range []string{tickets[0], tickets[len(tickets)-1]} {
+		resp, err := http.Get("http://" + chk.Addr() + "/v1/deferred/" + tk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st httpapi.TicketJSON
+		_ = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if st.State != "delivered" || st.DeliveredAt == nil || st.Attempts < 1 {
+			t.Fatalf("ticket %s: %+v", tk, st)
+		}
+	}
+	t.Logf("sent in %v: allowed %d, deferred %d, delivered %d tickets in %v (%d repeats across the drain restart); per second %v",
+		sent.Round(time.Millisecond), allowed, len(tickets), len(count), at[len(at)-1].Sub(start).Round(time.Millisecond), repeats, perSecond)
+}
+
+func waitFor(t *testing.T, d time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v", d)
+		}
+		time.Sleep(50 * time.Millisecond) // integration test: the real drain works in real time
+	}
+}
+
+func waitReady(t *testing.T, url string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, func() bool {
+		r, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == 200
+	})
+}

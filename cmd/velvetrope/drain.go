@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+
+	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/deferred"
+	"github.com/velvetrope/velvetrope/events"
+	"github.com/velvetrope/velvetrope/internal/httpapi"
+	"github.com/velvetrope/velvetrope/internal/metrics"
+	"github.com/velvetrope/velvetrope/limiter"
+)
+
+// runDrain implements `velvetrope drain`: the deferred topic's consumer
+// group, releasing each key's items when it has budget and delivering
+// them to their rule's target.
+func runDrain(args []string, stdout, stderr io.Writer) int {
+	return runProcess("drain", args, stdout, stderr, drainModule, func(w io.Writer, addr, _ string) {
+		fmt.Fprintf(w, "velvetrope drain: serving metrics on http://%s/metrics\n", addr)
+	})
+}
+
+// deadLetterTopic is where a deferred topic's items go when they fail for
+// good.
+func deadLetterTopic(app config.App) string { return app.Kafka.DeferredTopic + ".dlq" }
+
+// newDeferredWriter is the deferred topic's writer (the checker appends
+// items; a drain writes nothing there).
+func newDeferredWriter(lc fx.Lifecycle, app config.App) (*events.KafkaWriter, error) {
+	return kafkaWriter(lc, app, app.Kafka.DeferredTopic)
+}
+
+func kafkaWriter(lc fx.Lifecycle, app config.App, topic string) (*events.KafkaWriter, error) {
+	if err := requireKafka(app); err != nil {
+		return nil, err
+	}
+	sec, err := kafkaSecurity(app)
+	if err != nil {
+		return nil, err
+	}
+	w, err := events.NewKafkaWriter(events.WriterConfig{Brokers: app.Kafka.Brokers, Topic: topic,
+		Partitions: app.Checker.TopicPartitions, Security: sec})
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.StopHook(w.Close))
+	return w, nil
+}
+
+// newQueue is a checker's deferred queue: items to the deferred topic,
+// ticket states in the counter store.
+func newQueue(pub events.Publisher, tickets counters.Tickets, app config.App) *deferred.Queue {
+	return deferred.NewQueue(pub, tickets, nil, app.Deferred.StateRetention)
+}
+
+// queueMetrics exposes a queue's enqueues.
+func queueMetrics(reg *metrics.Registry, q *deferred.Queue) {
+	reg.Counter("velvetrope_deferred_enqueued_total", "Deferred requests appended to the deferred topic.", func() float64 { return float64(q.Enqueued.Load()) })
+	reg.Counter("velvetrope_deferred_enqueue_errors_total", "Deferred requests the topic or the ticket store refused (answered deny, with defer_error).",
+		func() float64 { return float64(q.EnqueueErrors.Load()) })
+	reg.Counter("velvetrope_deferred_payloads_refused_total", "Deferred requests whose payload was refused (too large or malformed).",
+		func() float64 { return float64(q.Refused.Load()) })
+}
+
+// drainMetrics exposes a drain's work.
+func drainMetrics(reg *metrics.Registry, d *deferred.Drain) {
+	reg.Gauge("velvetrope_drain_queue_depth", "Deferred items this drain holds: waiting for budget or being delivered.",
+		func() float64 { n, _, _ := d.Depth(); return float64(n) })
+	reg.Labeled("velvetrope_drain_queue_age_seconds", "Age of the items held (since enqueued), by quantile.", "gauge", "quantile",
+		func() map[string]float64 {
+			_, p50, p99 := d.Depth()
+			return map[string]float64{"0.5": p50.Seconds(), "0.99": p99.Seconds()}
+		})
+	reg.Counter("velvetrope_drain_records_total", "Records read from the deferred topic.", func() float64 { return float64(d.Fetched.Load()) })
+	reg.Counter("velvetrope_drain_releases_total", "Items the counters admitted again (each charged once).", func() float64 { return float64(d.Releases.Load()) })
+	reg.Counter("velvetrope_drain_release_waits_total", "Release decisions that said not yet.", func() float64 { return float64(d.Waits.Load()) })
+	reg.Counter("velvetrope_drain_deliveries_total", "Items the target accepted (2xx).", func() float64 { return float64(d.Deliveries.Load()) })
+	reg.Counter("velvetrope_drain_retries_total", "Delivery attempts that failed and were tried again.", func() float64 { return float64(d.Retries.Load()) })
+	reg.Counter("velvetrope_drain_duplicates_total", "Records of tickets already finished (re-read after a crash or rebalance), not delivered again.",
+		func() float64 { return float64(d.Duplicates.Load()) })
+	reg.Counter("velvetrope_drain_store_errors_total", "Release decisions or ticket writes the counter store failed.", func() float64 { return float64(d.StoreErrors.Load()) })
+	reg.Counter("velvetrope_drain_commit_errors_total", "Offset commits that failed (retried).", func() float64 { return float64(d.CommitErrs.Load()) })
+	reg.Labeled("velvetrope_drain_dead_letters_total", "Items set aside on the dead-letter topic, by reason.", "counter", "reason",
+		func() map[string]float64 {
+			out := map[string]float64{}
+			for k, v := range d.DeadLetters() {
+				out[k] = float64(v)
+			}
+			return out
+		})
+}
+
+// drainConfig maps the application config onto a drain's.
+func drainConfig(app config.App, logger *slog.Logger) deferred.DrainConfig {
+	df := app.Deferred
+	return deferred.DrainConfig{Workers: df.Workers, MaxInFlight: df.MaxInFlight, DeliveryTimeout: df.DeliveryTimeout,
+		BackoffMin: df.BackoffMin, BackoffMax: df.BackoffMax, Retention: df.StateRetention, Logger: logger}
+}
+
+// startDrain runs d for the process's life.
+func startDrain(lc fx.Lifecycle, d *deferred.Drain, logger *slog.Logger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			go func() {
+				defer close(done)
+				if err := d.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+					logger.Error("drain stopped", "error", err)
+				}
+			}()
+			return nil
+		},
+		OnStop: func(sctx context.Context) error {
+			cancel()
+			select {
+			case <-done:
+				return nil
+			case <-sctx.Done():
+				return sctx.Err()
+			}
+		},
+	})
+}
+
+// drainModule wires `velvetrope drain`: its own checker (its releases are
+// decisions on the shared counters, emitted like any checker's), the
+// deferred topic's consumer group and the dead-letter writer.
+func drainModule(app config.App, logger *slog.Logger) fx.Option {
+	return fx.Options(
+		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
+		fx.Supply(app, logger),
+		fx.Provide(
+			newRuleStore,
+			newRedis,
+			newCounters,
+			newKafkaProducer,
+			func(lc fx.Lifecycle, app config.App, logger *slog.Logger, rules *config.Store, store *counters.Redis,
+				prod *events.KafkaProducer) (*checker.Checker, error) {
+				cfg := checkerConfig(app, logger)
+				cfg.InstanceName = app.InstanceID + "-drain"
+				c, err := checker.New(cfg, rules, store, prod, limiter.SystemClock{})
+				if err != nil {
+					return nil, err
+				}
+				lc.Append(fx.StartStopHook(c.Start, c.Stop))
+				return c, nil
+			},
+			func(lc fx.Lifecycle, app config.App, logger *slog.Logger, rules *config.Store, store *counters.Redis,
+				c *checker.Checker) (*deferred.Drain, *events.KafkaConsumer, error) {
+				sec, err := kafkaSecurity(app)
+				if err != nil {
+					return nil, nil, err
+				}
+				// the topic exists before the group joins it, so that the
+				// first items are not missed while kafka-go waits for it
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err = events.EnsureTopic(ctx, sec, app.Kafka.Brokers, app.Kafka.DeferredTopic, app.Checker.TopicPartitions, 1)
+				cancel()
+				if err != nil {
+					return nil, nil, err
+				}
+				cons, err := events.NewKafkaConsumer(events.KafkaConsumerConfig{Brokers: app.Kafka.Brokers,
+					Topic: app.Kafka.DeferredTopic, Group: app.Deferred.Group, Security: sec})
+				if err != nil {
+					return nil, nil, err
+				}
+				dlq, err := kafkaWriter(lc, app, deadLetterTopic(app))
+				if err != nil {
+					return nil, nil, err
+				}
+				cfg := drainConfig(app, logger)
+				cfg.Consumer, cfg.DeadLetters, cfg.Checker, cfg.Rules, cfg.Tickets = cons, dlq, c, rules.Load, store
+				d, err := deferred.NewDrain(cfg)
+				if err != nil {
+					return nil, nil, err
+				}
+				lc.Append(fx.StopHook(func(ctx context.Context) error { return cons.Close(ctx) }))
+				return d, cons, nil
+			},
+			func(lc fx.Lifecycle, app config.App, c *checker.Checker, d *deferred.Drain, cons *events.KafkaConsumer,
+				prod *events.KafkaProducer) (*httpapi.Server, error) {
+				mux := http.NewServeMux()
+				reg := metrics.New()
+				processMetrics(reg)
+				drainMetrics(reg, d)
+				checkerMetrics(reg, c, prod)
+				reg.Gauge("velvetrope_drain_consumer_lag", "Records the drain's consumer is behind the deferred topic's end.",
+					func() float64 { return float64(cons.Lag()) })
+				mux.Handle("GET /metrics", reg)
+				httpapi.Health(mux, func() error {
+					if err := c.StoreReady(); err != nil {
+						return err
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					defer cancel()
+					member, state, err := cons.Membership(ctx)
+					switch {
+					case err != nil:
+						return err
+					case !member:
+						return fmt.Errorf("not (yet) a member of consumer group %s (group state %s)", app.Deferred.Group, state)
+					}
+					return nil
+				})
+				return newHTTPServer(lc, app, mux, 10*time.Second)
+			},
+		),
+		fx.Invoke(watchRules, startDrain),
+	)
+}
+
+// devDeferred is dev's deferred topic and dead letters: in-memory buses.
+type devDeferred struct {
+	topic, dead *events.MemBus
+}
+
+func newDevDeferred(lc fx.Lifecycle) (devDeferred, error) {
+	topic, err := events.NewMemBus(16, 1<<20)
+	if err != nil {
+		return devDeferred{}, err
+	}
+	// dead letters nobody consumes in dev: bounded, and the drain waits
+	// (holding its items) if it ever fills
+	dead, err := events.NewMemBus(1, 1<<16)
+	if err != nil {
+		return devDeferred{}, err
+	}
+	lc.Append(fx.StopHook(func(ctx context.Context) error { _ = topic.Close(ctx); return dead.Close(ctx) }))
+	return devDeferred{topic: topic, dead: dead}, nil
+}
+
+// newDevDrain is dev's drain, over dev's own checker and buses.
+func newDevDrain(app config.App, logger *slog.Logger, dd devDeferred, c *checker.Checker, rules *config.Store,
+	store *counters.MemStore) (*deferred.Drain, error) {
+	cfg := drainConfig(app, logger)
+	cfg.Consumer, cfg.DeadLetters, cfg.Checker, cfg.Rules, cfg.Tickets = dd.topic, dd.dead, c, rules.Load, store
+	return deferred.NewDrain(cfg)
+}
