@@ -56,7 +56,29 @@ type Options struct {
 	Bounds checker.Bounds
 	// Logger receives decision failures, at most one line per second.
 	Logger *slog.Logger
+
+	// Queue, when set, queues the requests an `on_exceed: defer` rule
+	// defers: the request — method, path and query, headers less the
+	// hop-by-hop ones and SensitiveHeaders, a body of at most MaxDeferBody
+	// bytes — becomes the item's payload, and the answer is 202 Accepted
+	// with Location: DeferredPath + ticket. Without it a deferred request
+	// is 429, as it always is over a Remote velvetrope (Envoy's API has no
+	// defer: it answers OVER_LIMIT).
+	Queue httpapi.Enqueuer
+	// SensitiveHeaders are left out of a deferred request besides the
+	// hop-by-hop ones (nil: DefaultSensitiveHeaders; empty: none).
+	SensitiveHeaders []string
+	// MaxDeferBody bounds a deferred request's body (0: 64 KiB); a larger
+	// one is answered 413. The rule's max_payload_bytes bounds it too.
+	MaxDeferBody int64
+	// DeferredPath prefixes the ticket in Location (default
+	// "/v1/deferred/", where a velvetrope checker serves its state).
+	DeferredPath string
 }
+
+// DefaultSensitiveHeaders are the credentials a deferred request does not
+// carry into the deferred topic unless Options.SensitiveHeaders says so.
+var DefaultSensitiveHeaders = []string{"Authorization", "Cookie", "Proxy-Authorization", "X-Api-Key"}
 
 // Limiter is the middleware.
 type Limiter struct {
@@ -97,6 +119,15 @@ func New(c Checker, opts Options) (*Limiter, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.SensitiveHeaders == nil {
+		opts.SensitiveHeaders = DefaultSensitiveHeaders
+	}
+	if opts.MaxDeferBody <= 0 {
+		opts.MaxDeferBody = 64 << 10
+	}
+	if opts.DeferredPath == "" {
+		opts.DeferredPath = "/v1/deferred/"
 	}
 	l := &Limiter{c: c, opts: opts, log: logx.New(opts.Logger, time.Second)}
 	if opts.FailOpen {
@@ -144,6 +175,9 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 				return
 			}
 			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		if cl.d.Code == checker.Deferred && l.deferRequest(w, r, cl) {
 			return
 		}
 		httpapi.SetHeaders(w.Header(), &cl.d)

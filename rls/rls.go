@@ -122,7 +122,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if !known {
 		return resp, nil
 	}
-	if w.d.Code == checker.OverLimit {
+	if w.d.Code != checker.OK { // a defer is OVER_LIMIT: Envoy has no such answer
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	limits := make([]rlsv3.RateLimitResponse_RateLimit, len(w.d.Statuses))
@@ -163,7 +163,7 @@ func (s *Server) decide(ctx context.Context, w *work, rs *config.RuleSet) (known
 	if s.opts.Decisions != nil {
 		s.opts.Decisions.Observe(&w.d)
 	}
-	if w.d.Code == checker.OverLimit {
+	if w.d.Code != checker.OK {
 		s.Stats.OverLimit.Add(1)
 	} else {
 		s.Stats.OK.Add(1)
@@ -304,7 +304,7 @@ type statusView struct {
 
 func view(st *checker.Status) statusView {
 	v := statusView{code: rlsv3.RateLimitResponse_OK}
-	if st.Code == checker.OverLimit {
+	if st.Code != checker.OK {
 		v.code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	r := st.Rule

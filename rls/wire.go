@@ -329,7 +329,7 @@ func alias(b []byte) string {
 // every descriptor OK with no limit).
 func (w *work) appendAnswer(b []byte, known, withHeaders bool) []byte {
 	overall := rlsv3.RateLimitResponse_OK
-	if known && w.d.Code == checker.OverLimit {
+	if known && w.d.Code != checker.OK { // a defer is OVER_LIMIT: Envoy has no such answer
 		overall = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	b = protowire.AppendTag(b, 1, protowire.VarintType)

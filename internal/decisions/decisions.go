@@ -28,18 +28,27 @@ type Counter struct {
 
 	mu        sync.RWMutex
 	overrides map[series]*counts     // override decisions (guarded by mu)
-	retired   map[series]*[4]uint64  // counts of rules no longer live (guarded by mu)
+	retired   map[series]*[nOutcomes]uint64  // counts of rules no longer live (guarded by mu)
 	live      func() *config.RuleSet // set by New, read-only after
 }
 
 type counts struct {
-	allowed, denied, shadowed, degraded atomic.Uint64
+	allowed, denied, shadowed, degraded, deferred, elastic, overSoft atomic.Uint64
 }
+
+// outcomes are the decision label's values, in counts' order; elastic and
+// over_soft are allowed decisions (counted in allow too) that borrowed
+// from a pool or went over a soft limit.
+var outcomes = []string{"allow", "deny", "shadow_deny", "degraded", "defer", "elastic", "over_soft"}
+
+const nOutcomes = 7
 
 func (n *counts) observe(st *checker.Status) {
 	switch {
 	case st.Code == checker.OverLimit:
 		n.denied.Add(1)
+	case st.Code == checker.Deferred:
+		n.deferred.Add(1)
 	case st.Shadowed:
 		n.shadowed.Add(1)
 	default:
@@ -48,10 +57,17 @@ func (n *counts) observe(st *checker.Status) {
 	if st.Degraded {
 		n.degraded.Add(1)
 	}
+	if st.Elastic {
+		n.elastic.Add(1)
+	}
+	if st.OverSoft {
+		n.overSoft.Add(1)
+	}
 }
 
-func (n *counts) load() [4]uint64 {
-	return [4]uint64{n.allowed.Load(), n.denied.Load(), n.shadowed.Load(), n.degraded.Load()}
+func (n *counts) load() [nOutcomes]uint64 {
+	return [nOutcomes]uint64{n.allowed.Load(), n.denied.Load(), n.shadowed.Load(), n.degraded.Load(), n.deferred.Load(),
+		n.elastic.Load(), n.overSoft.Load()}
 }
 
 // New returns a Counter that, at each scrape, forgets the rules that are no
@@ -126,11 +142,11 @@ func (c *Counter) prune(rs *config.RuleSet) {
 		}
 		c.rules.Delete(r)
 		if c.retired == nil {
-			c.retired = map[series]*[4]uint64{}
+			c.retired = map[series]*[nOutcomes]uint64{}
 		}
 		t := c.retired[seriesOf(r)]
 		if t == nil {
-			t = new([4]uint64)
+			t = new([nOutcomes]uint64)
 			c.retired[seriesOf(r)] = t
 		}
 		for i, x := range v.(*counts).load() {
@@ -141,16 +157,17 @@ func (c *Counter) prune(rs *config.RuleSet) {
 }
 
 // Samples reports velvetrope_decisions_total series: labels domain, rule,
-// mode, override, decision (allow, deny, shadow_deny, degraded).
+// mode, override, decision (allow, deny, shadow_deny, degraded, defer,
+// elastic, over_soft).
 func (c *Counter) Samples() []metrics.Sample {
 	if c.live != nil {
 		c.prune(c.live())
 	}
-	sum := map[series]*[4]uint64{}
-	add := func(k series, v [4]uint64) {
+	sum := map[series]*[nOutcomes]uint64{}
+	add := func(k series, v [nOutcomes]uint64) {
 		t := sum[k]
 		if t == nil {
-			t = new([4]uint64)
+			t = new([nOutcomes]uint64)
 			sum[k] = t
 		}
 		for i := range v {
@@ -185,7 +202,7 @@ func (c *Counter) Samples() []metrics.Sample {
 		if k.override {
 			ov = "true"
 		}
-		for i, name := range []string{"allow", "deny", "shadow_deny", "degraded"} {
+		for i, name := range outcomes {
 			out = append(out, metrics.Sample{Labels: []string{k.domain, k.rule, k.mode, ov, name}, Value: float64(sum[k][i])})
 		}
 	}
@@ -195,7 +212,8 @@ func (c *Counter) Samples() []metrics.Sample {
 // Register exposes the counter as velvetrope_decisions_total.
 func (c *Counter) Register(reg *metrics.Registry) {
 	reg.Multi("velvetrope_decisions_total", "Descriptor decisions by domain, rule, mode and outcome (allow, deny, "+
-		"shadow_deny: a shadow rule would have refused, degraded: a failure policy decided); override=\"true\" counts "+
+		"shadow_deny: a shadow rule would have refused, degraded: a failure policy decided, defer: deferred to the queue, "+
+		"elastic: allowed by borrowing from a pool, over_soft: allowed over a soft limit); override=\"true\" counts "+
 		"per-request limit overrides under the rule their descriptor matches.", "counter",
 		[]string{"domain", "rule", "mode", "override", "decision"}, c.Samples)
 }

@@ -107,9 +107,9 @@ func TestSeriesBoundedWhateverTheInput(t *testing.T) {
 	for _, s := range samples {
 		series[strings.Join(s.Labels, "|")] += s.Value
 	}
-	// api:ip plain, api:ip override, api:override (no base): 3 × 4 outcomes
-	if len(samples) != 12 {
-		t.Fatalf("got %d samples, want 12: %v", len(samples), series)
+	// api:ip plain, api:ip override, api:override (no base): 3 × 7 outcomes
+	if len(samples) != 3*len(outcomes) {
+		t.Fatalf("got %d samples, want %d: %v", len(samples), 3*len(outcomes), series)
 	}
 	want := map[string]float64{
 		"api|api:ip|async|true|allow":        3000, // each override limit is its own counter: all admitted
@@ -144,4 +144,52 @@ func (o observed) Check(ctx context.Context, req *checker.Request, d *checker.De
 		o.n.Observe(d)
 	}
 	return err
+}
+
+// TestDeferElasticAndSoftCounted: a deferred request counts as defer,
+// an elastic admission over the limit as allow and elastic, a soft one
+// over the base limit as allow and over_soft.
+func TestDeferElasticAndSoftCounted(t *testing.T) {
+	store := testrules.Store(t, `domain: shop
+pools:
+  - name: p
+    rate_limit: {unit: minute, requests_per_unit: 10}
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    algorithm: fixed_window
+    on_exceed: defer
+    defer: {target: "http://t.test"}
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    algorithm: fixed_window
+    throttle: {type: elastic, pool: p, max_multiplier: 2}
+  - key: plan
+    rate_limit: {unit: minute, requests_per_unit: 2}
+    algorithm: fixed_window
+    throttle: {type: soft, overage_percent: 50}
+`)
+	l := testrules.Local(t, store, testrules.NewClock(), 0)
+	n := New(store.Load)
+	c := observed{l, n}
+	for _, key := range []string{"user", "tenant", "plan"} {
+		for range 3 {
+			var d checker.Decision
+			req := &checker.Request{Domain: "shop", Hits: 1, Descriptors: []checker.Descriptor{{Entries: []config.Entry{{Key: key, Value: "a"}}}}}
+			if err := c.Check(context.Background(), req, &d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got := map[string]float64{}
+	for _, s := range n.Samples() {
+		got[s.Labels[1]+"|"+s.Labels[4]] = s.Value
+	}
+	for k, v := range map[string]float64{"shop:user|allow": 1, "shop:user|defer": 2, "shop:user|deny": 0,
+		"shop:tenant|allow": 2, "shop:tenant|elastic": 1, "shop:tenant|deny": 1,
+		"shop:plan|allow": 3, "shop:plan|over_soft": 1, "shop:plan|deny": 0} {
+		if got[k] != v {
+			t.Fatalf("%s = %v, want %v (all %v)", k, got[k], v, got)
+		}
+	}
 }
