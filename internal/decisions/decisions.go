@@ -27,9 +27,9 @@ type Counter struct {
 	rules sync.Map // *config.Rule of a rule set → *counts
 
 	mu        sync.RWMutex
-	overrides map[series]*counts     // override decisions (guarded by mu)
-	retired   map[series]*[nOutcomes]uint64  // counts of rules no longer live (guarded by mu)
-	live      func() *config.RuleSet // set by New, read-only after
+	overrides map[series]*counts            // override decisions (guarded by mu)
+	retired   map[series]*[nOutcomes]uint64 // counts of rules no longer live (guarded by mu)
+	live      func() *config.RuleSet        // set by New, read-only after
 }
 
 type counts struct {
