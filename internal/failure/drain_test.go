@@ -1,0 +1,173 @@
+package failure
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/velvetrope/velvetrope/internal/testsvc"
+)
+
+// arrivals is the HTTP target the drain delivers to.
+type arrivals struct {
+	mu   sync.Mutex
+	keys []string
+	at   []time.Time
+}
+
+func (a *arrivals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	a.mu.Lock()
+	a.keys, a.at = append(a.keys, r.Header.Get("Idempotency-Key")), append(a.at, time.Now())
+	a.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *arrivals) distinct() (n, total int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	seen := map[string]bool{}
+	for _, k := range a.keys {
+		seen[k] = true
+	}
+	return len(seen), len(a.keys)
+}
+
+// TestDrainKilledMidway: a checker defers 120 requests of one key (10/s),
+// a drain delivers part of them and is killed with SIGKILL; a new drain
+// takes over from the committed offsets. Every ticket reaches the target;
+// a repeat only ever carries a ticket's own idempotency key, already
+// seen; no aligned second gets more than the limit, repeats included.
+func TestDrainKilledMidway(t *testing.T) {
+	if os.Getenv(testsvc.EnvKafka) == "" {
+		t.Skip("needs the real Kafka and Redis")
+	}
+	target := &arrivals{}
+	ts := httptest.NewServer(target)
+	defer ts.Close()
+	dir := t.TempDir()
+	rulesPath, cfgPath := filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "app.yaml")
+	rules := fmt.Sprintf(`domain: shop
+descriptors:
+  - key: user_id
+    rate_limit: {unit: second, requests_per_unit: 10}
+    algorithm: fixed_window
+    on_exceed: defer
+    defer: {target: %q, max_age: 5m}
+`, ts.URL)
+	cfg := fmt.Sprintf("kafka: {topic: %s, deferred_topic: %s}\naggregator: {group: %s}\ndeferred: {group: %s}\nchecker: {topic_partitions: 4}\n",
+		testsvc.Unique("deltas"), testsvc.Unique("dfr"), testsvc.Unique("g"), testsvc.Unique("drain"))
+	for path, text := range map[string]string{rulesPath: rules, cfgPath: cfg} {
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := []string{"VELVETROPE_REDIS_ADDRS=" + testsvc.Redis(t), "VELVETROPE_KAFKA_BROKERS=" + testsvc.Kafka(t), "VELVETROPE_GRPC_ADDR="}
+	newProc := func(name, kind string) *proc {
+		return &proc{name: name, kind: kind, addr: freeAddr(t), args: []string{"--config", cfgPath, "--rules", rulesPath},
+			env: append(append([]string(nil), env...), "VELVETROPE_INSTANCE_ID="+testsvc.Unique(name),
+				"VELVETROPE_STATE_DIR="+filepath.Join(dir, name)),
+			log: filepath.Join(dir, name+".log")}
+	}
+	agg, chk, d1, d2 := newProc("agg", "aggregator"), newProc("chk", "checker"), newProc("drain1", "drain"), newProc("drain2", "drain")
+	procs := []*proc{agg, chk, d1, d2}
+	t.Cleanup(func() {
+		for _, p := range procs {
+			p.signal(t, syscall.SIGTERM)
+		}
+		if t.Failed() {
+			for _, p := range procs {
+				t.Logf("%s log (tail):\n%s", p.name, p.tail())
+			}
+		}
+	})
+	for _, p := range procs[:3] {
+		p.start(t)
+	}
+	for _, p := range procs[:3] {
+		p.waitReady(t, 60*time.Second)
+	}
+	start := time.Now()
+	var tickets []string
+	hc := &http.Client{Timeout: 5 * time.Second}
+	for i := range 130 {
+		body := fmt.Sprintf(`{"domain":"shop","descriptors":[{"entries":[{"key":"user_id","value":"u1"}]}],"payload":{"path":"/o/%d"}}`, i)
+		resp, err := hc.Post("http://"+chk.addr+"/v1/check", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct{ Decision, Ticket string }
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if err != nil || out.Decision == "deny" {
+			t.Fatalf("request %d: %+v %v", i, out, err)
+		}
+		if out.Decision == "defer" {
+			tickets = append(tickets, out.Ticket)
+		}
+	}
+	if len(tickets) < 80 {
+		t.Fatalf("only %d of 130 deferred", len(tickets))
+	}
+	// kill the drain once it has delivered some
+	waitUntil(t, 60*time.Second, func() bool { n, _ := target.distinct(); return n >= 30 })
+	d1.signal(t, syscall.SIGKILL)
+	killed, _ := target.distinct()
+	d2.start(t)
+	d2.waitReady(t, 60*time.Second)
+	waitUntil(t, 120*time.Second, func() bool { n, _ := target.distinct(); return n >= len(tickets) })
+	time.Sleep(2 * time.Second) // integration test: let late repeats arrive before counting
+	target.mu.Lock()
+	keys, at := append([]string(nil), target.keys...), append([]time.Time(nil), target.at...)
+	target.mu.Unlock()
+	want := map[string]bool{}
+	for _, tk := range tickets {
+		want[tk] = true
+	}
+	seen := map[string]bool{}
+	perSecond := map[int64]int{}
+	repeats := 0
+	for i, k := range keys {
+		if !want[k] {
+			t.Fatalf("delivery %d carries %q: not one of our tickets", i, k)
+		}
+		if seen[k] {
+			repeats++
+		}
+		seen[k] = true
+		perSecond[at[i].Unix()]++
+	}
+	for s, n := range perSecond {
+		if n > 10 {
+			t.Fatalf("second %d got %d deliveries (limit 10, repeats included)", s-start.Unix(), n)
+		}
+	}
+	if len(seen) != len(tickets) {
+		t.Fatalf("%d of %d tickets delivered", len(seen), len(tickets))
+	}
+	if code, body := chk.get("/v1/deferred/" + tickets[len(tickets)-1]); code != 200 || !strings.Contains(body, `"state":"delivered"`) {
+		t.Fatalf("last ticket: %d %s", code, body)
+	}
+	t.Logf("%d deferred; %d delivered when the drain was killed; all %d delivered after %v with %d repeats",
+		len(tickets), killed, len(seen), at[len(at)-1].Sub(start).Round(time.Millisecond), repeats)
+}
+
+func waitUntil(t *testing.T, d time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v", d)
+		}
+		time.Sleep(50 * time.Millisecond) // integration test: real processes
+	}
+}
