@@ -50,9 +50,17 @@ func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 // rules are charged whatever happens; algorithm rules only while the
 // request stands, and refunded if a later descriptor refuses it. It
 // returns whether the request is refused.
-func (c *Checker) charge(slots []slot, denied bool, now int64) bool {
+func (c *Checker) charge(slots []slot, denied bool, req *Request, now int64) bool {
 	for i := range slots {
 		s := &slots[i]
+		if s.pool && !denied {
+			// the borrowers before it have their answers: the pool pays
+			// what they took above their own limits by those answers
+			c.redecidePool(s, slots, req, now)
+			if !s.allowed && s.need == needMemory && !s.shadowed {
+				denied = true
+			}
+		}
 		if s.need != needSync {
 			continue
 		}
@@ -87,6 +95,10 @@ func (c *Checker) charge(slots []slot, denied bool, now int64) bool {
 			s.allowed, s.charged = s.w.SyncAnswer.Allowed, s.w.SyncAnswer.Allowed || s.w.Charge.ChargeDenied
 		default:
 			s.allowed, s.charged = s.w.Answer.Allowed, s.w.Answer.Allowed || s.w.Charge.ChargeDenied
+			if s.rule.Pool != nil && s.allowed {
+				// borrowing is what the store's count says, not this view
+				s.borrow = s.w.Answer.Total > s.rule.Limit
+			}
 		}
 		if !s.allowed && !s.rule.Shadow {
 			denied = true
@@ -125,6 +137,32 @@ func (c *Checker) charge(slots []slot, denied bool, now int64) bool {
 		}
 	}
 	return true
+}
+
+// redecidePool decides a pool slot again, without any lock held, when
+// its borrowers' store answers changed what they borrow: the pool's shard
+// is locked for the decision alone. A pool no borrower uses any more is
+// left alone.
+func (c *Checker) redecidePool(p *slot, slots []slot, req *Request, now int64) {
+	var cost int64
+	for i := range slots {
+		if s := &slots[i]; s.poolSlot >= 0 && &slots[s.poolSlot] == p && s.borrow && (s.allowed || s.need == needSync) {
+			cost += s.cost
+		}
+	}
+	decided := p.need != needNone
+	switch {
+	case cost == 0:
+		p.cost, p.need, p.allowed = 0, needNone, true
+		return
+	case decided && cost == p.cost:
+		return
+	}
+	p.cost = cost
+	lk := []int{p.sh}
+	c.lock(lk)
+	c.decide(p, req, now)
+	c.unlock(lk)
 }
 
 // admit asks the breaker whether a store call may go out now; probe says

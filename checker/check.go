@@ -124,7 +124,7 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 		c.unlock(locks)
 		// each store call has StoreTimeout (a slow store costs a request
 		// at most that per call, then the failure policy decides)
-		denied = c.charge(slots, denied, now)
+		denied = c.charge(slots, denied, req, now)
 		c.lock(locks)
 		c.applyCharges(slots, now)
 		defer c.releaseWork(slots)

@@ -431,3 +431,55 @@ func TestElasticAndDeferOnBothEngines(t *testing.T) {
 		})
 	}
 }
+
+// TestElasticBorrowingJudgedByTheStore: two checkers on one store, the
+// requests of a tenant alternating between them. Each checker's view of
+// the tenant's own counter lags the other's charges, so the view cannot
+// say which admission goes over the tenant's limit: the store's answer
+// does, and the pool is charged for exactly those. The tenant admits its
+// 5 and the pool's 10; the next tenant only its own 5 (before: 7).
+func TestElasticBorrowingJudgedByTheStore(t *testing.T) {
+	f, err := config.ParseRules("shop.yaml", []byte(elasticRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := config.Compile([]*config.File{f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{}
+	clk.ns.Store(t0)
+	ms := counters.NewMemStore()
+	ms.SetClock(clk)
+	var cs []*checker.Checker
+	for i := range 2 {
+		c, err := checker.New(checker.Config{InstanceName: "c" + strconv.Itoa(i)}, config.NewStore(rs), ms, &applyProducer{store: ms}, clk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	run := func(n int, tenant string) (admitted, borrowed int) {
+		for i := range n {
+			q := req(1, "tenant", tenant)
+			q.Domain = "shop"
+			var d checker.Decision
+			if err := cs[i%2].Check(context.Background(), q, &d); err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed() {
+				admitted++
+				if d.Statuses[0].Elastic {
+					borrowed++
+				}
+			}
+		}
+		return
+	}
+	if a, b := run(40, "a"); a != 15 || b != 10 {
+		t.Fatalf("tenant a: admitted %d, %d borrowed; want 15 and 10", a, b)
+	}
+	if a, b := run(40, "b"); a != 5 || b != 0 {
+		t.Fatalf("tenant b: admitted %d, %d borrowed; want its own 5", a, b)
+	}
+}

@@ -325,3 +325,62 @@ func TestColdStartShareAcrossThreeCheckers(t *testing.T) {
 	}
 	waitTotal(t, fl, "api:loose|loose=shared", window, admitted)
 }
+
+const elasticRules = `domain: api
+pools:
+  - name: shared
+    rate_limit: {unit: day, requests_per_unit: 10}
+descriptors:
+  - key: tenant
+    algorithm: fixed_window
+    rate_limit: {unit: day, requests_per_unit: 5}
+    throttle: {type: elastic, pool: shared, max_multiplier: 3}
+`
+
+// TestElasticPoolAcrossTwoCheckers: on two checkers sharing Redis and
+// Kafka, a tenant with limit 5, a pool of 10 and max_multiplier 3 admits
+// 15 (its own 5 and the whole pool); another tenant then admits only its
+// own 5; raising the pool to 20 on one checker lets the other borrow again
+// within one control poll. The pool's use in the store never passes its
+// capacity (near the limit both are exact by default).
+func TestElasticPoolAcrossTwoCheckers(t *testing.T) {
+	fl := startFleet(t, elasticRules, 2)
+	defer fl.stop()
+	window := dayStart()
+	loadOn := func(cs []*checker.Checker, tenant string, n int) int {
+		admitted := 0
+		for i := range n {
+			var d checker.Decision
+			q := &checker.Request{Domain: "api", Hits: 1,
+				Descriptors: []checker.Descriptor{{Entries: []config.Entry{{Key: "tenant", Value: tenant}}}}}
+			if err := cs[i%len(cs)].Check(context.Background(), q, &d); err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed() {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	if n := loadOn(fl.checkers, "acme", 40); n != 15 {
+		t.Fatalf("acme on two checkers: admitted %d, want 15 (5 + the pool's 10)", n)
+	}
+	if n := loadOn(fl.checkers, "globex", 40); n != 5 {
+		t.Fatalf("globex with the pool used up: admitted %d, want its own 5", n)
+	}
+	if err := fl.checkers[0].SetPool(context.Background(), "api", "shared", 20); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // integration test: one control poll (1 s) of the other checker
+	if n := loadOn(fl.checkers[1:], "globex", 40); n != 10 {
+		t.Fatalf("globex after the pool grew to 20, on the other checker: admitted %d more, want 10", n)
+	}
+	if window != dayStart() {
+		t.Fatal("the test straddled midnight UTC; run it again")
+	}
+	waitTotal(t, fl, "api:#pool:shared|#pool=shared", window, 20)
+	ps := fl.checkers[1].Pools(context.Background())
+	if len(ps) != 1 || ps[0].Capacity != 20 || !ps[0].Override || ps[0].Used != 20 {
+		t.Fatalf("pools: %+v", ps)
+	}
+}
