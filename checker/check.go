@@ -482,6 +482,10 @@ type slot struct {
 	// pool's counter), poolSlot (>= 0) is a borrower's pool slot, and
 	// borrow says the borrower goes over its own limit.
 	deferrable, pool, borrow bool
+	// release: the drain's decision on a deferred request; its refusals
+	// ("not yet") are not refusals of anyone's request, so analytics do
+	// not count them (the request was counted deferred once)
+	release bool
 	poolSlot                 int
 	entries                  []config.Entry
 

@@ -278,6 +278,9 @@ func (c *Checker) countDenied(e *entry, now, cost int64) {
 // countRefused records a refusal that charged nothing: deferred for a
 // deferrable descriptor, denied otherwise (analytics only).
 func (c *Checker) countRefused(s *slot, e *entry, now, cost int64) {
+	if s.release {
+		return
+	}
 	if !s.deferrable || s.never {
 		c.countDenied(e, now, cost)
 		return

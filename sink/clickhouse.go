@@ -240,8 +240,8 @@ func (c *ClickHouse) TopDenied(ctx context.Context, q TopQuery) ([]KeyUsage, err
 		FROM `+c.db+`.usage_minute FINAL
 		WHERE minute >= toDateTime(?) AND (? = '' OR domain = ?) AND (? = '' OR rule = ?)
 		GROUP BY domain, rule, descriptor
-		HAVING d > 0
-		ORDER BY d DESC, domain, rule, descriptor
+		HAVING d + f > 0
+		ORDER BY d + f DESC, d DESC, domain, rule, descriptor
 		LIMIT ?`, q.Since.Unix(), q.Domain, q.Domain, q.Rule, q.Rule, q.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("sink: top denied: %w", err)

@@ -100,7 +100,7 @@ func (m *Memory) TopDenied(_ context.Context, q TopQuery) ([]KeyUsage, error) {
 	})
 	out := make([]KeyUsage, 0, len(sums))
 	for _, u := range sums {
-		if u.Denied > 0 {
+		if u.Denied+u.Deferred > 0 {
 			out = append(out, *u)
 		}
 	}
@@ -111,10 +111,11 @@ func (m *Memory) TopDenied(_ context.Context, q TopQuery) ([]KeyUsage, error) {
 	return out, nil
 }
 
-// compareTop orders keys most denied first, then by name (the order the
-// ClickHouse query uses).
+// compareTop orders keys most refused first (denied or deferred: both
+// are the limit at work), then by name (the order the ClickHouse query
+// uses).
 func compareTop(a, b KeyUsage) int {
-	return cmp.Or(cmp.Compare(b.Denied, a.Denied), cmp.Compare(a.Domain, b.Domain),
+	return cmp.Or(cmp.Compare(b.Denied+b.Deferred, a.Denied+a.Deferred), cmp.Compare(b.Denied, a.Denied), cmp.Compare(a.Domain, b.Domain),
 		cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Descriptor, b.Descriptor))
 }
 

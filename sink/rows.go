@@ -57,6 +57,8 @@ type Store interface {
 
 // Analytics answers the analytics queries.
 type Analytics interface {
+	// TopDenied lists the keys most refused (denied + deferred) since
+	// q.Since, keys with neither left out.
 	TopDenied(ctx context.Context, q TopQuery) ([]KeyUsage, error)
 	Usage(ctx context.Context, q UsageQuery) ([]MinuteUsage, error)
 	Rules(ctx context.Context, q RulesQuery) ([]RuleUsage, error)

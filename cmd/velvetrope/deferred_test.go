@@ -73,8 +73,12 @@ descriptors:
 	app.Rules = []string{dir}
 	app.Kafka.DeferredTopic = testsvc.Unique("dfr")
 	app.Deferred.Group = testsvc.Unique("drain")
+	// the deferred counts reach ClickHouse through the aggregator
+	app.ClickHouse.Addr, app.ClickHouse.Database = testsvc.ClickHouse(t), testsvc.Unique("dfr")
+	app.ClickHouse.FlushInterval = 200 * time.Millisecond
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	aggApp := fxtest.New(t, aggregatorModule(app, quiet))
+	var aggSrv *httpapi.Server
+	aggApp := fxtest.New(t, aggregatorModule(app, quiet), fx.Populate(&aggSrv))
 	aggApp.RequireStart()
 	defer aggApp.RequireStop()
 	var chk *httpapi.Server
@@ -200,6 +204,41 @@ descriptors:
 		if st.State != "delivered" || st.DeliveredAt == nil || st.Attempts < 1 {
 			t.Fatalf("ticket %s: %+v", tk, st)
 		}
+	}
+	// top-denied lists the key with every deferral, and every release
+	// among its admissions; a release's "not yet" is no refusal
+	var last string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, err := http.Get("http://" + chk.Addr() + "/v1/analytics/top-denied?window=1h&limit=10&domain=shop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		last = string(b)
+		var top struct {
+			Keys []struct {
+				Descriptor                string
+				Denied, Allowed, Deferred int
+			}
+		}
+		if json.Unmarshal(b, &top) == nil && len(top.Keys) == 1 && top.Keys[0].Descriptor == "user_id=u1" &&
+			top.Keys[0].Deferred == len(tickets) && top.Keys[0].Allowed >= allowed+len(tickets) && top.Keys[0].Denied == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			r, _ := http.Get("http://" + aggSrv.Addr() + "/metrics")
+			b, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(l, "velvetrope_sink") || strings.HasPrefix(l, "velvetrope_aggregator") {
+					t.Log(l) // what the aggregator did with the usage
+				}
+			}
+			t.Fatalf("top-denied: %s; want user_id=u1 with %d deferred, at least %d allowed, 0 denied", last, len(tickets), allowed+len(tickets))
+		}
+		time.Sleep(100 * time.Millisecond) // the real pipeline: checker → Kafka → aggregator → ClickHouse
 	}
 	t.Logf("sent in %v: allowed %d, deferred %d, delivered %d tickets in %v (%d repeats across the drain restart); per second %v",
 		sent.Round(time.Millisecond), allowed, len(tickets), len(count), at[len(at)-1].Sub(start).Round(time.Millisecond), repeats, perSecond)

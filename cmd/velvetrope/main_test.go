@@ -260,7 +260,7 @@ func TestTopCommand(t *testing.T) {
 
 	cases := []cliCase{
 		{"table", nil, 0, "DENIED  ALLOWED  DEFERRED  DENY %  DOMAIN  RULE         KEY\n" +
-			"     3        0         0   100.0  api     api:user_id  user_id=mallory\n(last 1h, most denied first)\n", ""},
+			"     3        0         0   100.0  api     api:user_id  user_id=mallory\n(last 1h, most refused — denied + deferred — first)\n", ""},
 		{"json", []string{"--json", "--window", "6h", "--domain", "api", "--limit", "1"}, 0,
 			`"window": "6h",` + "\n" + `  "keys": [` + "\n" + `    {` + "\n" + `      "domain": "api",`, ""},
 		{"nothing denied", []string{"--domain", "shop"}, 0, "no denied keys in the last 1h\n", ""},

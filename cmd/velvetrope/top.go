@@ -98,5 +98,5 @@ func printTop(w io.Writer, top client.TopDenied) {
 		}
 		fmt.Fprintln(w, b.String())
 	}
-	fmt.Fprintf(w, "(last %s, most denied first)\n", top.Window)
+	fmt.Fprintf(w, "(last %s, most refused — denied + deferred — first)\n", top.Window)
 }
