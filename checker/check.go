@@ -485,9 +485,9 @@ type slot struct {
 	// release: the drain's decision on a deferred request; its refusals
 	// ("not yet") are not refusals of anyone's request, so analytics do
 	// not count them (the request was counted deferred once)
-	release bool
-	poolSlot                 int
-	entries                  []config.Entry
+	release  bool
+	poolSlot int
+	entries  []config.Entry
 
 	w *syncWork // the store charge, when one is made
 	// resetBefore is the reset as things stand, reported when the request
