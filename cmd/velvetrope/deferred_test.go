@@ -17,6 +17,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
+	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 )
@@ -265,4 +266,56 @@ func waitReady(t *testing.T, url string) {
 		r.Body.Close()
 		return r.StatusCode == 200
 	})
+}
+
+// TestDevDrainsDeferred: `velvetrope dev` queues a deferred request on its
+// in-memory bus and its drain delivers it once the key has budget; the
+// ticket then reads delivered, and the drain's metrics count it.
+func TestDevDrainsDeferred(t *testing.T) {
+	target := &recorder{}
+	ts := httptest.NewServer(target)
+	defer ts.Close()
+	dir := t.TempDir()
+	rules := fmt.Sprintf("domain: shop\ndescriptors:\n  - key: user_id\n    rate_limit: {unit: second, requests_per_unit: 1}\n"+
+		"    algorithm: fixed_window\n    on_exceed: defer\n    defer: {target: %q}\n", ts.URL)
+	if err := os.WriteFile(filepath.Join(dir, "shop.yaml"), []byte(rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	app := config.DefaultApp()
+	app.HTTP.Addr, app.GRPC.Addr = "127.0.0.1:0", ""
+	app.Rules = []string{dir}
+	var srv *httpapi.Server
+	fxApp := fxtest.New(t, devModule(app, slog.New(slog.NewTextHandler(io.Discard, nil))), fx.Populate(&srv))
+	fxApp.RequireStart()
+	defer fxApp.RequireStop()
+	var ticket string
+	for i := range 2 {
+		resp, err := http.Post("http://"+srv.Addr()+"/v1/check", "application/json",
+			strings.NewReader(`{"domain":"shop","descriptors":[{"entries":[{"key":"user_id","value":"a"}]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out httpapi.CheckResponse
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if i == 1 {
+			if out.Decision != "defer" {
+				t.Fatalf("second request: %+v", out)
+			}
+			ticket = out.Ticket
+		}
+	}
+	waitFor(t, 10*time.Second, func() bool { k, _ := target.snapshot(); return len(k) == 1 && k[0] == ticket })
+	waitFor(t, 5*time.Second, func() bool {
+		r, err := http.Get("http://" + srv.Addr() + "/v1/deferred/" + ticket)
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		return strings.Contains(string(b), `"state":"delivered"`)
+	})
+	metricValue(t, "http://"+srv.Addr()+"/metrics", "velvetrope_drain_deliveries_total", func(x float64) bool { return x == 1 })
+	metricValue(t, "http://"+srv.Addr()+"/metrics", `velvetrope_decisions_total{decision="defer",domain="shop",mode="async",override="false",rule="shop:user_id"}`,
+		func(x float64) bool { return x == 1 })
 }

@@ -289,7 +289,7 @@ func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *deci
 
 func printBanner(w io.Writer, httpAddr, grpcAddr string) {
 	shown, grpcShown := reachable(httpAddr), reachable(grpcAddr)
-	fmt.Fprintf(w, "velvetrope dev: in-memory backends\n  HTTP  http://%s  (POST /v1/check, POST /json, /v1/rules, /v1/keys, /v1/controls, /v1/analytics/..., /metrics, /healthz, /readyz)\n", shown)
+	fmt.Fprintf(w, "velvetrope dev: in-memory backends\n  HTTP  http://%s  (POST /v1/check, POST /json, /v1/deferred/{ticket}, /v1/rules, /v1/keys, /v1/controls, /v1/pools, /v1/analytics/..., /metrics, /healthz, /readyz)\n", shown)
 	fmt.Fprintf(w, "  dashboard  http://%s/\n", shown)
 	if grpcAddr != "" {
 		fmt.Fprintf(w, "  gRPC  %s  (envoy.service.ratelimit.v3.RateLimitService)\n", grpcShown)
