@@ -747,3 +747,76 @@ func TestSkewedClockOpensNoEarlyWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestSliceNotRecutFromAStalledPipeline: three checkers with near_limit:
+// async while the pipeline delivers nothing (an aggregator still joining
+// its group). Their cold slices add up to the limit; store answers that do
+// not hold what a checker had counted a pipeline lag after its cut must
+// not re-cut the slices (each would take a third of the whole limit
+// again). Once the pipeline delivers, slices are re-cut from what truly
+// remains, and the window's total stays within the limit.
+func TestSliceNotRecutFromAStalledPipeline(t *testing.T) {
+	ms := counters.NewMemStore()
+	clk := &clock{}
+	clk.ns.Store(t0)
+	ms.SetClock(clk)
+	prod := &applyProducer{store: ms, hold: true}
+	rules := ruleStore(t, `domain: api
+descriptors:
+  - key: k
+    algorithm: fixed_window
+    near_limit: async
+    rate_limit: {unit: minute, requests_per_unit: 300}
+`)
+	var cs []*Checker
+	for _, name := range []string{"a", "b", "c"} {
+		c, err := New(Config{InstanceName: name}, rules, ms, prod, clk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	for _, c := range cs {
+		if err := c.heartbeat(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range cs {
+		_ = c.heartbeat(context.Background()) // every one sees three
+	}
+	admitted := 0
+	step := func(n int) {
+		for i := range n {
+			clk.ns.Add(int64(time.Millisecond))
+			var d Decision
+			if err := cs[i%3].Check(context.Background(), req(1, "k", "x"), &d); err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed() {
+				admitted++
+			}
+			if i%25 == 0 {
+				for _, c := range cs {
+					c.Flush(context.Background())
+					c.Refresh(context.Background())
+				}
+			}
+		}
+	}
+	step(3000) // 3 s of a stalled pipeline: many refreshes, none holding anyone's hits
+	if admitted > 300 {
+		for _, c := range cs {
+			sn := c.Snapshot()
+			t.Logf("%s: far %d near %d over %d", c.instance, sn.FarBand, sn.NearBand, sn.OverBand)
+		}
+		t.Fatalf("with the pipeline stalled three checkers admitted %d of 300", admitted)
+	}
+	stalled := admitted
+	prod.hold = false
+	prod.release()
+	step(3000)
+	if admitted > 300 || admitted < stalled {
+		t.Fatalf("after the pipeline caught up: %d admitted in the window (limit 300; %d while stalled)", admitted, stalled)
+	}
+	t.Logf("admitted %d while the pipeline stalled, %d in the window", stalled, admitted)
+}

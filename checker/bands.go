@@ -85,23 +85,52 @@ func (c *Checker) learn(e *entry, now, others, own int64, instances int) {
 // was cut (at, unix ns) in window (window keys: a new window starts cold).
 type quota struct {
 	at, window, mine, spent int64
-	// mineAt is what this instance had counted in the window when the
-	// slice had lasted one pipeline lag (armed; window keys): a store
-	// answer that does not hold all of it lags more than that, and so,
-	// very likely, do the others' parts in it (a pipeline slower than
-	// PipelineLag: a consumer group still joining, a backlog); no re-cut
-	// is made from it.
-	mineAt int64
-	armed  bool
 }
 
+// ownSample is what this instance had counted in a window at a moment:
+// when a store answer holds it, the pipeline's lag is at most the
+// sample's age.
+type ownSample struct{ at, counted int64 }
+
+// lagSamples is how many samples a near_limit: async key keeps, one per
+// half pipeline lag at most: a lag above lagSamples/2 × PipelineLag is
+// not measured, and no slice is re-cut while it lasts.
+const lagSamples = 8
+
 // extra is what only some keys need, kept out of every entry: the slice
-// of a near_limit: async key, and what a hot key spread over shards
-// (`shards: N`) knows of the near-band charges every instance makes at
-// its one shared counter (hot.go).
+// of a near_limit: async key and the samples that measure its pipeline's
+// lag, and what a hot key spread over shards (`shards: N`) knows of the
+// near-band charges every instance makes at its one shared counter
+// (hot.go).
 type extra struct {
 	quota
+	samples                       [lagSamples]ownSample
+	nsamples                      int
+	sampleWindow                  int64
+	lagging                       bool // the last answer showed no lag within 2 × PipelineLag: stay near
 	hotWindow, hotOthers, hotBase int64
+}
+
+// ownLag records a sample of what this instance counted (counted) and
+// reports how far behind the store's answer (own: its count of this
+// instance in the window) is: the age of the newest sample it holds.
+// False when it holds none: the pipeline lags more than the samples span,
+// or this instance has counted nothing it could measure with.
+func (x *extra) ownLag(now, window, counted, own, lag int64) (int64, bool) {
+	if x.sampleWindow != window {
+		x.sampleWindow, x.nsamples = window, 0
+	}
+	if n := x.nsamples; n == 0 || now-x.samples[(n-1)%lagSamples].at >= lag/2 {
+		x.samples[n%lagSamples] = ownSample{at: now, counted: counted}
+		x.nsamples++
+	}
+	for i := x.nsamples - 1; i >= max(0, x.nsamples-lagSamples); i-- {
+		// (a sample of nothing counted proves nothing about the pipeline)
+		if sm := x.samples[i%lagSamples]; sm.counted > 0 && sm.counted <= own {
+			return now - sm.at, true
+		}
+	}
+	return 0, false
 }
 
 // more returns e's extra state, made on first use (requires the lock).
@@ -137,29 +166,41 @@ func (c *Checker) capped(e *entry, now, cost, remaining, ceiling int64) bool {
 
 // recut gives e a new slice after a store answer (requires the lock):
 // its share of what remained, less the others' predicted in-flight hits.
-// A slice lasts at least one pipeline lag, and until the store holds all
-// this instance had counted by then, so the others' consumption from
-// the slices cut before it has reached the store when it is re-cut;
-// the slices of one round add up to at most what remained (cut).
+// A slice lasts at least one pipeline lag — the configured one, or the
+// lag measured on this instance's own consumption when that is longer (a
+// consumer group still joining, a backlog) — so the others' consumption
+// from the slices cut before it has reached the store when it is re-cut;
+// the slices of one round add up to at most what remained (cut). While
+// the lag is beyond what the samples measure, no slice is re-cut.
 func (c *Checker) recut(e *entry, now, remaining int64) {
 	if e.x == nil {
 		return
 	}
 	q := &e.x.quota
-	if q.at == 0 || now-q.at < int64(c.cfg.PipelineLag) || (e.kind == counters.KindWindow && q.window != e.cur.start) {
+	if q.at == 0 || (e.kind == counters.KindWindow && q.window != e.cur.start) {
 		return
 	}
+	lag := int64(c.cfg.PipelineLag)
+	inFlight := c.inFlight(e)
 	if e.kind == counters.KindWindow {
-		if !q.armed {
-			q.armed, q.mineAt = true, e.cur.emitted+e.cur.charged
+		measured, ok := e.x.ownLag(now, e.cur.start, e.cur.emitted+e.cur.charged, e.cur.own, lag)
+		// while the store's answers lag beyond the samples, the key stays
+		// in the near band: a far decision would trust a view that misses
+		// the others' spending
+		e.x.lagging = !ok || measured > 2*lag
+		if !ok {
 			return
 		}
-		if e.cur.own < q.mineAt {
-			return
+		if measured > lag {
+			inFlight = e.othersRate * measured / int64(time.Second)
+			lag = measured
 		}
 	}
+	if now-q.at < lag {
+		return
+	}
 	*q = quota{at: now, window: e.cur.start,
-		mine: cut(max(0, remaining-c.inFlight(e)), c.fleet(e), e.ownRate, e.ownRate+e.othersRate)}
+		mine: cut(max(0, remaining-inFlight), c.fleet(e), e.ownRate, e.ownRate+e.othersRate)}
 }
 
 // cut is one instance's slice of remaining among n instances, own of the

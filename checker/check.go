@@ -271,7 +271,8 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 		// A young key stays near: its other users may not have reached the
 		// store yet (two checkers starting together each see one instance),
 		// and two answers are needed before its rate is known.
-		if room < 0 || e.answers < 2 || e.stale || now-e.created < int64(c.cfg.MinRefresh+c.cfg.PipelineLag) {
+		if room < 0 || e.answers < 2 || e.stale || now-e.created < int64(c.cfg.MinRefresh+c.cfg.PipelineLag) ||
+			e.x != nil && e.x.lagging {
 			sh.stats.near++
 			if r.NearLimit == config.NearSync {
 				c.prepareCharge(s, now, cost)
