@@ -86,7 +86,7 @@ type rig struct {
 	target  *target
 }
 
-func newRig(t *testing.T, maxAge string, attempts int) *rig {
+func newRig(t testing.TB, maxAge string, attempts int) *rig {
 	t.Helper()
 	f, err := config.ParseRules("rules.yaml", []byte(fmt.Sprintf(shopRules, maxAge, attempts)))
 	if err != nil {

@@ -1,0 +1,72 @@
+package deferred
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/events"
+)
+
+// benchDecision is one deferred decision of the shop rules, reused.
+func benchDecision(b *testing.B) (*rig, checker.Request, checker.Decision) {
+	b.Helper()
+	r := newRig(b, "10m", 5)
+	for {
+		req := checker.Request{Domain: "shop", Hits: 1, Descriptors: []checker.Descriptor{{Entries: []config.Entry{{Key: "user_id", Value: "alice"}}}}}
+		var d checker.Decision
+		if err := r.engine.Check(context.Background(), &req, &d); err != nil {
+			b.Fatal(err)
+		}
+		if d.Code == checker.Deferred {
+			return r, req, d
+		}
+	}
+}
+
+// BenchmarkEnqueue is the cost of queueing one deferred request with a
+// small payload on the in-memory bus and store (the Kafka and Redis round
+// trips are not in it); BenchmarkEnqueueReference is the bus append
+// alone, the ratio's reference in the same run.
+func BenchmarkEnqueue(b *testing.B) {
+	r, req, d := benchDecision(b)
+	bus, _ := events.NewMemBus(4, 1<<30)
+	q := NewQueue(bus, counters.NewMemStore(), nil, time.Hour)
+	_ = r
+	p := &Payload{Method: "POST", Path: "/orders", Headers: map[string]string{"Content-Type": "application/json"}, Body: `{"sku":"a1","n":2}`}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := q.Enqueue(context.Background(), &req, &d, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEnqueueReference(b *testing.B) {
+	bus, _ := events.NewMemBus(4, 1<<30)
+	v := []byte(`{"v":1,"ticket":"AAAAAAAAAAAAAAAAAAAAAA","domain":"shop","rule":"shop:user_id","key":"shop:user_id|user_id=alice","descriptors":[{"entries":[{"key":"user_id","value":"alice"}]}],"hits":1,"enqueued_at":"2026-12-01T00:00:00Z","deadline":"2026-12-01T00:10:00Z","payload":{"method":"POST","path":"/orders","headers":{"Content-Type":"application/json"},"body":"{\"sku\":\"a1\",\"n\":2}"}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := bus.Publish(context.Background(), []events.Message{{Key: []byte("shop:user_id|user_id=alice"), Value: v}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecode is the drain's cost of reading one item.
+func BenchmarkDecode(b *testing.B) {
+	h := int64(1)
+	v, _ := Encode(&Item{V: 1, Ticket: NewTicket(), Domain: "shop", Rule: "shop:user_id", Key: "shop:user_id|user_id=a",
+		Descriptors: []Descriptor{{Entries: []Entry{{Key: "user_id", Value: "a"}}, Hits: &h}}, Hits: 1,
+		EnqueuedAt: time.Unix(1, 0).UTC(), Deadline: time.Unix(601, 0).UTC(),
+		Payload: &Payload{Method: "POST", Path: "/o", Headers: map[string]string{"A": "b"}, Body: `{"sku":"a1"}`}})
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Decode(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
