@@ -22,27 +22,6 @@ import (
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 )
 
-// recorder is an HTTP target that records each delivery's arrival.
-type recorder struct {
-	mu   sync.Mutex
-	keys []string
-	at   []time.Time
-}
-
-func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	_, _ = io.Copy(io.Discard, req.Body)
-	r.mu.Lock()
-	r.keys, r.at = append(r.keys, req.Header.Get("Idempotency-Key")), append(r.at, time.Now())
-	r.mu.Unlock()
-	w.WriteHeader(http.StatusCreated)
-}
-
-func (r *recorder) snapshot() ([]string, []time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.keys...), append([]time.Time(nil), r.at...)
-}
-
 // TestDeferredThroughTheProcesses: the checker, the aggregator and a
 // drain on the real Redis and Kafka. 150 quick requests for one key of a
 // 10/s defer rule: about 10 allowed, the rest deferred with tickets; the
@@ -55,7 +34,7 @@ func TestDeferredThroughTheProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 15 s end-to-end run")
 	}
-	target := &recorder{}
+	target := &testsvc.Target{}
 	ts := httptest.NewServer(target)
 	defer ts.Close()
 	dir := t.TempDir()
@@ -145,7 +124,7 @@ descriptors:
 	}
 	// stop the first drain midway, start another
 	waitFor(t, 20*time.Second, func() bool {
-		k, _ := target.snapshot()
+		k, _ := target.Arrivals()
 		if len(k) < 30 && time.Since(start) > 15*time.Second {
 			r, _ := http.Get("http://" + d1.Addr() + "/metrics")
 			b, _ := io.ReadAll(r.Body)
@@ -161,14 +140,14 @@ descriptors:
 	drain2, _ := startDrainApp(2)
 	defer drain2.RequireStop()
 	waitFor(t, 90*time.Second, func() bool {
-		k, _ := target.snapshot()
+		k, _ := target.Arrivals()
 		seen := map[string]bool{}
 		for _, x := range k {
 			seen[x] = true
 		}
 		return len(seen) >= len(tickets)
 	})
-	keys, at := target.snapshot()
+	keys, at := target.Arrivals()
 	want := map[string]bool{}
 	for _, tk := range tickets {
 		want[tk] = true
@@ -272,7 +251,7 @@ func waitReady(t *testing.T, url string) {
 // in-memory bus and its drain delivers it once the key has budget; the
 // ticket then reads delivered, and the drain's metrics count it.
 func TestDevDrainsDeferred(t *testing.T) {
-	target := &recorder{}
+	target := &testsvc.Target{}
 	ts := httptest.NewServer(target)
 	defer ts.Close()
 	dir := t.TempDir()
@@ -305,7 +284,7 @@ func TestDevDrainsDeferred(t *testing.T) {
 			ticket = out.Ticket
 		}
 	}
-	waitFor(t, 10*time.Second, func() bool { k, _ := target.snapshot(); return len(k) == 1 && k[0] == ticket })
+	waitFor(t, 10*time.Second, func() bool { k, _ := target.Arrivals(); return len(k) == 1 && k[0] == ticket })
 	waitFor(t, 5*time.Second, func() bool {
 		r, err := http.Get("http://" + srv.Addr() + "/v1/deferred/" + ticket)
 		if err != nil {

@@ -3,44 +3,17 @@ package failure
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 )
-
-// arrivals is the HTTP target the drain delivers to.
-type arrivals struct {
-	mu   sync.Mutex
-	keys []string
-	at   []time.Time
-}
-
-func (a *arrivals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	_, _ = io.Copy(io.Discard, r.Body)
-	a.mu.Lock()
-	a.keys, a.at = append(a.keys, r.Header.Get("Idempotency-Key")), append(a.at, time.Now())
-	a.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (a *arrivals) distinct() (n, total int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	seen := map[string]bool{}
-	for _, k := range a.keys {
-		seen[k] = true
-	}
-	return len(seen), len(a.keys)
-}
 
 // TestDrainKilledMidway: a checker defers 120 requests of one key (10/s),
 // a drain delivers part of them and is killed with SIGKILL; a new drain
@@ -51,7 +24,7 @@ func TestDrainKilledMidway(t *testing.T) {
 	if os.Getenv(testsvc.EnvKafka) == "" {
 		t.Skip("needs the real Kafka and Redis")
 	}
-	target := &arrivals{}
+	target := &testsvc.Target{}
 	ts := httptest.NewServer(target)
 	defer ts.Close()
 	dir := t.TempDir()
@@ -119,16 +92,14 @@ descriptors:
 		t.Fatalf("only %d of 130 deferred", len(tickets))
 	}
 	// kill the drain once it has delivered some
-	waitUntil(t, 60*time.Second, func() bool { n, _ := target.distinct(); return n >= 30 })
+	waitUntil(t, 60*time.Second, func() bool { return target.Distinct() >= 30 })
 	d1.signal(t, syscall.SIGKILL)
-	killed, _ := target.distinct()
+	killed := target.Distinct()
 	d2.start(t)
 	d2.waitReady(t, 60*time.Second)
-	waitUntil(t, 120*time.Second, func() bool { n, _ := target.distinct(); return n >= len(tickets) })
+	waitUntil(t, 120*time.Second, func() bool { return target.Distinct() >= len(tickets) })
 	time.Sleep(2 * time.Second) // integration test: let late repeats arrive before counting
-	target.mu.Lock()
-	keys, at := append([]string(nil), target.keys...), append([]time.Time(nil), target.at...)
-	target.mu.Unlock()
+	keys, at := target.Arrivals()
 	want := map[string]bool{}
 	for _, tk := range tickets {
 		want[tk] = true
