@@ -71,7 +71,9 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 		}
 	}
 	config.DropReplaced(matched)
-	req = c.applyHashing(req, matched)
+	if !req.Prehashed {
+		req = c.applyHashing(req, matched)
+	}
 	if cs := c.controls.Load(); cs != nil {
 		if m := cs.domains[req.Domain]; m != nil {
 			c.applyControls(m, req, matched, now)

@@ -55,6 +55,26 @@ func (h *hashing) value(domain, key, value string) string {
 // apply returns req with the values of hashed entries replaced, as a copy
 // (the caller's request is not modified), or req itself when no matched
 // rule hashes.
+// Hashed returns req with the values of hash_values rules replaced by
+// their keyed hashes, as the checker counts them (req itself when no rule
+// of it hashes): what may leave the process, e.g. a deferred request on
+// its topic. Descriptors that match no rule, or an unknown domain, are
+// left as they are.
+func (c *Checker) Hashed(req *Request) *Request {
+	dom, known := c.rules.Load().Lookup(req.Domain)
+	if !known || req.Prehashed || len(req.Descriptors) > MaxDescriptors {
+		return req
+	}
+	var matched [MaxDescriptors]*config.Rule
+	for i := range req.Descriptors {
+		if matched[i] = req.Descriptors[i].Rule; matched[i] == nil {
+			matched[i] = dom.Match(req.Descriptors[i].Entries)
+		}
+	}
+	// (replaced rules too: a value its own rule hashes never leaves raw)
+	return c.applyHashing(req, matched[:len(req.Descriptors)])
+}
+
 func (c *Checker) applyHashing(req *Request, matched []*config.Rule) *Request {
 	need := false
 	for _, r := range matched {

@@ -55,6 +55,10 @@ type Request struct {
 	// Release marks the drain's decision on a deferred request: a refusal
 	// is then OverLimit (wait and ask again), never Deferred anew.
 	Release bool
+	// Prehashed says the values of hash_values rules are hashed already
+	// ([Checker.Hashed]): they are not hashed again. Such a request names
+	// each descriptor's rule (Descriptor.Rule): a hash matches no value.
+	Prehashed bool
 }
 
 // Code is the outcome of one descriptor or a whole request.

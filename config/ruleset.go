@@ -212,6 +212,7 @@ type RuleSet struct {
 	// strings is cheaper than hashing one.
 	few   []domainNode
 	rules []*Rule
+	byID  map[string]*Rule
 	files []string
 }
 
@@ -301,6 +302,9 @@ func (rs *RuleSet) Domains() []string {
 	return out
 }
 
+// RuleByID returns the rule with the given id (not a pool's), or nil.
+func (rs *RuleSet) RuleByID(id string) *Rule { return rs.byID[id] }
+
 // Rules returns every rule, in file order.
 func (rs *RuleSet) Rules() []*Rule { return rs.rules }
 
@@ -375,6 +379,10 @@ func Compile(files []*File) (*RuleSet, error) {
 	}
 	if err := errs.err(); err != nil {
 		return nil, err
+	}
+	rs.byID = make(map[string]*Rule, len(rs.rules))
+	for _, r := range rs.rules {
+		rs.byID[r.ID] = r
 	}
 	if len(rs.domains) <= 8 {
 		rs.few = make([]domainNode, 0, len(rs.domains))

@@ -353,7 +353,7 @@ func (d *Drain) process(ctx context.Context, j *job) bool {
 		if !time.Now().Before(it.Deadline) {
 			return d.deadLetter(ctx, j, ReasonExpired, fmt.Sprintf("not released before its deadline %s", it.Deadline.Format(time.RFC3339Nano)))
 		}
-		req := it.Request()
+		req := it.Request(d.cfg.Rules())
 		var dec checker.Decision
 		err := d.cfg.Checker.Check(ctx, &req, &dec)
 		var fe *checker.FieldError
@@ -438,15 +438,8 @@ func (d *Drain) backoff(n int) time.Duration {
 // ruleOf finds the rule that deferred it in the rules now in force.
 func (d *Drain) ruleOf(it *Item) *config.Rule {
 	rs := d.cfg.Rules()
-	es := make([]config.Entry, 0, checker.MaxEntries)
-	for _, desc := range it.Descriptors {
-		es = es[:0]
-		for _, e := range desc.Entries {
-			es = append(es, config.Entry{Key: e.Key, Value: e.Value})
-		}
-		if r := rs.Match(it.Domain, es); r != nil && r.ID == it.Rule && r.OnExceed == config.ExceedDefer && r.Defer.Target != "" {
-			return r
-		}
+	if r := rs.RuleByID(it.Rule); r != nil && r.Domain == it.Domain && r.OnExceed == config.ExceedDefer && r.Defer.Target != "" {
+		return r
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ func FuzzDecode(f *testing.F) {
 		if !bytes.Equal(again, third) {
 			t.Fatalf("encoding not stable:\n%s\n%s", again, third)
 		}
-		req := it2.Request()
+		req := it2.Request(nil)
 		if !req.Release || len(req.Descriptors) != len(it.Descriptors) {
 			t.Fatalf("request %+v", req)
 		}

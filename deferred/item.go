@@ -41,12 +41,17 @@ type Item struct {
 	EnqueuedAt  time.Time    `json:"enqueued_at"`
 	Deadline    time.Time    `json:"deadline"` // enqueue time + the rule's max_age
 	Payload     *Payload     `json:"payload,omitempty"`
+	// Hashed says the values of hash_values rules are hashed (as the
+	// counters hold them), and each descriptor names the rule it matched:
+	// a hash matches no rule value.
+	Hashed bool `json:"hashed,omitempty"`
 }
 
 // Descriptor is one descriptor of a deferred request, as decided.
 type Descriptor struct {
 	Entries []Entry `json:"entries"`
 	Hits    *int64  `json:"hits,omitempty"`
+	Rule    string  `json:"rule,omitempty"` // the rule it matched, when the item is Hashed
 }
 
 // Entry is one key=value pair.
@@ -89,10 +94,12 @@ func ValidTicket(s string) bool {
 	return true
 }
 
-// Request is the checker request the item's release decides: the same
-// descriptors and hits, marked as a release.
-func (it *Item) Request() checker.Request {
-	req := checker.Request{Domain: it.Domain, Hits: it.Hits, Release: true,
+// Request is the checker request the item's release decides under rs:
+// the same descriptors and hits, marked as a release (and, for a hashed
+// item, as hashed already, each descriptor decided by the rule it matched
+// when it was deferred, if rs still has it).
+func (it *Item) Request(rs *config.RuleSet) checker.Request {
+	req := checker.Request{Domain: it.Domain, Hits: it.Hits, Release: true, Prehashed: it.Hashed,
 		Descriptors: make([]checker.Descriptor, len(it.Descriptors))}
 	for i, d := range it.Descriptors {
 		es := make([]config.Entry, len(d.Entries))
@@ -102,6 +109,11 @@ func (it *Item) Request() checker.Request {
 		req.Descriptors[i].Entries = es
 		if d.Hits != nil {
 			req.Descriptors[i].Hits, req.Descriptors[i].HasHits = *d.Hits, true
+		}
+		if it.Hashed && d.Rule != "" && rs != nil {
+			if r := rs.RuleByID(d.Rule); r != nil && r.Domain == it.Domain {
+				req.Descriptors[i].Rule = r
+			}
 		}
 	}
 	return req

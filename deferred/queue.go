@@ -29,6 +29,7 @@ const DefaultRetention = 24 * time.Hour
 // concurrent use; it is called after a decision, off the decision's own
 // path, and each call waits for the topic's acknowledgement.
 type Queue struct {
+	hasher    Hasher
 	pub       events.Publisher
 	tickets   counters.Tickets
 	now       func() time.Time
@@ -53,6 +54,20 @@ type streak struct {
 // maxStreaks bounds the estimate's memory: past it the table starts over
 // (estimates are then low for a window, never wrong in what they admit).
 const maxStreaks = 1 << 16
+
+// Hasher replaces the values of hash_values rules by their keyed
+// hashes; *checker.Checker is one.
+type Hasher interface {
+	Hashed(req *checker.Request) *checker.Request
+}
+
+// WithHasher makes the queue write the values of hash_values rules as the
+// checker's counters hold them (hashed), never raw; without it (an engine
+// that does not hash) they are written as given.
+func (q *Queue) WithHasher(h Hasher) *Queue {
+	q.hasher = h
+	return q
+}
 
 // NewQueue returns a queue publishing to pub and recording tickets in
 // tickets, on clock now (nil: time.Now); ticket states live until an
@@ -110,11 +125,15 @@ func (q *Queue) Enqueue(ctx context.Context, req *checker.Request, d *checker.De
 		}
 	}
 	now := q.now()
+	src := req
+	if q.hasher != nil {
+		src = q.hasher.Hashed(req)
+	}
 	it := &Item{V: ItemVersion, Ticket: NewTicket(), Domain: req.Domain, Rule: r.ID,
-		Key: string(config.AppendCounterKey(nil, r, req.Descriptors[idx].Entries)), Hits: req.Hits,
+		Key: string(config.AppendCounterKey(nil, r, src.Descriptors[idx].Entries)), Hits: req.Hits,
 		EnqueuedAt: now.UTC(), Deadline: now.Add(r.Defer.MaxAge).UTC(), Payload: p,
-		Descriptors: make([]Descriptor, len(req.Descriptors))}
-	for i, dd := range req.Descriptors {
+		Descriptors: make([]Descriptor, len(src.Descriptors)), Hashed: src != req}
+	for i, dd := range src.Descriptors {
 		es := make([]Entry, len(dd.Entries))
 		for j, e := range dd.Entries {
 			es[j] = Entry{Key: e.Key, Value: e.Value}
@@ -123,6 +142,9 @@ func (q *Queue) Enqueue(ctx context.Context, req *checker.Request, d *checker.De
 		if dd.HasHits {
 			h := dd.Hits
 			it.Descriptors[i].Hits = &h
+		}
+		if it.Hashed && i < len(d.Statuses) && d.Statuses[i].Rule != nil {
+			it.Descriptors[i].Rule = d.Statuses[i].Rule.ID
 		}
 	}
 	v, err := Encode(it)

@@ -52,7 +52,6 @@ descriptors:
 	app := realApp(t)
 	app.Rules = []string{dir}
 	app.Kafka.DeferredTopic = testsvc.Unique("dfr")
-	app.Deferred.Group = testsvc.Unique("drain")
 	// the deferred counts reach ClickHouse through the aggregator
 	app.ClickHouse.Addr, app.ClickHouse.Database = testsvc.ClickHouse(t), testsvc.Unique("dfr")
 	app.ClickHouse.FlushInterval = 200 * time.Millisecond

@@ -241,7 +241,7 @@ func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decision
 	rules *config.Store, usage *sink.Memory, logger *slog.Logger, dd devDeferred, store *counters.MemStore,
 	drain *deferred.Drain) (*httpapi.Server, error) {
 	return newCheckerHTTP(lc, app, c, n, rs, rules, logger, nil, analytics.New(usage, "", logger), nil,
-		newQueue(dd.topic, store, app), store, drain)
+		newQueue(dd.topic, store, app, c), store, drain)
 }
 
 // newDevUsage is dev's analytics store: usage in memory for a day, fed by

@@ -58,10 +58,11 @@ func kafkaWriter(lc fx.Lifecycle, app config.App, topic string) (*events.KafkaWr
 	return w, nil
 }
 
-// newQueue is a checker's deferred queue: items to the deferred topic,
-// ticket states in the counter store.
-func newQueue(pub events.Publisher, tickets counters.Tickets, app config.App) *deferred.Queue {
-	return deferred.NewQueue(pub, tickets, nil, app.Deferred.StateRetention)
+// newQueue is a checker's deferred queue: items to the deferred topic
+// with the values of hash_values rules hashed by c, ticket states in the
+// counter store.
+func newQueue(pub events.Publisher, tickets counters.Tickets, app config.App, c *checker.Checker) *deferred.Queue {
+	return deferred.NewQueue(pub, tickets, nil, app.Deferred.StateRetention).WithHasher(c)
 }
 
 // queueMetrics exposes a queue's enqueues.

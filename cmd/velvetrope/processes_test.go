@@ -29,6 +29,9 @@ func realApp(t *testing.T) config.App {
 	app.Redis.Addrs = []string{testsvc.Redis(t)}
 	app.Kafka.Brokers = []string{testsvc.Kafka(t)}
 	app.Kafka.Topic = testsvc.Unique("proc")
+	// a group of its own: tests sharing one group rebalance each other
+	app.Aggregator.Group = testsvc.Unique("agg")
+	app.Deferred.Group = testsvc.Unique("drain")
 	app.InstanceID = testsvc.Unique("c")
 	app.Checker.SpillPath = t.TempDir() + "/spill"
 	return app
