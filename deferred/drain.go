@@ -90,6 +90,7 @@ type Drain struct {
 	StoreErrors atomic.Uint64 // release decisions or ticket writes the store failed
 	CommitErrs  atomic.Uint64 // offset commits that failed (retried at the next interval)
 	dead        [5]atomic.Uint64
+	latency     atomic.Int64 // deliveries' moving average, ns
 }
 
 type keyQueue struct {
@@ -353,6 +354,15 @@ func (d *Drain) process(ctx context.Context, j *job) bool {
 		if !time.Now().Before(it.Deadline) {
 			return d.deadLetter(ctx, j, ReasonExpired, fmt.Sprintf("not released before its deadline %s", it.Deadline.Format(time.RFC3339Nano)))
 		}
+		// A fixed window's release is delivered in the same window: too
+		// close to its end, the delivery would arrive in the next one,
+		// beside that window's own releases. Wait for it instead.
+		if left := d.windowLeft(r, time.Now()); left > 0 {
+			if !sleep(ctx, left+rand.N(2*time.Millisecond)) {
+				return false
+			}
+			continue
+		}
 		req := it.Request(d.cfg.Rules())
 		var dec checker.Decision
 		err := d.cfg.Checker.Check(ctx, &req, &dec)
@@ -396,7 +406,9 @@ func (d *Drain) process(ctx context.Context, j *job) bool {
 			return false
 		}
 		j.attempts++
+		began := time.Now()
 		status, err := d.deliver(ctx, r, it)
+		d.learnLatency(time.Since(began))
 		<-d.workers
 		if ctx.Err() != nil {
 			return false
@@ -421,6 +433,31 @@ func (d *Drain) process(ctx context.Context, j *job) bool {
 		d.putTicket(ctx, it, counters.Ticket{State: counters.TicketQueued, Attempts: j.attempts, Reason: why}, ttl)
 		if !sleep(ctx, d.backoff(j.attempts)) {
 			return false
+		}
+	}
+}
+
+// windowLeft is how long until r's fixed window ends, when that is too
+// short for a delivery (twice the deliveries' usual time, and 5 ms); 0
+// otherwise, and for other algorithms.
+func (d *Drain) windowLeft(r *config.Rule, now time.Time) time.Duration {
+	if r.Algorithm != config.AlgFixedWindow || r.Window <= 0 {
+		return 0
+	}
+	left := r.Window - time.Duration(now.UnixNano()%int64(r.Window))
+	guard := 2*time.Duration(d.latency.Load()) + 5*time.Millisecond
+	if left < guard && guard < r.Window/2 {
+		return left
+	}
+	return 0
+}
+
+// learnLatency folds one delivery's time into the moving average (1/8).
+func (d *Drain) learnLatency(took time.Duration) {
+	for {
+		old := d.latency.Load()
+		if d.latency.CompareAndSwap(old, old+(int64(took)-old)/8) {
+			return
 		}
 	}
 }

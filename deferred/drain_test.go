@@ -449,3 +449,39 @@ func TestDrainCrashReleasesAgain(t *testing.T) {
 		}
 	})
 }
+
+// TestWindowLeft: a fixed window's release waits for the next window when
+// what is left of this one is shorter than twice the usual delivery (and
+// 5 ms), so that its delivery arrives in the window that was charged.
+func TestWindowLeft(t *testing.T) {
+	r := newRig(t, "10m", 5)
+	rule := r.rules.Load().RuleByID("shop:user_id")
+	d := r.drain(t, nil)
+	at := func(ms int) time.Time { return time.Unix(1_700_000_000, int64(ms)*int64(time.Millisecond)) }
+	cases := []struct {
+		latency time.Duration
+		now     int // ms into the second
+		want    time.Duration
+	}{
+		{0, 0, 0},
+		{0, 996, 4 * time.Millisecond}, // within the 5 ms floor
+		{0, 990, 0},
+		{100 * time.Millisecond, 700, 0},
+		{100 * time.Millisecond, 800, 200 * time.Millisecond},
+		{100 * time.Millisecond, 999, time.Millisecond},
+		{400 * time.Millisecond, 100, 0}, // a guard over half the window is no guard: deliveries that slow cannot be aligned
+	}
+	for _, tc := range cases {
+		d.latency.Store(int64(tc.latency))
+		if got := d.windowLeft(rule, at(tc.now)); got != tc.want {
+			t.Errorf("latency %v at %d ms: %v, want %v", tc.latency, tc.now, got, tc.want)
+		}
+	}
+	d.latency.Store(0)
+	for range 40 {
+		d.learnLatency(80 * time.Millisecond)
+	}
+	if l := time.Duration(d.latency.Load()); l < 79*time.Millisecond || l > 80*time.Millisecond {
+		t.Fatalf("moving average %v after 40 deliveries of 80 ms", l)
+	}
+}
