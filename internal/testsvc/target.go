@@ -1,6 +1,7 @@
 package testsvc
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -45,4 +46,43 @@ func (t *Target) Distinct() int {
 		seen[k] = true
 	}
 	return len(seen)
+}
+
+// Deliveries is what a Target saw of a set of tickets.
+type Deliveries struct {
+	Delivered int           // distinct tickets that arrived
+	Repeats   int           // arrivals of a ticket already seen
+	PerSecond map[int64]int // arrivals per aligned second (unix), repeats included
+	Last      time.Time     // the last arrival
+}
+
+// Check reports what arrived of tickets, and an error naming the first
+// arrival whose idempotency key is not one of them, or the first aligned
+// second with more than perSecond arrivals.
+func (t *Target) Check(tickets []string, perSecond int) (Deliveries, error) {
+	keys, at := t.Arrivals()
+	want := make(map[string]bool, len(tickets))
+	for _, tk := range tickets {
+		want[tk] = true
+	}
+	d := Deliveries{PerSecond: map[int64]int{}}
+	seen := map[string]bool{}
+	for i, k := range keys {
+		if !want[k] {
+			return d, fmt.Errorf("delivery %d carries %q: not one of the tickets", i, k)
+		}
+		if seen[k] {
+			d.Repeats++
+		}
+		seen[k] = true
+		d.PerSecond[at[i].Unix()]++
+		d.Last = at[i]
+	}
+	d.Delivered = len(seen)
+	for s, n := range d.PerSecond {
+		if n > perSecond {
+			return d, fmt.Errorf("second %d got %d deliveries (limit %d, repeats included)", s, n, perSecond)
+		}
+	}
+	return d, nil
 }
