@@ -64,12 +64,7 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 	}
 	n := len(req.Descriptors)
 	d.Statuses = slices.Grow(d.Statuses[:0], n)[:n]
-	matched := matchBuf[:n]
-	for i := range req.Descriptors {
-		if matched[i] = req.Descriptors[i].Rule; matched[i] == nil {
-			matched[i] = dom.Match(req.Descriptors[i].Entries)
-		}
-	}
+	matched := matchRules(dom, req, matchBuf[:n])
 	config.DropReplaced(matched)
 	if !req.Prehashed {
 		req = c.applyHashing(req, matched)

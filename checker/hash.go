@@ -52,9 +52,6 @@ func (h *hashing) value(domain, key, value string) string {
 	return out
 }
 
-// apply returns req with the values of hashed entries replaced, as a copy
-// (the caller's request is not modified), or req itself when no matched
-// rule hashes.
 // Hashed returns req with the values of hash_values rules replaced by
 // their keyed hashes, as the checker counts them (req itself when no rule
 // of it hashes): what may leave the process, e.g. a deferred request on
@@ -65,16 +62,26 @@ func (c *Checker) Hashed(req *Request) *Request {
 	if !known || req.Prehashed || len(req.Descriptors) > MaxDescriptors {
 		return req
 	}
-	var matched [MaxDescriptors]*config.Rule
+	var buf [MaxDescriptors]*config.Rule
+	matched := matchRules(dom, req, buf[:len(req.Descriptors)])
+	// (replaced rules too: a value its own rule hashes never leaves raw)
+	return c.applyHashing(req, matched)
+}
+
+// matchRules fills matched with each descriptor's rule: its own (an
+// override, a release naming it), else the one its entries match.
+func matchRules(dom config.Domain, req *Request, matched []*config.Rule) []*config.Rule {
 	for i := range req.Descriptors {
 		if matched[i] = req.Descriptors[i].Rule; matched[i] == nil {
 			matched[i] = dom.Match(req.Descriptors[i].Entries)
 		}
 	}
-	// (replaced rules too: a value its own rule hashes never leaves raw)
-	return c.applyHashing(req, matched[:len(req.Descriptors)])
+	return matched
 }
 
+// apply returns req with the values of hashed entries replaced, as a copy
+// (the caller's request is not modified), or req itself when no matched
+// rule hashes.
 func (c *Checker) applyHashing(req *Request, matched []*config.Rule) *Request {
 	need := false
 	for _, r := range matched {
