@@ -92,6 +92,29 @@ func compression(name string) (kafka.Compression, error) {
 	return 0, fmt.Errorf("events: unknown compression %q (zstd, lz4, snappy, gzip or none)", name)
 }
 
+// newWriter is the kafka-go writer every velvetrope producer uses: keyed
+// records (murmur2, as the Java client: one key, one partition),
+// acknowledged by all in-sync replicas, three attempts with backoff.
+func newWriter(brokers []string, topic string, comp kafka.Compression, batchTimeout, writeTimeout time.Duration,
+	batchSize int, batchBytes int64, tr *kafka.Transport) *kafka.Writer {
+	return &kafka.Writer{
+		Addr:            kafka.TCP(brokers...),
+		Topic:           topic,
+		Balancer:        &kafka.Murmur2Balancer{Consistent: true},
+		RequiredAcks:    kafka.RequireAll,
+		Compression:     comp,
+		BatchTimeout:    batchTimeout,
+		BatchSize:       batchSize,
+		BatchBytes:      batchBytes,
+		WriteTimeout:    writeTimeout,
+		ReadTimeout:     writeTimeout,
+		MaxAttempts:     3,
+		WriteBackoffMin: 50 * time.Millisecond,
+		WriteBackoffMax: 500 * time.Millisecond,
+		Transport:       tr,
+	}
+}
+
 // KafkaProducer sends deltas to a Kafka topic, one message per delta keyed
 // by counter key (murmur2 partitioning, as the Java client: one key always
 // reaches one partition, so one aggregator), compressed, acknowledged by
@@ -139,26 +162,11 @@ func NewKafkaProducer(cfg KafkaConfig) (*KafkaProducer, error) {
 		return nil, err
 	}
 	p := &KafkaProducer{cfg: cfg, dropLog: logx.New(cfg.Logger, 10*time.Second)}
-	p.w = &kafka.Writer{
-		Addr:         kafka.TCP(cfg.Brokers...),
-		Topic:        cfg.Topic,
-		Balancer:     &kafka.Murmur2Balancer{Consistent: true},
-		RequiredAcks: kafka.RequireAll,
-		Compression:  comp,
-		BatchTimeout: cfg.BatchTimeout,
-		// kafka-go sizes every partition's batch for BatchSize messages
-		// when it starts one: at 4096 that was 700 KB per partition per
-		// flush, two thirds of the checker's allocations. A flush hands
-		// over at most 2048 deltas, about 128 per partition of 16.
-		BatchSize:       256,
-		BatchBytes:      4 << 20,
-		WriteTimeout:    cfg.WriteTimeout,
-		ReadTimeout:     cfg.WriteTimeout,
-		MaxAttempts:     3,
-		WriteBackoffMin: 50 * time.Millisecond,
-		WriteBackoffMax: 500 * time.Millisecond,
-		Transport:       p.cfg.Security.transport(),
-	}
+	// kafka-go sizes every partition's batch for BatchSize messages when
+	// it starts one: at 4096 that was 700 KB per partition per flush, two
+	// thirds of the checker's allocations. A flush hands over at most 2048
+	// deltas, about 128 per partition of 16.
+	p.w = newWriter(cfg.Brokers, cfg.Topic, comp, cfg.BatchTimeout, cfg.WriteTimeout, 256, 4<<20, p.cfg.Security.transport())
 	if cfg.SpillPath != "" {
 		if p.spill, err = OpenSpill(cfg.SpillPath, cfg.SpillMaxBytes, cfg.Logger); err != nil {
 			return nil, err

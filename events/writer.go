@@ -65,22 +65,8 @@ func NewKafkaWriter(cfg WriterConfig) (*KafkaWriter, error) {
 	// a topic's metadata is cached this long, a missing topic's too: short,
 	// so that a topic another process just created is found soon
 	tr.MetadataTTL = 500 * time.Millisecond
-	return &KafkaWriter{cfg: cfg, w: &kafka.Writer{
-		Addr:            kafka.TCP(cfg.Brokers...),
-		Topic:           cfg.Topic,
-		Balancer:        &kafka.Murmur2Balancer{Consistent: true},
-		RequiredAcks:    kafka.RequireAll,
-		Compression:     kafka.Lz4,
-		BatchTimeout:    cfg.BatchTimeout,
-		BatchSize:       128,
-		BatchBytes:      1 << 20, // a batch must pass the broker's message.max.bytes
-		WriteTimeout:    cfg.WriteTimeout,
-		ReadTimeout:     cfg.WriteTimeout,
-		MaxAttempts:     3,
-		WriteBackoffMin: 50 * time.Millisecond,
-		WriteBackoffMax: 500 * time.Millisecond,
-		Transport:       tr,
-	}}, nil
+	// a batch must pass the broker's message.max.bytes (1 MiB)
+	return &KafkaWriter{cfg: cfg, w: newWriter(cfg.Brokers, cfg.Topic, kafka.Lz4, cfg.BatchTimeout, cfg.WriteTimeout, 128, 1<<20, tr)}, nil
 }
 
 // Topic is the topic written to.
