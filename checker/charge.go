@@ -144,12 +144,7 @@ func (c *Checker) charge(slots []slot, denied bool, req *Request, now int64) boo
 // is locked for the decision alone. A pool no borrower uses any more is
 // left alone.
 func (c *Checker) redecidePool(p *slot, slots []slot, req *Request, now int64) {
-	var cost int64
-	for i := range slots {
-		if s := &slots[i]; s.poolSlot >= 0 && &slots[s.poolSlot] == p && s.borrow && (s.allowed || s.need == needSync) {
-			cost += s.cost
-		}
-	}
+	cost := borrowed(p, slots)
 	decided := p.need != needNone
 	switch {
 	case cost == 0:

@@ -17,7 +17,9 @@ import (
 // The pool's slot follows its borrowers in a Check; a request whose
 // borrowing the pool refuses is refused whole, and charges nothing (both
 // rules are algorithm rules). Whether an admission borrows is judged from
-// the borrower's view at the decision.
+// the borrower's view at the decision, and when the borrower is charged
+// in the store (near its limit) from that charge's answer: the pool slot
+// is then decided again with what the answers say (redecidePool).
 
 // poolSlots appends, after the descriptors' slots, one slot per pool an
 // elastic rule of the request borrows from (slotBuf has room: check counted).
@@ -50,17 +52,24 @@ func (c *Checker) poolSlots(slotBuf []slot, slots []slot, req *Request) []slot {
 // borrowing sets a pool slot's cost to what its borrowers take above
 // their own limits (requires the locks); false when none does.
 func (c *Checker) borrowing(p *slot, slots []slot) bool {
+	cost := borrowed(p, slots)
+	p.cost = cost
+	if cost == 0 {
+		p.need, p.allowed = needNone, true
+	}
+	return cost > 0
+}
+
+// borrowed is what p's borrowers take above their own limits, as they
+// stand (admitted, or waiting for their store charge).
+func borrowed(p *slot, slots []slot) int64 {
 	var cost int64
 	for i := range slots {
 		if s := &slots[i]; s.poolSlot >= 0 && &slots[s.poolSlot] == p && s.borrow && (s.allowed || s.need == needSync) {
 			cost += s.cost
 		}
 	}
-	p.cost = cost
-	if cost == 0 {
-		p.need, p.allowed = needNone, true
-	}
-	return cost > 0
+	return cost
 }
 
 // refusedByPool makes a borrower's status say what its pool said: refused
