@@ -1,0 +1,253 @@
+package adversarial
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// bin is the velvetrope binary under attack, built once by TestMain.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "velvetrope-adversarial-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = filepath.Join(dir, "velvetrope")
+	build := exec.Command("go", "build", "-o", bin, "github.com/velvetrope/velvetrope/cmd/velvetrope")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building velvetrope:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is one running velvetrope process.
+type proc struct {
+	HTTP, GRPC string // listen addresses, host:port
+	cmd        *exec.Cmd
+	log        *bytes.Buffer
+	done       chan struct{}
+}
+
+// options of a process under test.
+type options struct {
+	kind   string            // subcommand; default "dev"
+	rules  map[string]string // file name → contents, written to a fresh rules directory
+	config string            // application config YAML, written to a file; "" for none
+	env    []string
+	args   []string
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// start runs the binary with o and waits until /healthz answers; the
+// process is stopped when the test ends.
+func start(t *testing.T, o options) *proc {
+	t.Helper()
+	if o.kind == "" {
+		o.kind = "dev"
+	}
+	dir := t.TempDir()
+	p := &proc{HTTP: freeAddr(t), GRPC: freeAddr(t), log: &bytes.Buffer{}, done: make(chan struct{})}
+	args := []string{o.kind, "--http", p.HTTP}
+	if o.kind == "dev" || o.kind == "checker" {
+		args = append(args, "--grpc", p.GRPC)
+	}
+	if len(o.rules) > 0 {
+		rd := filepath.Join(dir, "rules")
+		if err := os.Mkdir(rd, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, body := range o.rules {
+			if err := os.WriteFile(filepath.Join(rd, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		args = append(args, "--rules", rd)
+	}
+	if o.config != "" {
+		cf := filepath.Join(dir, "app.yaml")
+		if err := os.WriteFile(cf, []byte(o.config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--config", cf)
+	}
+	args = append(args, o.args...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), o.env...)
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = cmd
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		s := bufio.NewScanner(pr)
+		s.Buffer(make([]byte, 64<<10), 1<<20)
+		for s.Scan() {
+			if p.log.Len() < 1<<20 {
+				p.log.Write(s.Bytes())
+				p.log.WriteByte('\n')
+			}
+		}
+	}()
+	go func() { _ = cmd.Wait(); pw.Close(); <-logDone; close(p.done) }()
+	t.Cleanup(func() { p.stop(t) })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-p.done:
+			t.Fatalf("velvetrope %s exited before serving:\n%s", o.kind, p.log.String())
+		default:
+		}
+		if r, err := http.Get("http://" + p.HTTP + "/healthz"); err == nil {
+			r.Body.Close()
+			if r.StatusCode == 200 {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("velvetrope %s did not serve /healthz within 30 s:\n%s", o.kind, p.log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (p *proc) stop(t *testing.T) {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		t.Errorf("velvetrope did not stop on SIGTERM within 30 s")
+	}
+}
+
+// exited reports whether the process has ended (a crash under attack).
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// rssKB reads one field of /proc/PID/status in KiB: "VmRSS" (now) or
+// "VmHWM" (the peak).
+func (p *proc) rssKB(t *testing.T, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatalf("read the process's status: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %q", field, line)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, p.cmd.Process.Pid)
+	return 0
+}
+
+// do sends one HTTP request and returns the status and body.
+func (p *proc) do(t *testing.T, method, path, body string, header ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+p.HTTP+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	return resp.StatusCode, string(b)
+}
+
+// metric sums the samples of a Prometheus metric on /metrics whose
+// labels contain every one of labels (e.g. `reason="rule"`).
+func (p *proc) metric(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	_, body := p.do(t, "GET", "/metrics", "")
+	var sum float64
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name) || strings.HasPrefix(line, "#") {
+			continue
+		}
+		rest := line[len(name):]
+		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(rest, l)
+		}
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// eventually polls cond every 50 ms until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
