@@ -2,10 +2,10 @@ package aggregator
 
 import (
 	"container/heap"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/velvetrope/velvetrope/config"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 )
 
@@ -87,12 +87,7 @@ func (a *Accuracy) Observe(d *eventsv1.Delta, now int64) {
 
 // label is the rule label of d: an override's id carries a per-request
 // limit, so overrides count per domain.
-func (a *Accuracy) label(d *eventsv1.Delta) string {
-	if i := strings.Index(d.RuleId, ":override/"); i >= 0 {
-		return d.RuleId[:i] + ":override"
-	}
-	return d.RuleId
-}
+func (a *Accuracy) label(d *eventsv1.Delta) string { return config.RuleLabel(d.RuleId) }
 
 // close books t and forgets it (requires a.mu held).
 func (a *Accuracy) close(t *windowTally) {

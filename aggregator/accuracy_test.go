@@ -42,7 +42,7 @@ func TestAccuracyBounds(t *testing.T) {
 		a.Observe(&eventsv1.Delta{RuleId: rule, CounterKey: rule, WindowStartUnixNanos: w0, WindowNanos: 1e9, Limit: 1, AllowedCost: 2}, w0)
 	}
 	for i := range 100 { // overrides: one label per domain whatever the limit
-		a.Observe(&eventsv1.Delta{RuleId: "api:override/user_id@" + string(rune('0'+i%10)) + "/minute", CounterKey: "o" + string(rune(i)),
+		a.Observe(&eventsv1.Delta{RuleId: "api:override:user_id@" + string(rune('0'+i%10)) + "/minute", CounterKey: "o" + string(rune(i)),
 			WindowStartUnixNanos: w0, WindowNanos: 1e9, Limit: 1, AllowedCost: 1}, w0)
 	}
 	if got := a.Open(); got != 110 {

@@ -261,7 +261,7 @@ func (c *Checker) compileControls(rs *config.RuleSet, list []counters.Control, n
 		case counters.ActionDeny:
 			if base == nil {
 				base, _ = config.OverrideRule(ct.Domain, ct.Entries, 0, config.Second, 1, nil)
-				base.ID = ct.Domain + ":control/deny"
+				base.ID = config.InternalRuleID(ct.Domain, "control", "deny")
 			}
 			lc.rule = base.Blocked()
 		case counters.ActionLimit:

@@ -20,9 +20,11 @@ type Entry struct {
 // Rules are immutable once in a RuleSet.
 type Rule struct {
 	// ID is the rule's stable identity: domain ":" path, the path being the
-	// descriptor keys (and values where the rule names one) joined by "/",
-	// e.g. "api:tenant/route=/export". Counters are keyed by it, not by
-	// the limit, so editing a limit keeps the count.
+	// descriptor keys (and "=" values where the rule names one) joined by
+	// "/", each part escaped ([AppendEscaped]), e.g.
+	// `api:tenant/route=\/export`. Distinct rules never share an id.
+	// Counters are keyed by it, not by the limit, so editing a limit keeps
+	// the count.
 	ID     string
 	Domain string
 	Name   string // rate_limit.name, the target of other rules' replaces
@@ -165,22 +167,88 @@ func (r *Rule) buildLimiter() limiter.Algorithm {
 }
 
 // AppendCounterKey appends the counter identity of rule for a request's
-// entries to buf: the rule ID, then each request value ("*"-patterns that
-// share a threshold contribute the pattern). It allocates only if buf must
-// grow; reuse buf across calls.
+// entries to buf: the rule ID, then "|" key "=" value for each entry, keys
+// and values escaped ([AppendEscaped]; "*"-patterns that share a threshold
+// contribute the pattern). The encoding is injective: distinct rules or
+// entries never share a key, whatever bytes the values carry. It
+// allocates only if buf must grow; reuse buf across calls.
 func AppendCounterKey(buf []byte, r *Rule, entries []Entry) []byte {
 	buf = append(buf, r.ID...)
 	for i, e := range entries {
 		buf = append(buf, '|')
-		buf = append(buf, e.Key...)
+		buf = AppendEscaped(buf, e.Key)
 		buf = append(buf, '=')
 		if i < len(r.Shared) && r.Shared[i] {
-			buf = append(buf, r.Path[i].Value...)
+			buf = AppendEscaped(buf, r.Path[i].Value)
 		} else {
-			buf = append(buf, e.Value...)
+			buf = AppendEscaped(buf, e.Value)
 		}
 	}
 	return buf
+}
+
+// special reports the bytes [AppendEscaped] escapes: the separators of
+// rule ids (':' after the domain, '/' between parts, '=' before a value),
+// of counter keys ('|' between entries) and the escape itself.
+func special(c byte) bool {
+	return c == '\\' || c == '/' || c == ':' || c == '=' || c == '|'
+}
+
+// AppendEscaped appends s to buf with a backslash before every '\\', '/',
+// ':', '=' and '|', so that a part of a rule id or counter key never
+// contains an unescaped separator: splitting at the unescaped separators
+// gives back the parts. A string without those bytes is appended as it
+// is, in one copy.
+func AppendEscaped(buf []byte, s string) []byte {
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if special(s[i]) {
+			buf = append(buf, s[start:i]...)
+			buf = append(buf, '\\', s[i])
+			start = i + 1
+		}
+	}
+	return append(buf, s[start:]...)
+}
+
+// escaped is s escaped as [AppendEscaped] does, without a copy when
+// nothing needs escaping.
+func escaped(s string) string {
+	for i := 0; i < len(s); i++ {
+		if special(s[i]) {
+			return string(AppendEscaped(make([]byte, 0, len(s)+8), s))
+		}
+	}
+	return s
+}
+
+// InternalRuleID is the id of a rule velvetrope makes itself rather than
+// reads from a rule file (a pool's, an operator's deny): the escaped
+// domain, ":", kind, ":", the escaped name. No rule file's id has an
+// unescaped ':' after its domain's, so these never meet one.
+func InternalRuleID(domain, kind, name string) string {
+	return escaped(domain) + ":" + kind + ":" + escaped(name)
+}
+
+// overrideKind is the kind of [OverrideRule]'s ids.
+const overrideKind = "override"
+
+// RuleLabel is the label of a rule id in per-rule tallies: the id itself,
+// or for an override (whose id carries a per-request limit) its domain's
+// escaped name followed by ":override", a label bounded by the rule set.
+func RuleLabel(id string) string {
+	for i := 0; i < len(id); i++ {
+		switch id[i] {
+		case '\\':
+			i++
+		case ':':
+			if rest := id[i+1:]; len(rest) > len(overrideKind) && rest[:len(overrideKind)] == overrideKind && rest[len(overrideKind)] == ':' {
+				return id[:i+1+len(overrideKind)]
+			}
+			return id
+		}
+	}
+	return id
 }
 
 // node is one level of a domain's descriptor tree. Children are found by
@@ -312,32 +380,37 @@ func (rs *RuleSet) Rules() []*Rule { return rs.rules }
 func (rs *RuleSet) Files() []string { return rs.files }
 
 // Glob reports whether value matches pattern, where each "*" matches any
-// run of characters (possibly empty). It does not allocate.
+// run of characters (possibly empty). It does not allocate, and its cost
+// is linear in the value whatever the pattern: a value an attacker sends
+// is tried against every wildcard of a key.
 func Glob(pattern, value string) bool {
-	// Greedy match with backtracking to the last star: linear for one
-	// star, O(n·m) at worst, never exponential.
-	p, v := 0, 0
-	star, mark := -1, 0
-	for v < len(value) {
-		switch {
-		case p < len(pattern) && pattern[p] == '*':
-			star, mark = p, v
-			p++
-		case p < len(pattern) && pattern[p] == value[v]:
-			p++
-			v++
-		case star >= 0:
-			p = star + 1
-			mark++
-			v = mark
-		default:
+	// The pattern is literal segments between stars: the first must start
+	// the value and the last end it; each one between is taken at its
+	// leftmost place after the previous. With '*' the only wildcard the
+	// leftmost place is never worse than a later one, so nothing is ever
+	// tried twice (the backtracking matcher this replaces was O(n·m): a
+	// second per KiB against 3,000 "*aaa…b" patterns).
+	i := strings.IndexByte(pattern, '*')
+	if i < 0 {
+		return pattern == value
+	}
+	if !strings.HasPrefix(value, pattern[:i]) {
+		return false
+	}
+	value, pattern = value[i:], pattern[i+1:]
+	for {
+		j := strings.IndexByte(pattern, '*')
+		if j < 0 {
+			return strings.HasSuffix(value, pattern)
+		}
+		seg := pattern[:j]
+		pattern = pattern[j+1:]
+		k := strings.Index(value, seg)
+		if k < 0 {
 			return false
 		}
+		value = value[k+len(seg):]
 	}
-	for p < len(pattern) && pattern[p] == '*' {
-		p++
-	}
-	return p == len(pattern)
 }
 
 // Compile builds a RuleSet from parsed files, reporting duplicate domains
@@ -377,12 +450,19 @@ func Compile(files []*File) (*RuleSet, error) {
 			}
 		}
 	}
-	if err := errs.err(); err != nil {
-		return nil, err
-	}
 	rs.byID = make(map[string]*Rule, len(rs.rules))
 	for _, r := range rs.rules {
+		// The id encoding is injective, so only a fault of ours could make
+		// two rules share one; refuse it rather than let one rule's
+		// counters, tickets and deliveries be the other's.
+		if prev := rs.byID[r.ID]; prev != nil {
+			errs = append(errs, posError(r.Pos, fmt.Sprintf("rule id %q is also the id of the rule at %s", r.ID, prev.Pos)))
+			continue
+		}
 		rs.byID[r.ID] = r
+	}
+	if err := errs.err(); err != nil {
+		return nil, err
 	}
 	if len(rs.domains) <= 8 {
 		rs.few = make([]domainNode, 0, len(rs.domains))
@@ -443,20 +523,30 @@ func (rs *RuleSet) build(n *node, domain string, path []Entry, shared, hashed []
 	}
 }
 
+// MaxWindow is the longest window a rule may have: a year, the longest
+// unit of a rule file. Envoy's unit_multiplier is held to it too, so that
+// window arithmetic (start + window, in nanoseconds) never overflows.
+const MaxWindow = 365 * 24 * time.Hour
+
 // MaxRuleIDBytes bounds a rule's ID: every delta carries it twice, and a
 // delta must stay within the pipeline's record bound.
 const MaxRuleIDBytes = 4 << 10
 
 func newRule(domain string, path []Entry, shared []bool, d *Descriptor) *Rule {
-	parts := make([]string, len(path))
+	id := AppendEscaped(make([]byte, 0, 64), domain)
+	id = append(id, ':')
 	for i, e := range path {
-		parts[i] = e.Key
+		if i > 0 {
+			id = append(id, '/')
+		}
+		id = AppendEscaped(id, e.Key)
 		if e.Value != "" {
-			parts[i] += "=" + e.Value
+			id = append(id, '=')
+			id = AppendEscaped(id, e.Value)
 		}
 	}
 	r := &Rule{
-		ID: domain + ":" + strings.Join(parts, "/"), Domain: domain, Name: d.RateLimit.Name, Path: path,
+		ID: string(id), Domain: domain, Name: d.RateLimit.Name, Path: path,
 		Shared: shared, Unlimited: d.RateLimit.Unlimited, Limit: d.RateLimit.RequestsPerUnit,
 		Unit: d.RateLimit.Unit, Window: d.RateLimit.Unit.Duration(), Shadow: d.ShadowMode,
 		DetailedMetric: d.DetailedMetric, Replaces: d.RateLimit.Replaces, Algorithm: d.Algorithm, Burst: d.Burst,
@@ -482,15 +572,15 @@ func newRule(domain string, path []Entry, shared []bool, d *Descriptor) *Rule {
 	return r
 }
 
-// poolKey is the entry key of a pool's counter: no descriptor of a rule
-// file starts with '#' and a ':' (see newPoolRule).
+// poolKey is the entry key of a pool's counter and the kind of its
+// [InternalRuleID].
 const poolKey = "#pool"
 
 // newPoolRule is the rule of a pool: a fixed window of the pool's limit
 // over one counter of the domain, decided like any async rule.
 func newPoolRule(domain string, pl *Pool) *Rule {
 	path := []Entry{{Key: poolKey, Value: pl.Name}}
-	r := &Rule{ID: domain + ":" + poolKey + ":" + pl.Name, Domain: domain, Name: pl.Name, Path: path, Limit: pl.RateLimit.RequestsPerUnit,
+	r := &Rule{ID: InternalRuleID(domain, poolKey, pl.Name), Domain: domain, Name: pl.Name, Path: path, Limit: pl.RateLimit.RequestsPerUnit,
 		Unit: pl.RateLimit.Unit, Window: pl.RateLimit.Unit.Duration(), Algorithm: AlgFixedWindow,
 		Throttle: Throttle{Type: ThrottleHard}, OnExceed: ExceedDeny, Mode: ModeAsync, NearLimit: NearSync,
 		Failure: FailOpen, Shards: 1, Pos: pl.Pos, IsPool: true}
@@ -565,14 +655,18 @@ func OverrideRule(domain string, entries []Entry, limit int64, unit Unit, multip
 	if multiplier == 0 {
 		multiplier = 1
 	}
-	if multiplier > 1<<20 {
-		return nil, fmt.Errorf("unit_multiplier: must be at most %d, got %d", 1<<20, multiplier)
+	if window := unit.Duration(); time.Duration(multiplier) > MaxWindow/window {
+		return nil, fmt.Errorf("unit_multiplier: %d × %s is longer than the longest window a rule may have (%d days); at most %d", multiplier, unit, MaxWindow/(24*time.Hour), MaxWindow/window)
 	}
 	path := make([]Entry, len(entries))
-	parts := make([]string, len(entries))
+	id := AppendEscaped(make([]byte, 0, 64), domain)
+	id = append(id, ":"+overrideKind+":"...)
 	for i, e := range entries {
 		path[i] = Entry{Key: e.Key}
-		parts[i] = e.Key
+		if i > 0 {
+			id = append(id, '/')
+		}
+		id = AppendEscaped(id, e.Key)
 	}
 	d := &Descriptor{RateLimit: &RateLimit{RequestsPerUnit: limit, Unit: unit}}
 	r := newRule(domain, path, nil, d)
@@ -580,13 +674,21 @@ func OverrideRule(domain string, entries []Entry, limit int64, unit Unit, multip
 	if base != nil && len(base.Hashed) == len(entries) {
 		r.Hashed = base.Hashed
 	}
-	r.ID = fmt.Sprintf("%s:override/%s@%d/%s", domain, strings.Join(parts, "/"), limit, unit)
+	// The limit and the window end the id: digits and a unit name, after
+	// the last unescaped '@' and '/', so no key can fake them.
+	id = fmt.Appendf(id, "@%d/", limit)
 	if multiplier > 1 {
-		r.ID = fmt.Sprintf("%s:override/%s@%d/%d%s", domain, strings.Join(parts, "/"), limit, multiplier, unit)
+		id = fmt.Appendf(id, "%d", multiplier)
 		r.Window = unit.Duration() * time.Duration(multiplier)
 		r.derive()
 		if r.Limiter != nil {
 			r.Limiter = r.buildLimiter()
+		}
+	}
+	r.ID = string(append(id, unit.String()...))
+	if r.Limiter != nil {
+		if err := r.Limiter.Validate(); err != nil {
+			return nil, fmt.Errorf("requests_per_unit: %w", err)
 		}
 	}
 	return r, nil

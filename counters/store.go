@@ -2,9 +2,11 @@ package counters
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math/bits"
 	"strconv"
 	"time"
@@ -251,17 +253,23 @@ type Control struct {
 // Live reports whether c applies at now.
 func (c *Control) Live(now int64) bool { return c.ExpiresAt == 0 || now < c.ExpiresAt }
 
-// ControlID is the id of the control of one descriptor.
+// ControlID is the id of the control of one descriptor: 128 bits of
+// SHA-256 over the domain and entries, each length-prefixed, so distinct
+// descriptors get distinct ids (no separator a value carries can make two
+// encodings equal, and no practical search finds two that hash alike).
 func ControlID(domain string, entries []config.Entry) string {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(domain))
-	for _, e := range entries {
-		_, _ = h.Write([]byte{0})
-		_, _ = h.Write([]byte(e.Key))
-		_, _ = h.Write([]byte{0})
-		_, _ = h.Write([]byte(e.Value))
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	part := func(s string) {
+		_, _ = h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
+		_, _ = h.Write([]byte(s))
 	}
-	return strconv.FormatUint(h.Sum64(), 16)
+	part(domain)
+	for _, e := range entries {
+		part(e.Key)
+		part(e.Value)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // ControlStore keeps the operator controls every checker applies. The
@@ -290,5 +298,8 @@ func WeightedLE(a, b, c, d, e, f int64) bool {
 }
 
 // ShardKey names shard i of a counter key spread over shards (a rule's
-// `shards: N`): each shard is a counter of its own in the store.
-func ShardKey(key string, i int64) string { return key + "#" + strconv.FormatInt(i, 10) }
+// `shards: N`): each shard is a counter of its own in the store. The
+// suffix "|#i" is no entry of a counter key (every entry holds an
+// unescaped '='; see [config.AppendCounterKey]), so no value a request
+// carries names a shard of another key.
+func ShardKey(key string, i int64) string { return key + "|#" + strconv.FormatInt(i, 10) }

@@ -2,11 +2,11 @@ package middleware
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
@@ -28,7 +28,7 @@ type emergency struct {
 	off   bool
 	alg   limiter.TokenBucket
 	keyed *limiter.Keyed
-	bufs  sync.Pool // *strings.Builder
+	bufs  sync.Pool // *[]byte
 }
 
 func newEmergency(e Emergency) (*emergency, error) {
@@ -56,7 +56,7 @@ func newEmergency(e Emergency) (*emergency, error) {
 		return nil, fmt.Errorf("middleware: Options.Emergency: %w", err)
 	}
 	em := &emergency{alg: alg, keyed: k}
-	em.bufs.New = func() any { return new(strings.Builder) }
+	em.bufs.New = func() any { b := make([]byte, 0, 128); return &b }
 	return em, nil
 }
 
@@ -67,22 +67,21 @@ func (e *emergency) allow(req *checker.Request) bool {
 	if e == nil || e.off {
 		return true
 	}
-	b := e.bufs.Get().(*strings.Builder)
+	b := e.bufs.Get().(*[]byte) // the key, escaped as counter keys are: one budget per descriptor
 	defer e.bufs.Put(b)
 	for i := range req.Descriptors {
-		b.Reset()
-		b.WriteString(req.Domain)
+		*b = config.AppendEscaped((*b)[:0], req.Domain)
 		for _, en := range req.Descriptors[i].Entries {
-			b.WriteByte('|')
-			b.WriteString(en.Key)
-			b.WriteByte('=')
-			b.WriteString(en.Value)
+			*b = append(*b, '|')
+			*b = config.AppendEscaped(*b, en.Key)
+			*b = append(*b, '=')
+			*b = config.AppendEscaped(*b, en.Value)
 		}
 		cost := max(req.Hits, 0)
 		if d := &req.Descriptors[i]; d.HasHits {
 			cost = max(d.Hits, 0)
 		}
-		d, err := e.keyed.Allow(b.String(), e.alg, min(cost, e.alg.Capacity), "")
+		d, err := e.keyed.Allow(string(*b), e.alg, min(cost, e.alg.Capacity), "")
 		if err != nil || !d.Allowed {
 			return false
 		}

@@ -244,7 +244,7 @@ func TestOverrideCacheIsBounded(t *testing.T) {
 	for i := range maxOverrides * 2 {
 		es := []config.Entry{{Key: "k" + strconv.Itoa(i), Value: "v"}}
 		r, err := o.rule("rl", es, lim, nil)
-		if err != nil || r.Limit != 7 || r.ID != "rl:override/k"+strconv.Itoa(i)+"@7/minute" {
+		if err != nil || r.Limit != 7 || r.ID != "rl:override:k"+strconv.Itoa(i)+"@7/minute" {
 			t.Fatalf("override %d: %+v %v", i, r, err)
 		}
 	}

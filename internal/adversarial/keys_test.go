@@ -1,0 +1,102 @@
+package adversarial
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+// checkOnce sends one /v1/check and returns the decision and the first
+// status's remaining.
+func checkOnce(t *testing.T, p *proc, body string) (int, string, int64) {
+	t.Helper()
+	code, b := p.do(t, "POST", "/v1/check", body)
+	var r struct {
+		Decision string `json:"decision"`
+		Statuses []struct {
+			Remaining int64 `json:"remaining"`
+		} `json:"statuses"`
+	}
+	_ = json.Unmarshal([]byte(b), &r)
+	var rem int64 = -1
+	if len(r.Statuses) > 0 {
+		rem = r.Statuses[0].Remaining
+	}
+	return code, r.Decision, rem
+}
+
+// Item 1: counter keys joined entries with '|' and '=' unescaped, so a
+// tenant whose value carries the separators spent another tenant's
+// budget.
+func TestSeparatorsInValuesDoNotShareCounters(t *testing.T) {
+	p := start(t, options{rules: map[string]string{"api.yaml": `domain: api
+descriptors:
+  - key: tenant
+    descriptors:
+      - key: route
+        rate_limit: {unit: minute, requests_per_unit: 5}
+`}})
+	req := func(tenant, route string) string {
+		return fmt.Sprintf(`{"domain":"api","descriptors":[{"entries":[{"key":"tenant","value":%q},{"key":"route","value":%q}]}]}`, tenant, route)
+	}
+	for i := range 5 {
+		if code, d, _ := checkOnce(t, p, req("x|route=y", "z")); code != 200 || d != "allow" {
+			t.Fatalf("attacker's request %d: %d %s, want 200 allow", i, code, d)
+		}
+	}
+	code, d, rem := checkOnce(t, p, req("x", "y|route=z"))
+	if code != 200 || d != "allow" || rem != 4 {
+		t.Fatalf("the victim's first request: %d %s remaining %d, want allow with 4 remaining (the attacker's five requests were charged to the victim's counter)", code, d, rem)
+	}
+}
+
+// Item 2: rule ids joined path parts with '/' unescaped, so {k: "a/b"}
+// and {k: a} → {b} were one id: `rules validate` accepted the file, one
+// rule overwrote the other in the index, and a request deferred under the
+// first was delivered to the second's target.
+func TestSeparatorsInRuleValuesKeepRulesApart(t *testing.T) {
+	type arrival struct{ target, path string }
+	got := make(chan arrival, 16)
+	targetA := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- arrival{"A", r.URL.Path} }))
+	defer targetA.Close()
+	targetB := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- arrival{"B", r.URL.Path} }))
+	defer targetB.Close()
+	rules := fmt.Sprintf(`domain: shop
+descriptors:
+  - key: k
+    value: "a/b"
+    algorithm: fixed_window
+    rate_limit: {unit: second, requests_per_unit: 1}
+    on_exceed: defer
+    defer: {target: %q}
+  - key: k
+    value: a
+    descriptors:
+      - key: b
+        algorithm: fixed_window
+        rate_limit: {unit: second, requests_per_unit: 1}
+        on_exceed: defer
+        defer: {target: %q}
+`, targetA.URL, targetB.URL)
+	p := start(t, options{rules: map[string]string{"shop.yaml": rules}})
+	body := `{"domain":"shop","descriptors":[{"entries":[{"key":"k","value":"a/b"}]}],"payload":{"method":"POST","path":"/for-rule-one"}}`
+	var decisions []string
+	for range 2 {
+		_, d, _ := checkOnce(t, p, body)
+		decisions = append(decisions, d)
+	}
+	if decisions[1] != "defer" {
+		t.Fatalf("decisions %v, want the second deferred", decisions)
+	}
+	select {
+	case a := <-got:
+		if a != (arrival{"A", "/for-rule-one"}) {
+			t.Fatalf("the deferred request of rule k=a/b reached target %s at %s, want target A", a.target, a.path)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no delivery within 15 s:\n%s", p.log.String())
+	}
+}
