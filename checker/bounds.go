@@ -29,11 +29,8 @@ func DefaultBounds() Bounds {
 }
 
 // maxDescriptorBytes is the most the entries of one descriptor may take
-// in total. A delta carries them twice (descriptor text and counter key),
-// beside the rule id (at most config.MaxRuleIDBytes, also twice), the
-// domain and the instance id: 20 KiB of entries keep a delta well inside
-// events.MaxRecordBytes whatever the bounds are set to.
-const maxDescriptorBytes = 20 << 10
+// in total ([config.MaxDescriptorBytes]).
+const maxDescriptorBytes = config.MaxDescriptorBytes
 
 // WithDefaults returns b with zero fields set to the defaults.
 func (b Bounds) WithDefaults() Bounds {

@@ -36,56 +36,70 @@ func TestBoundsValidate(t *testing.T) {
 }
 
 // TestLargestValidRequestMakesDeliverableDeltas: a request at every bound
-// (8 entries of 128-byte keys and 1,024-byte values, matching a rule 8
-// levels deep) produces deltas that encode within events.MaxRecordBytes,
-// so the aggregator and the broker take them.
+// (the default bounds, and the largest the checker accepts; entries
+// matching a rule as many levels deep), its keys and values made of the
+// bytes the encodings escape, so that ids, counter keys and descriptor
+// texts are as long as they get, produces deltas that encode within
+// events.MaxRecordBytes, so the aggregator and the broker take them.
 func TestLargestValidRequestMakesDeliverableDeltas(t *testing.T) {
-	b := DefaultBounds()
-	var src strings.Builder
-	src.WriteString("domain: " + strings.Repeat("d", 200) + "\ndescriptors:\n")
-	ind := "  "
-	keys := make([]string, b.MaxEntries)
-	for i := range keys {
-		keys[i] = strings.Repeat(string(rune('a'+i)), b.MaxKeyBytes)
-		src.WriteString(ind + "- key: " + keys[i] + "\n")
-		if i == len(keys)-1 {
-			src.WriteString(ind + "  algorithm: fixed_window\n" + ind + "  rate_limit: {unit: minute, requests_per_unit: 1000}\n")
-			break
+	widest := Bounds{MaxDescriptors: MaxDescriptors, MaxEntries: MaxEntries, MaxKeyBytes: 128, MaxRequestIDBytes: 128}
+	widest.MaxValueBytes = maxDescriptorBytes/widest.MaxEntries - widest.MaxKeyBytes - 2
+	for _, b := range []Bounds{DefaultBounds(), widest} {
+		if err := b.Validate(); err != nil {
+			t.Fatalf("bounds %+v: %v", b, err)
 		}
-		src.WriteString(ind + "  descriptors:\n")
-		ind += "    "
-	}
-	ms := counters.NewMemStore()
-	prod := &applyProducer{store: ms}
-	clk := &clock{}
-	clk.ns.Store(t0)
-	c, err := New(Config{InstanceName: strings.Repeat("i", 200)}, ruleStore(t, src.String()), ms, prod, clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := &Request{Domain: strings.Repeat("d", 200), Hits: 1}
-	for i := range b.MaxDescriptors {
-		es := make([]config.Entry, len(keys))
-		for j := range es {
-			es[j] = config.Entry{Key: keys[j], Value: strings.Repeat(string(rune('A'+i)), b.MaxValueBytes)}
+		var src strings.Builder
+		domain := strings.Repeat(":", 200)
+		src.WriteString("domain: \"" + domain + "\"\ndescriptors:\n")
+		ind := "  "
+		keys := make([]string, b.MaxEntries)
+		for i := range keys {
+			// Half escaped bytes: the rule id (escaped) stays within
+			// config.MaxRuleIDBytes at 16 levels.
+			keys[i] = strings.Repeat("|", b.MaxKeyBytes/2) + strings.Repeat(string(rune('a'+i)), b.MaxKeyBytes-b.MaxKeyBytes/2)
+			src.WriteString(ind + "- key: \"" + keys[i] + "\"\n")
+			if i == len(keys)-1 {
+				src.WriteString(ind + "  algorithm: fixed_window\n" + ind + "  rate_limit: {unit: minute, requests_per_unit: 1000}\n")
+				break
+			}
+			src.WriteString(ind + "  descriptors:\n")
+			ind += "    "
 		}
-		q.Descriptors = append(q.Descriptors, Descriptor{Entries: es})
-	}
-	var d Decision
-	if err := c.Check(context.Background(), q, &d); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Flush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if len(prod.all) != b.MaxDescriptors {
-		t.Fatalf("got %d deltas, want %d", len(prod.all), b.MaxDescriptors)
-	}
-	for i, dl := range prod.all {
-		wire, err := events.Encode(dl)
-		if err != nil || len(wire) > events.MaxRecordBytes {
-			t.Fatalf("delta %d: %d bytes (bound %d), err %v", i, len(wire), events.MaxRecordBytes, err)
+		ms := counters.NewMemStore()
+		prod := &applyProducer{store: ms}
+		clk := &clock{}
+		clk.ns.Store(t0)
+		c, err := New(Config{InstanceName: strings.Repeat("i", 200), Bounds: b}, ruleStore(t, src.String()), ms, prod, clk)
+		if err != nil {
+			t.Fatal(err)
 		}
+		q := &Request{Domain: domain, Hits: 1}
+		for i := range b.MaxDescriptors {
+			es := make([]config.Entry, len(keys))
+			for j := range es {
+				es[j] = config.Entry{Key: keys[j], Value: strings.Repeat(`|,=\`[i%4:i%4+1], b.MaxValueBytes-1) + string(rune('A'+i))}
+			}
+			q.Descriptors = append(q.Descriptors, Descriptor{Entries: es})
+		}
+		var d Decision
+		if err := c.Check(context.Background(), q, &d); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if len(prod.all) != b.MaxDescriptors {
+			t.Fatalf("bounds %+v: got %d deltas, want %d", b, len(prod.all), b.MaxDescriptors)
+		}
+		largest := 0
+		for i, dl := range prod.all {
+			wire, err := events.Encode(dl)
+			if err != nil || len(wire) > events.MaxRecordBytes {
+				t.Fatalf("bounds %+v: delta %d: %d bytes (bound %d), err %v", b, i, len(wire), events.MaxRecordBytes, err)
+			}
+			largest = max(largest, len(wire))
+		}
+		t.Logf("bounds %+v: the largest delta is %d bytes", b, largest)
 	}
 }
 

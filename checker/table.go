@@ -251,19 +251,9 @@ func tombSlots(h uint64, n int) (int, int) {
 	return int((h >> 17) & m), int((h >> 41) & m)
 }
 
-// descText renders entries as "key=value,key=value".
-func descText(es []config.Entry) string {
-	var b strings.Builder
-	for i, e := range es {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(e.Key)
-		b.WriteByte('=')
-		b.WriteString(e.Value)
-	}
-	return b.String()
-}
+// descText renders entries as analytics name them
+// ([config.AppendDescriptorText]).
+func descText(es []config.Entry) string { return string(config.AppendDescriptorText(nil, es)) }
 
 // keys identifies every descriptor's counter: a 64-bit hash of the rule
 // and the request values for async and sync rules (no key string is built

@@ -64,7 +64,7 @@ type AnalyticsConfig struct {
 // gRPC, middleware): a request outside them is refused naming the field.
 // The checker also refuses bounds that would let a request make a delta
 // larger than the pipeline's record bound (max_entries × (max_key_bytes +
-// max_value_bytes) at most 20 KiB).
+// max_value_bytes) at most 12 KiB, [MaxDescriptorBytes]).
 type LimitsConfig struct {
 	MaxDescriptors    int `yaml:"max_descriptors"`      // per request (16, at most 32)
 	MaxEntries        int `yaml:"max_entries"`          // per descriptor (8, at most 16)
@@ -396,8 +396,8 @@ func (a App) Validate() error {
 		l.MaxKeyBytes < 1 || l.MaxValueBytes < 1 || l.MaxRequestIDBytes < 1 || l.MaxRequestIDBytes > 1024 {
 		bad("limits", "want 1 <= max_descriptors <= 32, 1 <= max_entries <= 16, max_key_bytes and max_value_bytes > 0, "+
 			"1 <= max_request_id_bytes <= 1024; got %+v", l)
-	} else if n := l.MaxEntries * (l.MaxKeyBytes + l.MaxValueBytes + 2); n > 20<<10 {
-		bad("limits.max_entries/max_key_bytes/max_value_bytes", "max_entries × (max_key_bytes + max_value_bytes + 2) = %d: above 20480, a delta would exceed the record bound", n)
+	} else if n := l.MaxEntries * (l.MaxKeyBytes + l.MaxValueBytes + 2); n > MaxDescriptorBytes {
+		bad("limits.max_entries/max_key_bytes/max_value_bytes", "max_entries × (max_key_bytes + max_value_bytes + 2) = %d: above %d, a delta would exceed the record bound", n, MaxDescriptorBytes)
 	}
 	if a.RulesReload <= 0 {
 		bad("rules_reload", "must be > 0, got %v", a.RulesReload)

@@ -372,3 +372,43 @@ func TestGlobCostIsLinear(t *testing.T) {
 		t.Fatalf("Glob over %d patterns: %d ns against %d ns for the substring searches (%.0f×, want ≤ 20×)", len(patterns), glob.NsPerOp(), search.NsPerOp(), ratio)
 	}
 }
+
+// TestDescriptorTextIsInjective: the descriptor text analytics group rows
+// by reads back as the entries that made it, whatever they carry.
+func TestDescriptorTextIsInjective(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 4).Draw(t, "n")
+		es := make([]Entry, n)
+		for i := range es {
+			es[i] = Entry{Key: part(t, fmt.Sprintf("k%d", i)) + ",", Value: "=" + part(t, fmt.Sprintf("v%d", i))}
+		}
+		text := string(AppendDescriptorText(nil, es))
+		parts := split(text, ',')
+		if len(parts) != n {
+			t.Fatalf("%q: %d entries, want %d", text, len(parts), n)
+		}
+		for i, p := range parts {
+			k, v, ok := cut(p, '=')
+			if !ok || unescapeText(t, k) != es[i].Key || unescapeText(t, v) != es[i].Value {
+				t.Fatalf("%q: entry %d reads %q, want %v", text, i, p, es[i])
+			}
+		}
+	})
+}
+
+func unescapeText(t *rapid.T, s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '\\' && i+1 < len(s) && strings.IndexByte(`\,=`, s[i+1]) >= 0:
+			b.WriteByte(s[i+1])
+			i++
+		case strings.IndexByte(`\,=`, c) >= 0:
+			t.Fatalf("%q: %q at %d is not escaped", s, c, i)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}

@@ -211,6 +211,35 @@ func AppendEscaped(buf []byte, s string) []byte {
 	return append(buf, s[start:]...)
 }
 
+// AppendDescriptorText appends entries as analytics name them,
+// "key=value,key=value", with a backslash before every '\\', ',' and '='
+// a key or value holds: rows are grouped by this text, so two distinct
+// descriptors must never render alike ("a=x,b=y" is one descriptor, and
+// `a=x\,b\=y` the other).
+func AppendDescriptorText(buf []byte, es []Entry) []byte {
+	for i, e := range es {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = appendTextEscaped(buf, e.Key)
+		buf = append(buf, '=')
+		buf = appendTextEscaped(buf, e.Value)
+	}
+	return buf
+}
+
+func appendTextEscaped(buf []byte, s string) []byte {
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '\\' || c == ',' || c == '=' {
+			buf = append(buf, s[start:i]...)
+			buf = append(buf, '\\', c)
+			start = i + 1
+		}
+	}
+	return append(buf, s[start:]...)
+}
+
 // escaped is s escaped as [AppendEscaped] does, without a copy when
 // nothing needs escaping.
 func escaped(s string) string {
@@ -527,6 +556,16 @@ func (rs *RuleSet) build(n *node, domain string, path []Entry, shared, hashed []
 // unit of a rule file. Envoy's unit_multiplier is held to it too, so that
 // window arithmetic (start + window, in nanoseconds) never overflows.
 const MaxWindow = 365 * 24 * time.Hour
+
+// MaxDescriptorBytes is the most the entries of one descriptor may take
+// in total, as max_entries × (max_key_bytes + max_value_bytes + 2). A
+// delta carries them three times over at worst: in its descriptor text
+// and its counter key, where each byte may be escaped into two, beside the
+// rule id (at most [MaxRuleIDBytes], twice), the domain and the instance
+// id. 12 KiB of entries keep the largest delta near 56 KiB, inside the
+// pipeline's 64 KiB record bound (events.MaxRecordBytes; the checker's
+// test builds that delta).
+const MaxDescriptorBytes = 12 << 10
 
 // MaxRuleIDBytes bounds a rule's ID: every delta carries it twice, and a
 // delta must stay within the pipeline's record bound.

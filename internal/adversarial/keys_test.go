@@ -100,3 +100,41 @@ descriptors:
 		t.Fatalf("no delivery within 15 s:\n%s", p.log.String())
 	}
 }
+
+// Item 1, in analytics: rows are grouped by the descriptor text, which
+// joined entries with ',' and '=' unescaped, so the same two tenants were
+// one row in top-denied: one tenant's refusals shown as the other's.
+func TestSeparatorsInValuesDoNotShareAnalyticsRows(t *testing.T) {
+	p := start(t, options{rules: map[string]string{"api.yaml": `domain: api
+descriptors:
+  - key: tenant
+    descriptors:
+      - key: route
+        rate_limit: {unit: minute, requests_per_unit: 1}
+`}})
+	req := func(tenant, route string) string {
+		return fmt.Sprintf(`{"domain":"api","descriptors":[{"entries":[{"key":"tenant","value":%q},{"key":"route","value":%q}]}]}`, tenant, route)
+	}
+	for range 3 {
+		checkOnce(t, p, req("x,route=y", "z"))
+	}
+	for range 2 {
+		checkOnce(t, p, req("x", "y,route=z"))
+	}
+	type key struct {
+		Descriptor string `json:"descriptor"`
+		Denied     int    `json:"denied"`
+	}
+	var top struct {
+		Keys []key `json:"keys"`
+	}
+	eventually(t, 15*time.Second, "both tenants in top-denied with their own counts", func() bool {
+		_, body := p.do(t, "GET", "/v1/analytics/top-denied?window=1h&domain=api", "")
+		top.Keys = nil
+		_ = json.Unmarshal([]byte(body), &top)
+		return len(top.Keys) == 2 && top.Keys[0].Denied == 2 && top.Keys[1].Denied == 1
+	})
+	if top.Keys[0].Descriptor == top.Keys[1].Descriptor {
+		t.Fatalf("two tenants under one descriptor text %q", top.Keys[0].Descriptor)
+	}
+}
