@@ -287,8 +287,9 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 			if e.recheck {
 				e.recheck = false
 				if rate := c.rate(e); rate > 0 {
-					if due := now + max(room*int64(time.Second)/rate/2, int64(c.cfg.RefreshTick)); due < e.nextRefresh {
-						sh.schedule(e, due)
+					// room × 1 s in 128 bits: a limit near the int64 bound has room for it
+					if wait := max(mulDiv(room, int64(time.Second), 2*rate), int64(c.cfg.RefreshTick)); wait < e.nextRefresh-now {
+						sh.schedule(e, now+wait)
 					}
 				}
 			}

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -334,8 +333,12 @@ func (p *parser) pools(n *yaml.Node) []*Pool {
 		case pl.RateLimit == nil:
 			p.errorf(item, "pool %q: missing rate_limit", pl.Name)
 			continue
-		case pl.RateLimit.Unlimited || pl.RateLimit.RequestsPerUnit <= 0:
-			p.errorf(item, "pool %q: a pool is a capacity: requests_per_unit must be > 0 (and not unlimited)", pl.Name)
+		case pl.RateLimit.Unlimited:
+			p.errorf(item, "pool %q: a pool is a capacity: it cannot be unlimited", pl.Name)
+			continue
+		}
+		if err := CheckPoolCapacity(pl.RateLimit.RequestsPerUnit); err != nil {
+			p.errorf(item, "pool %q: a pool is a capacity: requests_per_unit: %v", pl.Name, err)
 			continue
 		}
 		if line, dup := seen[pl.Name]; dup {
@@ -598,8 +601,8 @@ func (p *parser) throttle(n *yaml.Node, t *Throttle) {
 			}
 		}
 	case ThrottleSoft:
-		if overage == nil || t.OveragePercent <= 0 || t.OveragePercent > 1000 {
-			p.errorf(n, "throttle: type soft needs overage_percent between 1 and 1000")
+		if overage == nil || t.OveragePercent <= 0 || t.OveragePercent > MaxOveragePercent {
+			p.errorf(n, "throttle: type soft needs overage_percent between 1 and %d", MaxOveragePercent)
 		}
 		if pool != nil || mult != nil {
 			p.errorf(n, "throttle: pool and max_multiplier belong to type elastic")
@@ -609,9 +612,9 @@ func (p *parser) throttle(n *yaml.Node, t *Throttle) {
 			p.errorf(n, "throttle: type elastic needs a pool")
 		}
 		if mult == nil {
-			t.MaxMultiplier = 2
-		} else if t.MaxMultiplier < 2 || t.MaxMultiplier > 100 {
-			p.errorf(mult, "throttle.max_multiplier: must be between 2 and 100, got %d", t.MaxMultiplier)
+			t.MaxMultiplier = DefaultMaxMultiplier
+		} else if t.MaxMultiplier < MinMaxMultiplier || t.MaxMultiplier > MaxMaxMultiplier {
+			p.errorf(mult, "throttle.max_multiplier: must be between %d and %d, got %d", MinMaxMultiplier, MaxMaxMultiplier, t.MaxMultiplier)
 		}
 		if overage != nil {
 			p.errorf(overage, "throttle: overage_percent belongs to type soft")
@@ -691,12 +694,10 @@ func (p *parser) checkDescriptor(n *yaml.Node, d *Descriptor) {
 			p.errorf(n, "descriptor %q: elastic throttling and on_exceed defer do not combine: borrow or defer", d.Key)
 		case d.ShadowMode:
 			p.errorf(n, "descriptor %q: elastic throttling and shadow_mode do not combine (a shadow rule refuses nothing, so it never borrows)", d.Key)
-		case d.RateLimit.RequestsPerUnit > math.MaxInt64/100:
-			p.errorf(n, "descriptor %q: requests_per_unit too large for an elastic multiplier", d.Key)
 		}
 	}
-	if d.Throttle.Type == ThrottleSoft && d.RateLimit.RequestsPerUnit > math.MaxInt64/1100 {
-		p.errorf(n, "descriptor %q: requests_per_unit too large for a soft overage", d.Key)
+	if err := CheckRequestsPerUnit(d.Throttle.Type, d.RateLimit.RequestsPerUnit); err != nil && d.RateLimit.RequestsPerUnit > 0 {
+		p.errorf(n, "descriptor %q: requests_per_unit: %v", d.Key, err)
 	}
 }
 
