@@ -156,7 +156,7 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 			d.Statuses[i] = d.Statuses[p]
 			continue
 		}
-		c.status(&d.Statuses[i], &slots[i], denied)
+		c.status(&d.Statuses[i], &slots[i], denied, now)
 		if d.Code == Deferred && d.Statuses[i].Code == OverLimit {
 			d.Statuses[i].Code = Deferred
 		}
@@ -394,7 +394,7 @@ func (c *Checker) commit(slots []slot, denied, held bool, now int64) {
 }
 
 // status fills one descriptor's status from its slot.
-func (c *Checker) status(st *Status, s *slot, denied bool) {
+func (c *Checker) status(st *Status, s *slot, denied bool, now int64) {
 	cost := s.cost
 	*st = Status{Code: OK, Rule: s.rule}
 	r := s.rule
@@ -414,6 +414,9 @@ func (c *Checker) status(st *Status, s *slot, denied bool) {
 	}
 	st.Remaining = max(rem-over, 0)
 	st.ResetAfter = max(s.resetAfter, 0)
+	if st.ResetAfter == 0 { // the counter is fresh: say when it would reset
+		st.ResetAfter = freshReset(r, now)
+	}
 	st.Degraded = s.degraded
 	switch {
 	case !s.allowed && s.shadowed:
