@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -80,7 +79,3 @@ func cutMark(cut bool) string {
 // quoted is text already made fit for an error message (quoted and
 // clipped): errorf passes it through as it is.
 type quoted string
-
-// quote is clip, Go-quoted: how an error message shows a rule file's
-// value.
-func quote(s string) string { return strconv.Quote(clip(s)) }

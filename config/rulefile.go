@@ -337,10 +337,15 @@ func (p *parser) text(n *yaml.Node) string {
 // clip is the package's clip for text of this file: a value that spans
 // lines is cut where its first line ends.
 func (p *parser) clip(s string) string {
-	if on, ok := p.firstLines[s]; ok {
-		return clip(on) + cutMark(!strings.HasSuffix(clip(on), "…"))
+	on, spans := p.firstLines[s]
+	if !spans {
+		return clip(s)
 	}
-	return clip(s)
+	c := clip(on)
+	if len(c) == len(on) { // clip cut nothing: mark the lines left out
+		c += cutMark(true)
+	}
+	return c
 }
 
 // quote is clip, Go-quoted.
