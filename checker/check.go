@@ -156,7 +156,7 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 			d.Statuses[i] = d.Statuses[p]
 			continue
 		}
-		c.status(&d.Statuses[i], &slots[i], denied)
+		c.status(&d.Statuses[i], &slots[i], denied, now)
 		if d.Code == Deferred && d.Statuses[i].Code == OverLimit {
 			d.Statuses[i].Code = Deferred
 		}
@@ -287,8 +287,9 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 			if e.recheck {
 				e.recheck = false
 				if rate := c.rate(e); rate > 0 {
-					if due := now + max(room*int64(time.Second)/rate/2, int64(c.cfg.RefreshTick)); due < e.nextRefresh {
-						sh.schedule(e, due)
+					// room × 1 s in 128 bits: a limit near the int64 bound has room for it
+					if wait := max(mulDiv(room, int64(time.Second), 2*rate), int64(c.cfg.RefreshTick)); wait < e.nextRefresh-now {
+						sh.schedule(e, now+wait)
 					}
 				}
 			}
@@ -393,7 +394,7 @@ func (c *Checker) commit(slots []slot, denied, held bool, now int64) {
 }
 
 // status fills one descriptor's status from its slot.
-func (c *Checker) status(st *Status, s *slot, denied bool) {
+func (c *Checker) status(st *Status, s *slot, denied bool, now int64) {
 	cost := s.cost
 	*st = Status{Code: OK, Rule: s.rule}
 	r := s.rule
@@ -413,6 +414,9 @@ func (c *Checker) status(st *Status, s *slot, denied bool) {
 	}
 	st.Remaining = max(rem-over, 0)
 	st.ResetAfter = max(s.resetAfter, 0)
+	if st.ResetAfter == 0 { // the counter is fresh: say when it would reset
+		st.ResetAfter = freshReset(r, now)
+	}
 	st.Degraded = s.degraded
 	switch {
 	case !s.allowed && s.shadowed:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"slices"
 	"time"
 
@@ -29,6 +30,13 @@ var ErrNoControls = errors.New("the counter store keeps no operator controls")
 // lists included); past it new controls are refused.
 const MaxControls = 100_000
 
+// MaxControlTTL bounds a control's ttl: a temporary control lasts at most
+// a year (a permanent one has ttl 0, until deleted). The bound keeps the
+// expiry, now + ttl in Unix nanoseconds, far inside an int64: 2500000h
+// added to a 2026 clock wrapped to a negative expiry, a control that never
+// applied and was never listed.
+const MaxControlTTL = 365 * 24 * time.Hour
+
 // SetControl validates spec, stores it for every checker and applies it
 // here at once. Input errors are *FieldError values naming the field.
 func (c *Checker) SetControl(ctx context.Context, spec ControlSpec) (counters.Control, error) {
@@ -44,8 +52,8 @@ func (c *Checker) SetControl(ctx context.Context, spec ControlSpec) (counters.Co
 		return counters.Control{}, &FieldError{"domain", fmt.Errorf("%w %q", ErrUnknownDomain, spec.Domain)}
 	case len(spec.Entries) == 0 || len(spec.Entries) > MaxEntries:
 		return counters.Control{}, &FieldError{"descriptor", fmt.Errorf("want 1 to %d entries, got %d", MaxEntries, len(spec.Entries))}
-	case spec.TTL < 0:
-		return counters.Control{}, &FieldError{"ttl", fmt.Errorf("must not be negative, got %v", spec.TTL)}
+	case spec.TTL < 0 || spec.TTL > MaxControlTTL:
+		return counters.Control{}, &FieldError{"ttl", fmt.Errorf("want 0 (until deleted) to %v, got %v", MaxControlTTL, spec.TTL)}
 	case len(spec.Reason) > 512:
 		return counters.Control{}, &FieldError{"reason", errors.New("longer than 512 bytes")}
 	}
@@ -63,6 +71,10 @@ func (c *Checker) SetControl(ctx context.Context, spec ControlSpec) (counters.Co
 	case counters.ActionLimit:
 		if r == nil {
 			return counters.Control{}, &FieldError{"descriptor", fmt.Errorf("%w in domain %q: a limit override needs a rule's algorithm and unit", ErrNoRule, spec.Domain)}
+		}
+		// checked before WithLimit multiplies it (ceiling, burst)
+		if err := r.CheckLimit(spec.Limit); err != nil {
+			return counters.Control{}, &FieldError{"limit", err}
 		}
 		if _, err := r.WithLimit(spec.Limit); err != nil {
 			return counters.Control{}, &FieldError{"limit", err}
@@ -88,6 +100,9 @@ func (c *Checker) SetControl(ctx context.Context, spec ControlSpec) (counters.Co
 		ct.Rule = r.ID
 	}
 	if spec.TTL > 0 {
+		if now > math.MaxInt64-int64(spec.TTL) { // only a clock past the year 2261
+			return counters.Control{}, &FieldError{"ttl", fmt.Errorf("%v from now is past the clock's range", spec.TTL)}
+		}
 		ct.ExpiresAt = now + int64(spec.TTL)
 	}
 	if cur := c.controls.Load(); cur != nil && cur.n >= MaxControls && cur.find(ct.ID) == nil {
@@ -241,7 +256,11 @@ func (c *Checker) compileControls(rs *config.RuleSet, list []counters.Control, n
 		if ct.Action == counters.ActionPool { // a pool's capacity, not a descriptor's control
 			if len(ct.Entries) == 1 {
 				if pr := rs.Pool(ct.Domain, ct.Entries[0].Value); pr != nil {
-					if r, err := pr.WithLimit(ct.Limit); err == nil && ct.Limit > 0 {
+					// a stored capacity is input too (another version, a hand edit)
+					if config.CheckPoolCapacity(ct.Limit) != nil {
+						continue
+					}
+					if r, err := pr.WithLimit(ct.Limit); err == nil {
 						if s.pools == nil {
 							s.pools = map[string]*config.Rule{}
 						}
@@ -265,8 +284,8 @@ func (c *Checker) compileControls(rs *config.RuleSet, list []counters.Control, n
 			}
 			lc.rule = base.Blocked()
 		case counters.ActionLimit:
-			if base == nil {
-				continue // the rule is gone: nothing to override
+			if base == nil || base.CheckLimit(ct.Limit) != nil {
+				continue // the rule is gone, or the limit does not fit it (a reload changed its throttle)
 			}
 			r, err := base.WithLimit(ct.Limit)
 			if err != nil {

@@ -143,8 +143,9 @@ func (c *Checker) SetPool(ctx context.Context, domain, name string, capacity int
 	switch {
 	case pr == nil:
 		return &FieldError{"pool", fmt.Errorf("%w: no pool %q in domain %q", ErrNoPool, name, domain)}
-	case capacity < 1 || capacity > 1<<40:
-		return &FieldError{"requests_per_unit", fmt.Errorf("want 1 to %d, got %d", int64(1<<40), capacity)}
+	}
+	if err := config.CheckPoolCapacity(capacity); err != nil { // the bound of a rule file's pool
+		return &FieldError{"requests_per_unit", err}
 	}
 	es := pr.Path
 	ct := counters.Control{ID: counters.ControlID(domain, es), Domain: domain, Entries: es, Action: counters.ActionPool,

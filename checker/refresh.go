@@ -247,7 +247,7 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *counters.ReadItem, now int6
 	if rate := c.rate(e); room <= 0 {
 		next = int64(c.cfg.MinRefresh)
 	} else if rate > 0 {
-		next = min(next, room*int64(time.Second)/rate/2)
+		next = min(next, mulDiv(room, int64(time.Second), 2*rate)) // 128 bits: room may be near the int64 bound
 	}
 	next = max(next, int64(c.cfg.MinRefresh))
 	if e.kind == counters.KindWindow { // a new window needs its first read soon after it starts

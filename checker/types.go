@@ -96,8 +96,11 @@ type Status struct {
 	// Limit and Remaining are in hits per the rule's window; Remaining is
 	// what is left after this request.
 	Limit, Remaining int64
-	// ResetAfter is how long until the counter is fresh again; RetryAfter
-	// how long until the same request could pass (0 when allowed). When
+	// ResetAfter is how long until the counter is fresh again (of a fresh
+	// counter, probed with hits 0: when one hit charged now would be
+	// forgotten, what a request of one hit reports; never 0 for a rule
+	// with a limit); RetryAfter how long until the same request could pass
+	// (0 when allowed). When
 	// RetryNever is set, waiting cannot help (the hits exceed what the rule
 	// can ever admit, or the rule blocks everything).
 	ResetAfter, RetryAfter time.Duration

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // Error is one problem in a configuration file, with its position.
@@ -42,3 +43,39 @@ func (l ErrorList) err() error {
 	}
 	return l
 }
+
+// maxQuoted bounds the bytes of a rule file's text one error message
+// quotes (a value, a key): enough to recognise it, never a dump.
+const maxQuoted = 256
+
+// clip cuts s, text read from a rule file, at its first line break and at
+// maxQuoted bytes (on a rune boundary), marking a cut with "…". An error
+// then carries at most the offending line of the file: a file that is not
+// a rule file at all (say a secret the rules directory linked to) is never
+// copied into the errors, and so into a log.
+func clip(s string) string {
+	cut := false
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		s, cut = s[:i], true
+	}
+	if len(s) > maxQuoted {
+		n := maxQuoted
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s, cut = s[:n], true
+	}
+	return s + cutMark(cut)
+}
+
+// cutMark marks text an error message cut short.
+func cutMark(cut bool) string {
+	if cut {
+		return "…"
+	}
+	return ""
+}
+
+// quoted is text already made fit for an error message (quoted and
+// clipped): errorf passes it through as it is.
+type quoted string

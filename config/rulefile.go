@@ -2,14 +2,12 @@ package config
 
 import (
 	"fmt"
-	"math"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -153,11 +151,23 @@ type File struct {
 
 // parser walks a yaml.Node tree and collects every error with its position.
 type parser struct {
-	path string
-	errs ErrorList
+	path       string
+	src        []byte            // the file, for quoting at most a line of it
+	srcLines   []string          // src split, when an error needs it
+	firstLines map[string]string // values spanning lines → their first line's part (text)
+	errs       ErrorList
 }
 
+// errorf records an error at n. Every string argument is text of the file
+// (a key, a value) or a list of known words: each is clipped to its first
+// line and maxQuoted bytes (a quoted argument is kindName's, already
+// clipped), so no message quotes more than the offending line.
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
+	for i, a := range args {
+		if s, ok := a.(string); ok {
+			args[i] = p.clip(s)
+		}
+	}
 	e := &Error{File: p.path, Msg: fmt.Sprintf(format, args...)}
 	if n != nil {
 		e.Line, e.Column = n.Line, n.Column
@@ -170,10 +180,10 @@ func (p *parser) pos(n *yaml.Node) Position { return Position{p.path, n.Line, n.
 // ParseRules parses one rule file's bytes; path names it in errors. A
 // fault in the parser (a panic) is returned as an error, never raised.
 func ParseRules(path string, data []byte) (f *File, err error) {
-	p := &parser{path: path}
+	p := &parser{path: path, src: data}
 	defer func() {
 		if r := recover(); r != nil {
-			f, err = nil, ErrorList{&Error{File: path, Msg: fmt.Sprintf("internal error parsing the file: %v (please report it)", r)}}
+			f, err = nil, ErrorList{&Error{File: path, Msg: fmt.Sprintf("internal error parsing the file: %s (please report it)", clip(fmt.Sprint(r)))}}
 		}
 	}()
 	if len(data) > MaxRuleFileBytes {
@@ -199,7 +209,9 @@ func ParseRules(path string, data []byte) (f *File, err error) {
 // yamlError turns a YAML syntax error ("yaml: line 3: ...") into a
 // positioned Error.
 func yamlError(path string, err error) *Error {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	// The library's messages are fixed texts but for an anchor's name;
+	// clipped all the same, as every message quoting the file is.
+	msg := clip(strings.TrimPrefix(err.Error(), "yaml: "))
 	e := &Error{File: path, Msg: msg}
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if i := strings.IndexByte(rest, ':'); i > 0 {
@@ -216,19 +228,20 @@ func yamlError(path string, err error) *Error {
 func (p *parser) fields(n *yaml.Node, what string, known []string, fn func(key string, k, v *yaml.Node)) bool {
 	n = resolve(n)
 	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "%s: want a mapping, got %s", what, kindName(n))
+		p.errorf(n, "%s: want a mapping, got %s", what, p.kindName(n))
 		return false
 	}
 	seen := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], resolve(n.Content[i+1])
-		if prev, dup := seen[k.Value]; dup {
-			p.errorf(k, "%s: duplicate key %q (first at line %d)", what, k.Value, prev.Line)
+		key := p.text(k)
+		if prev, dup := seen[key]; dup {
+			p.errorf(k, "%s: duplicate key %q (first at line %d)", what, key, prev.Line)
 			continue
 		}
-		seen[k.Value] = k
-		if !slices.Contains(known, k.Value) {
-			p.errorf(k, "%s: unknown field %q (known: %s)", what, k.Value, strings.Join(known, ", "))
+		seen[key] = k
+		if !slices.Contains(known, key) {
+			p.errorf(k, "%s: unknown field %q (known: %s)", what, key, strings.Join(known, ", "))
 			continue
 		}
 		fn(k.Value, k, v)
@@ -243,30 +256,105 @@ func resolve(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-func kindName(n *yaml.Node) string {
+// kindName names what n is for an error message. A scalar is quoted as
+// far as it lies on its own line: a file that is not a rule file (read
+// whole as one plain scalar folded over all its lines) shows no more than
+// the line the error points to.
+func (p *parser) kindName(n *yaml.Node) quoted {
 	switch n.Kind {
 	case yaml.MappingNode:
 		return "a mapping"
 	case yaml.SequenceNode:
 		return "a list"
 	case yaml.ScalarNode:
-		return fmt.Sprintf("%q", n.Value)
+		s := p.onLine(n)
+		if s == "" && n.Value != "" {
+			return "a block of text" // it starts below its indicator: nothing to quote from the line
+		}
+		return quoted(strconv.Quote(clip(s) + cutMark(len(s) < len(n.Value))))
 	}
 	return "nothing"
 }
 
-func (p *parser) str(n *yaml.Node, field string) string {
-	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		p.errorf(n, "%s: want a string, got %s", field, kindName(n))
+// onLine returns the longest prefix of n's value that the source line n
+// starts on contains (rounded down to a whole character): all of a value
+// written on one line, the first line's part of a folded one.
+func (p *parser) onLine(n *yaml.Node) string {
+	v := n.Value
+	if n.Line < 1 || n.Line > len(p.lines()) {
 		return ""
 	}
-	return n.Value
+	line := p.lines()[n.Line-1]
+	if strings.Contains(line, v) {
+		return v
+	}
+	lo, hi := 0, len(v) // v[:lo] is on the line, v[:hi+1] is not
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if strings.Contains(line, v[:mid]) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	for lo > 0 && !utf8.RuneStart(v[lo]) {
+		lo--
+	}
+	return v[:lo]
 }
+
+// lines splits the source into lines, once per file.
+func (p *parser) lines() []string {
+	if p.srcLines == nil {
+		p.srcLines = strings.Split(string(p.src), "\n")
+	}
+	return p.srcLines
+}
+
+func (p *parser) str(n *yaml.Node, field string) string {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		p.errorf(n, "%s: want a string, got %s", field, p.kindName(n))
+		return ""
+	}
+	return p.text(n)
+}
+
+// text returns a scalar's value as the rules use it. A value that does
+// not fit on the line it starts on (folded over lines, a block) is
+// remembered with the part that does, and errors quote that part only
+// (clip): no message shows another line of the file.
+func (p *parser) text(n *yaml.Node) string {
+	v := n.Value
+	if on := p.onLine(n); on != v && v != "" {
+		if p.firstLines == nil {
+			p.firstLines = map[string]string{}
+		}
+		p.firstLines[v] = on
+	}
+	return v
+}
+
+// clip is the package's clip for text of this file: a value that spans
+// lines is cut where its first line ends.
+func (p *parser) clip(s string) string {
+	on, spans := p.firstLines[s]
+	if !spans {
+		return clip(s)
+	}
+	c := clip(on)
+	if len(c) == len(on) { // clip cut nothing: mark the lines left out
+		c += cutMark(true)
+	}
+	return c
+}
+
+// quote is clip, Go-quoted.
+func (p *parser) quote(s string) string { return strconv.Quote(p.clip(s)) }
 
 func (p *parser) boolean(n *yaml.Node, field string) bool {
 	var b bool
 	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
-		p.errorf(n, "%s: want true or false, got %s", field, kindName(n))
+		p.errorf(n, "%s: want true or false, got %s", field, p.kindName(n))
 	}
 	return b
 }
@@ -274,16 +362,21 @@ func (p *parser) boolean(n *yaml.Node, field string) bool {
 func (p *parser) integer(n *yaml.Node, field string) int64 {
 	var v int64
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil {
-		p.errorf(n, "%s: want an integer, got %s", field, kindName(n))
+		p.errorf(n, "%s: want an integer, got %s", field, p.kindName(n))
 		return 0
 	}
 	return v
 }
 
+var fileFields = []string{"domain", "pools", "descriptors"}
+
 func (p *parser) file(n *yaml.Node) *File {
 	f := &File{Path: p.path, Pos: p.pos(n)}
+	if !p.ruleShaped(resolve(n)) {
+		return f
+	}
 	var domainNode *yaml.Node
-	p.fields(n, "rule file", []string{"domain", "pools", "descriptors"}, func(key string, _, v *yaml.Node) {
+	p.fields(n, "rule file", fileFields, func(key string, _, v *yaml.Node) {
 		switch key {
 		case "domain":
 			domainNode, f.Domain = v, p.str(v, "domain")
@@ -309,7 +402,7 @@ var descriptorFields = []string{"key", "value", "rate_limit", "shadow_mode", "de
 // pools reads a file's capacity pools: a name and a rate limit each.
 func (p *parser) pools(n *yaml.Node) []*Pool {
 	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, "pools: want a list of {name, rate_limit}, got %s", kindName(n))
+		p.errorf(n, "pools: want a list of {name, rate_limit}, got %s", p.kindName(n))
 		return nil
 	}
 	var out []*Pool
@@ -334,8 +427,12 @@ func (p *parser) pools(n *yaml.Node) []*Pool {
 		case pl.RateLimit == nil:
 			p.errorf(item, "pool %q: missing rate_limit", pl.Name)
 			continue
-		case pl.RateLimit.Unlimited || pl.RateLimit.RequestsPerUnit <= 0:
-			p.errorf(item, "pool %q: a pool is a capacity: requests_per_unit must be > 0 (and not unlimited)", pl.Name)
+		case pl.RateLimit.Unlimited:
+			p.errorf(item, "pool %q: a pool is a capacity: it cannot be unlimited", pl.Name)
+			continue
+		}
+		if err := CheckPoolCapacity(pl.RateLimit.RequestsPerUnit); err != nil {
+			p.errorf(item, "pool %q: a pool is a capacity: requests_per_unit: %v", pl.Name, err)
 			continue
 		}
 		if line, dup := seen[pl.Name]; dup {
@@ -346,6 +443,24 @@ func (p *parser) pools(n *yaml.Node) []*Pool {
 		out = append(out, pl)
 	}
 	return out
+}
+
+// ruleShaped reports whether a file's top level is a rule file's at all:
+// a mapping with one of domain, pools, descriptors. Any other mapping (a
+// file that is not a rule file: credentials, a password file whose every
+// line is a key) is one error that quotes none of its keys, where an
+// unknown-field error per key would list the whole file.
+func (p *parser) ruleShaped(n *yaml.Node) bool {
+	if n.Kind != yaml.MappingNode {
+		return true // fields reports what it is instead
+	}
+	for i := 0; i < len(n.Content); i += 2 {
+		if slices.Contains(fileFields, n.Content[i].Value) {
+			return true
+		}
+	}
+	p.errorf(n, "not a rule file: its top level has %d keys and none is domain, pools or descriptors", len(n.Content)/2)
+	return false
 }
 
 // checkPools reports elastic descriptors naming a pool the file does not
@@ -365,7 +480,7 @@ func (p *parser) checkPools(f *File, ds []*Descriptor) {
 					list = strings.Join(names, ", ")
 				}
 				p.errs = append(p.errs, &Error{File: p.path, Line: d.Pos.Line, Column: d.Pos.Column,
-					Msg: fmt.Sprintf("descriptor %q: throttle.pool %q is not a pool of domain %q (pools: %s)", d.Key, d.Throttle.Pool, f.Domain, list)})
+					Msg: fmt.Sprintf("descriptor %s: throttle.pool %s is not a pool of domain %s (pools: %s)", p.quote(d.Key), p.quote(d.Throttle.Pool), p.quote(f.Domain), p.clip(list))})
 			}
 		}
 		p.checkPools(f, d.Descriptors)
@@ -410,7 +525,7 @@ func (p *parser) descriptors(n *yaml.Node, where string) []*Descriptor {
 		return nil
 	}
 	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, "%s: want a list, got %s", where, kindName(n))
+		p.errorf(n, "%s: want a list, got %s", where, p.kindName(n))
 		return nil
 	}
 	out := make([]*Descriptor, 0, len(n.Content))
@@ -422,9 +537,9 @@ func (p *parser) descriptors(n *yaml.Node, where string) []*Descriptor {
 		}
 		id := [2]string{d.Key, d.Value}
 		if prev, dup := seen[id]; dup {
-			what := "key " + strconv.Quote(d.Key)
+			what := "key " + p.quote(d.Key)
 			if d.Value != "" {
-				what += " with value " + strconv.Quote(d.Value)
+				what += " with value " + p.quote(d.Value)
 			}
 			p.errorf(item, "duplicate descriptor: %s is already defined at line %d", what, prev.Pos.Line)
 			continue
@@ -556,7 +671,7 @@ func (p *parser) rateLimit(n *yaml.Node) *RateLimit {
 
 func (p *parser) replaces(n *yaml.Node) []string {
 	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, "replaces: want a list of {name: ...}, got %s", kindName(n))
+		p.errorf(n, "replaces: want a list of {name: ...}, got %s", p.kindName(n))
 		return nil
 	}
 	var names []string
@@ -598,8 +713,8 @@ func (p *parser) throttle(n *yaml.Node, t *Throttle) {
 			}
 		}
 	case ThrottleSoft:
-		if overage == nil || t.OveragePercent <= 0 || t.OveragePercent > 1000 {
-			p.errorf(n, "throttle: type soft needs overage_percent between 1 and 1000")
+		if overage == nil || t.OveragePercent <= 0 || t.OveragePercent > MaxOveragePercent {
+			p.errorf(n, "throttle: type soft needs overage_percent between 1 and %d", MaxOveragePercent)
 		}
 		if pool != nil || mult != nil {
 			p.errorf(n, "throttle: pool and max_multiplier belong to type elastic")
@@ -609,9 +724,9 @@ func (p *parser) throttle(n *yaml.Node, t *Throttle) {
 			p.errorf(n, "throttle: type elastic needs a pool")
 		}
 		if mult == nil {
-			t.MaxMultiplier = 2
-		} else if t.MaxMultiplier < 2 || t.MaxMultiplier > 100 {
-			p.errorf(mult, "throttle.max_multiplier: must be between 2 and 100, got %d", t.MaxMultiplier)
+			t.MaxMultiplier = DefaultMaxMultiplier
+		} else if t.MaxMultiplier < MinMaxMultiplier || t.MaxMultiplier > MaxMaxMultiplier {
+			p.errorf(mult, "throttle.max_multiplier: must be between %d and %d, got %d", MinMaxMultiplier, MaxMaxMultiplier, t.MaxMultiplier)
 		}
 		if overage != nil {
 			p.errorf(overage, "throttle: overage_percent belongs to type soft")
@@ -691,67 +806,41 @@ func (p *parser) checkDescriptor(n *yaml.Node, d *Descriptor) {
 			p.errorf(n, "descriptor %q: elastic throttling and on_exceed defer do not combine: borrow or defer", d.Key)
 		case d.ShadowMode:
 			p.errorf(n, "descriptor %q: elastic throttling and shadow_mode do not combine (a shadow rule refuses nothing, so it never borrows)", d.Key)
-		case d.RateLimit.RequestsPerUnit > math.MaxInt64/100:
-			p.errorf(n, "descriptor %q: requests_per_unit too large for an elastic multiplier", d.Key)
 		}
 	}
-	if d.Throttle.Type == ThrottleSoft && d.RateLimit.RequestsPerUnit > math.MaxInt64/1100 {
-		p.errorf(n, "descriptor %q: requests_per_unit too large for a soft overage", d.Key)
+	if err := CheckRequestsPerUnit(d.Throttle.Type, d.RateLimit.RequestsPerUnit); err != nil && d.RateLimit.RequestsPerUnit > 0 {
+		p.errorf(n, "descriptor %q: requests_per_unit: %v", d.Key, err)
 	}
 }
 
 // ReadRuleFiles parses each path: a file, or a directory whose *.yaml and
-// *.yml files (recursively, in lexical order) are read.
+// *.yml files (recursively, in lexical order) are read. Only regular files
+// are read, and within a directory a symbolic link is followed only while
+// it stays inside it (files.go): anything else is an error naming the
+// file.
 func ReadRuleFiles(paths ...string) ([]*File, error) {
 	var errs ErrorList
 	var files []*File
 	for _, root := range paths {
-		names, err := ruleFileNames(root)
+		dir, err := openRuleDir(root)
 		if err != nil {
 			errs = append(errs, &Error{File: root, Msg: err.Error()})
 			continue
 		}
-		for _, name := range names {
-			data, err := readRuleFile(name)
+		for _, rf := range dir.files {
+			data, err := dir.read(rf)
 			if err != nil {
-				errs = append(errs, &Error{File: name, Msg: err.Error()})
+				errs = append(errs, &Error{File: rf.name, Msg: err.Error()})
 				continue
 			}
-			f, err := ParseRules(name, data)
+			f, err := ParseRules(rf.name, data)
 			if err != nil {
 				errs = append(errs, err.(ErrorList)...)
 				continue
 			}
 			files = append(files, f)
 		}
+		dir.Close()
 	}
 	return files, errs.err()
-}
-
-func ruleFileNames(root string) ([]string, error) {
-	info, err := os.Stat(root)
-	if err != nil {
-		return nil, err
-	}
-	if !info.IsDir() {
-		return []string{root}, nil
-	}
-	var names []string
-	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && path != root && strings.HasPrefix(d.Name(), ".") {
-			return filepath.SkipDir // e.g. the ..data links of a Kubernetes ConfigMap
-		}
-		if ext := filepath.Ext(path); !d.IsDir() && (ext == ".yaml" || ext == ".yml") {
-			names = append(names, path)
-		}
-		return nil
-	})
-	if err == nil && len(names) == 0 {
-		err = fmt.Errorf("no *.yaml or *.yml rule files in directory")
-	}
-	slices.Sort(names)
-	return names, err
 }

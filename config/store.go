@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -139,38 +137,31 @@ func (w *Watcher) Stop(ctx context.Context) error {
 }
 
 // digest hashes the names and contents of every rule file under paths.
+// A file that cannot be read (a link out of the directory, a FIFO) hashes
+// as its error: the change is noticed and the loader reports it once.
 func digest(paths []string) ([32]byte, error) {
 	h := sha256.New()
 	for _, root := range paths {
-		names, err := ruleFileNames(root)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		dir, err := openRuleDir(root)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
 			// an empty directory is a change worth loading (and rejecting)
 			h.Write([]byte("!" + root))
 			continue
 		}
-		for _, name := range names {
-			h.Write([]byte(filepath.Clean(name)))
+		for _, f := range dir.files {
+			h.Write([]byte(filepath.Clean(f.name)))
 			h.Write([]byte{0})
-			if err := hashFile(h, name); err != nil {
-				return [32]byte{}, err
+			if err := dir.hash(h, f); err != nil {
+				h.Write([]byte("!" + err.Error()))
 			}
 			h.Write([]byte{0})
 		}
+		dir.Close()
 	}
 	var d [32]byte
 	copy(d[:], h.Sum(nil))
 	return d, nil
-}
-
-// hashFile streams at most MaxRuleFileBytes+1 bytes of name into h: a
-// huge file still changes the digest (and is then refused by the loader)
-// without being held in memory.
-func hashFile(h io.Writer, name string) error {
-	f, err := os.Open(name)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = io.Copy(h, io.LimitReader(f, MaxRuleFileBytes+1))
-	return err
 }

@@ -1,12 +1,6 @@
 package config
 
-import (
-	"fmt"
-	"io"
-	"os"
-
-	"go.yaml.in/yaml/v3"
-)
+import "go.yaml.in/yaml/v3"
 
 // Bounds on what one rule file may make the parser do. A rule file is
 // input: one that reaches a process (a directory it watches, the validate
@@ -89,22 +83,4 @@ func (g *yamlGuard) where(n, via *yaml.Node) *yaml.Node {
 		return via
 	}
 	return n
-}
-
-// readRuleFile reads path, refusing files above MaxRuleFileBytes without
-// reading them whole.
-func readRuleFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxRuleFileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxRuleFileBytes {
-		return nil, fmt.Errorf("rule file larger than %d bytes", MaxRuleFileBytes)
-	}
-	return data, nil
 }

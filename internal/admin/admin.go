@@ -228,8 +228,10 @@ func (a *Admin) setControl(w http.ResponseWriter, r *http.Request) (string, int)
 	}
 	var ttl time.Duration
 	if cr.TTL != "" {
+		// ParseDuration refuses what overflows an int64 of nanoseconds;
+		// SetControl bounds the rest (checker.MaxControlTTL)
 		if ttl, err = time.ParseDuration(cr.TTL); err != nil {
-			return refuse(w, http.StatusBadRequest, fmt.Errorf("ttl: %w", err))
+			return refuse(w, http.StatusBadRequest, fmt.Errorf("ttl: want a duration such as 15m or 24h, up to %v, got %q", checker.MaxControlTTL, cr.TTL))
 		}
 	}
 	ct, err := a.keys.SetControl(r.Context(), checker.ControlSpec{Domain: domain, Entries: es, Action: cr.Action,

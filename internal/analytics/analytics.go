@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -147,23 +148,21 @@ type params struct {
 	limit             int
 }
 
-func (h *Handler) params(r *http.Request, allowed ...string) (params, error) {
-	p, err := h.parse(r, allowed...)
-	if err == nil && p.window > h.access.MaxWindow {
-		err = fmt.Errorf("window: at most %s here (analytics.max_window), got %s", fmtWindow(h.access.MaxWindow), p.windowText)
-	}
-	return p, err
-}
-
 // fmtWindow writes d as ParseWindow reads it.
 func fmtWindow(d time.Duration) string {
-	if d%(24*time.Hour) == 0 {
-		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+	switch {
+	case d%day == 0:
+		return strconv.FormatInt(int64(d/day), 10) + "d"
+	case d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
 	}
 	return d.String()
 }
 
-func (h *Handler) parse(r *http.Request, allowed ...string) (params, error) {
+// params reads and checks the query parameters, naming the one at fault.
+func (h *Handler) params(r *http.Request, allowed ...string) (params, error) {
 	q := r.URL.Query()
 	for name := range q {
 		if !slices.Contains(allowed, name) {
@@ -179,7 +178,7 @@ func (h *Handler) parse(r *http.Request, allowed ...string) (params, error) {
 	p := params{window: DefaultWindow, windowText: "1h", limit: DefaultLimit,
 		domain: q.Get("domain"), rule: q.Get("rule"), key: q.Get("key")}
 	if s := q.Get("window"); s != "" {
-		d, err := ParseWindow(s)
+		d, err := ParseWindow(s, h.access.MaxWindow)
 		if err != nil {
 			return params{}, fmt.Errorf("window: %w", err)
 		}
@@ -195,27 +194,54 @@ func (h *Handler) parse(r *http.Request, allowed ...string) (params, error) {
 	return p, nil
 }
 
-// ParseWindow reads a window such as 15m, 1h, 6h or 7d (Go durations, and
-// whole days with d), from 1 minute to 31 days.
-func ParseWindow(s string) (time.Duration, error) {
+// ParseWindow reads a window such as 15m, 1h, 6h or 7d (Go durations,
+// and whole days with d), from MinWindow to max (MaxWindow at most; the
+// handler passes analytics.max_window). Nothing overflows: a number of
+// days is compared with max before it is multiplied, and a well-formed
+// duration too long for time.Duration is above max like any other, never
+// wrapped around into range.
+func ParseWindow(s string, max time.Duration) (time.Duration, error) {
+	max = min(max, MaxWindow)
 	var d time.Duration
+	above := false
 	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.Atoi(days)
-		if err != nil {
+		n, err := strconv.ParseInt(days, 10, 64)
+		switch {
+		case errors.Is(err, strconv.ErrRange):
+			above = !strings.HasPrefix(days, "-")
+			d = -1
+		case err != nil:
 			return 0, fmt.Errorf("want a duration such as 15m, 6h or 7d, got %q", s)
+		case n > int64(max/day):
+			above = true
+		default:
+			d = time.Duration(n) * day // n <= max/day: no overflow
 		}
-		d = time.Duration(n) * 24 * time.Hour
 	} else {
 		var err error
 		if d, err = time.ParseDuration(s); err != nil {
-			return 0, fmt.Errorf("want a duration such as 15m, 6h or 7d, got %q", s)
+			if !durationSyntax.MatchString(s) {
+				return 0, fmt.Errorf("want a duration such as 15m, 6h or 7d, got %q", s)
+			}
+			// well formed, yet too long for a time.Duration
+			above, d = !strings.HasPrefix(s, "-"), -1
 		}
+		above = above || d > max
 	}
-	if d < MinWindow || d > MaxWindow {
-		return 0, fmt.Errorf("want 1m to 31d, got %s", s)
+	switch {
+	case above:
+		return 0, fmt.Errorf("at most %s here (analytics.max_window), got %s", fmtWindow(max), s)
+	case d < MinWindow:
+		return 0, fmt.Errorf("want %s to %s, got %s", fmtWindow(MinWindow), fmtWindow(max), s)
 	}
 	return d, nil
 }
+
+const day = 24 * time.Hour
+
+// durationSyntax is what time.ParseDuration reads, whatever the size of
+// its numbers: a string it refuses that matches this overflowed.
+var durationSyntax = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 // since is the first minute a window covers.
 func (h *Handler) since(d time.Duration) time.Time { return h.now().Add(-d).Truncate(time.Minute) }

@@ -72,8 +72,8 @@ func TestEndpoints(t *testing.T) {
 				`{"minute":"2026-11-30T11:55:00Z","allowed":4,"denied":8,"deferred":0,"shadow_denied":0,"allowed_cost":0,"denied_cost":0}]}`},
 		// refused, naming the parameter
 		{"/v1/analytics/top-denied?window=soon", 400, `{"error":"window: want a duration such as 15m, 6h or 7d, got \"soon\""}`},
-		{"/v1/analytics/top-denied?window=30s", 400, `{"error":"window: want 1m to 31d, got 30s"}`},
-		{"/v1/analytics/top-denied?window=40d", 400, `{"error":"window: want 1m to 31d, got 40d"}`},
+		{"/v1/analytics/top-denied?window=30s", 400, `{"error":"window: want 1m to 7d, got 30s"}`},
+		{"/v1/analytics/top-denied?window=40d", 400, `{"error":"window: at most 7d here (analytics.max_window), got 40d"}`},
 		{"/v1/analytics/top-denied?limit=0", 400, `{"error":"limit: want a whole number from 1 to 1000, got \"0\""}`},
 		{"/v1/analytics/top-denied?limit=ten", 400, `{"error":"limit: want a whole number from 1 to 1000, got \"ten\""}`},
 		{"/v1/analytics/top-denied?limt=5", 400, `{"error":"limt: unknown parameter (want window, limit, domain, rule)"}`},
