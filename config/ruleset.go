@@ -120,13 +120,17 @@ func (r *Rule) derive() {
 // WithLimit returns a copy of r that admits limit hits per window, with
 // everything else (id, algorithm, mode, counters) unchanged: an operator's
 // temporary limit for one key keeps that key's count, as editing a limit
-// does. limit 0 refuses every request.
+// does. limit 0 refuses every request; a limit the rule's throttle or
+// burst cannot be derived with in 64 bits is refused ([Rule.CheckLimit]).
 func (r *Rule) WithLimit(limit int64) (*Rule, error) {
 	switch {
 	case limit < 0:
 		return nil, fmt.Errorf("limit: must be >= 0, got %d", limit)
 	case r.Unlimited:
 		return nil, fmt.Errorf("limit: rule %s is unlimited; an exemption or a deny is what applies to it", r.ID)
+	}
+	if err := r.CheckLimit(limit); err != nil {
+		return nil, fmt.Errorf("limit: %w", err)
 	}
 	cp := *r
 	cp.Limit = limit
