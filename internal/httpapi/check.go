@@ -128,11 +128,11 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opt
 			return
 		}
 		var in CheckRequest
-		if status, field, err := decode(w, r, maxBody, &in); err != nil {
+		req, status, field, err := readCheck(w, r, maxBody, &in)
+		if err != nil {
 			writeError(w, status, field, err.Error())
 			return
 		}
-		req := in.toRequest()
 		var d checker.Decision
 		if err := c.Check(r.Context(), &req, &d); err != nil {
 			var fe *checker.FieldError
@@ -204,6 +204,15 @@ func Refuse(d *checker.Decision) {
 			d.Statuses[i].Code = checker.OverLimit
 		}
 	}
+}
+
+// readCheck decodes the body of a POST /v1/check into in and returns the
+// checker request it asks for, or the HTTP status and field at fault.
+func readCheck(w http.ResponseWriter, r *http.Request, maxBody int64, in *CheckRequest) (checker.Request, int, string, error) {
+	if status, field, err := decode(w, r, maxBody, in); err != nil {
+		return checker.Request{}, status, field, err
+	}
+	return in.toRequest(), 0, "", nil
 }
 
 func (in *CheckRequest) toRequest() checker.Request {
