@@ -28,13 +28,14 @@ func BenchmarkDecodeCheck(b *testing.B) {
 			rd := bytes.NewReader(body)
 			r := httptest.NewRequest(http.MethodPost, "/v1/check", nil)
 			w := httptest.NewRecorder()
+			schema := checkSchema(checker.Bounds{})
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
 				rd.Reset(body)
 				r.Body = io.NopCloser(rd)
 				var in CheckRequest
-				req, _, _, err := readCheck(w, r, 1<<20, &in)
+				req, err := readCheck(w, r, schema, 1<<20, &in)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -47,6 +48,7 @@ func BenchmarkDecodeCheck(b *testing.B) {
 // BenchmarkDecodeCheckParallel is BenchmarkDecodeCheck on every CPU.
 func BenchmarkDecodeCheckParallel(b *testing.B) {
 	body := []byte(`{"domain":"api","descriptors":[{"entries":[{"key":"tenant","value":"acme-corp"},{"key":"route","value":"/v1/export/reports"}]}],"hits":1}`)
+	schema := checkSchema(checker.Bounds{})
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	b.RunParallel(func(pb *testing.PB) {
@@ -58,7 +60,7 @@ func BenchmarkDecodeCheckParallel(b *testing.B) {
 			rd.Reset(body)
 			r.Body = io.NopCloser(rd)
 			var in CheckRequest
-			req, _, _, err := readCheck(w, r, 1<<20, &in)
+			req, err := readCheck(w, r, schema, 1<<20, &in)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -57,15 +57,17 @@ var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b 
 
 // Read reads r's body, at most maxBody bytes, and decodes it with s into
 // v. A Content-Length above maxBody is refused (413) before a byte is
-// read, and the answer closes the connection (Connection: close), so the
-// server does not read the body either; a body that turns out larger is
+// read, and the answer closes an HTTP/1 connection (Connection: close),
+// so the server does not read the body either; a body that turns out larger is
 // refused the same way at its bound. The body is read into pooled memory
 // that grows as bytes arrive (a declared length reserves nothing beyond
 // maxPooled), so a slow client holds what it sent and no more. Errors are
 // *Error.
 func (s *Schema) Read(w http.ResponseWriter, r *http.Request, maxBody int64, v any) error {
 	if r.ContentLength > maxBody {
-		w.Header().Set("Connection", "close")
+		if r.ProtoMajor == 1 { // HTTP/2 resets the stream; there, close would end the whole connection
+			w.Header().Set("Connection", "close")
+		}
 		return &Error{Status: http.StatusRequestEntityTooLarge, Field: "body",
 			Msg: fmt.Sprintf("larger than %d bytes (Content-Length %d)", maxBody, r.ContentLength)}
 	}
