@@ -21,8 +21,7 @@ func StreamWorkers() uint32 { return uint32(max(32*runtime.GOMAXPROCS(0), 64)) }
 // envoy.service.ratelimit.v3.RateLimitService). Server reflection is not
 // registered: it would publish the API surface to anyone who can connect.
 // A connection carries at most s's MaxConcurrentStreams calls at once,
-// and a call whose client set no deadline gets s's CallTimeout
-// (callDeadline). opts come after the defaults, so a caller can override
+// and no call has a deadline further than s's CallTimeout (callDeadline). opts come after the defaults, so a caller can override
 // them (not the deadline: gRPC takes one tap handle, and it is this one).
 func NewGRPCServer(s *Server, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	// A pool of stream workers serves the calls: a goroutine per call
@@ -47,17 +46,20 @@ func NewGRPCServer(s *Server, opts ...grpc.ServerOption) (*grpc.Server, *health.
 // connection), so no deadline is put on it.
 const healthWatch = "/grpc.health.v1.Health/Watch"
 
-// callDeadline is the tap handle that gives a call whose client set no
-// deadline one d away. gRPC reads the request message under the stream's
-// context, so a stream that sends its headers and nothing more ends at
-// d with DEADLINE_EXCEEDED, and its memory and goroutine go with it:
-// without this, 5,000 such streams on one connection stayed open as long
-// as the connection did. gRPC runs the tap with the connection's lock
-// held, before anything of the stream is read: it only looks at the
-// context.
+// callDeadline is the tap handle that gives a call a deadline at most d
+// away: one d away when its client set none, or set one further (an
+// attacker's grpc-timeout of hours would otherwise hold the stream as
+// long). gRPC reads the request message under the stream's context, so a
+// stream that sends its headers and nothing more ends at d with
+// DEADLINE_EXCEEDED, and its memory and goroutine go with it: without
+// this, 5,000 such streams on one connection stayed open as long as the
+// connection did. A nearer deadline (Envoy's, tens of milliseconds) is
+// kept as it is, at the cost of reading the clock. gRPC runs the tap with
+// the connection's lock held, before anything of the stream is read: it
+// only looks at the context.
 func callDeadline(d time.Duration) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
-		if _, ok := ctx.Deadline(); ok || info.FullMethodName == healthWatch {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d || info.FullMethodName == healthWatch {
 			return ctx, nil
 		}
 		ctx, cancel := context.WithTimeout(ctx, d)

@@ -64,10 +64,11 @@ type Options struct {
 	// DefaultMaxConcurrentStreams): a client's further streams are refused,
 	// a client library waits for a free one or opens a connection.
 	MaxConcurrentStreams uint32
-	// CallTimeout is the deadline NewGRPCServer gives a call whose client
-	// set none (0: DefaultCallTimeout), so that a stream which never sends
-	// its request is closed at it instead of held for good. A deadline the
-	// client set is kept (Envoy always sets one: its filter's timeout).
+	// CallTimeout is the furthest deadline NewGRPCServer lets a call have
+	// (0: DefaultCallTimeout): a call whose client set none, or one
+	// further, gets one CallTimeout away, so that a stream which never
+	// sends its request is closed then instead of held for good. A nearer
+	// deadline is kept (Envoy always sets one: its filter's timeout).
 	CallTimeout time.Duration
 }
 
