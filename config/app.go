@@ -187,8 +187,9 @@ type GRPCConfig struct {
 	// RateLimit, X-RateLimit-*, Retry-After) for Envoy to forward.
 	ResponseHeaders bool `yaml:"response_headers"`
 	// MaxConcurrentStreams bounds the calls one connection carries at
-	// once (256); CallTimeout is the deadline of a call whose client set
-	// none (10s): a stream that never sends its request is closed at it.
+	// once (256); CallTimeout is the furthest deadline a call may have
+	// (10s; a call with none, or a further one, gets it): a stream that
+	// never sends its request is closed then.
 	MaxConcurrentStreams int           `yaml:"max_concurrent_streams"`
 	CallTimeout          time.Duration `yaml:"call_timeout"`
 }
