@@ -195,3 +195,34 @@ func TestIdleStreamsAreClosed(t *testing.T) {
 		t.Fatalf("the message: %v", errs[0])
 	}
 }
+
+var tapSink context.Context
+
+// BenchmarkCallDeadline is what the tap costs a call, beside the stream's
+// own context (gRPC makes one per stream; the first case, for
+// comparison): Envoy's calls carry a near deadline, kept (a clock read);
+// a call with none gets one (a timer and its context).
+func BenchmarkCallDeadline(b *testing.B) {
+	info := &tap.Info{FullMethodName: shouldRateLimitMethod}
+	near, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	tapped := callDeadline(DefaultCallTimeout)
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		tap  tap.ServerInHandle
+	}{
+		{"the stream's context alone", near, func(ctx context.Context, _ *tap.Info) (context.Context, error) { return ctx, nil }},
+		{"near deadline", near, tapped},
+		{"no deadline", context.Background(), tapped},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				stream, end := context.WithCancel(c.ctx)
+				tapSink, _ = c.tap(stream, info)
+				end() // the stream ends
+			}
+		})
+	}
+}
