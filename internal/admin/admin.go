@@ -397,7 +397,15 @@ func (a *Admin) rules(w http.ResponseWriter, _ *http.Request) {
 // sits behind the admin token: compiling is the most expensive thing an
 // untrusted body could otherwise make a checker do.
 func (a *Admin) validate(w http.ResponseWriter, r *http.Request) (string, int) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, min(a.maxBody, config.MaxRuleFileBytes)))
+	limit := min(a.maxBody, config.MaxRuleFileBytes)
+	if r.ContentLength > limit { // refused before a byte is read, as strictjson.Read does
+		if r.ProtoMajor == 1 {
+			w.Header().Set("Connection", "close")
+		}
+		writeJSON(w, http.StatusRequestEntityTooLarge, ErrorsJSON{Error: fmt.Sprintf("rule file above the body limit (%d bytes)", limit)})
+		return "too large", http.StatusRequestEntityTooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
