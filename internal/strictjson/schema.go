@@ -126,7 +126,11 @@ func MustFor[T any](bounds ...Bound) *Schema {
 // names, the well-known types), with bounds whose paths use the proto
 // names; decoding unmarshals into a proto.Message with protojson.
 func ForProto(m proto.Message, bounds ...Bound) (*Schema, error) {
-	root := protoNode(m.ProtoReflect().Descriptor(), map[protoreflect.FullName]*node{})
+	md := m.ProtoReflect().Descriptor()
+	root := protoNode(md, map[protoreflect.FullName]*node{})
+	if wide := tooWide(root, map[*node]bool{}); wide != "" {
+		return nil, fmt.Errorf("strictjson: %s: %s", md.FullName(), wide)
+	}
 	s := &Schema{root: root, unmarshal: func(b []byte, v any) error {
 		pm, ok := v.(proto.Message)
 		if !ok {
@@ -290,6 +294,24 @@ func goFields(t reflect.Type, n *node, seen map[reflect.Type]*node, names map[st
 		n.fields = append(n.fields, field{name: name, canon: name, index: len(n.fields), node: fn})
 	}
 	return nil
+}
+
+// tooWide names an object of more fields than the scan's set of seen
+// fields holds (64), "" when there is none.
+func tooWide(n *node, seen map[*node]bool) string {
+	if n == nil || seen[n] {
+		return ""
+	}
+	seen[n] = true
+	for _, f := range n.fields {
+		if f.index >= 64 {
+			return fmt.Sprintf("more than the 64 fields a scan tracks in one object (%s)", f.canon)
+		}
+		if w := tooWide(f.node, seen); w != "" {
+			return w
+		}
+	}
+	return tooWide(n.elem, seen)
 }
 
 // protoNode describes message md as protojson reads it.
