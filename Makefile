@@ -6,7 +6,7 @@ BIN := bin/velvetrope
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: run build test test-unit bench bench-compare lint compose-check services-up services-down proto clean
+.PHONY: run build test test-unit fuzz-short bench bench-compare lint compose-check services-up services-down proto clean
 
 ## run: the whole product on embedded in-memory backends (velvetrope dev)
 run:
@@ -16,13 +16,25 @@ run:
 build:
 	$(GO) build -ldflags "-X main.buildVersion=$(VERSION)" -o $(BIN) ./cmd/velvetrope
 
-## test: validate docker-compose.yml, start the real services, run every test with -race, stop what was started;
-## files tests keep (the dashboard screenshot) land in .test-output/_artifacts/
+## test: validate docker-compose.yml, start the real services, run every test with -race, stop what was started,
+## then fuzz-short; files tests keep (the dashboard screenshot) land in .test-output/_artifacts/
 test: compose-check
 	@scripts/services.sh up || { scripts/services.sh down; exit 1; }
 	@mkdir -p .test-output
 	@set -o pipefail; source .services.env && $(GO) test -race -count=1 -artifacts -outputdir $(CURDIR)/.test-output $(PKGS); status=$$?; \
-		scripts/services.sh down; exit $$status
+		scripts/services.sh down; [ $$status -eq 0 ] || exit $$status
+	@$(MAKE) --no-print-directory fuzz-short
+
+# The fuzz targets of the decoders clients reach: /v1/check, Envoy's /json, the gRPC wire parser, and the strict
+# JSON scanner under the first two (package:target).
+FUZZ_TARGETS := ./internal/httpapi:FuzzCheckHandler ./rls:FuzzJSONHandler ./rls:FuzzWireParse ./internal/strictjson:FuzzDecode
+FUZZTIME ?= 10s
+
+## fuzz-short: each of FUZZ_TARGETS for FUZZTIME (10s); a failing input is written under the package's testdata/fuzz/
+## (commit it: it becomes a seed). Minimizing a new input is capped at 2s so that the time goes to fuzzing.
+fuzz-short:
+	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg; done
 
 ## test-unit: the tests that need no services (integration tests skip)
 test-unit:

@@ -171,6 +171,11 @@ type HTTPConfig struct {
 	MaxBodyBytes int64         `yaml:"max_body_bytes"`
 	ReadTimeout  time.Duration `yaml:"read_timeout"`
 	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// MaxInFlight bounds the requests the listener serves at once (256;
+	// /healthz, /readyz and /metrics not counted); one more is answered
+	// 503 with Retry-After before its body is read. Bodies held at once
+	// are then at most max_in_flight × max_body_bytes.
+	MaxInFlight int `yaml:"max_in_flight"`
 }
 
 // GRPCConfig is the Envoy rate limit service listener; an empty Addr
@@ -181,6 +186,12 @@ type GRPCConfig struct {
 	// ResponseHeaders fills response_headers_to_add (RateLimit-Policy,
 	// RateLimit, X-RateLimit-*, Retry-After) for Envoy to forward.
 	ResponseHeaders bool `yaml:"response_headers"`
+	// MaxConcurrentStreams bounds the calls one connection carries at
+	// once (256); CallTimeout is the furthest deadline a call may have
+	// (10s; a call with none, or a further one, gets it): a stream that
+	// never sends its request is closed then.
+	MaxConcurrentStreams int           `yaml:"max_concurrent_streams"`
+	CallTimeout          time.Duration `yaml:"call_timeout"`
 }
 
 // RedisConfig addresses the counter store: one address for a standalone
@@ -265,8 +276,9 @@ func DefaultApp() App {
 	return App{
 		InstanceID:  host,
 		RulesReload: 5 * time.Second,
-		HTTP:        HTTPConfig{Addr: ":8080", MaxBodyBytes: 1 << 20, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second},
-		GRPC:        GRPCConfig{Addr: ":8081"},
+		HTTP: HTTPConfig{Addr: ":8080", MaxBodyBytes: 1 << 20, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
+			MaxInFlight: 256},
+		GRPC: GRPCConfig{Addr: ":8081", MaxConcurrentStreams: 256, CallTimeout: 10 * time.Second},
 		Redis: RedisConfig{DialTimeout: 500 * time.Millisecond, ReadTimeout: 100 * time.Millisecond,
 			WriteTimeout: 100 * time.Millisecond, PoolTimeout: 100 * time.Millisecond},
 		Kafka: KafkaConfig{Topic: "velvetrope.deltas", DeferredTopic: "velvetrope.deferred", Compression: "lz4"},
@@ -461,6 +473,15 @@ func (a App) Validate() error {
 	}
 	if a.HTTP.ReadTimeout <= 0 || a.HTTP.WriteTimeout <= 0 {
 		bad("http.read_timeout/write_timeout", "must be > 0")
+	}
+	if a.HTTP.MaxInFlight < 1 || a.HTTP.MaxInFlight > 1_000_000 {
+		bad("http.max_in_flight", "must be between 1 and 1000000, got %d", a.HTTP.MaxInFlight)
+	}
+	if a.GRPC.MaxConcurrentStreams < 1 || a.GRPC.MaxConcurrentStreams > 1_000_000 {
+		bad("grpc.max_concurrent_streams", "must be between 1 and 1000000, got %d", a.GRPC.MaxConcurrentStreams)
+	}
+	if a.GRPC.CallTimeout < time.Millisecond || a.GRPC.CallTimeout > time.Hour {
+		bad("grpc.call_timeout", "must be in [1ms, 1h], got %v", a.GRPC.CallTimeout)
 	}
 	if a.Kafka.Topic == "" {
 		bad("kafka.topic", "must not be empty")

@@ -18,7 +18,8 @@ func TestLoadAppDefaultsWithoutFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	if a.HTTP.Addr != ":8080" || a.GRPC.Addr != ":8081" || a.Kafka.Topic == "" || a.ClickHouse.Database != "velvetrope" ||
-		a.InstanceID == "" || a.Limiter.MaxKeys != 1<<20 {
+		a.InstanceID == "" || a.Limiter.MaxKeys != 1<<20 || a.HTTP.MaxInFlight != 256 || a.GRPC.MaxConcurrentStreams != 256 ||
+		a.GRPC.CallTimeout != 10*time.Second {
 		t.Fatalf("defaults: %+v", a)
 	}
 }
@@ -68,6 +69,11 @@ func TestLoadAppErrors(t *testing.T) {
 		{"drain without workers", "deferred:\n  workers: 0\n", nil, "deferred.workers: must be between 1 and 4096, got 0"},
 		{"drain backoff inverted", "deferred:\n  backoff_min: 1s\n  backoff_max: 10ms\n", nil, "deferred.backoff_min/backoff_max: want backoff_min >= 1ms and backoff_max >= backoff_min, got 1s and 10ms"},
 		{"unknown deferred field", "deferred:\n  worker: 3\n", nil, "field worker not found"},
+		{"no requests in flight", "http:\n  max_in_flight: 0\n", nil, "http.max_in_flight: must be between 1 and 1000000, got 0"},
+		{"no gRPC streams", "grpc:\n  max_concurrent_streams: 0\n", nil, "grpc.max_concurrent_streams: must be between 1 and 1000000, got 0"},
+		{"gRPC streams beyond", "grpc:\n  max_concurrent_streams: 2000000\n", nil, "grpc.max_concurrent_streams: must be between 1 and 1000000"},
+		{"call timeout zero", "grpc:\n  call_timeout: 0s\n", nil, "grpc.call_timeout: must be in [1ms, 1h], got 0s"},
+		{"call timeout a day", "grpc:\n  call_timeout: 24h\n", nil, "grpc.call_timeout: must be in [1ms, 1h], got 24h0m0s"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,8 +1,6 @@
 package rls
 
 import (
-	"errors"
-	"io"
 	"net/http"
 	"strconv"
 
@@ -10,33 +8,36 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/velvetrope/velvetrope/internal/httpapi"
+	"github.com/velvetrope/velvetrope/internal/strictjson"
 )
 
 // JSONHandler serves POST /json as Envoy's ratelimit service does: the
 // protojson form of a RateLimitRequest in, of the RateLimitResponse out,
 // with HTTP 200 when OK, 429 when over the limit, 400 for a malformed
 // request and 413 for a body above maxBody bytes.
+//
+// The body is decoded strictly (strictjson): each field by its JSON or
+// its proto name, not both, not twice, in its exact case; UTF-8 only; and
+// within the server's bounds, checked as the body is scanned, before
+// protojson builds a message of it.
 func JSONHandler(s *Server, maxBody int64) http.Handler {
-	var unmarshal protojson.UnmarshalOptions // unknown fields are an error, as a typo should be
+	schema := strictjson.MustForProto(&rlsv3.RateLimitRequest{}, httpapi.DescriptorBounds(s.opts.Bounds)...)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			http.Error(w, "method not allowed: use POST", http.StatusMethodNotAllowed)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-		if err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				http.Error(w, "request body above the limit of "+strconv.FormatInt(maxBody, 10)+" bytes", http.StatusRequestEntityTooLarge)
+		var req rlsv3.RateLimitRequest
+		if err := schema.Read(w, r, maxBody, &req); err != nil {
+			e := err.(*strictjson.Error)
+			if e.Status == http.StatusRequestEntityTooLarge {
+				http.Error(w, "request body above the limit of "+strconv.FormatInt(maxBody, 10)+" bytes", e.Status)
 				return
 			}
-			http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		var req rlsv3.RateLimitRequest
-		if err := unmarshal.Unmarshal(body, &req); err != nil {
-			http.Error(w, "invalid RateLimitRequest JSON: "+err.Error(), http.StatusBadRequest)
+			http.Error(w, "invalid RateLimitRequest JSON: "+e.Error(), e.Status)
 			return
 		}
 		resp, err := s.ShouldRateLimit(r.Context(), &req)

@@ -28,6 +28,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -58,7 +59,26 @@ type Options struct {
 	Bounds checker.Bounds
 	// Decisions is told of every decision answered (nil: none).
 	Decisions httpapi.Observer
+	// MaxConcurrentStreams bounds the calls one gRPC connection carries at
+	// once (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS; 0:
+	// DefaultMaxConcurrentStreams): a client's further streams are refused,
+	// a client library waits for a free one or opens a connection.
+	MaxConcurrentStreams uint32
+	// CallTimeout is the furthest deadline NewGRPCServer lets a call have
+	// (0: DefaultCallTimeout): a call whose client set none, or one
+	// further, gets one CallTimeout away, so that a stream which never
+	// sends its request is closed then instead of held for good. A nearer
+	// deadline is kept (Envoy always sets one: its filter's timeout).
+	CallTimeout time.Duration
 }
+
+// The defaults of Options: 256 streams, well above what one Envoy worker
+// or client connection keeps in flight (a few dozen), and 10 s, the HTTP
+// listener's read timeout.
+const (
+	DefaultMaxConcurrentStreams = 256
+	DefaultCallTimeout          = 10 * time.Second
+)
 
 // Server implements rlsv3.RateLimitServiceServer over a Checker.
 type Server struct {
@@ -84,11 +104,21 @@ type work struct {
 	d       checker.Decision
 	entries []config.Entry
 	raw     []byte // the gRPC path: the call's request bytes (wire.go)
+	// held is gRPC's buffer raw aliases, freed by putWork; own is the
+	// work's buffer raw is copied into when gRPC's comes in pieces
+	held mem.BufferSlice
+	own  []byte
 }
 
 // New returns a Server deciding with c.
 func New(c Checker, opts Options) *Server {
 	opts.Bounds = opts.Bounds.WithDefaults()
+	if opts.MaxConcurrentStreams == 0 {
+		opts.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = DefaultCallTimeout
+	}
 	s := &Server{c: c, opts: opts, overrides: newOverrides(), log: logx.New(opts.Logger, 10*time.Second)}
 	s.work.New = func() any { return new(work) }
 	return s
@@ -102,7 +132,7 @@ const maxUint32 = math.MaxUint32
 // server runs the same decision without these message types: wire.go.)
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	w := s.work.Get().(*work)
-	defer s.work.Put(w)
+	defer s.putWork(w)
 	rs := s.c.Rules()
 	if err := w.convert(req, s.overrides, rs, &s.opts.Bounds); err != nil {
 		s.Stats.Invalid.Add(1)
@@ -178,6 +208,15 @@ var (
 // convert validates req's shape against b and fills w.req, reusing w's
 // memory. Overrides apply only in domains rs knows, as in Envoy's service.
 func (w *work) convert(req *rlsv3.RateLimitRequest, o *overrides, rs *config.RuleSet, b *checker.Bounds) error {
+	// the bounds first, in the order the wire parser meets them
+	for i, d := range req.Descriptors {
+		if i == b.MaxDescriptors {
+			return errTooManyDescriptors(b)
+		}
+		if d != nil && len(d.Entries) > b.MaxEntries {
+			return errTooManyEntries(i, b)
+		}
+	}
 	if err := checkShape(req.Domain, len(req.Descriptors), b); err != nil {
 		return err
 	}
@@ -195,9 +234,6 @@ func (w *work) convert(req *rlsv3.RateLimitRequest, o *overrides, rs *config.Rul
 	w.start(req.Domain, req.HitsAddend)
 	known := rs.HasDomain(req.Domain)
 	for i, d := range req.Descriptors {
-		if len(d.Entries) > b.MaxEntries {
-			return fieldf(index("descriptors", i, "entries"), "more than %d entries (got %d)", b.MaxEntries, len(d.Entries))
-		}
 		es := entries[:len(d.Entries)]
 		entries = entries[len(d.Entries):]
 		for j, e := range d.Entries {
@@ -225,9 +261,20 @@ func checkShape(domain string, descriptors int, b *checker.Bounds) error {
 	case descriptors == 0:
 		return errors.New("descriptors: must not be empty")
 	case descriptors > b.MaxDescriptors:
-		return fieldf("descriptors", "more than %d descriptors (got %d)", b.MaxDescriptors, descriptors)
+		return errTooManyDescriptors(b)
 	}
 	return nil
+}
+
+// errTooManyDescriptors and errTooManyEntries are the bounds' errors,
+// the same from both decoders; they give the bound, not the count: a
+// decoder stops at the first descriptor or entry past it.
+func errTooManyDescriptors(b *checker.Bounds) error {
+	return fieldf("descriptors", "more than %d descriptors", b.MaxDescriptors)
+}
+
+func errTooManyEntries(i int, b *checker.Bounds) error {
+	return fieldf(index("descriptors", i, "entries"), "more than %d entries", b.MaxEntries)
 }
 
 // start begins w.req for domain with the request's hits_addend.
@@ -247,7 +294,7 @@ func (w *work) add(i int, es []config.Entry, lim *ratelimitv3.RateLimitDescripto
 	case len(es) == 0:
 		return fieldf(index("descriptors", i, "entries"), "must not be empty")
 	case len(es) > b.MaxEntries:
-		return fieldf(index("descriptors", i, "entries"), "more than %d entries (got %d)", b.MaxEntries, len(es))
+		return errTooManyEntries(i, b)
 	case negative:
 		return fieldf(index("descriptors", i, "is_negative_hits"), "refunds through the Envoy API are not supported")
 	}

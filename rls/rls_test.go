@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -19,10 +20,14 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/httpapi"
+	"github.com/velvetrope/velvetrope/internal/strictjson"
 	"github.com/velvetrope/velvetrope/internal/testrules"
 )
 
@@ -195,19 +200,59 @@ func TestJSONEndpoint(t *testing.T) {
 	}
 }
 
+// FuzzJSONHandler: any body gets 200, 429, 400 or 413, never a panic or
+// a 500; a body the strict decoder takes is within the bounds, and the
+// message it decodes to encodes (protojson) to a body that decodes to the
+// same message.
 func FuzzJSONHandler(f *testing.F) {
 	f.Add([]byte(`{"domain":"rl","descriptors":[{"entries":[{"key":"foo","value":"j"}]}]}`))
 	f.Add([]byte(`{"domain":"rl","hitsAddend":4294967295,"descriptors":[{"entries":[{"key":"foo"}],"hitsAddend":"18446744073709551615"}]}`))
 	f.Add([]byte(`{"domain":"nope","descriptors":[{}]}`))
+	// issue 19: case, duplicates (under one name and under both), invalid
+	// UTF-8, lone surrogates, and the huge-entries body at a small scale
+	f.Add([]byte(`{"domain":"rl","Domain":"shop","descriptors":[{"entries":[{"key":"foo","value":"j"}]}]}`))
+	f.Add([]byte(`{"domain":"rl","domain":"shop","descriptors":[{"entries":[{"key":"foo","value":"j"}]}]}`))
+	f.Add([]byte(`{"domain":"rl","hitsAddend":1,"hits_addend":2,"descriptors":[{"entries":[{"key":"foo","value":"j"}]}]}`))
+	f.Add([]byte("{\"domain\":\"rl\",\"descriptors\":[{\"entries\":[{\"key\":\"foo\",\"value\":\"\xff\"}]}]}"))
+	f.Add([]byte(`{"domain":"rl","descriptors":[{"entries":[{"key":"foo","value":"\ud800"}]}]}`))
+	f.Add([]byte(`{"domain":"rl","descriptors":[{"entries":[` + strings.Repeat(`{},`, 2000) + `{}]}]}`))
 	clk := testrules.NewClock()
+	s := New(testrules.Local(f, loadEnvoyRules(f), clk, 0), Options{ResponseHeaders: true})
+	h := JSONHandler(s, 1<<16)
+	schema := strictjson.MustForProto(&rlsv3.RateLimitRequest{}, httpapi.DescriptorBounds(s.opts.Bounds)...)
+	b := s.opts.Bounds
 	f.Fuzz(func(t *testing.T, body []byte) {
-		h := JSONHandler(New(engines[0].make(t, loadEnvoyRules(t), clk), Options{ResponseHeaders: true}), 1<<12)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/json", bytes.NewReader(body)))
 		switch rec.Code {
 		case 200, 429, 400, 413:
 		default:
 			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body)
+		}
+		var req rlsv3.RateLimitRequest
+		if schema.Decode(body, &req) != nil {
+			return
+		}
+		if len(req.Descriptors) > b.MaxDescriptors {
+			t.Fatalf("accepted %d descriptors", len(req.Descriptors))
+		}
+		for _, d := range req.Descriptors {
+			if len(d.Entries) > b.MaxEntries {
+				t.Fatalf("accepted %d entries", len(d.Entries))
+			}
+			for _, e := range d.Entries {
+				if len(e.Key) > b.MaxKeyBytes || len(e.Value) > b.MaxValueBytes || !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value) {
+					t.Fatalf("accepted entry %q=%q", e.Key, e.Value)
+				}
+			}
+		}
+		out, err := protojson.Marshal(&req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var again rlsv3.RateLimitRequest
+		if err := schema.Decode(out, &again); err != nil || !proto.Equal(&req, &again) {
+			t.Fatalf("round trip of %q through %s: %v, %v", body, out, &again, err)
 		}
 	})
 }

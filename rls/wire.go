@@ -28,10 +28,11 @@ import (
 // hand: the generated code unmarshals every call into a tree of fresh
 // messages and the handler built another tree for the answer, which the
 // profile of a loaded checker showed as a fifth of its allocations. Here
-// a call's bytes are copied into its pooled work (the request's strings
-// alias that copy for the length of the call; the checker copies what it
-// keeps), and the answer is written into a pooled buffer that gRPC hands
-// back once it is on the wire. wire_test.go holds both to the generated
+// a call's bytes stay in gRPC's buffer, held for the call (or are copied
+// into its pooled work when gRPC hands them in pieces); the request's
+// strings alias them for the length of the call (the checker copies what
+// it keeps), and the answer is written into a pooled buffer that gRPC
+// hands back once it is on the wire. wire_test.go holds both to the generated
 // types: same request, same answer.
 
 // codec is the server's codec: Envoy's messages as bytes this file reads
@@ -49,9 +50,17 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if w, ok := v.(*work); ok {
+		if len(data) == 1 {
+			// the message is one buffer (gRPC reads it so): hold it for
+			// the call instead of copying it; putWork frees it
+			data.Ref()
+			w.held, w.raw = data, data[0].ReadOnlyData()
+			return nil
+		}
 		n := data.Len()
-		w.raw = slices.Grow(w.raw[:0], n)[:n]
+		w.raw = slices.Grow(w.own[:0], n)[:n]
 		data.CopyTo(w.raw)
+		w.own = w.raw
 		return nil
 	}
 	return c.proto.Unmarshal(data, v)
@@ -96,7 +105,7 @@ func (s *Server) serviceDesc() *grpc.ServiceDesc {
 
 func (s *Server) handle(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
 	w := s.work.Get().(*work)
-	defer s.work.Put(w)
+	defer s.putWork(w)
 	if err := dec(w); err != nil {
 		return nil, err
 	}
@@ -130,7 +139,10 @@ var (
 )
 
 // parse reads the RateLimitRequest in w.raw into w.req, with the checks
-// and errors of convert.
+// and errors of convert. The bounds on descriptors and entries are
+// checked as the first pass counts them: it stops at the first one past
+// them, before anything is reserved (a 1 MiB message of 500,000 empty
+// entries is refused at the ninth).
 func (w *work) parse(o *overrides, rs *config.RuleSet, b *checker.Bounds) error {
 	var domain []byte
 	var hitsAddend uint64
@@ -143,9 +155,15 @@ func (w *work) parse(o *overrides, rs *config.RuleSet, b *checker.Bounds) error 
 		case num == 1 && typ == protowire.BytesType:
 			domain = v
 		case num == 2 && typ == protowire.BytesType:
+			if descriptors == b.MaxDescriptors {
+				return errTooManyDescriptors(b)
+			}
 			n := 0
 			err := fields(v, func(num protowire.Number, typ protowire.Type, _ []byte, _ uint64) error {
 				if num == 1 && typ == protowire.BytesType {
+					if n == b.MaxEntries {
+						return errTooManyEntries(descriptors, b)
+					}
 					n++
 				}
 				return nil
@@ -226,6 +244,25 @@ func (w *work) parse(o *overrides, rs *config.RuleSet, b *checker.Bounds) error 
 		i++
 		return err
 	})
+}
+
+// maxPooledRaw is the largest request buffer a pooled work keeps: real
+// requests are a few hundred bytes; a large one (an attack, or a request
+// the bounds refuse) is not held for the next call.
+const maxPooledRaw = 64 << 10
+
+// putWork returns w to the pool, without the memory of a large request,
+// and hands the message it held back to gRPC.
+func (s *Server) putWork(w *work) {
+	if w.held != nil {
+		w.held.Free()
+		w.held = nil
+	}
+	w.raw = nil
+	if cap(w.own) > maxPooledRaw {
+		w.own = nil
+	}
+	s.work.Put(w)
 }
 
 // fieldError is a field name and what is wrong with it.

@@ -9,6 +9,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"pgregory.net/rapid"
@@ -91,9 +92,10 @@ func TestWireAgreesWithGeneratedTypes(t *testing.T) {
 	})
 }
 
-// FuzzWireParse: any bytes parse without a panic; bytes the generated
-// code accepts as a request that ShouldRateLimit's conversion accepts
-// give the same checker request.
+// FuzzWireParse: any bytes parse without a panic; what parse accepts is
+// within the bounds; bytes the generated code reads as a request get the
+// same answer from parse and from ShouldRateLimit's conversion: the same
+// checker request, or the same error.
 func FuzzWireParse(f *testing.F) {
 	for _, req := range []*rlsv3.RateLimitRequest{
 		{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("foo", "a", "bar", "b")}, HitsAddend: 3},
@@ -104,21 +106,44 @@ func FuzzWireParse(f *testing.F) {
 		b, _ := proto.Marshal(req)
 		f.Add(b)
 	}
+	// issue 19's attack, small: 2,000 empty entries, then as many empty
+	// descriptors, then one over each bound by one, then an unknown field
+	// of the same size
+	f.Add(wireRequest(2000))
+	f.Add(wireRequest(make([]int, 2000)...))
+	f.Add(wireRequest(9))
+	f.Add(wireRequest(1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1))
+	f.Add(protowire.AppendBytes(protowire.AppendTag(wireRequest(1), 99, protowire.BytesType), make([]byte, 4000)))
 	s := New(testrules.Local(f, loadEnvoyRules(f), testrules.NewClock(), 0), Options{})
-	f.Fuzz(func(t *testing.T, b []byte) {
+	b := &s.opts.Bounds
+	f.Fuzz(func(t *testing.T, raw []byte) {
 		rs := s.c.Rules()
-		w := &work{raw: b}
-		perr := w.parse(s.overrides, rs, &s.opts.Bounds)
+		w := &work{raw: raw}
+		perr := w.parse(s.overrides, rs, b)
+		if perr == nil {
+			if n := len(w.req.Descriptors); n == 0 || n > b.MaxDescriptors {
+				t.Fatalf("parse accepted %d descriptors", n)
+			}
+			for i, d := range w.req.Descriptors {
+				if len(d.Entries) == 0 || len(d.Entries) > b.MaxEntries {
+					t.Fatalf("parse accepted %d entries in descriptor %d", len(d.Entries), i)
+				}
+				if err := b.CheckEntries(i, d.Entries); err != nil {
+					t.Fatalf("parse accepted entries outside the bounds: %v", err)
+				}
+			}
+		}
 		var req rlsv3.RateLimitRequest
-		if proto.Unmarshal(b, &req) != nil {
+		if proto.Unmarshal(raw, &req) != nil {
 			return
 		}
 		var ref work
-		if cerr := ref.convert(&req, s.overrides, rs, &s.opts.Bounds); cerr != nil {
-			return
+		cerr := ref.convert(&req, s.overrides, rs, b)
+		if (perr == nil) != (cerr == nil) || perr != nil && perr.Error() != cerr.Error() {
+			t.Fatalf("%v: parse %v, convert %v", &req, perr, cerr)
 		}
 		if perr != nil {
-			t.Fatalf("generated code and convert accept %v, parse refuses: %v", &req, perr)
+			return
 		}
 		if w.req.Domain != ref.req.Domain || w.req.Hits != ref.req.Hits || len(w.req.Descriptors) != len(ref.req.Descriptors) {
 			t.Fatalf("parse %+v, convert %+v", w.req, ref.req)

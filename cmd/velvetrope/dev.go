@@ -269,7 +269,8 @@ func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *deci
 	an.WithAccess(analytics.Access{Token: app.Analytics.Token, MaxWindow: app.Analytics.MaxWindow,
 		MaxConcurrent: app.Analytics.MaxConcurrent}).Register(mux)
 	dashboard.Register(mux)
-	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes, logx.New(logger, 10*time.Second), n, httpapi.WithQueue(q)))
+	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes, logx.New(logger, 10*time.Second), n, httpapi.WithQueue(q),
+		httpapi.WithBounds(bounds(app))))
 	mux.Handle("GET /v1/deferred/{ticket}", httpapi.TicketHandler(tickets))
 	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
 	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).WithKeys(c).Register(mux)
@@ -284,7 +285,7 @@ func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *deci
 	n.Register(reg)
 	mux.Handle("GET /metrics", reg)
 	httpapi.Health(mux, ready)
-	return newHTTPServer(lc, app, mux, app.HTTP.WriteTimeout)
+	return newHTTPServer(lc, app, mux, app.HTTP.WriteTimeout, reg)
 }
 
 func printBanner(w io.Writer, httpAddr, grpcAddr string) {

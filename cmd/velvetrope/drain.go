@@ -215,7 +215,7 @@ func drainModule(app config.App, logger *slog.Logger) fx.Option {
 					}
 					return nil
 				})
-				return newHTTPServer(lc, app, mux, 10*time.Second)
+				return newHTTPServer(lc, app, mux, 10*time.Second, reg)
 			},
 		),
 		fx.Invoke(watchRules, startDrain),

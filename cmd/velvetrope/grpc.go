@@ -16,6 +16,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/decisions"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
+	"github.com/velvetrope/velvetrope/internal/metrics"
 	"github.com/velvetrope/velvetrope/internal/tlsconf"
 	"github.com/velvetrope/velvetrope/rls"
 )
@@ -41,7 +42,8 @@ func (g *grpcListener) Addr() string {
 func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter,
 	logger *slog.Logger) (*rls.Server, *grpcListener, error) {
 	s := rls.New(c, rls.Options{ResponseHeaders: app.GRPC.ResponseHeaders, Logger: logger,
-		Bounds: bounds(app), Decisions: n})
+		Bounds: bounds(app), Decisions: n, MaxConcurrentStreams: uint32(app.GRPC.MaxConcurrentStreams),
+		CallTimeout: app.GRPC.CallTimeout})
 	gl := &grpcListener{}
 	if app.GRPC.Addr == "" {
 		return s, gl, nil
@@ -86,14 +88,20 @@ func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Co
 }
 
 // newHTTPServer is a process's one HTTP listener, with TLS when
-// http.tls says so.
-func newHTTPServer(lc fx.Lifecycle, app config.App, mux http.Handler, writeTimeout time.Duration) (*httpapi.Server, error) {
+// http.tls says so, at most http.max_in_flight requests at once; its
+// metrics go to reg.
+func newHTTPServer(lc fx.Lifecycle, app config.App, mux http.Handler, writeTimeout time.Duration, reg *metrics.Registry) (*httpapi.Server, error) {
 	tlsCfg, err := tlsconf.Server(app.HTTP.TLS, "http.tls")
 	if err != nil {
 		return nil, err
 	}
 	srv := httpapi.NewServer(app.HTTP.Addr, mux, app.HTTP.ReadTimeout, writeTimeout)
 	srv.UseTLS(tlsCfg)
+	srv.LimitInFlight(app.HTTP.MaxInFlight)
+	reg.Gauge("velvetrope_http_in_flight", "HTTP requests being served (at most http.max_in_flight; /healthz, /readyz and /metrics not counted).",
+		func() float64 { return float64(srv.InFlight()) })
+	reg.Counter("velvetrope_http_busy_total", "HTTP requests answered 503 because http.max_in_flight requests were in flight.",
+		func() float64 { return float64(srv.Busy()) })
 	lc.Append(fx.StartStopHook(srv.Start, srv.Stop))
 	return srv, nil
 }

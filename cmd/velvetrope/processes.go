@@ -388,7 +388,7 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 					func() map[string]float64 { _, _, w := a.Accuracy.Report(); return w })
 				mux.Handle("GET /metrics", reg)
 				httpapi.Health(mux, a.Ready)
-				return newHTTPServer(lc, app, mux, 10*time.Second)
+				return newHTTPServer(lc, app, mux, 10*time.Second, reg)
 			},
 		),
 	)

@@ -22,6 +22,7 @@ import (
 	"github.com/velvetrope/velvetrope/client"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/internal/strictjson"
 )
 
 // Keys is what the per-key operator endpoints act on; *checker.Checker
@@ -104,7 +105,7 @@ func (a *Admin) listPools(w http.ResponseWriter, r *http.Request) (string, int) 
 // or a health signal calls.
 func (a *Admin) setPool(w http.ResponseWriter, r *http.Request) (string, int) {
 	var pr PoolRequest
-	if status, err := a.decode(w, r, &pr); err != nil {
+	if status, err := a.decode(w, r, poolSchema, &pr); err != nil {
 		return refuse(w, status, err)
 	}
 	if pr.RequestsPerUnit == nil {
@@ -182,7 +183,7 @@ type EntryJSON struct {
 // reset answers POST /v1/keys/reset {"domain":..., "descriptor":...}.
 func (a *Admin) reset(w http.ResponseWriter, r *http.Request) (string, int) {
 	var kr KeyRequest
-	if status, err := a.decode(w, r, &kr); err != nil {
+	if status, err := a.decode(w, r, keySchema, &kr); err != nil {
 		return refuse(w, status, err)
 	}
 	domain, es, err := keyOf(kr.Domain, kr.Descriptor, kr.Entries)
@@ -219,7 +220,7 @@ func (a *Admin) listControls(w http.ResponseWriter, _ *http.Request) (string, in
 
 func (a *Admin) setControl(w http.ResponseWriter, r *http.Request) (string, int) {
 	var cr ControlRequest
-	if status, err := a.decode(w, r, &cr); err != nil {
+	if status, err := a.decode(w, r, controlSchema, &cr); err != nil {
 		return refuse(w, status, err)
 	}
 	domain, es, err := keyOf(cr.Domain, cr.Descriptor, cr.Entries)
@@ -257,16 +258,19 @@ func (a *Admin) deleteControl(w http.ResponseWriter, r *http.Request) (string, i
 	return "deleted " + id, http.StatusOK
 }
 
-// decode reads a JSON body strictly (unknown fields are errors).
-func (a *Admin) decode(w http.ResponseWriter, r *http.Request, v any) (int, error) {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, a.maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return http.StatusRequestEntityTooLarge, errors.New("body above the limit")
-		}
-		return http.StatusBadRequest, fmt.Errorf("body: %w", err)
+// The shapes of the bodies the admin API takes: decoded strictly (exact
+// field names, no duplicates, UTF-8 only), as every client body is.
+var (
+	poolSchema    = strictjson.MustFor[PoolRequest]()
+	keySchema     = strictjson.MustFor[KeyRequest]()
+	controlSchema = strictjson.MustFor[ControlRequest]()
+)
+
+// decode reads a JSON body of shape s into v, within the body bound;
+// the error names the field at fault.
+func (a *Admin) decode(w http.ResponseWriter, r *http.Request, s *strictjson.Schema, v any) (int, error) {
+	if err := s.Read(w, r, a.maxBody, v); err != nil {
+		return err.(*strictjson.Error).Status, err
 	}
 	return 0, nil
 }
@@ -395,7 +399,15 @@ func (a *Admin) rules(w http.ResponseWriter, _ *http.Request) {
 // sits behind the admin token: compiling is the most expensive thing an
 // untrusted body could otherwise make a checker do.
 func (a *Admin) validate(w http.ResponseWriter, r *http.Request) (string, int) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, min(a.maxBody, config.MaxRuleFileBytes)))
+	limit := min(a.maxBody, config.MaxRuleFileBytes)
+	if r.ContentLength > limit { // refused before a byte is read, as strictjson.Read does
+		if r.ProtoMajor == 1 {
+			w.Header().Set("Connection", "close")
+		}
+		writeJSON(w, http.StatusRequestEntityTooLarge, ErrorsJSON{Error: fmt.Sprintf("rule file above the body limit (%d bytes)", limit)})
+		return "too large", http.StatusRequestEntityTooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

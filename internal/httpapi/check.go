@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/deferred"
 	"github.com/velvetrope/velvetrope/internal/logx"
+	"github.com/velvetrope/velvetrope/internal/strictjson"
 )
 
 // Checker decides a request; *local.Engine implements it.
@@ -107,11 +107,39 @@ type Enqueuer interface {
 // Option configures CheckHandler.
 type Option func(*checkOptions)
 
-type checkOptions struct{ queue Enqueuer }
+type checkOptions struct {
+	queue  Enqueuer
+	bounds checker.Bounds
+}
 
 // WithQueue queues the requests an `on_exceed: defer` rule defers;
 // without it such a request is refused (decision deny, with defer_error).
 func WithQueue(q Enqueuer) Option { return func(o *checkOptions) { o.queue = q } }
+
+// WithBounds decodes requests within b (zero fields: the defaults): give
+// the checker's own, so that what the decoder lets through is what the
+// checker takes. Without it: [checker.DefaultBounds].
+func WithBounds(b checker.Bounds) Option { return func(o *checkOptions) { o.bounds = b } }
+
+// DescriptorBounds are b as bounds of a JSON body's descriptors (the
+// paths descriptors, descriptors.entries and their key and value), which
+// /v1/check and Envoy's /json share: the decoder stops at the first
+// descriptor, entry or byte past them, before anything is built.
+func DescriptorBounds(b checker.Bounds) []strictjson.Bound {
+	b = b.WithDefaults()
+	return []strictjson.Bound{
+		{Path: "descriptors", Max: b.MaxDescriptors, What: "descriptors"},
+		{Path: "descriptors.entries", Max: b.MaxEntries, What: "entries"},
+		{Path: "descriptors.entries.key", Max: b.MaxKeyBytes, What: "bytes"},
+		{Path: "descriptors.entries.value", Max: b.MaxValueBytes, What: "bytes"},
+	}
+}
+
+// checkSchema is the shape of a CheckRequest within b.
+func checkSchema(b checker.Bounds) *strictjson.Schema {
+	return strictjson.MustFor[CheckRequest](append(DescriptorBounds(b),
+		strictjson.Bound{Path: "request_id", Max: b.WithDefaults().MaxRequestIDBytes, What: "bytes"})...)
+}
 
 // CheckHandler serves POST /v1/check over c, reading at most maxBody
 // bytes. Decisions that fail for another reason than the request (500)
@@ -121,6 +149,7 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opt
 	for _, f := range opts {
 		f(&o)
 	}
+	schema := checkSchema(o.bounds)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -128,11 +157,11 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opt
 			return
 		}
 		var in CheckRequest
-		if status, field, err := decode(w, r, maxBody, &in); err != nil {
-			writeError(w, status, field, err.Error())
+		req, err := readCheck(w, r, schema, maxBody, &in)
+		if err != nil {
+			writeError(w, err.Status, err.Field, err.Error())
 			return
 		}
-		req := in.toRequest()
 		var d checker.Decision
 		if err := c.Check(r.Context(), &req, &d); err != nil {
 			var fe *checker.FieldError
@@ -206,6 +235,16 @@ func Refuse(d *checker.Decision) {
 	}
 }
 
+// readCheck decodes the body of a POST /v1/check into in, strictly and
+// within the bounds of schema, and returns the checker request it asks
+// for.
+func readCheck(w http.ResponseWriter, r *http.Request, schema *strictjson.Schema, maxBody int64, in *CheckRequest) (checker.Request, *strictjson.Error) {
+	if err := schema.Read(w, r, maxBody, in); err != nil {
+		return checker.Request{}, err.(*strictjson.Error)
+	}
+	return in.toRequest(), nil
+}
+
 func (in *CheckRequest) toRequest() checker.Request {
 	req := checker.Request{Domain: in.Domain, Hits: 1, RequestID: in.RequestID}
 	if in.Hits != nil {
@@ -243,48 +282,6 @@ func toResponse(d *checker.Decision) CheckResponse {
 }
 
 func ceilMS(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
-
-// decode reads a JSON body strictly: size-limited, no unknown fields, one
-// value. It returns the HTTP status and the field at fault on error.
-func decode(w http.ResponseWriter, r *http.Request, maxBody int64, v any) (int, string, error) {
-	// The body is always read as JSON whatever Content-Type says: curl -d
-	// sends form-urlencoded by default, and refusing it helps nobody.
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
-		if dec.More() {
-			return http.StatusBadRequest, "body", errors.New("body: more than one JSON value")
-		}
-		if _, err := dec.Token(); err != io.EOF {
-			return http.StatusBadRequest, "body", errors.New("body: trailing data after the JSON value")
-		}
-		return 0, "", nil
-	}
-	var tooBig *http.MaxBytesError
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &tooBig):
-		return http.StatusRequestEntityTooLarge, "body", fmt.Errorf("body: larger than %d bytes", tooBig.Limit)
-	case errors.Is(err, io.EOF):
-		return http.StatusBadRequest, "body", errors.New("body: empty; want a JSON object")
-	case errors.As(err, &syn):
-		return http.StatusBadRequest, "body", fmt.Errorf("body: malformed JSON at byte %d: %v", syn.Offset, syn)
-	case errors.As(err, &typ):
-		field := typ.Field
-		if field == "" {
-			field = "body"
-		}
-		return http.StatusBadRequest, field, fmt.Errorf("%s: want %s, got JSON %s", field, typ.Type, typ.Value)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return http.StatusBadRequest, f, fmt.Errorf("%s: unknown field", f)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return http.StatusBadRequest, "body", errors.New("body: truncated JSON")
-	}
-	return http.StatusBadRequest, "body", fmt.Errorf("body: %v", err)
-}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

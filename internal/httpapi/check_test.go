@@ -1,14 +1,19 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/local"
@@ -131,6 +136,14 @@ func TestCheckBadRequests(t *testing.T) {
 		{"empty entries", `{"domain":"api","descriptors":[{"entries":[]}]}`, 400, "descriptors[0].entries"},
 		{"negative hits", `{"domain":"api","descriptors":[{"entries":[{"key":"a","value":"b"}]}],"hits":-1}`, 400, "hits"},
 		{"too large", `{"domain":"` + strings.Repeat("a", 2000) + `"}`, 413, "body"},
+		// issue 19: strict JSON, bounds as the body is read
+		{"other case", `{"domain":"api","Domain":"shop","descriptors":[{"entries":[{"key":"a","value":"b"}]}]}`, 400, "Domain"},
+		{"duplicate", `{"domain":"api","domain":"shop","descriptors":[{"entries":[{"key":"a","value":"b"}]}]}`, 400, "domain"},
+		{"invalid UTF-8", "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"a\",\"value\":\"\xc0\xaf\"}]}]}", 400, "descriptors[0].entries[0].value"},
+		{"lone surrogate", `{"domain":"api","descriptors":[{"entries":[{"key":"a\udbff","value":"b"}]}]}`, 400, "descriptors[0].entries[0].key"},
+		{"entries past the bound", `{"domain":"api","descriptors":[{"entries":[{},{},{},{},{},{},{},{},{}]}]}`, 400, "descriptors[0].entries"},
+		{"descriptors past the bound", `{"domain":"api","descriptors":[` + strings.Repeat(`{},`, 16) + `{}]}`, 400, "descriptors"},
+		{"request id past the bound", `{"domain":"api","request_id":"` + strings.Repeat("i", 129) + `","descriptors":[{"entries":[{"key":"a","value":"b"}]}]}`, 400, "request_id"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -151,6 +164,44 @@ func TestCheckBadRequests(t *testing.T) {
 	}
 }
 
+// unreadable is a body that fails the test if it is read.
+type unreadable struct{ t *testing.T }
+
+func (u unreadable) Read([]byte) (int, error) {
+	u.t.Error("the body was read")
+	return 0, io.EOF
+}
+
+// TestCheckRefusesADeclaredOversizeUnread: a Content-Length above the
+// bound is 413 before a byte of the body is read, and the connection is
+// not kept for another request.
+func TestCheckRefusesADeclaredOversizeUnread(t *testing.T) {
+	h := newHandler(t)
+	r := httptest.NewRequest(http.MethodPost, "/v1/check", unreadable{t})
+	r.ContentLength = 1 << 30
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	var e ErrorResponse
+	if rec.Code != 413 || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Field != "body" || rec.Header().Get("Connection") != "close" {
+		t.Fatalf("got %d %s (Connection %q), want 413 naming body, Connection: close", rec.Code, rec.Body, rec.Header().Get("Connection"))
+	}
+}
+
+// TestCheckBoundsFollowTheChecker: WithBounds decodes within the
+// checker's own bounds, larger or smaller than the defaults.
+func TestCheckBoundsFollowTheChecker(t *testing.T) {
+	rs, _ := config.ExampleRules()
+	k, _ := limiter.NewKeyed()
+	l, _ := local.New(config.NewStore(rs), k, fixedClock(t0), time.Minute)
+	h := CheckHandler(l, 1<<20, nil, nil, WithBounds(checker.Bounds{MaxEntries: 2}))
+	body := `{"domain":"api","descriptors":[{"entries":[{"key":"tenant","value":"a"},{"key":"route","value":"b"},{"key":"x","value":"c"}]}]}`
+	rec := post(t, h, body)
+	var e ErrorResponse
+	if rec.Code != 400 || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Field != "descriptors[0].entries" || e.Error != "descriptors[0].entries: more than 2 entries" {
+		t.Fatalf("got %d %s, want 400: descriptors[0].entries: more than 2 entries", rec.Code, rec.Body)
+	}
+}
+
 func TestSFString(t *testing.T) {
 	for in, want := range map[string]string{`api:user_id`: `"api:user_id"`, `a"b\c`: `"a\"b\\c"`, "ü\n": `"???"`} {
 		if got := sfString(in); got != want {
@@ -160,22 +211,64 @@ func TestSFString(t *testing.T) {
 }
 
 // FuzzCheckHandler feeds arbitrary bodies: the handler must answer 200,
-// 400 or 413 with a JSON body, never panic or 500.
+// 400, 409 or 413 with a JSON body, never panic or 500. A body the decoder
+// takes is within every bound, UTF-8 throughout, and survives a round
+// trip: encoded again (encoding/json), it decodes to the same request.
 func FuzzCheckHandler(f *testing.F) {
 	f.Add(`{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}],"hits":1}`)
 	f.Add(`{"domain":"api","descriptors":[{"entries":[{"key":"login","value":"x"}]}],"hits":0,"request_id":"r"}`)
 	f.Add(`{"domain":"api","descriptors":[{"entries":[{"key":"tenant","value":"a"},{"key":"route","value":"/export"}]}]}`)
 	f.Add(`[1,2,3]`)
+	// issue 19: case, duplicates, invalid UTF-8, lone surrogates, and the
+	// huge-entries body at a small scale
+	f.Add(`{"domain":"api","Domain":"shop","descriptors":[{"entries":[{"key":"user_id","value":"u"}]}]}`)
+	f.Add(`{"domain":"api","domain":"shop","descriptors":[{"entries":[{"key":"user_id","value":"u"}]}]}`)
+	f.Add("{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user_id\",\"value\":\"a\xffb\"}]}]}")
+	f.Add(`{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"\ud800"}]}]}`)
+	f.Add(`{"domain":"api","descriptors":[{"entries":[` + strings.Repeat(`{},`, 2000) + `{}]}]}`)
+	f.Add(`{"domain":"api","descriptors":[{"entries":[{"key":"k","value":"v"}],"hits":2}],"request_id":"r","payload":{"method":"PUT","path":"/x","headers":{"A":"1"},"body":"b"}}`)
 	h := newHandler(f)
+	schema := checkSchema(checker.Bounds{})
+	b := checker.DefaultBounds()
 	f.Fuzz(func(t *testing.T, body string) {
 		rec := post(t, h, body)
 		switch rec.Code {
-		case 200, 400, 413:
+		case 200, 400, 413, 409: // 409: a request id an earlier input used
 		default:
 			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body)
 		}
 		if !json.Valid(rec.Body.Bytes()) {
 			t.Fatalf("answer is not JSON: %q", rec.Body)
+		}
+		var in CheckRequest
+		req, derr := readCheck(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(body)), schema, 1<<20, &in)
+		if derr != nil {
+			if derr.Field == "" || derr.Status != 400 && derr.Status != 413 {
+				t.Fatalf("refusal %#v: want a field and 400 or 413", derr)
+			}
+			return
+		}
+		if len(req.Descriptors) > b.MaxDescriptors || len(req.RequestID) > b.MaxRequestIDBytes || !utf8.ValidString(req.Domain) || !utf8.ValidString(req.RequestID) {
+			t.Fatalf("accepted %+v", req)
+		}
+		for i, d := range req.Descriptors {
+			if len(d.Entries) > b.MaxEntries {
+				t.Fatalf("accepted %d entries", len(d.Entries))
+			}
+			for _, e := range d.Entries {
+				if len(e.Key) > b.MaxKeyBytes || len(e.Value) > b.MaxValueBytes || !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value) {
+					t.Fatalf("accepted descriptor %d entry %q", i, e)
+				}
+			}
+		}
+		out, err := json.Marshal(&in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var again CheckRequest
+		req2, derr := readCheck(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v1/check", bytes.NewReader(out)), schema, 1<<20, &again)
+		if derr != nil || !reflect.DeepEqual(req, req2) || !reflect.DeepEqual(in, again) {
+			t.Fatalf("round trip of %q through %s: %+v, %v", body, out, req2, derr)
 		}
 	})
 }

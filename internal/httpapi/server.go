@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,6 +19,9 @@ type Server struct {
 	ln   net.Listener
 	addr string
 	done chan error
+	// inFlight counts the requests being served (LimitInFlight); busy
+	// the ones refused because the listener was full.
+	inFlight, busy atomic.Int64
 }
 
 // NewServer returns a Server for addr serving h.
@@ -31,6 +36,48 @@ func (s *Server) UseTLS(cfg *tls.Config) {
 		s.srv.TLSConfig, s.tls = cfg, true
 	}
 }
+
+// LimitInFlight caps the requests the listener serves at once at n; call
+// it before Start. A request beyond the cap is answered at once, before
+// its body is read: 503 with Retry-After: 1 and a JSON error, and an
+// HTTP/1 connection closes (Connection: close), so the server does not
+// read the body either (HTTP/2 resets the stream). /healthz, /readyz and
+// /metrics are neither counted nor refused: an operator's probes and
+// scrapes must answer when the listener is full, which is when they are
+// needed, and they take no body. What the listener holds of bodies is
+// then at most n × the body bound.
+func (s *Server) LimitInFlight(n int) {
+	next := s.srv.Handler
+	body := []byte(`{"error":"server busy: ` + strconv.Itoa(n) + ` requests in flight (http.max_in_flight); retry later"}` + "\n")
+	s.srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; p == "/healthz" || p == "/readyz" || p == "/metrics" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if s.inFlight.Add(1) > int64(n) {
+			s.inFlight.Add(-1)
+			s.busy.Add(1)
+			h := w.Header()
+			h.Set("Content-Type", "application/json")
+			h.Set("Retry-After", "1")
+			if r.ProtoMajor == 1 { // HTTP/2 resets the stream; there, close would end the whole connection
+				h.Set("Connection", "close")
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write(body)
+			return
+		}
+		defer s.inFlight.Add(-1)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// InFlight is the number of requests being served (counted once
+// LimitInFlight is set).
+func (s *Server) InFlight() int64 { return s.inFlight.Load() }
+
+// Busy is the number of requests refused because the listener was full.
+func (s *Server) Busy() int64 { return s.busy.Load() }
 
 // Start binds the listener, then serves in the background: when Start
 // returns nil the address accepts connections.
