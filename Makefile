@@ -6,7 +6,7 @@ BIN := bin/velvetrope
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: run build test test-unit fuzz-short bench bench-compare lint compose-check services-up services-down proto clean
+.PHONY: run build test test-unit adversarial fuzz-short bench bench-compare lint compose-check services-up services-down proto clean
 
 ## run: the whole product on embedded in-memory backends (velvetrope dev)
 run:
@@ -35,6 +35,11 @@ FUZZTIME ?= 10s
 fuzz-short:
 	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg; done
+
+## adversarial: the adversarial suite alone: every attack the product was found to fail, against the real binary
+## (internal/adversarial; make test runs it too). With the services up (source .services.env) none skips.
+adversarial:
+	$(GO) test -race -count=1 ./internal/adversarial/
 
 ## test-unit: the tests that need no services (integration tests skip)
 test-unit:
