@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -346,6 +347,14 @@ func (d *Drain) process(ctx context.Context, j *job) bool {
 	} else if found {
 		j.attempts = max(j.attempts, t.Attempts)
 	}
+	// Decode checked the path; checked again here, before anything is
+	// charged, so that no way of making an item delivers a path that
+	// leaves the target's base (a record on the topic is input too).
+	if it.Payload != nil && it.Payload.Path != "" {
+		if err := checkPath(it.Payload.Path); err != nil {
+			return d.deadLetter(ctx, j, ReasonMalformed, "payload.path: "+err.Error())
+		}
+	}
 	r := d.ruleOf(it)
 	if r == nil {
 		return d.deadLetter(ctx, j, ReasonRule, fmt.Sprintf("no rule %s defers domain %s's request any more", it.Rule, it.Domain))
@@ -421,6 +430,8 @@ func (d *Drain) process(ctx context.Context, j *job) bool {
 			return true
 		case err == nil && status != http.StatusTooManyRequests && status != http.StatusRequestTimeout && status < 500:
 			return d.deadLetter(ctx, j, ReasonRejected, "target answered "+strconv.Itoa(status))
+		case errors.Is(err, errOutsideTarget):
+			return d.deadLetter(ctx, j, ReasonMalformed, err.Error())
 		}
 		why := "target answered " + strconv.Itoa(status)
 		if err != nil {
@@ -516,7 +527,11 @@ func (d *Drain) deliver(ctx context.Context, r *config.Rule, it *Item) (int, err
 	}
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.DeliveryTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, method, strings.TrimRight(r.Defer.Target, "/")+path, bytes.NewReader(body))
+	u, err := joinTarget(r.Defer.Target, path)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(rctx, method, u, bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
@@ -535,6 +550,29 @@ func (d *Drain) deliver(ctx context.Context, r *config.Rule, it *Item) (int, err
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	return resp.StatusCode, nil
+}
+
+// errOutsideTarget is a delivery URL that would leave the rule's target:
+// another scheme or host, or a path outside the target's base path.
+var errOutsideTarget = errors.New("the payload's path leaves the target's base path")
+
+// joinTarget is the URL a delivery goes to: path under the target's base.
+// The join is checked after the fact as well (the path was checked when
+// the item was made and read): scheme, host and base path are the
+// target's, whatever the path holds.
+func joinTarget(target, path string) (string, error) {
+	base, err := url.Parse(target)
+	if err != nil {
+		return "", fmt.Errorf("%w: the target does not parse", errOutsideTarget)
+	}
+	joined := strings.TrimRight(target, "/") + path
+	u, err := url.Parse(joined)
+	prefix := strings.TrimRight(base.EscapedPath(), "/") + "/"
+	if err != nil || u.Scheme != base.Scheme || u.Host != base.Host || u.User != nil ||
+		!strings.HasPrefix(u.EscapedPath()+"/", prefix) {
+		return "", errOutsideTarget
+	}
+	return joined, nil
 }
 
 // deadLetter appends the item to the dead letters, trying until the topic

@@ -107,6 +107,14 @@ func TestMiddlewareDefers(t *testing.T) {
 		!strings.Contains(rec.Body.String(), "max_payload_bytes") {
 		t.Fatalf("body over max_payload_bytes: %d %s", rec.Code, rec.Body)
 	}
+	// a path that would leave the target's base path cannot be deferred
+	esc := httptest.NewRequest("POST", "/orders/%2e%2e/admin", strings.NewReader("x"))
+	esc.Header.Set("X-User", "u1")
+	erec := httptest.NewRecorder()
+	h.ServeHTTP(erec, esc)
+	if erec.Code != http.StatusBadRequest || !strings.Contains(erec.Body.String(), "payload.path") || ran != 1 {
+		t.Fatalf("a path with a dot segment: %d %s, want 400 naming payload.path", erec.Code, erec.Body)
+	}
 	if rec := send(mk(eng, nil, 0), "x"); rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("no queue: %d", rec.Code)
 	}
