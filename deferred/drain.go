@@ -433,12 +433,15 @@ func (d *Drain) process(ctx context.Context, j *job) bool {
 		case errors.Is(err, errOutsideTarget):
 			return d.deadLetter(ctx, j, ReasonMalformed, err.Error())
 		}
-		why := "target answered " + strconv.Itoa(status)
+		// why is for the ticket (no address: see failedDelivery), the
+		// error itself for operators
+		why, internal := "target answered "+strconv.Itoa(status), ""
 		if err != nil {
-			why = err.Error()
+			why, internal = failedDelivery(err), err.Error()
+			d.log.Warn("deferred: delivery failed", "ticket", it.Ticket, "rule", r.ID, "attempt", j.attempts, "error", err)
 		}
 		if j.attempts >= r.Defer.MaxAttempts {
-			return d.deadLetter(ctx, j, ReasonAttempts, fmt.Sprintf("%d attempts; the last: %s", j.attempts, why))
+			return d.deadLetterDetailed(ctx, j, ReasonAttempts, fmt.Sprintf("%d attempts; the last: %s", j.attempts, why), internal)
 		}
 		d.Retries.Add(1)
 		d.putTicket(ctx, it, counters.Ticket{State: counters.TicketQueued, Attempts: j.attempts, Reason: why}, ttl)
@@ -577,9 +580,19 @@ func joinTarget(target, path string) (string, error) {
 
 // deadLetter appends the item to the dead letters, trying until the topic
 // takes it (or ctx ends: false, nothing finished), and records the
-// ticket's end.
+// ticket's end; detail is the ticket's reason as well, so it names no
+// internal address.
 func (d *Drain) deadLetter(ctx context.Context, j *job, reason, detail string) bool {
+	return d.deadLetterDetailed(ctx, j, reason, detail, "")
+}
+
+// deadLetterDetailed is deadLetter with the error behind detail for the
+// dead-letter record and the log (operators'), never for the ticket.
+func (d *Drain) deadLetterDetailed(ctx context.Context, j *job, reason, detail, internal string) bool {
 	dl := DeadLetter{Reason: reason, Detail: detail, DeadAt: time.Now().UTC(), Attempts: j.attempts, Item: j.it}
+	if internal != "" {
+		dl.Detail += " (" + internal + ")"
+	}
 	key := []byte(nil)
 	if j.it != nil {
 		key = []byte(j.it.Key)
@@ -602,7 +615,7 @@ func (d *Drain) deadLetter(ctx context.Context, j *job, reason, detail string) b
 		}
 	}
 	d.dead[slices.Index(reasons, reason)].Add(1)
-	d.log.Warn("deferred: item dead-lettered", "reason", reason, "detail", detail)
+	d.log.Warn("deferred: item dead-lettered", "reason", reason, "detail", dl.Detail)
 	if j.it != nil {
 		state := counters.TicketFailed
 		if reason == ReasonExpired {

@@ -263,7 +263,10 @@ func token(s string) bool {
 // DeadLetter is one record on the dead-letter topic: the item and why it
 // was set aside. Raw holds a record that was not an item at all.
 type DeadLetter struct {
-	Reason   string    `json:"reason"` // expired | attempts | rejected | malformed | rule
+	Reason string `json:"reason"` // expired | attempts | rejected | malformed | rule
+	// Detail says why, as the ticket does, and then, in parentheses, the
+	// error behind it (a delivery's, with the target's URL: the topic is
+	// the operators', the ticket anyone's who holds it).
 	Detail   string    `json:"detail"`
 	DeadAt   time.Time `json:"dead_at"`
 	Attempts int       `json:"attempts"`

@@ -159,9 +159,10 @@ func (q *Queue) Enqueue(ctx context.Context, req *checker.Request, d *checker.De
 	}
 	if err := q.pub.Publish(ctx, []events.Message{{Key: []byte(it.Key), Value: v}}); err != nil {
 		q.EnqueueErrors.Add(1)
-		// the ticket was handed to nobody; record why, if the store answers
+		// the ticket was handed to nobody; record why, if the store
+		// answers (in words that name no broker: a ticket is public)
 		_ = q.tickets.PutTicket(context.WithoutCancel(ctx), it.Ticket, counters.Ticket{State: counters.TicketFailed,
-			Reason: "not queued: " + err.Error()}, ttl)
+			Reason: "not queued: the deferred topic did not take it"}, ttl)
 		return Receipt{}, fmt.Errorf("deferred: append to the deferred topic: %w", err)
 	}
 	q.Enqueued.Add(1)
