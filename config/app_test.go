@@ -68,6 +68,8 @@ func TestLoadAppErrors(t *testing.T) {
 		{"drain without workers", "deferred:\n  workers: 0\n", nil, "deferred.workers: must be between 1 and 4096, got 0"},
 		{"drain backoff inverted", "deferred:\n  backoff_min: 1s\n  backoff_max: 10ms\n", nil, "deferred.backoff_min/backoff_max: want backoff_min >= 1ms and backoff_max >= backoff_min, got 1s and 10ms"},
 		{"unknown deferred field", "deferred:\n  worker: 3\n", nil, "field worker not found"},
+		{"deferred max_bytes too small", "deferred:\n  max_bytes: 1000\n", nil, "deferred.max_bytes: must be between 1 MiB and 1 TiB (1048576 to 1099511627776), got 1000"},
+		{"deferred max_bytes too large", "deferred:\n  max_bytes: 2199023255552\n", nil, "deferred.max_bytes: must be between 1 MiB and 1 TiB"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
