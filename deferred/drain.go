@@ -37,7 +37,9 @@ type DrainConfig struct {
 	DeadLetters events.Publisher // the dead-letter topic
 	Checker     Checker          // decides every release, on the counters live traffic uses
 	Rules       func() *config.RuleSet
-	Tickets     counters.Tickets
+	// Tickets keeps ticket states and the count of queued items, which
+	// the drain takes each finished item out of.
+	Tickets counters.Deferrals
 	// Client delivers; nil builds one with DeliveryTimeout that never
 	// follows redirects (a 3xx is the target's answer, not an instruction).
 	Client          *http.Client
@@ -219,6 +221,9 @@ func (d *Drain) fetchLoop(ctx context.Context) error {
 			}()
 			continue
 		}
+		// the item is decoded: its job keeps the record's place (partition,
+		// offset), not its bytes twice
+		m.Key, m.Value = nil, nil
 		d.mu.Lock()
 		if j := d.jobs[it.Ticket]; j != nil {
 			// the same ticket again (a rebalance re-read it): it finishes
@@ -258,8 +263,20 @@ func (d *Drain) open(m events.Message) {
 	t.maxSeen = max(t.maxSeen, m.Offset)
 }
 
-// finish marks a job's records finished and frees its slot.
+// finish marks a job's records finished and frees its slot, and takes
+// its item out of the count of queued items (defer.max_queued,
+// deferred.max_bytes): delivered, dead-lettered or a duplicate, it holds
+// no room any more. Should the store not answer, the count lets go of it
+// at its deadline.
 func (d *Drain) finish(j *job) {
+	if j.it != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := d.cfg.Tickets.FinishItem(ctx, j.it.Key, j.it.Ticket); err != nil {
+			d.StoreErrors.Add(1)
+			d.log.Warn("deferred: a finished item stays counted as queued until its deadline", "ticket", j.it.Ticket, "error", err)
+		}
+		cancel()
+	}
 	d.mu.Lock()
 	for _, m := range j.msgs {
 		t := d.parts[m.Partition]

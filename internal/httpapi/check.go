@@ -59,7 +59,9 @@ type CheckResponse struct {
 	Ticket       string `json:"ticket,omitempty"`
 	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
 	// DeferError says why a request that would have been deferred was
-	// refused instead: the deferred topic did not take it.
+	// refused instead: the deferred topic or the store did not take it,
+	// or a bound of the queue (defer.max_queued, deferred.max_bytes)
+	// was reached.
 	DeferError string       `json:"defer_error,omitempty"`
 	Statuses   []JSONStatus `json:"statuses"`
 }
@@ -157,13 +159,18 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opt
 			switch {
 			case errors.As(err, &fe):
 				code := http.StatusBadRequest
-				if errors.Is(err, deferred.ErrPayloadTooLarge) {
+				switch {
+				case errors.Is(err, deferred.ErrPayloadTooLarge):
 					code = http.StatusRequestEntityTooLarge
+				case errors.Is(err, checker.ErrRequestIDConflict), errors.Is(err, deferred.ErrRequestInFlight):
+					code = http.StatusConflict
 				}
 				writeError(w, code, fe.Field, fe.Error())
 				return
 			case err != nil:
-				if log != nil && o.queue != nil {
+				// a full queue is a bound doing its work (counted in its
+				// metric), not a fault to log
+				if log != nil && o.queue != nil && !errors.Is(err, deferred.ErrQueueFull) {
 					log.Warn("deferred request refused: not queued", "domain", in.Domain, "error", err)
 				}
 				// nothing was charged and nothing queued: a refusal
