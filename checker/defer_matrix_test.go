@@ -52,8 +52,9 @@ func deferInvariant(d *checker.Decision) error {
 // the drain and the work was lost. Over every combination the rule format
 // accepts of throttle × pool state × on_exceed × algorithm × mode, on both
 // engines, a refusal is Deferred exactly when the rule that refuses defers
-// — alone, beside a deferring or a denying descriptor, and never for a
-// release. Combinations the format refuses are named.
+// — alone, beside a deferring or a denying descriptor — and never for a
+// release nor where the caller cannot queue (NoDefer: Envoy's API, an API
+// without a queue). Combinations the format refuses are named.
 func TestDeferOnlyUnderADeferringRule(t *testing.T) {
 	type combo struct {
 		throttle, pool, onExceed, alg, mode string
@@ -156,10 +157,11 @@ descriptors:
 			t.Run(name+"/"+engine, func(t *testing.T) {
 				check := matrixEngine(t, engine, rs)
 				step := 0
+				noDefer := false
 				decide := func(release bool, kv ...string) checker.Decision {
 					t.Helper()
 					q := req(1, kv...)
-					q.Domain, q.Release = "m", release
+					q.Domain, q.Release, q.NoDefer = "m", release, noDefer
 					var d checker.Decision
 					if err := check(q, &d); err != nil {
 						t.Fatalf("step %d %v: %v", step, kv, err)
@@ -210,6 +212,13 @@ descriptors:
 				if d := decide(true, "k", "victim"); d.Code != checker.OverLimit {
 					t.Fatalf("a release: %s, want deny", codes(d))
 				}
+				noDefer = true // the caller cannot queue (Envoy's API, no queue)
+				if d := decide(false, "k", "victim"); d.Code != checker.OverLimit {
+					t.Fatalf("where nothing queues: %s, want deny", codes(d))
+				}
+				if d := decide(false, "d", "x", "k", "victim"); d.Code != checker.OverLimit {
+					t.Fatalf("a deferring refusal where nothing queues: %s, want deny", codes(d))
+				}
 			})
 		}
 	}
@@ -239,4 +248,58 @@ func matrixEngine(t *testing.T, engine string, rs *config.RuleSet) func(*checker
 		t.Fatal(err)
 	}
 	return func(q *checker.Request, d *checker.Decision) error { return l.Check(context.Background(), q, d) }
+}
+
+// TestNoDeferCountsDenied: where nothing queues (NoDefer: Envoy's API),
+// a refusal by a deferring rule is counted denied in the deltas, not
+// deferred; where the caller queues, deferred.
+func TestNoDeferCountsDenied(t *testing.T) {
+	f, err := config.ParseRules("m.yaml", []byte(`domain: m
+descriptors:
+  - key: d
+    algorithm: fixed_window
+    on_exceed: defer
+    defer: {target: "http://target.test"}
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := config.Compile([]*config.File{f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{}
+	clk.ns.Store(t0)
+	ms := counters.NewMemStore()
+	ms.SetClock(clk)
+	prod := &applyProducer{store: ms}
+	c, err := checker.New(checker.Config{}, config.NewStore(rs), ms, prod, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, noDefer := range []bool{false, false, true, true, true} {
+		q := req(1, "d", "x")
+		q.Domain, q.NoDefer = "m", noDefer
+		var d checker.Decision
+		if err := c.Check(context.Background(), q, &d); err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 && (d.Code == checker.Deferred) == noDefer {
+			t.Fatalf("step %d (no defer %v): %s", i, noDefer, codes(d))
+		}
+	}
+	if err := c.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var denied, deferredN uint64
+	prod.mu.Lock()
+	for _, dl := range prod.all {
+		denied += dl.DeniedCount
+		deferredN += dl.DeferredCount
+	}
+	prod.mu.Unlock()
+	if denied != 3 || deferredN != 1 {
+		t.Fatalf("deltas count %d denied and %d deferred, want 3 and 1", denied, deferredN)
+	}
 }

@@ -135,6 +135,7 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opt
 			return
 		}
 		req := in.toRequest()
+		req.NoDefer = o.queue == nil // refused, and counted so, where nothing queues
 		var d checker.Decision
 		if err := c.Check(r.Context(), &req, &d); err != nil {
 			var fe *checker.FieldError
@@ -181,6 +182,9 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opt
 				out.Ticket, out.RetryAfterMS = rc.Ticket, max(ceilMS(rc.ETA), 1)
 			}
 		}
+		if o.queue == nil && d.Code == checker.OverLimit && refusedByDeferring(&d) {
+			out.DeferError = errNoQueue.Error() // why a deferring rule refused
+		}
 		if obs != nil {
 			obs.Observe(&d)
 		}
@@ -197,6 +201,16 @@ func deferRequest(ctx context.Context, q Enqueuer, req *checker.Request, d *chec
 		return deferred.Receipt{}, errNoQueue
 	}
 	return q.Enqueue(ctx, req, d, p)
+}
+
+// refusedByDeferring reports whether a rule that defers refused d.
+func refusedByDeferring(d *checker.Decision) bool {
+	for i := range d.Statuses {
+		if st := &d.Statuses[i]; st.Code == checker.OverLimit && st.Rule != nil && st.Rule.OnExceed == config.ExceedDefer {
+			return true
+		}
+	}
+	return false
 }
 
 // Refuse turns a Deferred decision into the refusal it is when the
