@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/velvetrope/velvetrope/client"
+	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/middleware"
 )
 
@@ -557,7 +558,7 @@ descriptors:
   - key: user
     algorithm: fixed_window
     on_exceed: defer
-    defer: {target: %q}
+    defer: {target: %q, max_queued: 100}
     rate_limit: {unit: hour, requests_per_unit: 1}
 `, target.srv.URL+"/base")}})
 	if _, a := dqCheck(t, p, dqBody("shop", "user", "u")); a.Decision != "allow" {
@@ -587,4 +588,61 @@ descriptors:
 	if n := target.n.Load(); n != 0 {
 		t.Fatalf("the target saw %d requests before any release", n)
 	}
+}
+
+// Items 5 and 7 across two checkers: the request ids and the count of
+// queued items live in the counter store (Redis), so a retry that reaches
+// the other checker answers the same ticket, and one key's
+// defer.max_queued holds for both checkers together; an item past its
+// deadline stops counting even when no drain finished it.
+func TestDeferredAcrossCheckers(t *testing.T) {
+	redisAddr, kafkaAddr := testsvc.Redis(t), testsvc.Kafka(t)
+	target := newDQTarget(t, http.StatusNoContent)
+	rules := map[string]string{"shop.yaml": fmt.Sprintf(`domain: shop
+descriptors:
+  - key: user
+    algorithm: fixed_window
+    on_exceed: defer
+    defer: {target: %q, max_queued: 3, max_age: 3s}
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`, target.srv.URL)}
+	cfg := fmt.Sprintf("kafka: {topic: %s, deferred_topic: %s}\n", testsvc.Unique("deltas"), testsvc.Unique("dfr"))
+	var ps []*proc
+	for i := range 2 {
+		ps = append(ps, start(t, options{kind: "checker", rules: rules, config: cfg, env: []string{
+			"VELVETROPE_REDIS_ADDRS=" + redisAddr, "VELVETROPE_KAFKA_BROKERS=" + kafkaAddr,
+			"VELVETROPE_INSTANCE_ID=" + testsvc.Unique(fmt.Sprint("chk", i)), "VELVETROPE_STATE_DIR=" + t.TempDir()}}))
+	}
+	user := testsvc.Unique("u")
+	if _, a := dqCheck(t, ps[0], dqBody("shop", "user", user)); a.Decision != "allow" {
+		t.Fatalf("first: %+v", a)
+	}
+	// ids are kept for the ticket's retention, in a Redis other runs share
+	body := dqBody("shop", "user", user, `"request_id":"`+testsvc.Unique("order")+`"`, `"payload":{"path":"/o/1"}`)
+	_, a0 := dqCheck(t, ps[0], body)
+	_, a1 := dqCheck(t, ps[1], body)
+	if a0.Decision != "defer" || a0.Ticket == "" || a1.Decision != "defer" || a1.Ticket != a0.Ticket {
+		t.Fatalf("the request on checker 0: %+v; retried on checker 1: %+v; want one ticket", a0, a1)
+	}
+	if n := ps[1].metric(t, "velvetrope_deferred_enqueued_total"); n != 0 {
+		t.Fatalf("checker 1 queued %v items for the retry, want 0", n)
+	}
+	// the key holds the retried request's item; two more, whichever
+	// checker, then refusals
+	var got []string
+	for i := range 6 {
+		_, a := dqCheck(t, ps[i%2], dqBody("shop", "user", user))
+		got = append(got, a.Decision)
+		if a.Decision == "deny" && !strings.Contains(a.DeferError, "max_queued is 3") {
+			t.Fatalf("refusal %d: %+v, want the reason (defer.max_queued)", i, a)
+		}
+	}
+	if strings.Join(got, " ") != "defer defer deny deny deny deny" {
+		t.Fatalf("decisions %v over both checkers, want 2 more deferred (max_queued 3 in all) and then refusals", got)
+	}
+	// no drain runs: past their 3 s deadline the items stop counting
+	eventually(t, 10*time.Second, "room after the deadline", func() bool {
+		_, a := dqCheck(t, ps[1], dqBody("shop", "user", user))
+		return a.Decision == "defer"
+	})
 }
