@@ -40,6 +40,13 @@ func (r *rig) deferOne(t *testing.T, q *Queue, user, id string, p *Payload) (che
 	return d.Code, rc, err
 }
 
+// counterKey is user's counter key under the rig's deferring rule: the
+// key its items are counted under.
+func (r *rig) counterKey(user string) string {
+	es := []config.Entry{{Key: "user_id", Value: user}}
+	return string(config.AppendCounterKey(nil, r.rules.Load().Match("shop", es), es))
+}
+
 // TestEnqueueOncePerRequestID: issue 19, item 5. The same request id
 // three times made three tickets and three deliveries. A retry — through
 // this queue or another checker's over the same store — answers the first
@@ -149,7 +156,7 @@ func (g *gate) Close(context.Context) error { return nil }
 func TestEnqueueBounds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRigRules(t, boundedRules)
-		key := "shop:user_id|user_id=alice"
+		key := r.counterKey("alice")
 		r.check(t, "alice", nil)
 		for i := range 3 {
 			if _, rc, err := r.deferOne(t, r.queue, "alice", "", &Payload{Body: "x"}); err != nil || rc.Ticket == "" {
@@ -222,7 +229,7 @@ func TestDeadLettersLeaveTheCount(t *testing.T) {
 		if d.DeadLetters()[ReasonExpired] != 1 {
 			t.Fatalf("dead letters %v", d.DeadLetters())
 		}
-		if n, b := r.tickets.QueuedItems("shop:user_id|user_id=alice"); n != 0 || b != 0 {
+		if n, b := r.tickets.QueuedItems(r.counterKey("alice")); n != 0 || b != 0 {
 			t.Fatalf("the store still counts %d items, %d bytes", n, b)
 		}
 	})

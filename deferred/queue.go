@@ -252,7 +252,11 @@ func (q *Queue) Enqueue(ctx context.Context, req *checker.Request, d *checker.De
 		undo = append(undo, func() { _ = q.store.ReleaseRequest(bg, req.Domain, req.RequestID, it.Ticket) })
 		claimed = &claim
 	}
-	adm, err := q.store.AdmitItem(ctx, it.Key, it.Ticket, int64(len(v)), it.Deadline, int(r.Defer.MaxQueued), q.maxBytes)
+	maxKey := r.Defer.MaxQueued
+	if maxKey <= 0 { // a rule made other than by config.Compile
+		maxKey = config.DefaultMaxQueued(r)
+	}
+	adm, err := q.store.AdmitItem(ctx, it.Key, it.Ticket, int64(len(v)), it.Deadline, int(maxKey), q.maxBytes)
 	switch {
 	case err != nil:
 		fail()
@@ -261,7 +265,7 @@ func (q *Queue) Enqueue(ctx context.Context, req *checker.Request, d *checker.De
 	case adm.Full == "key":
 		fail()
 		q.FullKey.Add(1)
-		return Receipt{}, &FullError{Bound: BoundMaxQueued, Rule: r.ID, Limit: r.Defer.MaxQueued, Queued: int64(adm.Queued)}
+		return Receipt{}, &FullError{Bound: BoundMaxQueued, Rule: r.ID, Limit: maxKey, Queued: int64(adm.Queued)}
 	case !adm.Admitted:
 		fail()
 		q.FullBytes.Add(1)
