@@ -304,3 +304,34 @@ func TestMemTicketsBounded(t *testing.T) {
 		t.Fatalf("eviction queue of %d", len(ms.tickets.t.fifo))
 	}
 }
+
+// TestMemQueuedItemsLeave: items past their deadline leave the count in
+// deadline order, and their keys with them, even a key nobody asks about
+// again; the work per admission follows what expired, not what is held.
+func TestMemQueuedItemsLeave(t *testing.T) {
+	ctx := context.Background()
+	clk := &stepClock{ns: w0}
+	ms := NewMemStore()
+	ms.SetClock(clk)
+	at := func(d time.Duration) time.Time { return time.Unix(0, w0).Add(d) }
+	for i := range 1000 {
+		if a, err := ms.AdmitItem(ctx, fmt.Sprint("k", i), fmt.Sprint("t", i), 10, at(time.Duration(i+1)*time.Second), 5, 1<<40); err != nil || !a.Admitted {
+			t.Fatalf("item %d: %+v %v", i, a, err)
+		}
+	}
+	clk.ns += int64(500 * time.Second) // items 0..499 are past their deadline
+	a, err := ms.AdmitItem(ctx, "other", "x", 10, at(time.Hour), 5, 1<<40)
+	if err != nil || !a.Admitted || a.Bytes != 10*501 {
+		t.Fatalf("after 500 expired: %+v %v, want 501 items' bytes", a, err)
+	}
+	if n := len(ms.dfr.keys); n != 501 {
+		t.Fatalf("%d keys held, want 501 (the expired ones' keys gone)", n)
+	}
+	for i := 500; i < 1000; i++ {
+		_ = ms.FinishItem(ctx, fmt.Sprint("k", i), fmt.Sprint("t", i))
+	}
+	_ = ms.FinishItem(ctx, "other", "x")
+	if n, b := ms.QueuedItems("other"); n != 0 || b != 0 || len(ms.dfr.keys) != 0 || len(ms.dfr.all.h) > 64 {
+		t.Fatalf("all finished: %d items, %d bytes, %d keys, heap of %d", n, b, len(ms.dfr.keys), len(ms.dfr.all.h))
+	}
+}
