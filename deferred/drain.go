@@ -103,10 +103,22 @@ type keyQueue struct {
 type job struct {
 	it   *Item
 	msgs []events.Message
+	// raw is the record of an item with a payload: the item is held
+	// without it (the payload, up to 512 KiB, is not kept twice while the
+	// item waits for budget) and decoded again from raw to be delivered.
+	raw []byte
 	// attempts is the deliveries tried; released says the counters were
 	// charged for it (retries do not charge again).
 	attempts int
 	released bool
+}
+
+// item is the job's item with its payload.
+func (j *job) item() (*Item, error) {
+	if j.raw == nil {
+		return j.it, nil
+	}
+	return Decode(j.raw)
 }
 
 // tracker is one partition's unfinished offsets: the committable offset
@@ -222,7 +234,11 @@ func (d *Drain) fetchLoop(ctx context.Context) error {
 			continue
 		}
 		// the item is decoded: its job keeps the record's place (partition,
-		// offset), not its bytes twice
+		// offset) and, for a payload, the record's bytes, not both forms
+		var raw []byte
+		if it.Payload != nil {
+			raw, it.Payload = m.Value, nil
+		}
 		m.Key, m.Value = nil, nil
 		d.mu.Lock()
 		if j := d.jobs[it.Ticket]; j != nil {
@@ -233,7 +249,7 @@ func (d *Drain) fetchLoop(ctx context.Context) error {
 			<-d.slots
 			continue
 		}
-		j := &job{it: it, msgs: []events.Message{m}}
+		j := &job{it: it, raw: raw, msgs: []events.Message{m}}
 		d.jobs[it.Ticket] = j
 		kq := d.keys[it.Key]
 		start := kq == nil
@@ -364,14 +380,6 @@ func (d *Drain) process(ctx context.Context, j *job) bool {
 	} else if found {
 		j.attempts = max(j.attempts, t.Attempts)
 	}
-	// Decode checked the path; checked again here, before anything is
-	// charged, so that no way of making an item delivers a path that
-	// leaves the target's base (a record on the topic is input too).
-	if it.Payload != nil && it.Payload.Path != "" {
-		if err := checkPath(it.Payload.Path); err != nil {
-			return d.deadLetter(ctx, j, ReasonMalformed, "payload.path: "+err.Error())
-		}
-	}
 	r := d.ruleOf(it)
 	if r == nil {
 		return d.deadLetter(ctx, j, ReasonRule, fmt.Sprintf("no rule %s defers domain %s's request any more", it.Rule, it.Domain))
@@ -421,6 +429,13 @@ func (d *Drain) process(ctx context.Context, j *job) bool {
 			}
 		}
 	}
+	// The payload, decoded again from the record, and so checked again
+	// (its path above all) right before it is delivered: the fetch's
+	// decoding refused what escapes the target already.
+	full, err := j.item()
+	if err != nil {
+		return d.deadLetter(ctx, j, ReasonMalformed, err.Error())
+	}
 	for {
 		if !time.Now().Before(it.Deadline) {
 			return d.deadLetter(ctx, j, ReasonExpired, fmt.Sprintf("not delivered before its deadline %s after %d attempts",
@@ -433,7 +448,7 @@ func (d *Drain) process(ctx context.Context, j *job) bool {
 		}
 		j.attempts++
 		began := time.Now()
-		status, err := d.deliver(ctx, r, it)
+		status, err := d.deliver(ctx, r, full)
 		d.learnLatency(time.Since(began))
 		<-d.workers
 		if ctx.Err() != nil {
@@ -607,6 +622,9 @@ func (d *Drain) deadLetter(ctx context.Context, j *job, reason, detail string) b
 // dead-letter record and the log (operators'), never for the ticket.
 func (d *Drain) deadLetterDetailed(ctx context.Context, j *job, reason, detail, internal string) bool {
 	dl := DeadLetter{Reason: reason, Detail: detail, DeadAt: time.Now().UTC(), Attempts: j.attempts, Item: j.it}
+	if full, err := j.item(); err == nil && j.it != nil {
+		dl.Item = full // with its payload, for whoever replays it
+	}
 	if internal != "" {
 		dl.Detail += " (" + internal + ")"
 	}
