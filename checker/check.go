@@ -141,15 +141,19 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 	}
 	c.unlock(locks)
 
+	// A pool's refusal is its borrowers' before anyone asks whether the
+	// request defers: a borrower refused by its pool is refused by its
+	// own rule, which may not defer (issue 19: a spent pool answered
+	// defer under rules that deny, and the ticket failed in the drain).
+	if pools > 0 {
+		refusedByPool(slots, n)
+	}
 	d.Code = OK
 	if denied {
 		d.Code = OverLimit
 		if deferring(slots[:n]) {
 			d.Code = Deferred
 		}
-	}
-	if pools > 0 {
-		refusedByPool(slots, n)
 	}
 	for i := range n {
 		if p := slots[i].dupOf; p >= 0 {

@@ -86,16 +86,23 @@ func refusedByPool(slots []slot, n int) {
 	}
 }
 
-// deferring reports whether every descriptor that refuses the request
-// defers it (requires a refusal among them).
+// deferring reports whether the request defers: some descriptor refuses
+// it, and every one that does defers it (`on_exceed: defer`, and the hits
+// fit the rule some day). A refusal no descriptor's status shows is never
+// deferred: the caller would get a ticket that no rule releases.
 func deferring(slots []slot) bool {
+	refused := false
 	for i := range slots {
 		s := &slots[i]
-		if s.dupOf < 0 && !s.allowed && !s.shadowed && s.need != needNone && (!s.deferrable || s.never) {
+		if s.dupOf >= 0 || s.allowed || s.shadowed || s.need == needNone {
+			continue
+		}
+		if !s.deferrable || s.never {
 			return false
 		}
+		refused = true
 	}
-	return true
+	return refused
 }
 
 // entriesOf is the entries s counts: the descriptor's, or its pool's.

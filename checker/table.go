@@ -268,7 +268,7 @@ func (c *Checker) keys(bufpp **[]byte, req *Request, rules []*config.Rule, slots
 	for i, r := range rules {
 		s := &slots[i]
 		*s = slot{rule: r, sh: -1, idx: i, dupOf: -1, poolSlot: -1, cost: req.HitsOf(i)}
-		s.deferrable = r != nil && r.OnExceed == config.ExceedDefer && !req.Release
+		s.deferrable = r != nil && r.OnExceed == config.ExceedDefer && !req.Release && !req.NoDefer
 		s.release = req.Release
 		offs[i] = len(buf)
 		if r == nil || r.Unlimited || r.Limit == 0 {

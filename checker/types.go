@@ -55,6 +55,11 @@ type Request struct {
 	// Release marks the drain's decision on a deferred request: a refusal
 	// is then OverLimit (wait and ask again), never Deferred anew.
 	Release bool
+	// NoDefer says the caller cannot queue a deferred request (Envoy's
+	// API has no defer answer; an API without a deferred queue): a
+	// refusal by an `on_exceed: defer` rule is then OverLimit, and counted
+	// as denied, not deferred.
+	NoDefer bool
 	// Prehashed says the values of hash_values rules are hashed already
 	// ([Checker.Hashed]): they are not hashed again. Such a request names
 	// each descriptor's rule (Descriptor.Rule): a hash matches no value.

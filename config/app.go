@@ -120,7 +120,18 @@ type DeferredConfig struct {
 	// StateRetention is how long a ticket's state stays readable after
 	// its deadline (24h).
 	StateRetention time.Duration `yaml:"state_retention"`
+	// MaxBytes bounds the deferred items queued and not yet finished, in
+	// all (every key, every checker: counted in the counter store), in
+	// bytes of their records (64 MiB); past it a request that would be
+	// deferred is refused. It is also what a drain can hold in memory,
+	// and dev's in-memory topic.
+	MaxBytes int64 `yaml:"max_bytes"`
 }
+
+// DefaultDeferredMaxBytes is deferred.max_bytes unless set: a deferred
+// queue is an overflow valve, not a store, and a drain holds what is
+// queued in memory.
+const DefaultDeferredMaxBytes = 64 << 20
 
 // CheckerConfig tunes the async checker (see checker.Config for the
 // meaning of each value).
@@ -296,7 +307,8 @@ func DefaultApp() App {
 			SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second, RebalanceTimeout: 6 * time.Second,
 			RedisTimeout: 5 * time.Second},
 		Deferred: DeferredConfig{Group: "velvetrope-drain", Workers: 16, MaxInFlight: 10000, DeliveryTimeout: 10 * time.Second,
-			BackoffMin: 200 * time.Millisecond, BackoffMax: 30 * time.Second, StateRetention: 24 * time.Hour},
+			BackoffMin: 200 * time.Millisecond, BackoffMax: 30 * time.Second, StateRetention: 24 * time.Hour,
+			MaxBytes: DefaultDeferredMaxBytes},
 	}
 }
 
@@ -576,6 +588,8 @@ func (a App) Validate() error {
 		bad("deferred.backoff_min/backoff_max", "want backoff_min >= 1ms and backoff_max >= backoff_min, got %v and %v", df.BackoffMin, df.BackoffMax)
 	case df.StateRetention < time.Minute:
 		bad("deferred.state_retention", "must be >= 1m, got %v", df.StateRetention)
+	case df.MaxBytes < 1<<20 || df.MaxBytes > 1<<40:
+		bad("deferred.max_bytes", "must be between 1 MiB and 1 TiB (%d to %d), got %d", 1<<20, int64(1)<<40, df.MaxBytes)
 	}
 	if a.Kafka.DeferredTopic == "" {
 		bad("kafka.deferred_topic", "must not be empty")

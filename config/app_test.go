@@ -74,6 +74,8 @@ func TestLoadAppErrors(t *testing.T) {
 		{"gRPC streams beyond", "grpc:\n  max_concurrent_streams: 2000000\n", nil, "grpc.max_concurrent_streams: must be between 1 and 1000000"},
 		{"call timeout zero", "grpc:\n  call_timeout: 0s\n", nil, "grpc.call_timeout: must be in [1ms, 1h], got 0s"},
 		{"call timeout a day", "grpc:\n  call_timeout: 24h\n", nil, "grpc.call_timeout: must be in [1ms, 1h], got 24h0m0s"},
+		{"deferred max_bytes too small", "deferred:\n  max_bytes: 1000\n", nil, "deferred.max_bytes: must be between 1 MiB and 1 TiB (1048576 to 1099511627776), got 1000"},
+		{"deferred max_bytes too large", "deferred:\n  max_bytes: 2199023255552\n", nil, "deferred.max_bytes: must be between 1 MiB and 1 TiB"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

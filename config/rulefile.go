@@ -95,6 +95,10 @@ type DeferSpec struct {
 	MaxAge          time.Duration // past it an item goes to the dead letters (10m)
 	MaxAttempts     int           // deliveries tried before the dead letters (5)
 	MaxPayloadBytes int64         // the largest payload a request may carry (64 KiB)
+	// MaxQueued bounds the items queued for one counter key at once: past
+	// it a request the rule would defer is refused. 0 in a file means the
+	// default, DefaultMaxQueued, filled in when the rule is compiled.
+	MaxQueued int64
 }
 
 // Defaults of a defer block.
@@ -105,7 +109,32 @@ const (
 	// MaxDeferPayloadBytes bounds max_payload_bytes: an item is one Kafka
 	// record.
 	MaxDeferPayloadBytes = 512 << 10
+	// MaxDeferQueued bounds max_queued, and DefaultDeferQueuedCap the
+	// default DefaultMaxQueued computes.
+	MaxDeferQueued        = 1_000_000
+	DefaultDeferQueuedCap = 10_000
 )
+
+// DefaultMaxQueued is the items a deferring rule queues per key unless
+// its defer block says otherwise: what the rule can release before an
+// item's max_age runs out — its ceiling (or bucket) per window, for every
+// window max_age touches — at most DefaultDeferQueuedCap and at least 1.
+// An item queued beyond that would, live traffic aside, only wait out its
+// age and expire into the dead letters.
+func DefaultMaxQueued(r *Rule) int64 {
+	per := max(r.Ceiling(), r.Capacity())
+	if per <= 0 || r.Window <= 0 {
+		return 1
+	}
+	windows := int64((r.Defer.MaxAge + r.Window - 1) / r.Window)
+	if windows < 1 {
+		windows = 1
+	}
+	if per >= DefaultDeferQueuedCap || windows >= DefaultDeferQueuedCap/per+1 {
+		return DefaultDeferQueuedCap
+	}
+	return min(per*windows, DefaultDeferQueuedCap)
+}
 
 // Pool is a named capacity of a domain that elastic rules borrow from.
 type Pool struct {
@@ -490,7 +519,7 @@ func (p *parser) checkPools(f *File, ds []*Descriptor) {
 // deferSpec reads a descriptor's defer block.
 func (p *parser) deferSpec(n *yaml.Node) *DeferSpec {
 	ds := &DeferSpec{MaxAge: DefaultDeferMaxAge, MaxAttempts: DefaultDeferMaxAttempts, MaxPayloadBytes: DefaultDeferPayloadBytes}
-	p.fields(n, "defer", []string{"target", "max_age", "max_attempts", "max_payload_bytes"}, func(key string, _, v *yaml.Node) {
+	p.fields(n, "defer", []string{"target", "max_age", "max_attempts", "max_payload_bytes", "max_queued"}, func(key string, _, v *yaml.Node) {
 		switch key {
 		case "target":
 			ds.Target = p.str(v, "defer.target")
@@ -514,6 +543,12 @@ func (p *parser) deferSpec(n *yaml.Node) *DeferSpec {
 				p.errorf(v, "defer.max_payload_bytes: must be between 1 and %d, got %s", MaxDeferPayloadBytes, v.Value)
 			} else {
 				ds.MaxPayloadBytes = b
+			}
+		case "max_queued":
+			if q := p.integer(v, "defer.max_queued"); q < 1 || q > MaxDeferQueued {
+				p.errorf(v, "defer.max_queued: must be between 1 and %d, got %s", MaxDeferQueued, v.Value)
+			} else {
+				ds.MaxQueued = q
 			}
 		}
 	})

@@ -609,6 +609,9 @@ func newRule(domain string, path []Entry, shared []bool, d *Descriptor) *Rule {
 		r.Shards = 1
 	}
 	r.derive()
+	if r.OnExceed == ExceedDefer && r.Defer.MaxQueued == 0 {
+		r.Defer.MaxQueued = DefaultMaxQueued(r)
+	}
 	if !r.Unlimited && r.Limit > 0 {
 		r.Limiter = r.buildLimiter()
 	}

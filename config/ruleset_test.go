@@ -290,6 +290,12 @@ func TestRuleErrors(t *testing.T) {
 			"bad.yaml:5:5: duplicate pool \"p\": already defined at line 3"},
 		{"defer in shadow", "domain: a\ndescriptors:\n  - key: k\n    shadow_mode: true\n    on_exceed: defer\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			"bad.yaml:3:5: descriptor \"k\": on_exceed defer and shadow_mode contradict"},
+		{"max_queued 0", "domain: a\ndescriptors:\n  - key: k\n    algorithm: fixed_window\n    on_exceed: defer\n    defer: {target: \"http://t\", max_queued: 0}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			"bad.yaml:6:45: defer.max_queued: must be between 1 and 1000000, got 0"},
+		{"max_queued too large", "domain: a\ndescriptors:\n  - key: k\n    algorithm: fixed_window\n    on_exceed: defer\n    defer: {target: \"http://t\", max_queued: 1000001}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			"bad.yaml:6:45: defer.max_queued: must be between 1 and 1000000, got 1000001"},
+		{"max_queued not a number", "domain: a\ndescriptors:\n  - key: k\n    algorithm: fixed_window\n    on_exceed: defer\n    defer: {target: \"http://t\", max_queued: lots}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			"bad.yaml:6:45: defer.max_queued"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -416,6 +422,42 @@ func TestDropReplacedAndSameCounter(t *testing.T) {
 	} {
 		if got := SameCounter(cs.a, cs.b, cs.r); got != cs.want {
 			t.Fatalf("step %d: got %v, want %v", i, got, cs.want)
+		}
+	}
+}
+
+// TestDefaultMaxQueued: issue 19, item 7. A deferring rule queues per
+// key, unless its defer block says otherwise, what it can release within
+// max_age: its ceiling (or bucket) per window for every window max_age
+// touches, at most DefaultDeferQueuedCap, at least 1; an explicit
+// max_queued stands.
+func TestDefaultMaxQueued(t *testing.T) {
+	cases := []struct {
+		name, rule string
+		want       int64
+	}{
+		{"1/hour, 10m", "algorithm: fixed_window\n    rate_limit: {unit: hour, requests_per_unit: 1}\n    defer: {target: \"http://t\"}", 1},
+		{"5/minute, 10m", "algorithm: fixed_window\n    rate_limit: {unit: minute, requests_per_unit: 5}\n    defer: {target: \"http://t\"}", 50},
+		{"5/minute, 90s: two windows", "algorithm: sliding_window\n    rate_limit: {unit: minute, requests_per_unit: 5}\n    defer: {target: \"http://t\", max_age: 90s}", 10},
+		{"soft: its ceiling", "algorithm: fixed_window\n    throttle: {type: soft, overage_percent: 100}\n    rate_limit: {unit: minute, requests_per_unit: 5}\n    defer: {target: \"http://t\"}", 100},
+		{"a bucket's burst", "algorithm: token_bucket\n    burst: 40\n    rate_limit: {unit: hour, requests_per_unit: 5}\n    defer: {target: \"http://t\"}", 40},
+		{"10/second, 10m", "algorithm: fixed_window\n    rate_limit: {unit: second, requests_per_unit: 10}\n    defer: {target: \"http://t\"}", 6000},
+		{"100/second, 10m: capped", "algorithm: fixed_window\n    rate_limit: {unit: second, requests_per_unit: 100}\n    defer: {target: \"http://t\"}", DefaultDeferQueuedCap},
+		{"a huge limit: capped, no overflow", "algorithm: fixed_window\n    rate_limit: {unit: second, requests_per_unit: 4611686018427387904}\n    defer: {target: \"http://t\", max_age: 168h}", DefaultDeferQueuedCap},
+		{"explicit", "algorithm: fixed_window\n    rate_limit: {unit: second, requests_per_unit: 10}\n    defer: {target: \"http://t\", max_queued: 7}", 7},
+	}
+	for i, c := range cases {
+		src := "domain: a\ndescriptors:\n  - key: k\n    on_exceed: defer\n    " + c.rule + "\n"
+		f, err := ParseRules("q.yaml", []byte(src))
+		if err != nil {
+			t.Fatalf("step %d (%s): %v", i, c.name, err)
+		}
+		rs, err := Compile([]*File{f})
+		if err != nil {
+			t.Fatalf("step %d (%s): %v", i, c.name, err)
+		}
+		if got := rs.Match("a", entries("k", "v")).Defer.MaxQueued; got != c.want {
+			t.Errorf("step %d (%s): max_queued %d, want %d", i, c.name, got, c.want)
 		}
 	}
 }

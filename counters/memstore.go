@@ -33,6 +33,7 @@ type MemStore struct {
 	clock     atomic.Pointer[limiter.Clock] // the store's own clock (SetClock)
 	instances map[string]int64              // the registry: instance → expiry (under mu)
 	tickets   memTickets                    // deferred requests' states
+	dfr       memDeferrals                  // deferred requests' ids and queued items (under mu)
 
 	// Applied and Skipped count deltas applied and dropped as copies.
 	Applied, Skipped atomic.Uint64

@@ -101,16 +101,10 @@ func (r *Redis) GetTicket(ctx context.Context, id string) (Ticket, bool, error) 
 	return t, true, perr
 }
 
-// memTickets is MemStore's ticket table.
+// memTickets is MemStore's ticket table (bounded: see MaxMemEntries).
 type memTickets struct {
-	mu   sync.Mutex
-	m    map[string]memTicket
-	puts uint64
-}
-
-type memTicket struct {
-	t   Ticket
-	exp int64
+	mu sync.Mutex
+	t  memTable[Ticket]
 }
 
 // PutTicket implements Tickets on the store's clock.
@@ -124,38 +118,22 @@ func (s *MemStore) PutTicket(_ context.Context, id string, t Ticket, ttl time.Du
 	now := s.now()
 	s.tickets.mu.Lock()
 	defer s.tickets.mu.Unlock()
-	if s.tickets.m == nil {
-		s.tickets.m = map[string]memTicket{}
-	}
-	// expired tickets go in a sweep every 1,024 writes, so memory follows
-	// the live tickets without a timer
-	if s.tickets.puts++; s.tickets.puts%1024 == 0 {
-		for k, v := range s.tickets.m {
-			if v.exp <= now {
-				delete(s.tickets.m, k)
-			}
-		}
-	}
-	cur, ok := s.tickets.m[id]
-	if ok && cur.exp <= now {
-		ok, cur = false, memTicket{}
-	}
-	terminal := ok && TicketTerminal(cur.t.State)
+	cur, ok := s.tickets.t.get(id, now)
+	terminal := ok && TicketTerminal(cur.State)
 	if !terminal {
-		cur.t.State = t.State
+		cur.State = t.State
 		if t.Reason != "" {
-			cur.t.Reason = t.Reason
+			cur.Reason = t.Reason
 		}
 	}
-	cur.t.Attempts = max(cur.t.Attempts, t.Attempts)
-	if cur.t.EnqueuedAt == 0 {
-		cur.t.EnqueuedAt = t.EnqueuedAt
+	cur.Attempts = max(cur.Attempts, t.Attempts)
+	if cur.EnqueuedAt == 0 {
+		cur.EnqueuedAt = t.EnqueuedAt
 	}
-	if cur.t.DeliveredAt == 0 {
-		cur.t.DeliveredAt = t.DeliveredAt
+	if cur.DeliveredAt == 0 {
+		cur.DeliveredAt = t.DeliveredAt
 	}
-	cur.exp = now + int64(max(ttl, time.Millisecond))
-	s.tickets.m[id] = cur
+	s.tickets.t.put(id, cur, now+int64(max(ttl, time.Millisecond)), now)
 	return nil
 }
 
@@ -166,9 +144,6 @@ func (s *MemStore) GetTicket(_ context.Context, id string) (Ticket, bool, error)
 	}
 	s.tickets.mu.Lock()
 	defer s.tickets.mu.Unlock()
-	cur, ok := s.tickets.m[id]
-	if !ok || cur.exp <= s.now() {
-		return Ticket{}, false, nil
-	}
-	return cur.t, true, nil
+	t, ok := s.tickets.t.get(id, s.now())
+	return t, ok, nil
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,7 +37,9 @@ type DrainConfig struct {
 	DeadLetters events.Publisher // the dead-letter topic
 	Checker     Checker          // decides every release, on the counters live traffic uses
 	Rules       func() *config.RuleSet
-	Tickets     counters.Tickets
+	// Tickets keeps ticket states and the count of queued items, which
+	// the drain takes each finished item out of.
+	Tickets counters.Deferrals
 	// Client delivers; nil builds one with DeliveryTimeout that never
 	// follows redirects (a 3xx is the target's answer, not an instruction).
 	Client          *http.Client
@@ -100,10 +103,22 @@ type keyQueue struct {
 type job struct {
 	it   *Item
 	msgs []events.Message
+	// raw is the record of an item with a payload: the item is held
+	// without it (the payload, up to 512 KiB, is not kept twice while the
+	// item waits for budget) and decoded again from raw to be delivered.
+	raw []byte
 	// attempts is the deliveries tried; released says the counters were
 	// charged for it (retries do not charge again).
 	attempts int
 	released bool
+}
+
+// item is the job's item with its payload.
+func (j *job) item() (*Item, error) {
+	if j.raw == nil {
+		return j.it, nil
+	}
+	return Decode(j.raw)
 }
 
 // tracker is one partition's unfinished offsets: the committable offset
@@ -218,6 +233,13 @@ func (d *Drain) fetchLoop(ctx context.Context) error {
 			}()
 			continue
 		}
+		// the item is decoded: its job keeps the record's place (partition,
+		// offset) and, for a payload, the record's bytes, not both forms
+		var raw []byte
+		if it.Payload != nil {
+			raw, it.Payload = m.Value, nil
+		}
+		m.Key, m.Value = nil, nil
 		d.mu.Lock()
 		if j := d.jobs[it.Ticket]; j != nil {
 			// the same ticket again (a rebalance re-read it): it finishes
@@ -227,7 +249,7 @@ func (d *Drain) fetchLoop(ctx context.Context) error {
 			<-d.slots
 			continue
 		}
-		j := &job{it: it, msgs: []events.Message{m}}
+		j := &job{it: it, raw: raw, msgs: []events.Message{m}}
 		d.jobs[it.Ticket] = j
 		kq := d.keys[it.Key]
 		start := kq == nil
@@ -257,8 +279,20 @@ func (d *Drain) open(m events.Message) {
 	t.maxSeen = max(t.maxSeen, m.Offset)
 }
 
-// finish marks a job's records finished and frees its slot.
+// finish marks a job's records finished and frees its slot, and takes
+// its item out of the count of queued items (defer.max_queued,
+// deferred.max_bytes): delivered, dead-lettered or a duplicate, it holds
+// no room any more. Should the store not answer, the count lets go of it
+// at its deadline.
 func (d *Drain) finish(j *job) {
+	if j.it != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := d.cfg.Tickets.FinishItem(ctx, j.it.Key, j.it.Ticket); err != nil {
+			d.StoreErrors.Add(1)
+			d.log.Warn("deferred: a finished item stays counted as queued until its deadline", "ticket", j.it.Ticket, "error", err)
+		}
+		cancel()
+	}
 	d.mu.Lock()
 	for _, m := range j.msgs {
 		t := d.parts[m.Partition]
@@ -395,6 +429,13 @@ func (d *Drain) process(ctx context.Context, j *job) bool {
 			}
 		}
 	}
+	// The payload, decoded again from the record, and so checked again
+	// (its path above all) right before it is delivered: the fetch's
+	// decoding refused what escapes the target already.
+	full, err := j.item()
+	if err != nil {
+		return d.deadLetter(ctx, j, ReasonMalformed, err.Error())
+	}
 	for {
 		if !time.Now().Before(it.Deadline) {
 			return d.deadLetter(ctx, j, ReasonExpired, fmt.Sprintf("not delivered before its deadline %s after %d attempts",
@@ -407,7 +448,7 @@ func (d *Drain) process(ctx context.Context, j *job) bool {
 		}
 		j.attempts++
 		began := time.Now()
-		status, err := d.deliver(ctx, r, it)
+		status, err := d.deliver(ctx, r, full)
 		d.learnLatency(time.Since(began))
 		<-d.workers
 		if ctx.Err() != nil {
@@ -421,13 +462,18 @@ func (d *Drain) process(ctx context.Context, j *job) bool {
 			return true
 		case err == nil && status != http.StatusTooManyRequests && status != http.StatusRequestTimeout && status < 500:
 			return d.deadLetter(ctx, j, ReasonRejected, "target answered "+strconv.Itoa(status))
+		case errors.Is(err, errOutsideTarget):
+			return d.deadLetter(ctx, j, ReasonMalformed, err.Error())
 		}
-		why := "target answered " + strconv.Itoa(status)
+		// why is for the ticket (no address: see failedDelivery), the
+		// error itself for operators
+		why, internal := "target answered "+strconv.Itoa(status), ""
 		if err != nil {
-			why = err.Error()
+			why, internal = failedDelivery(err), err.Error()
+			d.log.Warn("deferred: delivery failed", "ticket", it.Ticket, "rule", r.ID, "attempt", j.attempts, "error", err)
 		}
 		if j.attempts >= r.Defer.MaxAttempts {
-			return d.deadLetter(ctx, j, ReasonAttempts, fmt.Sprintf("%d attempts; the last: %s", j.attempts, why))
+			return d.deadLetterDetailed(ctx, j, ReasonAttempts, fmt.Sprintf("%d attempts; the last: %s", j.attempts, why), internal)
 		}
 		d.Retries.Add(1)
 		d.putTicket(ctx, it, counters.Ticket{State: counters.TicketQueued, Attempts: j.attempts, Reason: why}, ttl)
@@ -516,7 +562,11 @@ func (d *Drain) deliver(ctx context.Context, r *config.Rule, it *Item) (int, err
 	}
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.DeliveryTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, method, strings.TrimRight(r.Defer.Target, "/")+path, bytes.NewReader(body))
+	u, err := joinTarget(r.Defer.Target, path)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(rctx, method, u, bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
@@ -537,11 +587,47 @@ func (d *Drain) deliver(ctx context.Context, r *config.Rule, it *Item) (int, err
 	return resp.StatusCode, nil
 }
 
+// errOutsideTarget is a delivery URL that would leave the rule's target:
+// another scheme or host, or a path outside the target's base path.
+var errOutsideTarget = errors.New("the payload's path leaves the target's base path")
+
+// joinTarget is the URL a delivery goes to: path under the target's base.
+// The join is checked after the fact as well (the path was checked when
+// the item was made and read): scheme, host and base path are the
+// target's, whatever the path holds.
+func joinTarget(target, path string) (string, error) {
+	base, err := url.Parse(target)
+	if err != nil {
+		return "", fmt.Errorf("%w: the target does not parse", errOutsideTarget)
+	}
+	joined := strings.TrimRight(target, "/") + path
+	u, err := url.Parse(joined)
+	prefix := strings.TrimRight(base.EscapedPath(), "/") + "/"
+	if err != nil || u.Scheme != base.Scheme || u.Host != base.Host || u.User != nil ||
+		!strings.HasPrefix(u.EscapedPath()+"/", prefix) {
+		return "", errOutsideTarget
+	}
+	return joined, nil
+}
+
 // deadLetter appends the item to the dead letters, trying until the topic
 // takes it (or ctx ends: false, nothing finished), and records the
-// ticket's end.
+// ticket's end; detail is the ticket's reason as well, so it names no
+// internal address.
 func (d *Drain) deadLetter(ctx context.Context, j *job, reason, detail string) bool {
+	return d.deadLetterDetailed(ctx, j, reason, detail, "")
+}
+
+// deadLetterDetailed is deadLetter with the error behind detail for the
+// dead-letter record and the log (operators'), never for the ticket.
+func (d *Drain) deadLetterDetailed(ctx context.Context, j *job, reason, detail, internal string) bool {
 	dl := DeadLetter{Reason: reason, Detail: detail, DeadAt: time.Now().UTC(), Attempts: j.attempts, Item: j.it}
+	if full, err := j.item(); err == nil && j.it != nil {
+		dl.Item = full // with its payload, for whoever replays it
+	}
+	if internal != "" {
+		dl.Detail += " (" + internal + ")"
+	}
 	key := []byte(nil)
 	if j.it != nil {
 		key = []byte(j.it.Key)
@@ -564,7 +650,7 @@ func (d *Drain) deadLetter(ctx context.Context, j *job, reason, detail string) b
 		}
 	}
 	d.dead[slices.Index(reasons, reason)].Add(1)
-	d.log.Warn("deferred: item dead-lettered", "reason", reason, "detail", detail)
+	d.log.Warn("deferred: item dead-lettered", "reason", reason, "detail", dl.Detail)
 	if j.it != nil {
 		state := counters.TicketFailed
 		if reason == ReasonExpired {

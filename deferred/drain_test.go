@@ -88,7 +88,13 @@ type rig struct {
 
 func newRig(t testing.TB, maxAge string, attempts int) *rig {
 	t.Helper()
-	f, err := config.ParseRules("rules.yaml", []byte(fmt.Sprintf(shopRules, maxAge, attempts)))
+	return newRigRules(t, fmt.Sprintf(shopRules, maxAge, attempts))
+}
+
+// newRigRules is a rig over rules of domain shop, deferring on key user_id.
+func newRigRules(t testing.TB, rules string) *rig {
+	t.Helper()
+	f, err := config.ParseRules("rules.yaml", []byte(rules))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
@@ -193,9 +192,10 @@ func (p *Payload) Check(limit int64) error {
 	if p.Method != "" && !token(p.Method) {
 		return bad("method", "%q is not an HTTP method", p.Method)
 	}
-	if p.Path != "" && (!strings.HasPrefix(p.Path, "/") || strings.HasPrefix(p.Path, "//") ||
-		strings.ContainsAny(p.Path, " \t\r\n#") || !utf8.ValidString(p.Path)) {
-		return bad("path", "%q: want an absolute path (and query) starting with one /", p.Path)
+	if p.Path != "" {
+		if err := checkPath(p.Path); err != nil {
+			return bad("path", "%q: %v", quoteShort(p.Path), err)
+		}
 	}
 	if p.Body != "" && p.BodyBase64 != "" {
 		return bad("body_base64", "give body or body_base64, not both")
@@ -224,6 +224,14 @@ func (p *Payload) Check(limit int64) error {
 		return bad("body", "the payload is %d bytes, more than the rule's max_payload_bytes %d", size, limit)
 	}
 	return nil
+}
+
+// quoteShort is s cut to 200 bytes, for an error that quotes input.
+func quoteShort(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "…"
+	}
+	return s
 }
 
 // reserved are the headers a payload may not set: the drain's own and
@@ -255,7 +263,10 @@ func token(s string) bool {
 // DeadLetter is one record on the dead-letter topic: the item and why it
 // was set aside. Raw holds a record that was not an item at all.
 type DeadLetter struct {
-	Reason   string    `json:"reason"` // expired | attempts | rejected | malformed | rule
+	Reason string `json:"reason"` // expired | attempts | rejected | malformed | rule
+	// Detail says why, as the ticket does, and then, in parentheses, the
+	// error behind it (a delivery's, with the target's URL: the topic is
+	// the operators', the ticket anyone's who holds it).
 	Detail   string    `json:"detail"`
 	DeadAt   time.Time `json:"dead_at"`
 	Attempts int       `json:"attempts"`

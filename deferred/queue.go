@@ -2,6 +2,9 @@ package deferred
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -21,6 +24,43 @@ var ErrPayloadTooLarge = errors.New("payload too large")
 // ErrNotDeferred is Enqueue called with a decision that is not a defer.
 var ErrNotDeferred = errors.New("deferred: the decision is not a defer")
 
+// ErrQueueFull is a request refused because the queue is at one of its
+// bounds (a *FullError says which): waiting can help, as items finish.
+var ErrQueueFull = errors.New("deferred queue full")
+
+// ErrRequestInFlight is a request whose request id is being queued by
+// another call that has not finished (HTTP 409): retrying soon gets its
+// ticket. It arrives in a *checker.FieldError naming request_id.
+var ErrRequestInFlight = errors.New("a request with this request id is being queued; retry to get its ticket")
+
+// Bounds of the queue, as FullError names them (and the metric's reason).
+const (
+	BoundMaxQueued = "max_queued" // the rule's defer.max_queued, per counter key
+	BoundMaxBytes  = "max_bytes"  // deferred.max_bytes, in all
+)
+
+// FullError says which bound refused a request and what it holds.
+type FullError struct {
+	Bound  string // BoundMaxQueued or BoundMaxBytes
+	Rule   string // the deferring rule
+	Limit  int64  // the bound
+	Queued int64  // items of the key, or bytes in all, queued now
+}
+
+func (e *FullError) Error() string {
+	if e.Bound == BoundMaxQueued {
+		return fmt.Sprintf("deferred: not queued: the key holds %d items, rule %s's defer.max_queued is %d", e.Queued, e.Rule, e.Limit)
+	}
+	return fmt.Sprintf("deferred: not queued: %d bytes are queued in all, deferred.max_bytes is %d", e.Queued, e.Limit)
+}
+
+// Unwrap makes a FullError an ErrQueueFull.
+func (e *FullError) Unwrap() error { return ErrQueueFull }
+
+// claimPending is how long a request id's claim holds before its item is
+// on the topic: past it a claim whose checker died mid-way frees the id.
+const claimPending = 30 * time.Second
+
 // DefaultRetention is how long a ticket's state stays readable after its
 // deadline.
 const DefaultRetention = 24 * time.Hour
@@ -31,9 +71,10 @@ const DefaultRetention = 24 * time.Hour
 type Queue struct {
 	hasher    Hasher
 	pub       events.Publisher
-	tickets   counters.Tickets
+	store     counters.Deferrals
 	now       func() time.Time
 	retention time.Duration
+	maxBytes  int64
 
 	mu    sync.Mutex
 	ahead map[string]*streak // per counter key: this process's recent enqueues, for the estimate
@@ -42,6 +83,9 @@ type Queue struct {
 	Enqueued      atomic.Uint64 // items acknowledged by the topic
 	EnqueueErrors atomic.Uint64 // items the topic or the ticket store refused: their requests were answered deny
 	Refused       atomic.Uint64 // payloads refused (too large or malformed)
+	FullKey       atomic.Uint64 // requests refused at their rule's defer.max_queued
+	FullBytes     atomic.Uint64 // requests refused at deferred.max_bytes
+	Repeats       atomic.Uint64 // requests whose request id was deferred before: answered its ticket, not queued again
 }
 
 // streak counts the hits deferred for one key since the queue last
@@ -69,17 +113,29 @@ func (q *Queue) WithHasher(h Hasher) *Queue {
 	return q
 }
 
-// NewQueue returns a queue publishing to pub and recording tickets in
-// tickets, on clock now (nil: time.Now); ticket states live until an
-// item's deadline plus retention (0: DefaultRetention).
-func NewQueue(pub events.Publisher, tickets counters.Tickets, now func() time.Time, retention time.Duration) *Queue {
+// WithMaxBytes bounds the bytes of items queued in all (every key, every
+// checker sharing the store): deferred.max_bytes. Without it the bound is
+// config.DefaultDeferredMaxBytes.
+func (q *Queue) WithMaxBytes(n int64) *Queue {
+	if n > 0 {
+		q.maxBytes = n
+	}
+	return q
+}
+
+// NewQueue returns a queue publishing to pub and keeping tickets, request
+// ids and the count of queued items in store, on clock now (nil:
+// time.Now); ticket states live until an item's deadline plus retention
+// (0: DefaultRetention).
+func NewQueue(pub events.Publisher, store counters.Deferrals, now func() time.Time, retention time.Duration) *Queue {
 	if now == nil {
 		now = time.Now
 	}
 	if retention <= 0 {
 		retention = DefaultRetention
 	}
-	return &Queue{pub: pub, tickets: tickets, now: now, retention: retention, ahead: map[string]*streak{}}
+	return &Queue{pub: pub, store: store, now: now, retention: retention, maxBytes: config.DefaultDeferredMaxBytes,
+		ahead: map[string]*streak{}}
 }
 
 // Receipt is what a deferred request's caller learns.
@@ -91,6 +147,9 @@ type Receipt struct {
 	ETA      time.Duration
 	Rule     *config.Rule
 	Deadline time.Time
+	// Repeat says the request id was deferred before: Ticket is that
+	// request's, and nothing was queued now.
+	Repeat bool
 }
 
 // Enqueue turns a Deferred decision on req into an item carrying p (nil:
@@ -98,6 +157,15 @@ type Receipt struct {
 // before the record, so that a ticket an API returns is always readable;
 // an error means the item is not queued and the caller must refuse the
 // request (nothing was charged for it).
+//
+// A request with a request id is queued once: the id is claimed in the
+// store first (shared by every checker), and a request whose id was
+// deferred before gets that request's ticket (Receipt.Repeat) and is not
+// queued again; another request under the id is refused with
+// checker.ErrRequestIDConflict, and one whose first is still being queued
+// with ErrRequestInFlight (both naming request_id). The item is then
+// admitted within the rule's defer.max_queued for its key and
+// deferred.max_bytes in all, or refused with a *FullError.
 func (q *Queue) Enqueue(ctx context.Context, req *checker.Request, d *checker.Decision, p *Payload) (Receipt, error) {
 	if d.Code != checker.Deferred {
 		return Receipt{}, ErrNotDeferred
@@ -153,20 +221,98 @@ func (q *Queue) Enqueue(ctx context.Context, req *checker.Request, d *checker.De
 		return Receipt{}, fmt.Errorf("deferred: encode item: %w", err)
 	}
 	ttl := r.Defer.MaxAge + q.retention
-	if err := q.tickets.PutTicket(ctx, it.Ticket, counters.Ticket{State: counters.TicketQueued, EnqueuedAt: now.UnixNano()}, ttl); err != nil {
+	// What is undone when the item does not get onto the topic, if the
+	// store answers (off ctx: a caller gone must not leave a claim or a
+	// count behind).
+	bg := context.WithoutCancel(ctx)
+	var undo []func()
+	var claimed *counters.Claim
+	fail := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	if req.RequestID != "" {
+		claim := counters.Claim{Ticket: it.Ticket, Fingerprint: fingerprint(it), Deadline: it.Deadline.UnixNano(), Pending: true}
+		cur, won, err := q.store.ClaimRequest(ctx, req.Domain, req.RequestID, claim, claimPending)
+		switch {
+		case err != nil:
+			q.EnqueueErrors.Add(1)
+			return Receipt{}, fmt.Errorf("deferred: claim the request id: %w", err)
+		case !won && cur.Fingerprint != claim.Fingerprint:
+			return Receipt{}, &checker.FieldError{Field: "request_id", Err: fmt.Errorf("%w: it was deferred as ticket %s",
+				checker.ErrRequestIDConflict, cur.Ticket)}
+		case !won && cur.Pending:
+			return Receipt{}, &checker.FieldError{Field: "request_id", Err: ErrRequestInFlight}
+		case !won:
+			q.Repeats.Add(1)
+			return Receipt{Ticket: cur.Ticket, Rule: r, Deadline: time.Unix(0, cur.Deadline).UTC(), ETA: max(st.RetryAfter, 0),
+				Repeat: true}, nil
+		}
+		undo = append(undo, func() { _ = q.store.ReleaseRequest(bg, req.Domain, req.RequestID, it.Ticket) })
+		claimed = &claim
+	}
+	maxKey := r.Defer.MaxQueued
+	if maxKey <= 0 { // a rule made other than by config.Compile
+		maxKey = config.DefaultMaxQueued(r)
+	}
+	adm, err := q.store.AdmitItem(ctx, it.Key, it.Ticket, int64(len(v)), it.Deadline, int(maxKey), q.maxBytes)
+	switch {
+	case err != nil:
+		fail()
+		q.EnqueueErrors.Add(1)
+		return Receipt{}, fmt.Errorf("deferred: count the item: %w", err)
+	case adm.Full == "key":
+		fail()
+		q.FullKey.Add(1)
+		return Receipt{}, &FullError{Bound: BoundMaxQueued, Rule: r.ID, Limit: maxKey, Queued: int64(adm.Queued)}
+	case !adm.Admitted:
+		fail()
+		q.FullBytes.Add(1)
+		return Receipt{}, &FullError{Bound: BoundMaxBytes, Rule: r.ID, Limit: q.maxBytes, Queued: adm.Bytes}
+	}
+	undo = append(undo, func() { _ = q.store.FinishItem(bg, it.Key, it.Ticket) })
+	if err := q.store.PutTicket(ctx, it.Ticket, counters.Ticket{State: counters.TicketQueued, EnqueuedAt: now.UnixNano()}, ttl); err != nil {
+		fail()
 		q.EnqueueErrors.Add(1)
 		return Receipt{}, fmt.Errorf("deferred: record ticket: %w", err)
 	}
 	if err := q.pub.Publish(ctx, []events.Message{{Key: []byte(it.Key), Value: v}}); err != nil {
+		fail()
 		q.EnqueueErrors.Add(1)
-		// the ticket was handed to nobody; record why, if the store answers
-		_ = q.tickets.PutTicket(context.WithoutCancel(ctx), it.Ticket, counters.Ticket{State: counters.TicketFailed,
-			Reason: "not queued: " + err.Error()}, ttl)
+		// the ticket was handed to nobody; record why, if the store
+		// answers (in words that name no broker: a ticket is public)
+		_ = q.store.PutTicket(bg, it.Ticket, counters.Ticket{State: counters.TicketFailed,
+			Reason: "not queued: the deferred topic did not take it"}, ttl)
 		return Receipt{}, fmt.Errorf("deferred: append to the deferred topic: %w", err)
+	}
+	if claimed != nil {
+		// the claim now stands for as long as the ticket. A failure leaves
+		// it pending until it lapses (a retry meanwhile is told to retry,
+		// and after claimPending is queued anew): the item is on the
+		// topic, so this is no error of the request's.
+		_ = q.store.ConfirmRequest(bg, req.Domain, req.RequestID, *claimed, ttl)
 	}
 	q.Enqueued.Add(1)
 	return Receipt{Ticket: it.Ticket, Rule: r, Deadline: it.Deadline,
 		ETA: max(st.RetryAfter, 0) + q.behind(it.Key, r, req.HitsOf(idx), now)}, nil
+}
+
+// fingerprint is what makes an item the request it is, for a request
+// id's claim: domain, descriptors (as the counters hold them: hashed
+// values stay hashed), hits and payload, hashed (SHA-256, 16 bytes hex;
+// JSON of the fields, deterministic: struct order, sorted header names).
+// Stable across checkers, unlike the checker's own fingerprint, whose
+// seed is per process.
+func fingerprint(it *Item) string {
+	b, _ := json.Marshal(struct {
+		Domain      string       `json:"d"`
+		Descriptors []Descriptor `json:"s"`
+		Hits        int64        `json:"h"`
+		Payload     *Payload     `json:"p"`
+	}{it.Domain, it.Descriptors, it.Hits, it.Payload})
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:16])
 }
 
 // behind estimates how long the hits this process deferred for key ahead

@@ -57,16 +57,19 @@ var ErrClosed = errors.New("events: closed")
 // consumer group: a Producer and a Consumer in one value, for `velvetrope
 // dev` and tests. Messages are partitioned by key hash, like Kafka; they
 // are encoded and decoded exactly as on Kafka, so the codec is exercised.
-// Memory is bounded: at most maxPending uncommitted messages.
+// Memory is bounded: at most maxPending uncommitted messages, and at most
+// LimitBytes of their keys and values when set.
 type MemBus struct {
-	mu         sync.Mutex
-	wake       chan struct{} // closed and replaced when messages arrive
-	parts      []memPart
-	rr         int
-	pending    int
-	maxPending int
-	seed       maphash.Seed
-	closed     bool
+	mu           sync.Mutex
+	wake         chan struct{} // closed and replaced when messages arrive
+	parts        []memPart
+	rr           int
+	pending      int
+	maxPending   int
+	pendingBytes int64
+	maxBytes     int64 // 0: no bound in bytes
+	seed         maphash.Seed
+	closed       bool
 }
 
 type memPart struct {
@@ -83,6 +86,16 @@ func NewMemBus(partitions, maxPending int) (*MemBus, error) {
 	}
 	return &MemBus{wake: make(chan struct{}), parts: make([]memPart, partitions), maxPending: maxPending,
 		seed: maphash.MakeSeed()}, nil
+}
+
+// LimitBytes bounds the bytes (keys and values) of the uncommitted
+// messages as well: past it Produce and Publish return ErrBusFull. For a
+// bus of raw records of any size (dev's deferred topic), where a count
+// alone bounds nothing.
+func (b *MemBus) LimitBytes(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.maxBytes = n
 }
 
 // Partitions returns the partition count.
@@ -115,6 +128,14 @@ func (b *MemBus) produceRaw(msgs []Message) error {
 	if b.pending+len(msgs) > b.maxPending {
 		return ErrBusFull
 	}
+	var size int64
+	for _, m := range msgs {
+		size += msgBytes(m)
+	}
+	if b.maxBytes > 0 && b.pendingBytes+size > b.maxBytes {
+		return ErrBusFull
+	}
+	b.pendingBytes += size
 	for _, m := range msgs {
 		p := int(maphash.Bytes(b.seed, m.Key) % uint64(len(b.parts)))
 		part := &b.parts[p]
@@ -176,6 +197,10 @@ func (b *MemBus) Commit(_ context.Context, msgs ...Message) error {
 		if drop > int64(len(part.msgs)) {
 			drop = int64(len(part.msgs))
 		}
+		for i := range drop {
+			b.pendingBytes -= msgBytes(part.msgs[i])
+		}
+		clear(part.msgs[:drop]) // the array outlives the slice: let go of the values now
 		part.msgs = part.msgs[drop:]
 		b.pending -= int(drop)
 		if part.next < m.Offset+1 {
@@ -184,6 +209,8 @@ func (b *MemBus) Commit(_ context.Context, msgs ...Message) error {
 	}
 	return nil
 }
+
+func msgBytes(m Message) int64 { return int64(len(m.Key) + len(m.Value)) }
 
 // Rewind makes every uncommitted message fetchable again, as a consumer
 // group does for a consumer that died before committing.

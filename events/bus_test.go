@@ -104,3 +104,40 @@ func TestReaderSkipsBadRecords(t *testing.T) {
 		t.Fatalf("sum %d bad %d, want 5 and 2", sum, r.Bad())
 	}
 }
+
+// TestMemBusBoundedInBytes: with LimitBytes, raw records of any size stay
+// within the bound in bytes (issue 19, item 7: dev's deferred topic held
+// up to 2^20 records of up to 800 KB); committing frees their room.
+func TestMemBusBoundedInBytes(t *testing.T) {
+	ctx := context.Background()
+	b, _ := NewMemBus(2, 1000)
+	b.LimitBytes(1000)
+	rec := func(k string, n int) Message { return Message{Key: []byte(k), Value: make([]byte, n)} }
+	steps := []struct {
+		msgs []Message
+		full bool
+	}{
+		{[]Message{rec("a", 499)}, false},                // 500
+		{[]Message{rec("b", 299), rec("c", 199)}, false}, // 1000
+		{[]Message{rec("d", 0)}, true},                   // one byte over
+		{[]Message{rec("", 0)}, false},                   // an empty record holds nothing
+		{[]Message{rec("e", 10), rec("f", 5000)}, true},  // all or none
+	}
+	for i, s := range steps {
+		if err := b.Publish(ctx, s.msgs); errors.Is(err, ErrBusFull) != s.full {
+			t.Fatalf("step %d: %v, want full %v", i, err, s.full)
+		}
+	}
+	for b.Pending() > 0 {
+		m, err := b.Fetch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Commit(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Publish(ctx, []Message{rec("g", 999)}); err != nil {
+		t.Fatalf("after every record was committed: %v", err)
+	}
+}

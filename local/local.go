@@ -194,9 +194,10 @@ func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decis
 }
 
 // deferring reports whether every refusing status is of an `on_exceed:
-// defer` rule that could still admit the request (not a release).
+// defer` rule that could still admit the request (not a release, nor a
+// request whose caller cannot queue it).
 func deferring(req *checker.Request, sts []checker.Status) bool {
-	if req.Release {
+	if req.Release || req.NoDefer {
 		return false
 	}
 	for i := range sts {

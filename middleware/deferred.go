@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/deferred"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 )
@@ -21,7 +22,8 @@ var hopByHop = map[string]bool{"Connection": true, "Keep-Alive": true, "Proxy-Co
 	"Idempotency-Key": true}
 
 // deferRequest answers a deferred request: 202 with its ticket when the
-// queue takes it; 413 when its body is too large to defer. It returns
+// queue takes it; 413 when its body is too large to defer, 400 when the
+// queue refuses its payload (a path with dot segments). It returns
 // false (the caller answers 429) when there is no queue or the queue
 // refused it.
 func (l *Limiter) deferRequest(w http.ResponseWriter, r *http.Request, cl *call) bool {
@@ -35,9 +37,15 @@ func (l *Limiter) deferRequest(w http.ResponseWriter, r *http.Request, cl *call)
 		return true
 	}
 	rc, err := l.opts.Queue.Enqueue(r.Context(), &cl.req, &cl.d, p)
+	var fe *checker.FieldError
 	switch {
 	case errors.Is(err, deferred.ErrPayloadTooLarge):
 		http.Error(w, "request too large to defer: "+err.Error(), http.StatusRequestEntityTooLarge)
+		return true
+	case errors.As(err, &fe):
+		// the request itself cannot be deferred (a path with dot
+		// segments, say): waiting would not help, so not a 429
+		http.Error(w, "request cannot be deferred: "+err.Error(), http.StatusBadRequest)
 		return true
 	case err != nil:
 		l.logFailure(err)

@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/client"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/deferred"
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/testrules"
+	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/rls"
 )
 
@@ -105,6 +107,14 @@ func TestMiddlewareDefers(t *testing.T) {
 		!strings.Contains(rec.Body.String(), "max_payload_bytes") {
 		t.Fatalf("body over max_payload_bytes: %d %s", rec.Code, rec.Body)
 	}
+	// a path that would leave the target's base path cannot be deferred
+	esc := httptest.NewRequest("POST", "/orders/%2e%2e/admin", strings.NewReader("x"))
+	esc.Header.Set("X-User", "u1")
+	erec := httptest.NewRecorder()
+	h.ServeHTTP(erec, esc)
+	if erec.Code != http.StatusBadRequest || !strings.Contains(erec.Body.String(), "payload.path") || ran != 1 {
+		t.Fatalf("a path with a dot segment: %d %s, want 400 naming payload.path", erec.Code, erec.Body)
+	}
 	if rec := send(mk(eng, nil, 0), "x"); rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("no queue: %d", rec.Code)
 	}
@@ -123,5 +133,66 @@ func TestMiddlewareDefers(t *testing.T) {
 	defer gc.Close()
 	if rec := send(mk(NewRemote(gc), q, 0), "x"); rec.Code != http.StatusTooManyRequests || ran != 1 {
 		t.Fatalf("remote: %d", rec.Code)
+	}
+}
+
+// TestMiddlewareDefersOnlyUnderADeferringRule: issue 19, item 4. Over
+// the async checker, an elastic rule whose pool was spent answered 202
+// Accepted with a ticket no rule would release. Only a rule that defers
+// gets 202; an elastic rule refused by its pool, or over its ceiling, is
+// 429 and nothing is queued.
+func TestMiddlewareDefersOnlyUnderADeferringRule(t *testing.T) {
+	store := testrules.Store(t, `domain: web
+pools:
+  - name: tiny
+    rate_limit: {unit: hour, requests_per_unit: 1}
+descriptors:
+  - key: tenant
+    algorithm: fixed_window
+    throttle: {type: elastic, pool: tiny, max_multiplier: 2}
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: user
+    algorithm: fixed_window
+    on_exceed: defer
+    defer: {target: "http://backend.test"}
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`)
+	ms := counters.NewMemStore()
+	deltas, _ := events.NewMemBus(1, 1<<16)
+	c, err := checker.New(checker.Config{}, store, ms, deltas, limiter.SystemClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic, _ := events.NewMemBus(1, 100)
+	q := deferred.NewQueue(topic, ms, nil, 0)
+	steps := []struct {
+		header, value string
+		want          int
+	}{
+		{"X-Tenant", "spender", 200}, // its own limit
+		{"X-Tenant", "spender", 200}, // the pool's one
+		{"X-Tenant", "spender", 429}, // over its ceiling
+		{"X-Tenant", "victim", 200},  // its own limit
+		{"X-Tenant", "victim", 429},  // the pool is spent: refused, not deferred
+		{"X-User", "u", 200},
+		{"X-User", "u", http.StatusAccepted}, // a rule that defers
+	}
+	for i, s := range steps {
+		l, err := New(c, Options{Domain: "web", Queue: q,
+			Descriptors: [][]Source{{Header("X-Tenant", "tenant")}, {Header("X-User", "user")}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		r := httptest.NewRequest("POST", "/work", strings.NewReader("x"))
+		r.Header.Set(s.header, s.value)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		if rec.Code != s.want {
+			t.Fatalf("step %d (%s=%s): %d %s, want %d", i, s.header, s.value, rec.Code, rec.Body, s.want)
+		}
+	}
+	if n := topic.Pending(); n != 1 {
+		t.Fatalf("%d items queued, want the one deferred", n)
 	}
 }

@@ -196,6 +196,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 func (l *Limiter) build(cl *call, r *http.Request) bool {
 	cl.req.Domain = l.opts.Domain
 	cl.req.Hits = 1
+	cl.req.NoDefer = l.opts.Queue == nil // without a queue an over-limit request is refused, and counted so
 	if l.opts.Cost != nil {
 		cl.req.Hits = l.opts.Cost(r)
 	}

@@ -190,6 +190,9 @@ func (s *Server) decide(ctx context.Context, w *work, rs *config.RuleSet) (known
 		s.log.Warn("ShouldRateLimit failed", "domain", w.req.Domain, "error", err)
 		return false, status.Error(codes.Internal, err.Error())
 	}
+	// an engine that defers whatever the request says is refused here:
+	// nothing queues it, so no metric may count it deferred
+	httpapi.Refuse(&w.d)
 	if s.opts.Decisions != nil {
 		s.opts.Decisions.Observe(&w.d)
 	}
@@ -283,7 +286,8 @@ func (w *work) start(domain string, hitsAddend uint32) {
 	if hits == 0 {
 		hits = 1 // Envoy: an unset hits_addend means one hit
 	}
-	w.req = checker.Request{Domain: domain, Hits: hits, Descriptors: w.req.Descriptors[:0]}
+	// NoDefer: Envoy's API has no defer answer, and nothing here queues
+	w.req = checker.Request{Domain: domain, Hits: hits, Descriptors: w.req.Descriptors[:0], NoDefer: true}
 }
 
 // add validates descriptor i (its entries es, its limit override, its own

@@ -241,7 +241,10 @@ func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decision
 	rules *config.Store, usage *sink.Memory, logger *slog.Logger, dd devDeferred, store *counters.MemStore,
 	drain *deferred.Drain) (*httpapi.Server, error) {
 	return newCheckerHTTP(lc, app, c, n, rs, rules, logger, nil, analytics.New(usage, "", logger), nil,
-		newQueue(dd.topic, store, app, c), store, drain)
+		newQueue(dd.pub, store, app, c), store, drain, func(reg *metrics.Registry) {
+			reg.Counter("velvetrope_dev_dead_letters_dropped_total", fmt.Sprintf("Dead letters dev let go, the oldest first, to keep at most %d MiB of them.", devDeadLetterBytes>>20),
+				func() float64 { return float64(dd.dead.Dropped.Load()) })
+		})
 }
 
 // newDevUsage is dev's analytics store: usage in memory for a day, fed by
@@ -264,7 +267,7 @@ func newDecisionCounter(rules *config.Store) *decisions.Counter { return decisio
 // prod is nil in dev (no spill file); ready nil means always ready.
 func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
 	rules *config.Store, logger *slog.Logger, prod *events.KafkaProducer, an *analytics.Handler, ready func() error,
-	q *deferred.Queue, tickets counters.Tickets, drain *deferred.Drain) (*httpapi.Server, error) {
+	q *deferred.Queue, tickets counters.Tickets, drain *deferred.Drain, more func(*metrics.Registry)) (*httpapi.Server, error) {
 	mux := http.NewServeMux()
 	an.WithAccess(analytics.Access{Token: app.Analytics.Token, MaxWindow: app.Analytics.MaxWindow,
 		MaxConcurrent: app.Analytics.MaxConcurrent}).Register(mux)
@@ -281,6 +284,9 @@ func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *deci
 	queueMetrics(reg, q)
 	if drain != nil {
 		drainMetrics(reg, drain)
+	}
+	if more != nil {
+		more(reg)
 	}
 	n.Register(reg)
 	mux.Handle("GET /metrics", reg)

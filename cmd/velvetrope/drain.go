@@ -59,10 +59,11 @@ func kafkaWriter(lc fx.Lifecycle, app config.App, topic string) (*events.KafkaWr
 }
 
 // newQueue is a checker's deferred queue: items to the deferred topic
-// with the values of hash_values rules hashed by c, ticket states in the
+// with the values of hash_values rules hashed by c; ticket states,
+// request ids and the count of queued items (deferred.max_bytes) in the
 // counter store.
-func newQueue(pub events.Publisher, tickets counters.Tickets, app config.App, c *checker.Checker) *deferred.Queue {
-	return deferred.NewQueue(pub, tickets, nil, app.Deferred.StateRetention).WithHasher(c)
+func newQueue(pub events.Publisher, store counters.Deferrals, app config.App, c *checker.Checker) *deferred.Queue {
+	return deferred.NewQueue(pub, store, nil, app.Deferred.StateRetention).WithHasher(c).WithMaxBytes(app.Deferred.MaxBytes)
 }
 
 // queueMetrics exposes a queue's enqueues.
@@ -72,6 +73,13 @@ func queueMetrics(reg *metrics.Registry, q *deferred.Queue) {
 		func() float64 { return float64(q.EnqueueErrors.Load()) })
 	reg.Counter("velvetrope_deferred_payloads_refused_total", "Deferred requests whose payload was refused (too large or malformed).",
 		func() float64 { return float64(q.Refused.Load()) })
+	reg.Labeled("velvetrope_deferred_refused_total", "Requests that would have been deferred, refused at a bound of the queue "+
+		"(answered deny, with defer_error): the rule's defer.max_queued for the key, or deferred.max_bytes in all.", "counter", "reason",
+		func() map[string]float64 {
+			return map[string]float64{deferred.BoundMaxQueued: float64(q.FullKey.Load()), deferred.BoundMaxBytes: float64(q.FullBytes.Load())}
+		})
+	reg.Counter("velvetrope_deferred_repeats_total", "Deferred requests whose request_id was deferred before: answered that ticket, not queued again.",
+		func() float64 { return float64(q.Repeats.Load()) })
 }
 
 // drainMetrics exposes a drain's work.
@@ -222,24 +230,46 @@ func drainModule(app config.App, logger *slog.Logger) fx.Option {
 	)
 }
 
-// devDeferred is dev's deferred topic and dead letters: in-memory buses.
+// devDeferred is dev's deferred topic and dead letters, in memory.
 type devDeferred struct {
-	topic, dead *events.MemBus
+	topic *events.MemBus
+	pub   devTopic // the topic as the queue appends to it
+	dead  *deferred.MemDeadLetters
 }
 
-func newDevDeferred(lc fx.Lifecycle) (devDeferred, error) {
+// devDeadLetterBytes bounds the dead letters dev keeps (the newest;
+// nobody consumes them: the drain's metrics and log say what was set
+// aside).
+const devDeadLetterBytes = 16 << 20
+
+func newDevDeferred(lc fx.Lifecycle, app config.App) (devDeferred, error) {
 	topic, err := events.NewMemBus(16, 1<<20)
 	if err != nil {
 		return devDeferred{}, err
 	}
-	// dead letters nobody consumes in dev: bounded, and the drain waits
-	// (holding its items) if it ever fills
-	dead, err := events.NewMemBus(1, 1<<16)
-	if err != nil {
-		return devDeferred{}, err
+	// The records not yet committed: the queued items (deferred.max_bytes
+	// bounds those) and the finished ones behind a partition's oldest
+	// unfinished item, which a commit cannot pass: twice the bound.
+	topic.LimitBytes(2 * app.Deferred.MaxBytes)
+	lc.Append(fx.StopHook(topic.Close))
+	return devDeferred{topic: topic, pub: devTopic{topic, 2 * app.Deferred.MaxBytes},
+		dead: deferred.NewMemDeadLetters(devDeadLetterBytes)}, nil
+}
+
+// devTopic is dev's deferred topic as a publisher: a full bus says which
+// bound it is.
+type devTopic struct {
+	*events.MemBus
+	max int64
+}
+
+// Publish implements events.Publisher.
+func (t devTopic) Publish(ctx context.Context, msgs []events.Message) error {
+	err := t.MemBus.Publish(ctx, msgs)
+	if errors.Is(err, events.ErrBusFull) {
+		return fmt.Errorf("dev's in-memory deferred topic holds %d bytes of records not yet committed (2 × deferred.max_bytes): %w", t.max, err)
 	}
-	lc.Append(fx.StopHook(func(ctx context.Context) error { _ = topic.Close(ctx); return dead.Close(ctx) }))
-	return devDeferred{topic: topic, dead: dead}, nil
+	return err
 }
 
 // newDevDrain is dev's drain, over dev's own checker and buses.

@@ -154,7 +154,7 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 					ctx, cancel := context.WithTimeout(context.Background(), app.Checker.StoreTimeout)
 					defer cancel()
 					return rc.Ping(ctx).Err()
-				}, newQueue(dw, store, app, c), store, nil)
+				}, newQueue(dw, store, app, c), store, nil, nil)
 			},
 		),
 		fx.Invoke(watchRules),

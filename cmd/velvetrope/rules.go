@@ -75,8 +75,9 @@ func runRules(args []string, stdout, stderr io.Writer) int {
 			switch {
 			case r.OnExceed == config.ExceedDefer:
 				fmt.Fprintf(stdout, "  %s: over %d per %s a request is deferred, not refused: released when the key has budget again and "+
-					"delivered to %s (idempotency key: its ticket), tried %d times within %v; payloads up to %d bytes\n",
-					r.ID, r.Limit, r.Unit, r.Defer.Target, r.Defer.MaxAttempts, r.Defer.MaxAge, r.Defer.MaxPayloadBytes)
+					"delivered to %s (idempotency key: its ticket), tried %d times within %v; payloads up to %d bytes; "+
+					"at most %d queued per key (max_queued), beyond that refused\n",
+					r.ID, r.Limit, r.Unit, r.Defer.Target, r.Defer.MaxAttempts, r.Defer.MaxAge, r.Defer.MaxPayloadBytes, r.Defer.MaxQueued)
 			case r.Throttle.Type == config.ThrottleElastic:
 				fmt.Fprintf(stdout, "  %s: elastic: over its %d per %s it borrows from pool %s while the pool has room, up to %d per %s (× %d)\n",
 					r.ID, r.Limit, r.Unit, r.Throttle.Pool, r.Ceiling(), r.Unit, r.Throttle.MaxMultiplier)

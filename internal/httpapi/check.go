@@ -59,7 +59,9 @@ type CheckResponse struct {
 	Ticket       string `json:"ticket,omitempty"`
 	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
 	// DeferError says why a request that would have been deferred was
-	// refused instead: the deferred topic did not take it.
+	// refused instead: the deferred topic or the store did not take it,
+	// or a bound of the queue (defer.max_queued, deferred.max_bytes)
+	// was reached.
 	DeferError string       `json:"defer_error,omitempty"`
 	Statuses   []JSONStatus `json:"statuses"`
 }
@@ -162,6 +164,7 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opt
 			writeError(w, err.Status, err.Field, err.Error())
 			return
 		}
+		req.NoDefer = o.queue == nil // refused, and counted so, where nothing queues
 		var d checker.Decision
 		if err := c.Check(r.Context(), &req, &d); err != nil {
 			var fe *checker.FieldError
@@ -186,13 +189,18 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opt
 			switch {
 			case errors.As(err, &fe):
 				code := http.StatusBadRequest
-				if errors.Is(err, deferred.ErrPayloadTooLarge) {
+				switch {
+				case errors.Is(err, deferred.ErrPayloadTooLarge):
 					code = http.StatusRequestEntityTooLarge
+				case errors.Is(err, checker.ErrRequestIDConflict), errors.Is(err, deferred.ErrRequestInFlight):
+					code = http.StatusConflict
 				}
 				writeError(w, code, fe.Field, fe.Error())
 				return
 			case err != nil:
-				if log != nil && o.queue != nil {
+				// a full queue is a bound doing its work (counted in its
+				// metric), not a fault to log
+				if log != nil && o.queue != nil && !errors.Is(err, deferred.ErrQueueFull) {
 					log.Warn("deferred request refused: not queued", "domain", in.Domain, "error", err)
 				}
 				// nothing was charged and nothing queued: a refusal
@@ -202,6 +210,9 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opt
 			default:
 				out.Ticket, out.RetryAfterMS = rc.Ticket, max(ceilMS(rc.ETA), 1)
 			}
+		}
+		if o.queue == nil && d.Code == checker.OverLimit && refusedByDeferring(&d) {
+			out.DeferError = errNoQueue.Error() // why a deferring rule refused
 		}
 		if obs != nil {
 			obs.Observe(&d)
@@ -219,6 +230,16 @@ func deferRequest(ctx context.Context, q Enqueuer, req *checker.Request, d *chec
 		return deferred.Receipt{}, errNoQueue
 	}
 	return q.Enqueue(ctx, req, d, p)
+}
+
+// refusedByDeferring reports whether a rule that defers refused d.
+func refusedByDeferring(d *checker.Decision) bool {
+	for i := range d.Statuses {
+		if st := &d.Statuses[i]; st.Code == checker.OverLimit && st.Rule != nil && st.Rule.OnExceed == config.ExceedDefer {
+			return true
+		}
+	}
+	return false
 }
 
 // Refuse turns a Deferred decision into the refusal it is when the

@@ -188,3 +188,68 @@ func TestCheckElasticAndSoftHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckDeferOnceAndBounded: issue 19, items 5 and 7, at the API. A
+// retried deferred request (the same request_id) answers its first
+// ticket; the id on another request is 409 naming request_id; past the
+// rule's defer.max_queued the request is refused, deny with a
+// defer_error naming the bound.
+func TestCheckDeferOnceAndBounded(t *testing.T) {
+	bus, _ := events.NewMemBus(2, 100)
+	h, _ := deferHandler(t, bus, true)
+	body := func(user, id string) string {
+		return `{"domain":"shop","request_id":"` + id + `","descriptors":[{"entries":[{"key":"user_id","value":"` + user + `"}]}]}`
+	}
+	for range 2 {
+		post(t, h, body("a", ""))
+	}
+	first := decodeCheck(t, post(t, h, body("a", "r-1")))
+	if first.Decision != "defer" || first.Ticket == "" {
+		t.Fatalf("first: %+v", first)
+	}
+	for i := range 2 {
+		if out := decodeCheck(t, post(t, h, body("a", "r-1"))); out.Decision != "defer" || out.Ticket != first.Ticket {
+			t.Fatalf("retry %d: %+v, want ticket %s", i, out, first.Ticket)
+		}
+	}
+	if n := bus.Pending(); n != 1 {
+		t.Fatalf("%d items on the topic, want 1", n)
+	}
+	for range 2 {
+		post(t, h, body("b", ""))
+	}
+	rec := post(t, h, body("b", "r-1"))
+	var e ErrorResponse
+	_ = json.Unmarshal(rec.Body.Bytes(), &e)
+	if rec.Code != http.StatusConflict || e.Field != "request_id" {
+		t.Fatalf("another request under the id: %d %s, want 409 naming request_id", rec.Code, rec.Body)
+	}
+	// max_queued: the rule's default is what 2/second releases in 10
+	// minutes (1,200); a rule with max_queued 1 shows the refusal
+	f, err := config.ParseRules("rules.yaml", []byte(`domain: shop
+descriptors:
+  - key: user_id
+    rate_limit: {unit: second, requests_per_unit: 1}
+    algorithm: fixed_window
+    on_exceed: defer
+    defer: {target: "http://orders.test", max_queued: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, _ := config.Compile([]*config.File{f})
+	k, _ := limiter.NewKeyed(limiter.WithClock(fixedClock(t0)))
+	l, _ := local.New(config.NewStore(rs), k, fixedClock(t0), time.Minute)
+	ms := counters.NewMemStore()
+	ms.SetClock(fixedClock(t0)) // the queue's clock: deadlines are not past
+	q := deferred.NewQueue(bus, ms, func() time.Time { return time.Unix(0, t0) }, 0)
+	hq := CheckHandler(l, 1<<20, nil, nil, WithQueue(q))
+	var got []string
+	for range 3 {
+		out := decodeCheck(t, post(t, hq, body("c", "")))
+		got = append(got, out.Decision+" "+out.DeferError)
+	}
+	if got[0] != "allow " || got[1] != "defer " || !strings.HasPrefix(got[2], "deny ") || !strings.Contains(got[2], "defer.max_queued is 1") {
+		t.Fatalf("decisions %q, want allow, defer, then deny naming defer.max_queued", got)
+	}
+}
