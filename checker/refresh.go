@@ -49,6 +49,10 @@ func (c *Checker) Refresh(ctx context.Context) {
 				break
 			}
 			e := heap.Pop(&sh.refresh).(*entry)
+			if e.rule.Mode == config.ModeLocal { // its counter is in this process: nothing to read, only its idle eviction
+				c.idle(sh, e, now)
+				continue
+			}
 			if !e.active && e.answered && parkable(e) {
 				c.idle(sh, e, now) // nothing to learn: no read
 				continue

@@ -266,9 +266,10 @@ func descText(es []config.Entry) string {
 }
 
 // keys identifies every descriptor's counter: a 64-bit hash of the rule
-// and the request values for async and sync rules (no key string is built
-// on the request path; the table compares values on lookup), the key string
-// in the pooled buffer for local rules (the in-process limiter keys by it).
+// and the request values, its entry's in the key table (no key string is
+// built on the request path; the table compares values on lookup), and
+// for local rules the key string in the pooled buffer as well (the
+// in-process limiter keys by it).
 func (c *Checker) keys(bufpp **[]byte, req *Request, rules []*config.Rule, slots []slot) {
 	var buf []byte
 	if *bufpp != nil {
@@ -291,10 +292,11 @@ func (c *Checker) keys(bufpp **[]byte, req *Request, rules []*config.Rule, slots
 				buf = (**bufpp)[:0]
 			}
 			buf = config.AppendCounterKey(buf, r, es)
-		} else {
-			s.h = c.counterHash(r, es)
-			s.sh = int(s.h & c.mask)
 		}
+		// (a local rule's entry in the table carries its decisions to
+		// the analytics; its counter is the in-process limiter's)
+		s.h = c.counterHash(r, es)
+		s.sh = int(s.h & c.mask)
 		// Descriptors naming the same counter are decided together: their
 		// hits add up, and each reports the counter after all of them.
 		for j := range i {

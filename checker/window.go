@@ -164,7 +164,7 @@ func (c *Checker) decideWindow(s *slot, v view, now, cost int64) {
 	}
 	if r.Algorithm == config.AlgEnvoy { // Envoy: every call counts
 		s.charged = true
-		c.count(e, now, cost, s.allowed, true)
+		c.count(s, now, cost, s.allowed)
 		s.remaining = max(0, v.remaining-cost)
 		s.resetAfter = time.Duration(e.cur.start + W - now)
 	}
