@@ -127,7 +127,7 @@ func devModule(app config.App, logger *slog.Logger) fx.Option {
 		fx.Provide(
 			newRuleStore,
 			counters.NewMemStore,
-			func() (*events.MemBus, error) { return events.NewMemBus(16, 1<<20) },
+			newDevBus,
 			newDevUsage,
 			newDevChecker,
 			newDecisionCounter,
@@ -239,9 +239,20 @@ func watchRules(lc fx.Lifecycle, app config.App, store *config.Store, logger *sl
 
 func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
 	rules *config.Store, usage *sink.Memory, logger *slog.Logger, dd devDeferred, store *counters.MemStore,
-	drain *deferred.Drain) (*httpapi.Server, error) {
-	return newCheckerHTTP(lc, app, c, n, rs, rules, logger, nil, analytics.New(usage, "", logger), nil,
+	drain *deferred.Drain, bus *events.MemBus) (*httpapi.Server, error) {
+	return newCheckerHTTP(lc, app, c, n, rs, rules, logger, bus, analytics.New(usage, "", logger), nil,
 		newQueue(dd.topic, store, app, c), store, drain)
+}
+
+// newDevBus is dev's event bus: 16 partitions, at most 1<<20 deltas
+// waiting for the embedded aggregator; the deltas it sets aside are logged.
+func newDevBus(logger *slog.Logger) (*events.MemBus, error) {
+	b, err := events.NewMemBus(16, 1<<20)
+	if err != nil {
+		return nil, err
+	}
+	b.SetLogger(logger)
+	return b, nil
 }
 
 // newDevUsage is dev's analytics store: usage in memory for a day, fed by
@@ -261,9 +272,10 @@ func newDecisionCounter(rules *config.Store) *decisions.Counter { return decisio
 
 // newCheckerHTTP is the HTTP listener of a process that decides (dev and
 // checker): the check API, Envoy's /json, admin, metrics and health.
-// prod is nil in dev (no spill file); ready nil means always ready.
+// prod is the checker's producer (dev: the in-memory bus); ready nil means
+// always ready.
 func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
-	rules *config.Store, logger *slog.Logger, prod *events.KafkaProducer, an *analytics.Handler, ready func() error,
+	rules *config.Store, logger *slog.Logger, prod events.Producer, an *analytics.Handler, ready func() error,
 	q *deferred.Queue, tickets counters.Tickets, drain *deferred.Drain) (*httpapi.Server, error) {
 	mux := http.NewServeMux()
 	an.WithAccess(analytics.Access{Token: app.Analytics.Token, MaxWindow: app.Analytics.MaxWindow,
