@@ -205,6 +205,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 	s.e, e.rule, e.used, e.active = e, r, now, true
 	if e.parked { // used again: its view is stale; near until the store answers, and read soon
 		e.parked, e.stale = false, true
+		sh.parkedStale++
 		sh.schedule(e, now+int64(c.cfg.MinRefresh))
 	}
 	if e.kind == counters.KindWindow {
