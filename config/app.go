@@ -58,6 +58,9 @@ type AnalyticsConfig struct {
 	Token         string        `yaml:"token"`
 	MaxWindow     time.Duration `yaml:"max_window"`     // longest window a query covers (7 days, at most 31)
 	MaxConcurrent int           `yaml:"max_concurrent"` // queries at once; more answer 503 (8: a dashboard asks 3 at a time)
+	// MemoryMaxBytes bounds `velvetrope dev`'s in-memory usage rows (64
+	// MiB); past it the oldest minutes' rows are dropped, counted.
+	MemoryMaxBytes int64 `yaml:"memory_max_bytes"`
 }
 
 // LimitsConfig bounds the size of one request on every surface (HTTP,
@@ -278,7 +281,7 @@ func DefaultApp() App {
 			NearFloorPct: 1, IdleAfter: 2 * time.Minute, ControlPoll: time.Second,
 			Heartbeat: time.Second, InstanceTTL: 3 * time.Second, MaxClockSkew: 100 * time.Millisecond, SpillMaxBytes: 256 << 20, TopicPartitions: 16,
 			StoreTimeout: 150 * time.Millisecond, BreakerFailures: 5, BreakerOpenFor: time.Second},
-		Analytics: AnalyticsConfig{MaxWindow: 7 * 24 * time.Hour, MaxConcurrent: 8},
+		Analytics: AnalyticsConfig{MaxWindow: 7 * 24 * time.Hour, MaxConcurrent: 8, MemoryMaxBytes: 64 << 20},
 		Limits:    LimitsConfig{MaxDescriptors: 16, MaxEntries: 8, MaxKeyBytes: 128, MaxValueBytes: 1024, MaxRequestIDBytes: 128},
 		Aggregator: AggregatorConfig{Group: "velvetrope-aggregator", BatchSize: 1000, BatchWait: 20 * time.Millisecond,
 			SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second, RebalanceTimeout: 6 * time.Second,
@@ -455,6 +458,9 @@ func (a App) Validate() error {
 	if an := a.Analytics; an.MaxWindow < time.Minute || an.MaxWindow > 31*24*time.Hour || an.MaxConcurrent < 1 || an.MaxConcurrent > 256 {
 		bad("analytics.max_window/max_concurrent", "want 1m <= max_window <= 744h (31 days) and 1 <= max_concurrent <= 256, got %v and %d",
 			an.MaxWindow, an.MaxConcurrent)
+	}
+	if a.Analytics.MemoryMaxBytes < 1<<20 {
+		bad("analytics.memory_max_bytes", "must be at least 1 MiB, got %d", a.Analytics.MemoryMaxBytes)
 	}
 	if a.HTTP.MaxBodyBytes <= 0 {
 		bad("http.max_body_bytes", "must be > 0, got %d", a.HTTP.MaxBodyBytes)

@@ -143,7 +143,7 @@ func devModule(app config.App, logger *slog.Logger) fx.Option {
 // checkerConfig maps the application config onto the checker's.
 func checkerConfig(app config.App, logger *slog.Logger) checker.Config {
 	ck := app.Checker
-	return checker.Config{InstanceName: app.InstanceID, MaxKeys: ck.MaxKeys, MaxBytes: ck.MaxBytes, FlushInterval: ck.FlushInterval, MaxEmitInterval: ck.MaxEmitInterval,
+	return checker.Config{InstanceName: app.InstanceID, MaxKeys: ck.MaxKeys, MaxBytes: ck.MaxBytes, LocalMaxKeys: app.Limiter.MaxKeys, FlushInterval: ck.FlushInterval, MaxEmitInterval: ck.MaxEmitInterval,
 		Heartbeat: ck.Heartbeat, InstanceTTL: ck.InstanceTTL, MaxClockSkew: ck.MaxClockSkew,
 		MinRefresh: ck.MinRefresh, MaxRefresh: ck.MaxRefresh, PipelineLag: ck.PipelineLag,
 		SafetyPercent: ck.SafetyPercent, NearFloor: ck.NearFloor, NearFloorPercent: ck.NearFloorPct,
@@ -241,7 +241,13 @@ func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decision
 	rules *config.Store, usage *sink.Memory, logger *slog.Logger, dd devDeferred, store *counters.MemStore,
 	drain *deferred.Drain, bus *events.MemBus) (*httpapi.Server, error) {
 	return newCheckerHTTP(lc, app, c, n, rs, rules, logger, bus, analytics.New(usage, "", logger), nil,
-		newQueue(dd.topic, store, app, c), store, drain)
+		newQueue(dd.topic, store, app, c), store, drain, func(reg *metrics.Registry) {
+			reg.Gauge("velvetrope_analytics_memory_rows", "Usage rows dev holds in memory.", func() float64 { return float64(usage.Len()) })
+			reg.Gauge("velvetrope_analytics_memory_bytes", "What dev's usage rows hold, as estimated for analytics.memory_max_bytes.",
+				func() float64 { return float64(usage.Bytes()) })
+			reg.Counter("velvetrope_analytics_memory_dropped_total", "Usage rows dev dropped over analytics.memory_max_bytes, the oldest minutes first.",
+				func() float64 { return float64(usage.Dropped.Load()) })
+		})
 }
 
 // newDevBus is dev's event bus: 16 partitions, at most 1<<20 deltas
@@ -255,11 +261,13 @@ func newDevBus(logger *slog.Logger) (*events.MemBus, error) {
 	return b, nil
 }
 
-// newDevUsage is dev's analytics store: usage in memory for a day, fed by
-// the embedded aggregator through a writer that flushes every second.
-func newDevUsage(lc fx.Lifecycle, logger *slog.Logger) (*sink.Memory, *sink.Writer, error) {
+// newDevUsage is dev's analytics store: usage in memory for a day, within
+// analytics.memory_max_bytes, fed by the embedded aggregator through a
+// writer that flushes every second.
+func newDevUsage(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*sink.Memory, *sink.Writer, error) {
 	mem := sink.NewMemory(24 * time.Hour)
-	w, err := sink.NewWriter(sink.WriterConfig{FlushInterval: time.Second, Logger: logger}, mem)
+	mem.SetMaxBytes(app.Analytics.MemoryMaxBytes)
+	w, err := sink.NewWriter(sink.WriterConfig{FlushInterval: 100 * time.Millisecond, Logger: logger}, mem)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -273,10 +281,11 @@ func newDecisionCounter(rules *config.Store) *decisions.Counter { return decisio
 // newCheckerHTTP is the HTTP listener of a process that decides (dev and
 // checker): the check API, Envoy's /json, admin, metrics and health.
 // prod is the checker's producer (dev: the in-memory bus); ready nil means
-// always ready.
+// always ready; more, when set, registers the process's own metrics (dev:
+// its in-memory analytics).
 func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
 	rules *config.Store, logger *slog.Logger, prod events.Producer, an *analytics.Handler, ready func() error,
-	q *deferred.Queue, tickets counters.Tickets, drain *deferred.Drain) (*httpapi.Server, error) {
+	q *deferred.Queue, tickets counters.Tickets, drain *deferred.Drain, more func(*metrics.Registry)) (*httpapi.Server, error) {
 	mux := http.NewServeMux()
 	an.WithAccess(analytics.Access{Token: app.Analytics.Token, MaxWindow: app.Analytics.MaxWindow,
 		MaxConcurrent: app.Analytics.MaxConcurrent}).Register(mux)
@@ -294,6 +303,9 @@ func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *deci
 		drainMetrics(reg, drain)
 	}
 	n.Register(reg)
+	if more != nil {
+		more(reg)
+	}
 	mux.Handle("GET /metrics", reg)
 	httpapi.Health(mux, ready)
 	return newHTTPServer(lc, app, mux, app.HTTP.WriteTimeout)
