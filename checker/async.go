@@ -54,7 +54,15 @@ type Config struct {
 	// could come to need it: it is emitted at the next flush as soon as
 	// what it holds could matter to any instance's band.
 	MaxEmitInterval time.Duration
-	MaxBuffered     int // deltas held while the producer refuses them (1<<20)
+	// MaxHeldHits and MaxHeldTotal bound what emission in proportion to
+	// need holds back — hits decided in memory and not yet emitted, which
+	// a crash (kill -9) loses: per key (256; a key holding more goes at
+	// the next flush, so a fast key holds MaxHeldHits / its rate, not
+	// MaxEmitInterval) and in all (1<<20; each lock shard its share: a
+	// safety bound, since below a busy checker's second of slow keys'
+	// traffic it sends them at every flush).
+	MaxHeldHits, MaxHeldTotal int64
+	MaxBuffered               int // deltas held while the producer refuses them (1<<20)
 
 	RefreshTick time.Duration // refresher wake-up (10 ms)
 	MinRefresh  time.Duration // shortest re-read interval of a key (50 ms)
@@ -118,6 +126,12 @@ func (c *Config) defaults() error {
 	if c.MaxBuffered == 0 {
 		c.MaxBuffered = 1 << 20
 	}
+	if c.MaxHeldHits == 0 {
+		c.MaxHeldHits = DefaultMaxHeldHits
+	}
+	if c.MaxHeldTotal == 0 {
+		c.MaxHeldTotal = DefaultMaxHeldTotal
+	}
 	def(&c.FlushInterval, 50*time.Millisecond)
 	def(&c.MaxEmitInterval, time.Second)
 	def(&c.RefreshTick, 10*time.Millisecond)
@@ -165,6 +179,8 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("checker: min refresh %v above max refresh %v", c.MinRefresh, c.MaxRefresh)
 	case c.SafetyPercent < 100:
 		return fmt.Errorf("checker: safety percent %d: must be at least 100", c.SafetyPercent)
+	case c.MaxHeldHits < 0 || c.MaxHeldTotal < 0:
+		return fmt.Errorf("checker: max held hits %d and total %d: must not be negative", c.MaxHeldHits, c.MaxHeldTotal)
 	}
 	return nil
 }
@@ -210,7 +226,12 @@ type Snapshot struct {
 	Evictions, EvictedDirty            uint64
 	Keys                               int64
 	// KeyBytes is the key table's heap as estimated (Config.MaxBytes).
-	KeyBytes                  int64
+	KeyBytes int64
+	// HeldHits is what emission in proportion to need holds back now:
+	// hits decided in memory that no delta carries yet (at most
+	// Config.MaxHeldTotal), what a kill -9 would lose beside the keys due
+	// at the next flush.
+	HeldHits                  int64
 	Controlled, ControlErrors uint64
 }
 
@@ -229,6 +250,7 @@ func (c *Checker) Snapshot() Snapshot {
 		sh := &c.shards[i]
 		sh.mu.Lock()
 		st := sh.stats
+		s.HeldHits += sh.held
 		sh.mu.Unlock()
 		s.Decisions += st.decisions
 		s.Denied += st.denied
@@ -260,14 +282,16 @@ type Checker struct {
 	shards     []shard
 	mask       uint64
 	perShard   int
-	seq        atomic.Uint64
-	streams    atomic.Uint64 // analytics stream ids, one per key entry
-	bytes      atomic.Int64  // the key table's estimated heap (membytes.go)
-	ids        *RequestIDs
-	scratch    sync.Pool // *scratch, for requests of many descriptors
-	works      sync.Pool // *syncWork, one per store charge
-	batch      *batcher  // sends the store charges of concurrent decisions together
-	keyBufs    sync.Pool // *[]byte, counter keys of small requests
+	// heldPerShard is a lock shard's share of MaxHeldTotal.
+	heldPerShard int64
+	seq          atomic.Uint64
+	streams      atomic.Uint64 // analytics stream ids, one per key entry
+	bytes        atomic.Int64  // the key table's estimated heap (membytes.go)
+	ids          *RequestIDs
+	scratch      sync.Pool // *scratch, for requests of many descriptors
+	works        sync.Pool // *syncWork, one per store charge
+	batch        *batcher  // sends the store charges of concurrent decisions together
+	keyBufs      sync.Pool // *[]byte, counter keys of small requests
 
 	flushNow    chan struct{}
 	dirtyN      atomic.Int64 // keys queued for the next flush
@@ -323,7 +347,8 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 		instance: cfg.InstanceName + "/" + hex.EncodeToString(nonce[:]), seed: maphash.MakeSeed(),
 		localSeeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
 		shards:     make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1), perShard: max(cfg.MaxKeys/cfg.Shards, 1),
-		flushNow: make(chan struct{}, 1)}
+		heldPerShard: max(cfg.MaxHeldTotal/int64(cfg.Shards), 1),
+		flushNow:     make(chan struct{}, 1)}
 	for i := range c.shards {
 		c.shards[i].keys = map[uint64]*entry{}
 	}
@@ -347,6 +372,15 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	c.keyBufs.New = func() any { b := make([]byte, 0, 512); return &b }
 	return c, nil
 }
+
+// Defaults of what emission in proportion to need may hold back
+// (Config.MaxHeldHits, MaxHeldTotal): a kill -9 loses at most this much
+// beside what it admitted within one emit (a flush interval and the
+// producer's write).
+const (
+	DefaultMaxHeldHits  = 256
+	DefaultMaxHeldTotal = 1 << 20
+)
 
 // storeLanes is how many batches of store charges are in flight at once:
 // enough to keep the store's connection busy while a batch is answered,

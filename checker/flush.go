@@ -44,18 +44,24 @@ func (c *Checker) every(interval time.Duration, wake <-chan struct{}, timeout ti
 // MaxEmitInterval (and never past the end of its window or its analytics
 // minute), while what it holds that the store lacks — hits decided in
 // memory, pend.counted — is at most room / (2 × instances), room being the
-// far band's margin at this decision (-1: the decision was not far);
-// else it goes at the next flush. Then the consumption all instances hold
-// back is at most half the far band's margin, which therefore still lies
-// between their view and the near band (docs/design.md, emission).
-// Consumption the store already has (charges, sync decisions) and
-// refusals that charge nothing are analytics only and always wait.
+// far band's margin at this decision (-1: the decision was not far), at
+// most MaxHeldHits, and its shard's lazy keys hold at most their share of
+// MaxHeldTotal; else it goes at the next flush. Then the consumption all
+// instances hold back is at most half the far band's margin, which
+// therefore still lies between their view and the near band
+// (docs/design.md, emission), and what a crash can take with it is
+// bounded per key and in all (a fast key holds a short time: MaxHeldHits
+// over its rate). Consumption the store already has (charges, sync
+// decisions) and refusals that charge nothing are analytics only and
+// always wait.
 func (c *Checker) emitSoon(sh *shard, e *entry, now, cost, room int64) {
 	if e.dirty && !e.lazy {
 		return // due at the next flush already
 	}
 	// held > room / (2 × instances), without a division on the request path
-	if held := int64(e.pend.counted) + cost; held > 0 && (room < 0 || held*2*max(c.fleet(e), int64(e.instances)) > room) || c.slots == 0 {
+	held := int64(e.pend.counted) + cost
+	if held > 0 && (room < 0 || held*2*max(c.fleet(e), int64(e.instances)) > room || held > c.cfg.MaxHeldHits ||
+		sh.held+cost > c.heldPerShard) || c.slots == 0 {
 		if sh.markDirty(e) {
 			c.dirtyN.Add(1)
 		}
@@ -164,8 +170,8 @@ func (c *Checker) flushSlot(deltas []*eventsv1.Delta, sh *shard, t, tick int64, 
 			slot[kept] = e // a later turn of the wheel (the clock went back)
 			kept++
 		default:
-			e.dirty, e.lazy = false, false
-			sh.lazyN--
+			sh.unlazy(e)
+			e.dirty = false
 			if !e.gone {
 				deltas = c.appendDeltas(deltas, e)
 			}
@@ -203,11 +209,11 @@ func (c *Checker) appendDeltas(deltas []*eventsv1.Delta, e *entry) []*eventsv1.D
 // drain moves a departing entry's pending consumption to the shard's
 // orphans (requires the shard lock).
 func (c *Checker) drain(sh *shard, e *entry) {
-	sh.orphans = c.appendDeltas(sh.orphans, e)
 	if e.lazy {
-		sh.lazyN--
+		sh.unlazy(e)
 	}
-	e.dirty, e.lazy = false, false
+	sh.orphans = c.appendDeltas(sh.orphans, e)
+	e.dirty = false
 }
 
 // delta builds the wire delta of one pending slot (Sequence is set when
@@ -241,6 +247,9 @@ func (c *Checker) count(s *slot, now, cost int64, allowed bool) {
 	p.tally(now, cost, allowed, refusalOf(s), true)
 	e.observe(now, cost)
 	p.counted += uint64(cost)
+	if e.lazy { // held back: what a crash would lose (emitSoon bounds it)
+		c.shards[e.hash&c.mask].held += cost
+	}
 	e.sinceAnswer += cost
 	if e.x != nil {
 		e.x.spent += cost

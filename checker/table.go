@@ -106,6 +106,10 @@ type shard struct {
 	dirty []*entry   // entries whose pending consumption goes at the next flush
 	wheel [][]*entry // lazy entries by flush tick (mod its length); made on first use
 	lazyN int        // entries waiting in the wheel
+	// held is the hits the lazy entries hold that the store lacks (the
+	// sum of their pend.counted): what a crash would lose of this shard
+	// beside the due deltas, bounded by Config.MaxHeldTotal / shards.
+	held int64
 	// parked entries, oldest use first (roughly: parked a second after
 	// use), for their idle eviction without a place in the refresh heap
 	parked      []parkedRef
@@ -194,11 +198,20 @@ func (sh *shard) markDirty(e *entry) bool {
 		return false
 	}
 	if e.lazy {
-		sh.lazyN--
+		sh.unlazy(e)
 	}
-	e.dirty, e.lazy = true, false
+	e.dirty = true
 	sh.dirty = append(sh.dirty, e)
 	return true
+}
+
+// unlazy takes a lazy e out of the wheel's count and its held hits out of
+// the shard's (requires sh.mu held; before its pending consumption is
+// emitted or reset). Its place in the wheel goes stale and is skipped.
+func (sh *shard) unlazy(e *entry) {
+	sh.lazyN--
+	sh.held -= int64(e.pend.counted)
+	e.lazy = false
 }
 
 // markLazy queues a clean e for flush tick tick (requires sh.mu held; tick
@@ -213,6 +226,7 @@ func (sh *shard) markLazy(e *entry, tick int64, slots int) {
 	}
 	e.dirty, e.lazy, e.lazyTick = true, true, tick
 	sh.lazyN++
+	sh.held += int64(e.pend.counted)
 	i := tick % int64(slots)
 	sh.wheel[i] = append(sh.wheel[i], e)
 }

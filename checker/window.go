@@ -70,6 +70,10 @@ func (c *Checker) roll(sh *shard, e *entry, now int64) {
 	if e.answered {
 		own = e.cur.emitted
 	}
+	if e.lazy { // nothing left to emit once its orphans go: the next decision queues it anew
+		sh.unlazy(e)
+		e.dirty = false
+	}
 	if e.pendApplied.used() { // store charges of the window left behind
 		sh.orphans = append(sh.orphans, c.delta(e, &e.pendApplied, true, own))
 		e.pendApplied = pending{}
@@ -77,10 +81,6 @@ func (c *Checker) roll(sh *shard, e *entry, now int64) {
 	if e.pend.used() {
 		sh.orphans = append(sh.orphans, c.delta(e, &e.pend, false, own))
 		e.pend = pending{}
-	}
-	if e.lazy { // nothing left to emit: the next decision queues it anew
-		sh.lazyN--
-		e.dirty, e.lazy = false, false
 	}
 	if ws == e.cur.start+W {
 		e.prev = e.cur
