@@ -144,6 +144,7 @@ func devModule(app config.App, logger *slog.Logger) fx.Option {
 func checkerConfig(app config.App, logger *slog.Logger) checker.Config {
 	ck := app.Checker
 	return checker.Config{InstanceName: app.InstanceID, MaxKeys: ck.MaxKeys, MaxBytes: ck.MaxBytes, LocalMaxKeys: app.Limiter.MaxKeys, FlushInterval: ck.FlushInterval, MaxEmitInterval: ck.MaxEmitInterval,
+		MaxHeldHits: ck.MaxHeldHits, MaxHeldTotal: ck.MaxHeldTotal,
 		Heartbeat: ck.Heartbeat, InstanceTTL: ck.InstanceTTL, MaxClockSkew: ck.MaxClockSkew,
 		MinRefresh: ck.MinRefresh, MaxRefresh: ck.MaxRefresh, PipelineLag: ck.PipelineLag,
 		SafetyPercent: ck.SafetyPercent, NearFloor: ck.NearFloor, NearFloorPercent: ck.NearFloorPct,
