@@ -29,9 +29,16 @@ type Config struct {
 	InstanceName string
 	MaxKeys      int // counter keys held in memory (1<<20)
 	// MaxBytes bounds the key table in bytes as well (0: by MaxKeys
-	// alone): it holds at most MaxBytes / KeyBytes keys.
+	// alone): the heap its keys hold — each key's entry, strings and
+	// state, estimated when it is created (membytes.go) — within one key.
 	MaxBytes int64
 	Shards   int // lock shards, a power of two (256)
+	// LocalMaxKeys bounds the keys of `mode: local` rules the in-process
+	// limiter keeps (limiter.max_keys; 1<<20). Each takes a fixed ~200
+	// bytes whatever its request values: the limiter keys by a 128-bit
+	// digest of the counter key (their analytics entry is in the key
+	// table, under MaxKeys and MaxBytes).
+	LocalMaxKeys int
 
 	// FlushInterval: how often deltas are emitted (50 ms). It is part of
 	// the pipeline lag; a key with several decisions per interval sends
@@ -47,7 +54,15 @@ type Config struct {
 	// could come to need it: it is emitted at the next flush as soon as
 	// what it holds could matter to any instance's band.
 	MaxEmitInterval time.Duration
-	MaxBuffered     int // deltas held while the producer refuses them (1<<20)
+	// MaxHeldHits and MaxHeldTotal bound what emission in proportion to
+	// need holds back — hits decided in memory and not yet emitted, which
+	// a crash (kill -9) loses: per key (256; a key holding more goes at
+	// the next flush, so a fast key holds MaxHeldHits / its rate, not
+	// MaxEmitInterval) and in all (1<<20; each lock shard its share: a
+	// safety bound, since below a busy checker's second of slow keys'
+	// traffic it sends them at every flush).
+	MaxHeldHits, MaxHeldTotal int64
+	MaxBuffered               int // deltas held while the producer refuses them (1<<20)
 
 	RefreshTick time.Duration // refresher wake-up (10 ms)
 	MinRefresh  time.Duration // shortest re-read interval of a key (50 ms)
@@ -99,8 +114,8 @@ func (c *Config) defaults() error {
 	if c.MaxKeys == 0 {
 		c.MaxKeys = 1 << 20
 	}
-	if c.MaxBytes > 0 {
-		c.MaxKeys = int(min(int64(c.MaxKeys), c.MaxBytes/KeyBytes))
+	if c.LocalMaxKeys == 0 {
+		c.LocalMaxKeys = limiter.DefaultMaxKeys
 	}
 	if c.Shards == 0 {
 		c.Shards = 256
@@ -110,6 +125,12 @@ func (c *Config) defaults() error {
 	}
 	if c.MaxBuffered == 0 {
 		c.MaxBuffered = 1 << 20
+	}
+	if c.MaxHeldHits == 0 {
+		c.MaxHeldHits = DefaultMaxHeldHits
+	}
+	if c.MaxHeldTotal == 0 {
+		c.MaxHeldTotal = DefaultMaxHeldTotal
 	}
 	def(&c.FlushInterval, 50*time.Millisecond)
 	def(&c.MaxEmitInterval, time.Second)
@@ -148,6 +169,8 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("checker: shards %d: must be a power of two", c.Shards)
 	case c.MaxKeys < c.Shards:
 		return fmt.Errorf("checker: max keys %d: must be at least the shard count %d", c.MaxKeys, c.Shards)
+	case c.LocalMaxKeys < limiter.DefaultShards:
+		return fmt.Errorf("checker: local max keys %d: must be at least %d", c.LocalMaxKeys, limiter.DefaultShards)
 	case c.MaxEmitInterval > time.Minute:
 		return fmt.Errorf("checker: max emit interval %v: at most a minute (one analytics row)", c.MaxEmitInterval)
 	case c.InstanceTTL < c.Heartbeat:
@@ -156,6 +179,8 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("checker: min refresh %v above max refresh %v", c.MinRefresh, c.MaxRefresh)
 	case c.SafetyPercent < 100:
 		return fmt.Errorf("checker: safety percent %d: must be at least 100", c.SafetyPercent)
+	case c.MaxHeldHits < 0 || c.MaxHeldTotal < 0:
+		return fmt.Errorf("checker: max held hits %d and total %d: must not be negative", c.MaxHeldHits, c.MaxHeldTotal)
 	}
 	return nil
 }
@@ -200,7 +225,14 @@ type Snapshot struct {
 	Flushes, DeltasEmitted, EmitErrors uint64
 	Evictions, EvictedDirty            uint64
 	Keys                               int64
-	Controlled, ControlErrors          uint64
+	// KeyBytes is the key table's heap as estimated (Config.MaxBytes).
+	KeyBytes int64
+	// HeldHits is what emission in proportion to need holds back now:
+	// hits decided in memory that no delta carries yet (at most
+	// Config.MaxHeldTotal), what a kill -9 would lose beside the keys due
+	// at the next flush.
+	HeldHits                  int64
+	Controlled, ControlErrors uint64
 }
 
 // Snapshot adds up the counters.
@@ -211,12 +243,14 @@ func (c *Checker) Snapshot() Snapshot {
 		Refreshes: c.Stats.Refreshes.Load(), RefreshErrors: c.Stats.RefreshErrors.Load(),
 		Flushes: c.Stats.Flushes.Load(), DeltasEmitted: c.Stats.DeltasEmitted.Load(), EmitErrors: c.Stats.EmitErrors.Load(),
 		Evictions: c.Stats.Evictions.Load(), EvictedDirty: c.Stats.EvictedDirty.Load(), Keys: c.Stats.Keys.Load(),
+		KeyBytes:   c.bytes.Load(),
 		Controlled: c.Stats.Controlled.Load(), ControlErrors: c.Stats.ControlErrors.Load(),
 	}
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.Lock()
 		st := sh.stats
+		s.HeldHits += sh.held
 		sh.mu.Unlock()
 		s.Decisions += st.decisions
 		s.Denied += st.denied
@@ -242,16 +276,22 @@ type Checker struct {
 	local    *limiter.Keyed
 	instance string
 	seed     maphash.Seed
-	shards   []shard
-	mask     uint64
-	perShard int
-	seq      atomic.Uint64
-	streams  atomic.Uint64 // analytics stream ids, one per key entry
-	ids      *RequestIDs
-	scratch  sync.Pool // *scratch, for requests of many descriptors
-	works    sync.Pool // *syncWork, one per store charge
-	batch    *batcher  // sends the store charges of concurrent decisions together
-	keyBufs  sync.Pool // *[]byte, counter keys of small requests
+	// localSeeds key the digest local-mode keys go by in the in-process
+	// limiter (localKey).
+	localSeeds [2]maphash.Seed
+	shards     []shard
+	mask       uint64
+	perShard   int
+	// heldPerShard is a lock shard's share of MaxHeldTotal.
+	heldPerShard int64
+	seq          atomic.Uint64
+	streams      atomic.Uint64 // analytics stream ids, one per key entry
+	bytes        atomic.Int64  // the key table's estimated heap (membytes.go)
+	ids          *RequestIDs
+	scratch      sync.Pool // *scratch, for requests of many descriptors
+	works        sync.Pool // *syncWork, one per store charge
+	batch        *batcher  // sends the store charges of concurrent decisions together
+	keyBufs      sync.Pool // *[]byte, counter keys of small requests
 
 	flushNow    chan struct{}
 	dirtyN      atomic.Int64 // keys queued for the next flush
@@ -295,7 +335,7 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 		return nil, errors.New("checker: New needs rules, a counter store, a producer and a clock")
 	}
 	sc := &storeClock{base: clock}
-	local, err := limiter.NewKeyed(limiter.WithMaxKeys(max(cfg.MaxKeys/4, 64)), limiter.WithClock(sc))
+	local, err := limiter.NewKeyed(limiter.WithMaxKeys(cfg.LocalMaxKeys), limiter.WithClock(sc))
 	if err != nil {
 		return nil, err
 	}
@@ -305,8 +345,10 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	}
 	c := &Checker{cfg: cfg, rules: rules, store: cs, prod: prod, clock: sc, local: local,
 		instance: cfg.InstanceName + "/" + hex.EncodeToString(nonce[:]), seed: maphash.MakeSeed(),
-		shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1), perShard: max(cfg.MaxKeys/cfg.Shards, 1),
-		flushNow: make(chan struct{}, 1)}
+		localSeeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		shards:     make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1), perShard: max(cfg.MaxKeys/cfg.Shards, 1),
+		heldPerShard: max(cfg.MaxHeldTotal/int64(cfg.Shards), 1),
+		flushNow:     make(chan struct{}, 1)}
 	for i := range c.shards {
 		c.shards[i].keys = map[uint64]*entry{}
 	}
@@ -331,11 +373,14 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	return c, nil
 }
 
-// KeyBytes is what one tracked key costs in memory, for MaxBytes: the
-// heap a per-IP key of an Envoy-format rule takes, measured by
-// BenchmarkKeyTableBytes (745 bytes), with room for longer keys and
-// values.
-const KeyBytes = 800
+// Defaults of what emission in proportion to need may hold back
+// (Config.MaxHeldHits, MaxHeldTotal): a kill -9 loses at most this much
+// beside what it admitted within one emit (a flush interval and the
+// producer's write).
+const (
+	DefaultMaxHeldHits  = 256
+	DefaultMaxHeldTotal = 1 << 20
+)
 
 // storeLanes is how many batches of store charges are in flight at once:
 // enough to keep the store's connection busy while a batch is answered,

@@ -478,27 +478,3 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 var _ = fmt.Sprint
-
-// TestMaxBytesBoundsTheTable: the key table's bound in bytes becomes a
-// bound in keys (KeyBytes each), the smaller of the two winning.
-func TestMaxBytesBoundsTheTable(t *testing.T) {
-	ms := counters.NewMemStore()
-	for i, c := range []struct {
-		maxKeys  int
-		maxBytes int64
-		want     int
-	}{
-		{0, 0, 1 << 20},
-		{0, 1024 * KeyBytes, 1024},
-		{512, 1024 * KeyBytes, 512},
-		{4096, 0, 4096},
-	} {
-		ch, err := New(Config{MaxKeys: c.maxKeys, MaxBytes: c.maxBytes, Shards: 4}, ruleStore(t, asyncRules), ms, &applyProducer{store: ms}, &clock{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ch.cfg.MaxKeys != c.want {
-			t.Fatalf("step %d: max keys %d, want %d", i, ch.cfg.MaxKeys, c.want)
-		}
-	}
-}

@@ -214,7 +214,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 				s.remaining = 0
 			}
 			s.shadowed = !s.allowed && s.rule.Shadow
-			c.countAnalytics(e, now, cost, false)
+			c.countAnalytics(s, now, cost, false)
 			c.emitSoon(&c.shards[s.sh], e, now, 0, -1)
 			continue
 		}
@@ -226,7 +226,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 				s.retryAfter = res.RetryAfter
 			}
 			s.shadowed = !s.allowed && s.rule.Shadow
-			c.countAnalytics(e, now, cost, s.allowed)
+			c.countAnalytics(s, now, cost, s.allowed)
 			c.emitSoon(&c.shards[s.sh], e, now, 0, -1)
 			continue
 		}
@@ -281,7 +281,7 @@ func (c *Checker) answerWindow(s *slot, now, cost int64) {
 	c.learn(e, now, e.curOthers(), e.curMine(), res.Instances)
 	e.active, e.stale = false, false // the answer is as fresh as a read
 	if s.charged {
-		c.countApplied(e, now, cost, s.allowed)
+		c.countApplied(s, now, cost, s.allowed)
 	} else {
 		c.countRefused(s, e, now, cost)
 	}
@@ -315,7 +315,7 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 	}
 	if s.charged {
 		g.AllowAt(&e.gs, now, cost) // own exact view, before the store's raise
-		c.countApplied(e, now, cost, true)
+		c.countApplied(s, now, cost, true)
 	} else {
 		c.countRefused(s, e, now, cost)
 	}
@@ -337,12 +337,23 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 	}
 }
 
-// degradedDecision finishes a failed charge under the lock: local_budget
-// admits up to this instance's share of what remained at the last answer.
+// degradedDecision finishes a failed charge under the lock (the failure
+// policy decided): what it admitted is counted for the aggregator to add
+// later.
 func (c *Checker) degradedDecision(s *slot, now, cost int64) {
 	e := s.e
+	if s.exact {
+		// A `mode: sync` counter is the store's own (the exact engine's
+		// keys): hits admitted now cannot be added to it later — the
+		// aggregator applies deltas to the async counters — so they go to
+		// the analytics only, and the counter never holds them.
+		c.countAnalytics(s, now, cost, s.allowed)
+		c.fillView(s, now)
+		c.emitSoon(&c.shards[s.sh], e, now, 0, -1)
+		return
+	}
 	if s.allowed || s.rule.Algorithm == config.AlgEnvoy {
-		c.count(e, now, cost, s.allowed, true) // unapplied: the aggregator adds it later
+		c.count(s, now, cost, s.allowed) // unapplied: the aggregator adds it later
 		if e.kind == counters.KindTAT && s.allowed {
 			gcraOf(s.rule).AllowAt(&e.gs, now, cost)
 		}

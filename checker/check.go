@@ -200,9 +200,6 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 		s.resetAfter = time.Duration(int64(r.Window) - now%int64(r.Window))
 		s.shadowed = r.Shadow
 		return
-	case r.Mode == config.ModeLocal:
-		c.decideLocal(s, now, cost)
-		return
 	}
 	sh := &c.shards[s.sh]
 	e := sh.lookup(s.h, r, s.entriesOf(req))
@@ -212,10 +209,15 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 	s.e, e.rule, e.used, e.active = e, r, now, true
 	if e.parked { // used again: its view is stale; near until the store answers, and read soon
 		e.parked, e.stale = false, true
+		sh.parkedStale++
 		sh.schedule(e, now+int64(c.cfg.MinRefresh))
 	}
 	if e.kind == counters.KindWindow {
 		c.roll(sh, e, now)
+	}
+	if r.Mode == config.ModeLocal { // the limiter decides; the entry takes the decision to the analytics
+		c.decideLocal(s, now, cost)
+		return
 	}
 	s.need = needMemory
 	switch {
@@ -323,7 +325,7 @@ func (c *Checker) denyFromMemory(s *slot, now, cost int64) {
 		s.resetAfter = c.windowReset(e, now, false, 0)
 		if s.rule.Algorithm == config.AlgEnvoy {
 			s.charged = true
-			c.count(e, now, cost, false, true)
+			c.count(s, now, cost, false)
 			s.remaining = max(0, v.remaining-cost)
 		}
 	} else {
@@ -333,7 +335,9 @@ func (c *Checker) denyFromMemory(s *slot, now, cost int64) {
 }
 
 // decideLocal runs a `mode: local` rule on the in-process limiter: Envoy
-// rules are charged now, algorithm rules peeked and charged at commit.
+// rules are charged now, algorithm rules peeked and charged at commit
+// (requires the lock of s.e, which only carries the decisions to the
+// analytics: no store call, no read).
 func (c *Checker) decideLocal(s *slot, now, cost int64) {
 	s.need = needLocal
 	var ld limiter.Decision
@@ -371,15 +375,21 @@ func (c *Checker) commit(slots []slot, denied, held bool, now int64) {
 		s := &slots[i]
 		cost := s.cost
 		switch {
-		case s.need == needLocal && s.local:
-			if !denied && s.allowed {
-				ld, _ := c.local.AllowAt(s.key, s.rule.Limiter, now, cost, "")
-				s.remaining = ld.Remaining
+		case s.need == needLocal:
+			allowed := s.allowed // Envoy's semantics: charged as decided, whatever the request's fate
+			if s.local {
+				allowed = !denied && s.allowed
+				if allowed {
+					ld, _ := c.local.AllowAt(s.key, s.rule.Limiter, now, cost, "")
+					s.remaining = ld.Remaining
+				}
 			}
+			c.countAnalytics(s, now, cost, allowed)
+			c.emitSoon(&c.shards[s.sh], s.e, now, 0, -1)
 		case s.need == needMemory && s.e != nil && !s.charged:
 			e := s.e
 			if !denied && s.allowed {
-				c.count(e, now, cost, true, true)
+				c.count(s, now, cost, true)
 				if e.kind == counters.KindTAT {
 					if held {
 						e.gs = s.post
@@ -387,9 +397,6 @@ func (c *Checker) commit(slots []slot, denied, held bool, now int64) {
 						gcraOf(s.rule).AllowAt(&e.gs, now, cost)
 					}
 				}
-			} else if s.shadowed {
-				e.pend.add(now)
-				e.pend.shadowDenied++
 			} else {
 				c.countRefused(s, e, now, cost)
 			}

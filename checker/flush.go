@@ -44,18 +44,24 @@ func (c *Checker) every(interval time.Duration, wake <-chan struct{}, timeout ti
 // MaxEmitInterval (and never past the end of its window or its analytics
 // minute), while what it holds that the store lacks — hits decided in
 // memory, pend.counted — is at most room / (2 × instances), room being the
-// far band's margin at this decision (-1: the decision was not far);
-// else it goes at the next flush. Then the consumption all instances hold
-// back is at most half the far band's margin, which therefore still lies
-// between their view and the near band (docs/design.md, emission).
-// Consumption the store already has (charges, sync decisions) and
-// refusals that charge nothing are analytics only and always wait.
+// far band's margin at this decision (-1: the decision was not far), at
+// most MaxHeldHits, and its shard's lazy keys hold at most their share of
+// MaxHeldTotal; else it goes at the next flush. Then the consumption all
+// instances hold back is at most half the far band's margin, which
+// therefore still lies between their view and the near band
+// (docs/design.md, emission), and what a crash can take with it is
+// bounded per key and in all (a fast key holds a short time: MaxHeldHits
+// over its rate). Consumption the store already has (charges, sync
+// decisions) and refusals that charge nothing are analytics only and
+// always wait.
 func (c *Checker) emitSoon(sh *shard, e *entry, now, cost, room int64) {
 	if e.dirty && !e.lazy {
 		return // due at the next flush already
 	}
 	// held > room / (2 × instances), without a division on the request path
-	if held := int64(e.pend.counted) + cost; held > 0 && (room < 0 || held*2*max(c.fleet(e), int64(e.instances)) > room) || c.slots == 0 {
+	held := int64(e.pend.counted) + cost
+	if held > 0 && (room < 0 || held*2*max(c.fleet(e), int64(e.instances)) > room || held > c.cfg.MaxHeldHits ||
+		sh.held+cost > c.heldPerShard) || c.slots == 0 {
 		if sh.markDirty(e) {
 			c.dirtyN.Add(1)
 		}
@@ -164,8 +170,8 @@ func (c *Checker) flushSlot(deltas []*eventsv1.Delta, sh *shard, t, tick int64, 
 			slot[kept] = e // a later turn of the wheel (the clock went back)
 			kept++
 		default:
-			e.dirty, e.lazy = false, false
-			sh.lazyN--
+			sh.unlazy(e)
+			e.dirty = false
 			if !e.gone {
 				deltas = c.appendDeltas(deltas, e)
 			}
@@ -203,11 +209,11 @@ func (c *Checker) appendDeltas(deltas []*eventsv1.Delta, e *entry) []*eventsv1.D
 // drain moves a departing entry's pending consumption to the shard's
 // orphans (requires the shard lock).
 func (c *Checker) drain(sh *shard, e *entry) {
-	sh.orphans = c.appendDeltas(sh.orphans, e)
 	if e.lazy {
-		sh.lazyN--
+		sh.unlazy(e)
 	}
-	e.dirty, e.lazy = false, false
+	sh.orphans = c.appendDeltas(sh.orphans, e)
+	e.dirty = false
 }
 
 // delta builds the wire delta of one pending slot (Sequence is set when
@@ -232,28 +238,32 @@ func (c *Checker) delta(e *entry, p *pending, applied bool, ownAfter int64) *eve
 }
 
 // count records consumption decided in memory (requires the lock): to the
-// own counters, and to the pending delta.
-func (c *Checker) count(e *entry, now, cost int64, allowed, charge bool) {
+// own counters, and to the pending delta. A refusal counted all the same
+// (Envoy's semantics) is tallied as its caller was answered.
+func (c *Checker) count(s *slot, now, cost int64, allowed bool) {
+	e := s.e
 	p := &e.pend
 	p.window = e.cur.start
-	p.tally(now, cost, allowed)
-	if charge {
-		e.observe(now, cost)
-		p.counted += uint64(cost)
-		e.sinceAnswer += cost
-		if e.x != nil {
-			e.x.spent += cost
-		}
-		if e.kind == counters.KindWindow {
-			e.cur.emitted += cost
-		} else {
-			e.cum += cost
-		}
+	p.tally(now, cost, allowed, refusalOf(s), true)
+	e.observe(now, cost)
+	p.counted += uint64(cost)
+	if e.lazy { // held back: what a crash would lose (emitSoon bounds it)
+		c.shards[e.hash&c.mask].held += cost
+	}
+	e.sinceAnswer += cost
+	if e.x != nil {
+		e.x.spent += cost
+	}
+	if e.kind == counters.KindWindow {
+		e.cur.emitted += cost
+	} else {
+		e.cum += cost
 	}
 }
 
 // countApplied records consumption the store already applied (a charge).
-func (c *Checker) countApplied(e *entry, now, cost int64, allowed bool) {
+func (c *Checker) countApplied(s *slot, now, cost int64, allowed bool) {
+	e := s.e
 	e.observe(now, cost)
 	p := &e.pendApplied
 	p.window = e.cur.start // roll() emitted any earlier window's charges
@@ -262,41 +272,52 @@ func (c *Checker) countApplied(e *entry, now, cost int64, allowed bool) {
 	} else {
 		e.cumCharged += cost
 	}
-	p.tally(now, cost, allowed)
+	p.tally(now, cost, allowed, refusalOf(s), true)
 	p.counted += uint64(cost)
 }
 
-// countDenied records a refusal that charged nothing (analytics only).
-func (c *Checker) countDenied(e *entry, now, cost int64) {
-	p := &e.pend
-	p.window = e.cur.start
-	p.add(now)
-	p.deniedCount++
-	p.deniedCost += uint64(cost)
-}
-
-// countRefused records a refusal that charged nothing: deferred for a
-// deferrable descriptor, denied otherwise (analytics only).
+// countRefused records a refusal that charged nothing (analytics only),
+// as its caller was answered (refusalOf).
 func (c *Checker) countRefused(s *slot, e *entry, now, cost int64) {
-	if s.release {
-		return
-	}
-	if !s.deferrable || s.never {
-		c.countDenied(e, now, cost)
-		return
-	}
 	p := &e.pend
 	p.window = e.cur.start
-	p.add(now)
-	p.deferred++
+	p.tally(now, cost, false, refusalOf(s), false)
 }
 
-// countAnalytics records a decision the store applied itself (`mode:
-// sync`): emitted as already applied, for analytics only.
-func (c *Checker) countAnalytics(e *entry, now, cost int64, allowed bool) {
+// countAnalytics records a decision the counters already hold: one the
+// store ran whole (`mode: sync`), or one the in-process limiter of a
+// `mode: local` rule made. Emitted as already applied, for analytics only.
+func (c *Checker) countAnalytics(s *slot, now, cost int64, allowed bool) {
+	e := s.e
 	p := &e.pendApplied
 	p.window = e.cur.start
-	p.tally(now, cost, allowed)
+	p.tally(now, cost, allowed, refusalOf(s), false)
+}
+
+// refusal is how a refused decision counts in analytics: as its caller
+// was answered.
+type refusal uint8
+
+const (
+	refusedDenied   refusal = iota
+	refusedDeferred         // an `on_exceed: defer` rule that could admit it later
+	refusedShadow           // a shadow_mode rule: admitted after all, recorded as shadow-denied
+	refusedRelease          // the drain's "not yet" on a deferred request: counted deferred once already
+)
+
+// refusalOf says how a refusal of slot s counts (a shadow rule refused
+// only when it refused itself: a request another rule refused is
+// denied under it too).
+func refusalOf(s *slot) refusal {
+	switch {
+	case s.release:
+		return refusedRelease
+	case s.rule.Shadow && !s.allowed:
+		return refusedShadow
+	case s.deferrable && !s.never:
+		return refusedDeferred
+	}
+	return refusedDenied
 }
 
 // pending is consumption counted but not yet flushed, for one window.
@@ -320,13 +341,30 @@ func (p *pending) add(now int64) {
 	p.last = max(p.last, now)
 }
 
-// tally adds one decision of cost hits to p.
-func (p *pending) tally(now, cost int64, allowed bool) {
+// tally adds one decision of cost hits to p: admitted, or refused and
+// counted as why says. charged: the refused hits were counted all the
+// same (Envoy's semantics); their cost then goes to deniedCost whatever
+// the answer, so that a delta's counted cost stays within its allowed and
+// denied cost (events.Validate), and a release is then a denial as any
+// refused call that counts.
+func (p *pending) tally(now, cost int64, allowed bool, why refusal, charged bool) {
+	if !allowed && why == refusedRelease && !charged {
+		return // nobody's refusal: the request was counted deferred when it was queued
+	}
 	p.add(now)
-	if allowed {
+	switch {
+	case allowed:
 		p.allowedCount++
 		p.allowedCost += uint64(cost)
-	} else {
+		return
+	case why == refusedShadow:
+		p.shadowDenied++
+		if charged {
+			p.deniedCost += uint64(cost)
+		}
+	case why == refusedDeferred && !charged:
+		p.deferred++
+	default:
 		p.deniedCount++
 		p.deniedCost += uint64(cost)
 	}

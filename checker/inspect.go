@@ -149,7 +149,7 @@ func (c *Checker) probe(ctx context.Context, st KeyState, r *config.Rule, key st
 	case r.Limit == 0: // blocks everything
 		p.ResetAfterMs = (int64(r.Window) - now%int64(r.Window)) / 1e6
 	case r.Mode == config.ModeLocal:
-		d, err := c.local.PeekAt(key, r.Limiter, now, 0)
+		d, err := c.local.PeekAt(c.localKey(key), r.Limiter, now, 0)
 		if err != nil {
 			return st, fmt.Errorf("checker: peeking at %s: %w", key, err)
 		}
@@ -228,7 +228,7 @@ func (c *Checker) Reset(ctx context.Context, domain string, entries []config.Ent
 		return res, &FieldError{"descriptor", fmt.Errorf("rule %s keeps no counter (unlimited or blocking)", r.ID)}
 	}
 	if r.Mode == config.ModeLocal {
-		c.local.Reset(key, r.Limiter)
+		c.local.Reset(c.localKey(key), r.Limiter)
 		res.Scope = "this checker"
 		return res, nil
 	}
@@ -279,6 +279,9 @@ func (c *Checker) Reset(ctx context.Context, domain string, entries []config.Ent
 	held := e != nil && !e.gone
 	if held {
 		e.overUntil, e.room, e.roomUntil = 0, 0, 0
+		if e.parked {
+			sh.parkedStale++
+		}
 		e.active, e.parked = true, false // a read to make, even of a key nobody uses now
 		sh.schedule(e, now)              // learn the reset before the next decision
 	}

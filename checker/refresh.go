@@ -49,6 +49,10 @@ func (c *Checker) Refresh(ctx context.Context) {
 				break
 			}
 			e := heap.Pop(&sh.refresh).(*entry)
+			if e.rule.Mode == config.ModeLocal { // its counter is in this process: nothing to read, only its idle eviction
+				c.idle(sh, e, now)
+				continue
+			}
 			if !e.active && e.answered && parkable(e) {
 				c.idle(sh, e, now) // nothing to learn: no read
 				continue
@@ -177,11 +181,25 @@ func (c *Checker) dropParked(sh *shard, now int64) {
 		sh.parkedHead++
 		switch e := ref.e; {
 		case e.gone || !e.parked || e.used != ref.used: // used again, or evicted: stale
+			sh.parkedStale = max(0, sh.parkedStale-1)
 		case e.dirty:
 			sh.parked = append(sh.parked, ref)
 		default:
 			c.dropEntry(sh, e, now)
 		}
+	}
+	// References to entries used again or evicted since are dropped
+	// before their turn once they are most of the queue: an evicted
+	// entry must not stay reachable for IdleAfter.
+	if live := len(sh.parked) - sh.parkedHead; sh.parkedStale > 64 && sh.parkedStale*2 > live {
+		kept := sh.parked[:0]
+		for _, ref := range sh.parked[sh.parkedHead:] {
+			if e := ref.e; !e.gone && e.parked && e.used == ref.used {
+				kept = append(kept, ref)
+			}
+		}
+		clear(sh.parked[len(kept):])
+		sh.parked, sh.parkedHead, sh.parkedStale = kept, 0, 0
 	}
 	if sh.parkedHead > 64 && sh.parkedHead*2 > len(sh.parked) {
 		n := copy(sh.parked, sh.parked[sh.parkedHead:])

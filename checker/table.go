@@ -2,6 +2,7 @@ package checker
 
 import (
 	"container/heap"
+	"encoding/binary"
 	"hash/fnv"
 	"hash/maphash"
 	"strings"
@@ -59,7 +60,8 @@ type entry struct {
 	// the small fields last, together: no padding between them
 	heapIdx   int32 // index in the shard's refresh heap; -1 when not in it
 	instances int32
-	answers   int8 // store answers that taught a rate (0, 1, 2+)
+	bytes     int32 // the heap it holds, as estimated when created (membytes.go)
+	answers   int8  // store answers that taught a rate (0, 1, 2+)
 	kind      counters.Kind
 	answered  bool // the store has answered for this key at least once
 	restored  bool // created again after an eviction while over its limit
@@ -104,15 +106,20 @@ type shard struct {
 	dirty []*entry   // entries whose pending consumption goes at the next flush
 	wheel [][]*entry // lazy entries by flush tick (mod its length); made on first use
 	lazyN int        // entries waiting in the wheel
+	// held is the hits the lazy entries hold that the store lacks (the
+	// sum of their pend.counted): what a crash would lose of this shard
+	// beside the due deltas, bounded by Config.MaxHeldTotal / shards.
+	held int64
 	// parked entries, oldest use first (roughly: parked a second after
 	// use), for their idle eviction without a place in the refresh heap
-	parked     []parkedRef
-	parkedHead int
-	orphans    []*eventsv1.Delta // pending consumption of evicted dirty entries
-	refresh    refreshHeap
-	tombs      []int64 // "over until" by hash slot; allocated on first eviction
-	stats      shardStats
-	_          [40]byte
+	parked      []parkedRef
+	parkedHead  int
+	parkedStale int               // references in parked whose entry was used again or evicted since
+	orphans     []*eventsv1.Delta // pending consumption of evicted dirty entries
+	refresh     refreshHeap
+	tombs       []int64 // "over until" by hash slot; allocated on first eviction
+	stats       shardStats
+	_           [40]byte
 }
 
 // lookup finds the entry of rule r for the request values es.
@@ -171,7 +178,16 @@ func (sh *shard) remove(e *entry) {
 	if e.heapIdx >= 0 {
 		heap.Remove(&sh.refresh, int(e.heapIdx))
 	}
+	if e.parked {
+		sh.parkedStale++
+	}
 	e.gone = true
+	// The emission wheel may still point at it for up to a turn (its
+	// stale places are skipped, not searched for): what it copied from
+	// the request goes now, so that an evicted key frees its bytes at
+	// once. Nothing reads them once it is gone (its pending deltas were
+	// built first).
+	e.key, e.skey, e.desc, e.vals = "", "", "", nil
 }
 
 // markDirty queues e for the next flush (requires sh.mu held); it reports
@@ -182,11 +198,20 @@ func (sh *shard) markDirty(e *entry) bool {
 		return false
 	}
 	if e.lazy {
-		sh.lazyN--
+		sh.unlazy(e)
 	}
-	e.dirty, e.lazy = true, false
+	e.dirty = true
 	sh.dirty = append(sh.dirty, e)
 	return true
+}
+
+// unlazy takes a lazy e out of the wheel's count and its held hits out of
+// the shard's (requires sh.mu held; before its pending consumption is
+// emitted or reset). Its place in the wheel goes stale and is skipped.
+func (sh *shard) unlazy(e *entry) {
+	sh.lazyN--
+	sh.held -= int64(e.pend.counted)
+	e.lazy = false
 }
 
 // markLazy queues a clean e for flush tick tick (requires sh.mu held; tick
@@ -201,6 +226,7 @@ func (sh *shard) markLazy(e *entry, tick int64, slots int) {
 	}
 	e.dirty, e.lazy, e.lazyTick = true, true, tick
 	sh.lazyN++
+	sh.held += int64(e.pend.counted)
 	i := tick % int64(slots)
 	sh.wheel[i] = append(sh.wheel[i], e)
 }
@@ -256,9 +282,10 @@ func tombSlots(h uint64, n int) (int, int) {
 func descText(es []config.Entry) string { return string(config.AppendDescriptorText(nil, es)) }
 
 // keys identifies every descriptor's counter: a 64-bit hash of the rule
-// and the request values for async and sync rules (no key string is built
-// on the request path; the table compares values on lookup), the key string
-// in the pooled buffer for local rules (the in-process limiter keys by it).
+// and the request values, its entry's in the key table (no key string is
+// built on the request path; the table compares values on lookup), and
+// for local rules the key string in the pooled buffer as well (the
+// in-process limiter keys by it).
 func (c *Checker) keys(bufpp **[]byte, req *Request, rules []*config.Rule, slots []slot) {
 	var buf []byte
 	if *bufpp != nil {
@@ -280,11 +307,14 @@ func (c *Checker) keys(bufpp **[]byte, req *Request, rules []*config.Rule, slots
 				*bufpp = c.keyBufs.Get().(*[]byte)
 				buf = (**bufpp)[:0]
 			}
+			at := len(buf)
 			buf = config.AppendCounterKey(buf, r, es)
-		} else {
-			s.h = c.counterHash(r, es)
-			s.sh = int(s.h & c.mask)
+			buf = c.appendLocalKey(buf[:at], buf[at:])
 		}
+		// (a local rule's entry in the table carries its decisions to
+		// the analytics; its counter is the in-process limiter's)
+		s.h = c.counterHash(r, es)
+		s.sh = int(s.h & c.mask)
 		// Descriptors naming the same counter are decided together: their
 		// hits add up, and each reports the counter after all of them.
 		for j := range i {
@@ -307,6 +337,26 @@ func (c *Checker) keys(bufpp **[]byte, req *Request, rules []*config.Rule, slots
 	}
 }
 
+// localKeyBytes is the length of a local-mode key in the in-process
+// limiter: a 128-bit digest of its counter key, so that a key costs the
+// limiter the same few bytes whatever values it carries.
+const localKeyBytes = 16
+
+// appendLocalKey appends the limiter key of counter key key to buf (key
+// may alias buf's spare capacity: it is read before anything is written).
+// Two independent 64-bit hashes under seeds drawn at start: a collision
+// takes about 2^64 keys, and nobody outside the process knows the seeds.
+func (c *Checker) appendLocalKey(buf, key []byte) []byte {
+	a, b := maphash.Bytes(c.localSeeds[0], key), maphash.Bytes(c.localSeeds[1], key)
+	var d [localKeyBytes]byte
+	binary.LittleEndian.PutUint64(d[:8], a)
+	binary.LittleEndian.PutUint64(d[8:], b)
+	return append(buf, d[:]...)
+}
+
+// localKey is the limiter key of counter key key (off the request path).
+func (c *Checker) localKey(key string) string { return string(c.appendLocalKey(nil, []byte(key))) }
+
 // counterHash hashes a counter's identity: the rule id and each value
 // (the pattern, for wildcard entries that share a threshold).
 func (c *Checker) counterHash(r *config.Rule, es []config.Entry) uint64 {
@@ -322,19 +372,23 @@ func (c *Checker) counterHash(r *config.Rule, es []config.Entry) uint64 {
 }
 
 // create adds a key to sh (requires sh.mu held), evicting first when the
-// shard is full, and starts it over its limit if its tombstone says so.
+// shard is full or the table is over its bytes, and starts it over its
+// limit if its tombstone says so.
 func (c *Checker) create(sh *shard, s *slot, req *Request, now int64) *entry {
 	if sh.len() >= c.perShard {
-		c.evict(sh, now)
+		c.evict(sh, now, false)
 	}
 	es := s.entriesOf(req)
 	vals := make([]string, len(es))
+	owned := vals[:0:0]
 	for i := range es {
-		// a copy: a request's strings may alias its caller's buffer
-		vals[i] = strings.Clone(es[i].Value)
 		if i < len(s.rule.Shared) && s.rule.Shared[i] {
 			vals[i] = s.rule.Path[i].Value
+			continue
 		}
+		// a copy: a request's strings may alias its caller's buffer
+		vals[i] = strings.Clone(es[i].Value)
+		owned = append(owned, vals[i])
 	}
 	key := string(config.AppendCounterKey(nil, s.rule, es))
 	e := &entry{key: key, skey: c.storeKey(key, s.rule), vals: vals, desc: descText(es),
@@ -343,6 +397,10 @@ func (c *Checker) create(sh *shard, s *slot, req *Request, now int64) *entry {
 	if e.kind == counters.KindTAT {
 		e.bucketCounter = new(bucketCounter)
 	}
+	need := entryBytes(e, owned)
+	e.bytes = int32(min(need, 1<<31-1))
+	c.makeRoom(s.sh, need, now)
+	c.bytes.Add(int64(e.bytes))
 	if sh.tombs != nil {
 		i, j := tombSlots(s.h, len(sh.tombs))
 		if t := min(sh.tombs[i], sh.tombs[j]); t > now {
@@ -365,23 +423,30 @@ func (c *Checker) create(sh *shard, s *slot, req *Request, now int64) *entry {
 }
 
 // evict drops the least recently used of a sample of sh's keys (requires
-// sh.mu held). A dirty victim's consumption is kept as orphan deltas; an
-// over-limit victim is remembered in the tombstones.
-func (c *Checker) evict(sh *shard, now int64) {
+// sh.mu held) and reports whether it dropped one: not when the shard is
+// empty or, with older, when the sample's oldest was used at now (it may
+// belong to the request being decided). A dirty victim's consumption is
+// kept as orphan deltas; an over-limit victim is remembered in the
+// tombstones.
+func (c *Checker) evict(sh *shard, now int64, older bool) bool {
 	var victim *entry
 	n := 0
 	for _, e := range sh.keys {
-		if victim == nil || e.used < victim.used {
-			victim = e
+		for ; e != nil; e = e.next { // (equal hashes chain)
+			if victim == nil || e.used < victim.used {
+				victim = e
+			}
+			n++
 		}
-		if n++; n == 8 {
+		if n >= 8 {
 			break
 		}
 	}
-	if victim == nil {
-		return
+	if victim == nil || older && victim.used >= now {
+		return false
 	}
 	c.dropEntry(sh, victim, now)
+	return true
 }
 
 // dropEntry removes e (requires sh.mu held).
@@ -392,13 +457,15 @@ func (c *Checker) dropEntry(sh *shard, e *entry, now int64) {
 	}
 	if e.overUntil > now {
 		if sh.tombs == nil {
-			sh.tombs = make([]int64, tombSize(c.perShard))
+			sh.tombs = make([]int64, tombSize(c.tombKeys()))
+			c.bytes.Add(heapSize(8 * len(sh.tombs)))
 		}
 		i, j := tombSlots(e.hash, len(sh.tombs))
 		sh.tombs[i] = max(sh.tombs[i], e.overUntil)
 		sh.tombs[j] = max(sh.tombs[j], e.overUntil)
 	}
 	sh.remove(e)
+	c.bytes.Add(-int64(e.bytes))
 	c.Stats.Evictions.Add(1)
 	c.Stats.Keys.Add(-1)
 }

@@ -70,6 +70,10 @@ func (c *Checker) roll(sh *shard, e *entry, now int64) {
 	if e.answered {
 		own = e.cur.emitted
 	}
+	if e.lazy { // nothing left to emit once its orphans go: the next decision queues it anew
+		sh.unlazy(e)
+		e.dirty = false
+	}
 	if e.pendApplied.used() { // store charges of the window left behind
 		sh.orphans = append(sh.orphans, c.delta(e, &e.pendApplied, true, own))
 		e.pendApplied = pending{}
@@ -77,10 +81,6 @@ func (c *Checker) roll(sh *shard, e *entry, now int64) {
 	if e.pend.used() {
 		sh.orphans = append(sh.orphans, c.delta(e, &e.pend, false, own))
 		e.pend = pending{}
-	}
-	if e.lazy { // nothing left to emit: the next decision queues it anew
-		sh.lazyN--
-		e.dirty, e.lazy = false, false
 	}
 	if ws == e.cur.start+W {
 		e.prev = e.cur
@@ -164,7 +164,7 @@ func (c *Checker) decideWindow(s *slot, v view, now, cost int64) {
 	}
 	if r.Algorithm == config.AlgEnvoy { // Envoy: every call counts
 		s.charged = true
-		c.count(e, now, cost, s.allowed, true)
+		c.count(s, now, cost, s.allowed)
 		s.remaining = max(0, v.remaining-cost)
 		s.resetAfter = time.Duration(e.cur.start + W - now)
 	}

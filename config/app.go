@@ -58,6 +58,9 @@ type AnalyticsConfig struct {
 	Token         string        `yaml:"token"`
 	MaxWindow     time.Duration `yaml:"max_window"`     // longest window a query covers (7 days, at most 31)
 	MaxConcurrent int           `yaml:"max_concurrent"` // queries at once; more answer 503 (8: a dashboard asks 3 at a time)
+	// MemoryMaxBytes bounds `velvetrope dev`'s in-memory usage rows (64
+	// MiB); past it the oldest minutes' rows are dropped, counted.
+	MemoryMaxBytes int64 `yaml:"memory_max_bytes"`
 }
 
 // LimitsConfig bounds the size of one request on every surface (HTTP,
@@ -142,14 +145,18 @@ type CheckerConfig struct {
 	// MaxEmitInterval: how long a key far from its limit may hold its
 	// consumption before emitting it.
 	MaxEmitInterval time.Duration `yaml:"max_emit_interval"`
-	MinRefresh      time.Duration `yaml:"min_refresh"`
-	MaxRefresh      time.Duration `yaml:"max_refresh"`
-	PipelineLag     time.Duration `yaml:"pipeline_lag"`
-	SafetyPercent   int64         `yaml:"safety_percent"`
-	NearFloor       int64         `yaml:"near_floor"`
-	NearFloorPct    int64         `yaml:"near_floor_percent"`
-	IdleAfter       time.Duration `yaml:"idle_after"`
-	ControlPoll     time.Duration `yaml:"control_poll"`
+	// MaxHeldHits, MaxHeldTotal: the most such keys hold back, per key
+	// and in all (what a kill -9 loses beside one flush).
+	MaxHeldHits   int64         `yaml:"max_held_hits"`
+	MaxHeldTotal  int64         `yaml:"max_held_hits_total"`
+	MinRefresh    time.Duration `yaml:"min_refresh"`
+	MaxRefresh    time.Duration `yaml:"max_refresh"`
+	PipelineLag   time.Duration `yaml:"pipeline_lag"`
+	SafetyPercent int64         `yaml:"safety_percent"`
+	NearFloor     int64         `yaml:"near_floor"`
+	NearFloorPct  int64         `yaml:"near_floor_percent"`
+	IdleAfter     time.Duration `yaml:"idle_after"`
+	ControlPoll   time.Duration `yaml:"control_poll"`
 	// Heartbeat, InstanceTTL: the registry of live checkers; MaxClockSkew:
 	// how far this checker's clock may be from the counter store's.
 	Heartbeat    time.Duration `yaml:"heartbeat"`
@@ -296,12 +303,13 @@ func DefaultApp() App {
 		ClickHouse: ClickHouseConfig{Database: "velvetrope", Username: "default", RetentionDays: 30,
 			FlushInterval: 2 * time.Second, MaxRows: 1_000_000},
 		Limiter: LimiterConfig{MaxKeys: 1 << 20, IdempotencyTTL: time.Minute},
-		Checker: CheckerConfig{MaxKeys: 1 << 20, MaxBytes: 1 << 30, FlushInterval: 50 * time.Millisecond, MaxEmitInterval: time.Second, MinRefresh: 50 * time.Millisecond,
+		Checker: CheckerConfig{MaxKeys: 1 << 20, MaxBytes: 1 << 30, FlushInterval: 50 * time.Millisecond, MaxEmitInterval: time.Second,
+			MaxHeldHits: 256, MaxHeldTotal: 1 << 20, MinRefresh: 50 * time.Millisecond,
 			MaxRefresh: 5 * time.Second, PipelineLag: 250 * time.Millisecond, SafetyPercent: 200, NearFloor: 2,
 			NearFloorPct: 1, IdleAfter: 2 * time.Minute, ControlPoll: time.Second,
 			Heartbeat: time.Second, InstanceTTL: 3 * time.Second, MaxClockSkew: 100 * time.Millisecond, SpillMaxBytes: 256 << 20, TopicPartitions: 16,
 			StoreTimeout: 150 * time.Millisecond, BreakerFailures: 5, BreakerOpenFor: time.Second},
-		Analytics: AnalyticsConfig{MaxWindow: 7 * 24 * time.Hour, MaxConcurrent: 8},
+		Analytics: AnalyticsConfig{MaxWindow: 7 * 24 * time.Hour, MaxConcurrent: 8, MemoryMaxBytes: 64 << 20},
 		Limits:    LimitsConfig{MaxDescriptors: 16, MaxEntries: 8, MaxKeyBytes: 128, MaxValueBytes: 1024, MaxRequestIDBytes: 128},
 		Aggregator: AggregatorConfig{Group: "velvetrope-aggregator", BatchSize: 1000, BatchWait: 20 * time.Millisecond,
 			SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second, RebalanceTimeout: 6 * time.Second,
@@ -480,6 +488,9 @@ func (a App) Validate() error {
 		bad("analytics.max_window/max_concurrent", "want 1m <= max_window <= 744h (31 days) and 1 <= max_concurrent <= 256, got %v and %d",
 			an.MaxWindow, an.MaxConcurrent)
 	}
+	if a.Analytics.MemoryMaxBytes < 1<<20 {
+		bad("analytics.memory_max_bytes", "must be at least 1 MiB, got %d", a.Analytics.MemoryMaxBytes)
+	}
 	if a.HTTP.MaxBodyBytes <= 0 {
 		bad("http.max_body_bytes", "must be > 0, got %d", a.HTTP.MaxBodyBytes)
 	}
@@ -527,6 +538,8 @@ func (a App) Validate() error {
 		bad("checker.flush_interval", "must be in (0, 1m], got %v", ck.FlushInterval)
 	case ck.MaxEmitInterval < ck.FlushInterval || ck.MaxEmitInterval > time.Minute:
 		bad("checker.max_emit_interval", "must be in [checker.flush_interval (%v), 1m], got %v", ck.FlushInterval, ck.MaxEmitInterval)
+	case ck.MaxHeldHits < 1 || ck.MaxHeldTotal < ck.MaxHeldHits:
+		bad("checker.max_held_hits/max_held_hits_total", "want 1 <= max_held_hits <= max_held_hits_total, got %d and %d", ck.MaxHeldHits, ck.MaxHeldTotal)
 	case ck.Heartbeat <= 0 || ck.InstanceTTL < ck.Heartbeat:
 		bad("checker.heartbeat/instance_ttl", "want 0 < heartbeat <= instance_ttl, got %v and %v", ck.Heartbeat, ck.InstanceTTL)
 	case ck.MaxClockSkew <= 0:

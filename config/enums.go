@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"time"
 
 	"github.com/velvetrope/velvetrope/limiter"
@@ -21,6 +22,17 @@ const (
 	AlgLeakyBucket   Algorithm = "leaky_bucket"
 	AlgSlidingLog    Algorithm = "sliding_log"
 )
+
+// Algorithms lists every algorithm a rule may name, Envoy's semantics
+// (AlgEnvoy, written as no algorithm) first: the one list the rule parser
+// accepts and the delta validator knows (package events), so that no
+// algorithm a rule can run makes deltas the pipeline refuses.
+func Algorithms() []Algorithm {
+	return []Algorithm{AlgEnvoy, AlgFixedWindow, AlgSlidingWindow, AlgTokenBucket, AlgGCRA, AlgLeakyBucket, AlgSlidingLog}
+}
+
+// Known reports whether a is one of [Algorithms].
+func (a Algorithm) Known() bool { return slices.Contains(Algorithms(), a) }
 
 // Bucket reports whether the algorithm keeps a bucket (a theoretical
 // arrival time) rather than window counts.

@@ -645,8 +645,17 @@ func (p *parser) descriptor(n *yaml.Node) *Descriptor {
 // MaxShards bounds the shards extension.
 const MaxShards = 64
 
-var algorithms = []string{string(AlgFixedWindow), string(AlgSlidingWindow), string(AlgTokenBucket), string(AlgGCRA),
-	string(AlgLeakyBucket), string(AlgSlidingLog)}
+// algorithms are the names an `algorithm:` field accepts: [Algorithms]
+// but Envoy's semantics, which is written as no algorithm.
+var algorithms = func() []string {
+	var names []string
+	for _, a := range Algorithms() {
+		if a != AlgEnvoy {
+			names = append(names, string(a))
+		}
+	}
+	return names
+}()
 
 func (p *parser) enum(n *yaml.Node, field string, allowed []string) string {
 	s := p.str(n, field)

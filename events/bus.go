@@ -5,19 +5,37 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/internal/logx"
 )
 
 // Producer sends deltas. Produce returns nil once every delta is durably
 // accepted (acknowledged by the bus, or written to a spill file), and an
-// error when none of them was; deltas of one counter key keep their order.
+// error when none of them was, or not all: the caller keeps them and
+// produces them again, in order, and copies are dropped downstream by
+// (instance, sequence). Deltas of one counter key keep their order.
+//
+// A delta that can never be delivered — invalid, larger than
+// MaxRecordBytes, refused by the bus for what it is — is set aside:
+// counted ([DropCounter]), logged at a bounded rate, and never returned as
+// an error, so that it cannot hold up the deltas produced with it or after
+// it (the checker keeps a refused batch ahead of every later delta).
 // Implementations are safe for concurrent use, but the checker calls
 // Produce from its one flusher goroutine, never from the request path.
 type Producer interface {
 	Produce(ctx context.Context, deltas []*eventsv1.Delta) error
 	Close(ctx context.Context) error
+}
+
+// DropCounter is a producer that counts the deltas it set aside for good
+// ([KafkaProducer], [MemBus]), for the process's metrics.
+type DropCounter interface {
+	DroppedDeltas() uint64
 }
 
 // Publisher appends raw records to a topic, partitioned by key, and
@@ -58,7 +76,8 @@ var ErrClosed = errors.New("events: closed")
 // dev` and tests. Messages are partitioned by key hash, like Kafka; they
 // are encoded and decoded exactly as on Kafka, so the codec is exercised.
 // Memory is bounded: at most maxPending uncommitted messages, and at most
-// LimitBytes of their keys and values when set.
+// LimitBytes of their keys and values when set. A delta that can never be
+// delivered is set aside as on Kafka ([Producer]).
 type MemBus struct {
 	mu           sync.Mutex
 	wake         chan struct{} // closed and replaced when messages arrive
@@ -70,6 +89,11 @@ type MemBus struct {
 	maxBytes     int64 // 0: no bound in bytes
 	seed         maphash.Seed
 	closed       bool
+
+	// Dropped counts deltas set aside for good (invalid, or above
+	// MaxRecordBytes); each is logged, at most one line per 10 s.
+	Dropped atomic.Uint64
+	dropLog atomic.Pointer[logx.Limited]
 }
 
 type memPart struct {
@@ -84,8 +108,10 @@ func NewMemBus(partitions, maxPending int) (*MemBus, error) {
 	if partitions <= 0 || maxPending <= 0 {
 		return nil, fmt.Errorf("events: mem bus needs partitions and maxPending > 0, got %d and %d", partitions, maxPending)
 	}
-	return &MemBus{wake: make(chan struct{}), parts: make([]memPart, partitions), maxPending: maxPending,
-		seed: maphash.MakeSeed()}, nil
+	b := &MemBus{wake: make(chan struct{}), parts: make([]memPart, partitions), maxPending: maxPending,
+		seed: maphash.MakeSeed()}
+	b.SetLogger(slog.New(slog.DiscardHandler))
+	return b, nil
 }
 
 // LimitBytes bounds the bytes (keys and values) of the uncommitted
@@ -98,18 +124,31 @@ func (b *MemBus) LimitBytes(n int64) {
 	b.maxBytes = n
 }
 
+// SetLogger makes the bus log the deltas it sets aside through l (by
+// default it logs nothing, and counts them in Dropped).
+func (b *MemBus) SetLogger(l *slog.Logger) { b.dropLog.Store(logx.New(l, 10*time.Second)) }
+
+// DroppedDeltas implements [DropCounter].
+func (b *MemBus) DroppedDeltas() uint64 { return b.Dropped.Load() }
+
 // Partitions returns the partition count.
 func (b *MemBus) Partitions() int { return len(b.parts) }
 
-// Produce implements [Producer]: all deltas or none.
+// Produce implements [Producer]: every deliverable delta or none (when
+// the bus is full or closed); an undeliverable one is set aside and the
+// others go.
 func (b *MemBus) Produce(_ context.Context, deltas []*eventsv1.Delta) error {
-	msgs := make([]Message, len(deltas))
-	for i, d := range deltas {
-		v, err := Encode(d)
+	msgs := make([]Message, 0, len(deltas))
+	for _, d := range deltas {
+		v, err := encodeDelta(d)
 		if err != nil {
-			return err
+			setAside(&b.Dropped, b.dropLog.Load(), d.GetCounterKey(), err)
+			continue
 		}
-		msgs[i] = Message{Key: []byte(d.CounterKey), Value: v}
+		msgs = append(msgs, Message{Key: []byte(d.CounterKey), Value: v})
+	}
+	if len(msgs) == 0 {
+		return nil
 	}
 	return b.produceRaw(msgs)
 }

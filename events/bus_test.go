@@ -1,12 +1,16 @@
 package events
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/internal/testsvc"
 )
 
 func TestMemBus(t *testing.T) {
@@ -67,13 +71,6 @@ func TestMemBusBoundedAndClosed(t *testing.T) {
 	}
 	if err := b.Produce(ctx, []*eventsv1.Delta{delta(3, "a", 1)}); !errors.Is(err, ErrBusFull) {
 		t.Fatalf("over the bound: %v", err)
-	}
-	bad := delta(4, "a", 1)
-	bad.Sequence = 0
-	m, _ := b.Fetch(ctx)
-	b.Commit(ctx, m)
-	if err := b.Produce(ctx, []*eventsv1.Delta{bad}); !errors.Is(err, ErrBadRecord) {
-		t.Fatalf("invalid delta accepted: %v", err)
 	}
 	b.Close(ctx)
 	if _, err := b.Fetch(ctx); !errors.Is(err, ErrClosed) {
@@ -140,4 +137,72 @@ func TestMemBusBoundedInBytes(t *testing.T) {
 	if err := b.Publish(ctx, []Message{rec("g", 999)}); err != nil {
 		t.Fatalf("after every record was committed: %v", err)
 	}
+}
+
+// TestOneBadDeltaNeverBlocksTheBatch (issue 19, item 3): on every bus, a
+// batch holding deltas that can never be delivered (invalid, above
+// MaxRecordBytes) delivers the others, returns nil, and counts what it set
+// aside; the in-memory bus used to fail the whole batch, which the checker
+// then kept ahead of every later delta.
+func TestOneBadDeltaNeverBlocksTheBatch(t *testing.T) {
+	batch := func() []*eventsv1.Delta {
+		invalid := delta(2, "b", 1)
+		invalid.Algorithm = "magic"
+		tooBig := delta(3, "c", 1)
+		tooBig.DescriptorText = strings.Repeat("x", MaxRecordBytes)
+		return []*eventsv1.Delta{delta(1, "a", 1), invalid, tooBig, delta(4, "d", 2)}
+	}
+	ctx := context.Background()
+	t.Run("memory", func(t *testing.T) {
+		b, _ := NewMemBus(4, 100)
+		var logged bytes.Buffer
+		b.SetLogger(slog.New(slog.NewTextHandler(&logged, nil)))
+		if err := b.Produce(ctx, batch()); err != nil {
+			t.Fatalf("Produce: %v, want nil (the bad deltas set aside)", err)
+		}
+		if err := b.Produce(ctx, batch()); err != nil {
+			t.Fatalf("second Produce: %v", err)
+		}
+		if got := b.DroppedDeltas(); got != 4 {
+			t.Fatalf("dropped %d, want 4 (2 per batch)", got)
+		}
+		if n := strings.Count(logged.String(), "delta set aside"); n != 1 {
+			t.Fatalf("%d log lines for 4 drops, want 1 (at most one per 10 s):\n%s", n, logged.String())
+		}
+		r := NewReader(b, nil)
+		var sum uint64
+		for range 4 {
+			_, d, err := r.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum += d.AllowedCost
+		}
+		if sum != 6 || b.Pending() != 4 {
+			t.Fatalf("delivered cost %d in %d records, want 6 in 4", sum, b.Pending())
+		}
+	})
+	t.Run("kafka", func(t *testing.T) {
+		broker := testsvc.Kafka(t)
+		topic := testsvc.Unique("bad")
+		p, err := NewKafkaProducer(KafkaConfig{Brokers: []string{broker}, Topic: topic, Partitions: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Produce(ctx, batch()); err != nil {
+			t.Fatalf("Produce: %v, want nil (the bad deltas set aside)", err)
+		}
+		if got := p.DroppedDeltas(); got != 2 {
+			t.Fatalf("dropped %d, want 2", got)
+		}
+		if err := p.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := consumeAll(t, broker, topic, 2); got != 3 {
+			t.Fatalf("allowed cost in the topic %d, want 3 (the two good deltas)", got)
+		}
+	})
 }

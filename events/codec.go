@@ -87,17 +87,20 @@ func Validate(d *eventsv1.Delta) error {
 	case d.CountedCost > d.AllowedCost+d.DeniedCost:
 		return bad("counted_cost %d exceeds allowed %d + denied %d", d.CountedCost, d.AllowedCost, d.DeniedCost)
 	}
+	// Every algorithm a rule can run is known here (config.Algorithms):
+	// buckets carry their rate, everything else the window its counter
+	// rolls (a sliding log's checker entry keeps windows too).
 	switch alg := config.Algorithm(d.Algorithm); {
-	case alg == config.AlgEnvoy || alg == config.AlgFixedWindow || alg == config.AlgSlidingWindow:
-		if d.WindowStartUnixNanos <= 0 || d.WindowStartUnixNanos%d.WindowNanos != 0 {
-			return bad("window_start %d: must be a positive multiple of window_nanos %d", d.WindowStartUnixNanos, d.WindowNanos)
-		}
+	case !alg.Known():
+		return bad("unknown algorithm %q", d.Algorithm)
 	case alg.Bucket():
 		if d.RateTokens <= 0 || d.Burst <= 0 {
 			return bad("bucket delta needs rate_tokens and burst > 0, got %d and %d", d.RateTokens, d.Burst)
 		}
 	default:
-		return bad("unknown algorithm %q", d.Algorithm)
+		if d.WindowStartUnixNanos <= 0 || d.WindowStartUnixNanos%d.WindowNanos != 0 {
+			return bad("window_start %d: must be a positive multiple of window_nanos %d", d.WindowStartUnixNanos, d.WindowNanos)
+		}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/velvetrope/velvetrope/config"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 )
 
@@ -68,6 +69,29 @@ func TestValidate(t *testing.T) {
 	}
 	if _, err := Decode(make([]byte, MaxRecordBytes+1)); !errors.Is(err, ErrBadRecord) {
 		t.Fatalf("oversized: got %v", err)
+	}
+}
+
+// TestValidateKnowsEveryAlgorithm (issue 19, item 3): a delta of every
+// algorithm a rule can name (config.Algorithms), in the shape the checker
+// builds it — a bucket's rate, or the window its counter rolls — passes
+// validation; `sliding_log` (mode: sync) used to be refused, which stopped
+// the in-memory pipeline and lost the rule's analytics on Kafka.
+func TestValidateKnowsEveryAlgorithm(t *testing.T) {
+	for _, alg := range config.Algorithms() {
+		t.Run(string(alg)+"_", func(t *testing.T) {
+			d := delta(1, "x", 1)
+			d.Algorithm = string(alg)
+			if alg.Bucket() {
+				d.WindowStartUnixNanos, d.RateTokens, d.Burst, d.TatAfterUnixNanos = 0, 100, 100, w0+5
+			}
+			if err := Validate(d); err != nil {
+				t.Fatalf("a %q delta: %v", alg, err)
+			}
+			if _, err := Encode(d); err != nil {
+				t.Fatalf("Encode: %v", err)
+			}
+		})
 	}
 }
 

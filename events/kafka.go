@@ -287,10 +287,7 @@ func EnsureTopic(ctx context.Context, sec Security, brokers []string, topic stri
 func (p *KafkaProducer) Produce(ctx context.Context, deltas []*eventsv1.Delta) error {
 	msgs := make([]kafka.Message, 0, len(deltas))
 	for _, d := range deltas {
-		v, err := Encode(d)
-		if err == nil && len(v) > MaxRecordBytes {
-			err = fmt.Errorf("encoded delta of %d bytes exceeds %d", len(v), MaxRecordBytes)
-		}
+		v, err := encodeDelta(d)
 		if err != nil {
 			p.drop(d.GetCounterKey(), err)
 			continue
@@ -366,14 +363,10 @@ func permanent(err error) bool {
 	return false
 }
 
-func (p *KafkaProducer) drop(key string, err error) {
-	p.Dropped.Add(1)
-	if len(key) > 200 {
-		key = key[:200] + "…"
-	}
-	p.dropLog.Warn("delta set aside: it can never be delivered", "counter_key", key, "error", err,
-		"dropped_total", p.Dropped.Load())
-}
+func (p *KafkaProducer) drop(key string, err error) { setAside(&p.Dropped, p.dropLog, key, err) }
+
+// DroppedDeltas implements [DropCounter].
+func (p *KafkaProducer) DroppedDeltas() uint64 { return p.Dropped.Load() }
 
 func (p *KafkaProducer) toSpill(msgs []kafka.Message) error {
 	payloads := make([][]byte, len(msgs))

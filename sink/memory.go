@@ -5,27 +5,53 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 )
+
+// DefaultMemoryMaxBytes bounds a Memory store unless SetMaxBytes says
+// otherwise: 64 MiB, about 250,000 rows of short descriptors.
+const DefaultMemoryMaxBytes = 64 << 20
 
 // Memory is the in-process Store of `velvetrope dev` and of tests that
 // need no ClickHouse: the newest version of each row, kept for Retention
-// (rows of older minutes are dropped as new ones arrive). Safe for
-// concurrent use.
+// (rows of older minutes are dropped as new ones arrive) and within a
+// bound in bytes (past it the rows of the oldest minutes are dropped
+// first, counted in Dropped). Safe for concurrent use.
 type Memory struct {
 	mu        sync.Mutex
-	rows      map[rowKey]Row
+	minutes   map[int64]map[rowKey]Row // rows by minute
 	retention time.Duration
 	now       func() time.Time
 	pruned    int64 // the minute up to which rows were dropped
+	bytes     int64 // what the rows hold, as estimated (rowBytes)
+	maxBytes  int64
+	rows      int
+
+	// Dropped counts rows dropped over the bound in bytes (not those
+	// past the retention, which age out as intended).
+	Dropped atomic.Uint64
 }
 
-// NewMemory returns an empty store keeping rows for retention (24 h if 0).
+// NewMemory returns an empty store keeping rows for retention (24 h if 0)
+// within DefaultMemoryMaxBytes.
 func NewMemory(retention time.Duration) *Memory {
 	if retention <= 0 {
 		retention = 24 * time.Hour
 	}
-	return &Memory{rows: map[rowKey]Row{}, retention: retention, now: time.Now}
+	return &Memory{minutes: map[int64]map[rowKey]Row{}, retention: retention, now: time.Now, maxBytes: DefaultMemoryMaxBytes}
+}
+
+// SetMaxBytes bounds what the rows hold (n > 0), dropping the oldest
+// minutes' rows now if they are over it.
+func (m *Memory) SetMaxBytes(n int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n > 0 {
+		m.maxBytes = n
+		m.bound()
+	}
 }
 
 // SetClock replaces the clock retention is measured against (time.Now):
@@ -38,32 +64,102 @@ func (m *Memory) SetClock(now func() time.Time) {
 	m.mu.Unlock()
 }
 
+// rowBytes estimates the heap a row holds in the store: the row and its
+// key (which share the strings), its map slot, and its strings.
+func rowBytes(r *Row) int64 {
+	return int64(unsafe.Sizeof(Row{})+unsafe.Sizeof(rowKey{})) + 32 +
+		int64(len(r.Domain)+len(r.Rule)+len(r.Descriptor)+len(r.Instance))
+}
+
 // Insert implements Store.
 func (m *Memory) Insert(_ context.Context, rows []Row) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range rows {
 		k := r.key()
-		if old, ok := m.rows[k]; !ok || r.Version > old.Version {
-			m.rows[k] = r
+		mm := m.minutes[k.minute]
+		if mm == nil {
+			mm = map[rowKey]Row{}
+			m.minutes[k.minute] = mm
 		}
+		old, ok := mm[k]
+		switch {
+		case !ok:
+			m.rows++
+			m.bytes += rowBytes(&r)
+		case r.Version <= old.Version:
+			continue
+		default:
+			m.bytes += rowBytes(&r) - rowBytes(&old)
+		}
+		mm[k] = r
 	}
 	if cut := m.now().Add(-m.retention).Unix() / 60 * 60; cut > m.pruned {
-		for k := range m.rows {
-			if k.minute < cut {
-				delete(m.rows, k)
+		for minute := range m.minutes {
+			if minute < cut {
+				m.dropMinute(minute)
 			}
 		}
 		m.pruned = cut
 	}
+	m.bound()
 	return nil
+}
+
+// dropMinute removes a minute's rows (requires m.mu); it returns how many.
+func (m *Memory) dropMinute(minute int64) int {
+	mm := m.minutes[minute]
+	for _, r := range mm {
+		m.bytes -= rowBytes(&r)
+	}
+	m.rows -= len(mm)
+	delete(m.minutes, minute)
+	return len(mm)
+}
+
+// bound drops rows past maxBytes, the oldest minutes first; within the
+// oldest minute left, rows go until the rest fits (requires m.mu).
+func (m *Memory) bound() {
+	for m.bytes > m.maxBytes && m.rows > 0 {
+		oldest := int64(0)
+		first := true
+		for minute := range m.minutes {
+			if first || minute < oldest {
+				oldest, first = minute, false
+			}
+		}
+		mm := m.minutes[oldest]
+		if len(mm) == 0 {
+			delete(m.minutes, oldest)
+			continue
+		}
+		for k, r := range mm {
+			if m.bytes <= m.maxBytes {
+				break
+			}
+			m.bytes -= rowBytes(&r)
+			m.rows--
+			delete(mm, k)
+			m.Dropped.Add(1)
+		}
+		if len(mm) == 0 {
+			delete(m.minutes, oldest)
+		}
+	}
 }
 
 // Len returns the number of rows held.
 func (m *Memory) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.rows)
+	return m.rows
+}
+
+// Bytes returns what the rows hold, as estimated for the bound.
+func (m *Memory) Bytes() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.bytes
 }
 
 // each calls f for every row of a minute at or after since.
@@ -71,8 +167,11 @@ func (m *Memory) each(since time.Time, f func(*Row)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := since.Unix()
-	for _, r := range m.rows {
-		if r.Minute >= s {
+	for minute, mm := range m.minutes {
+		if minute < s {
+			continue
+		}
+		for _, r := range mm {
 			f(&r)
 		}
 	}

@@ -127,7 +127,7 @@ func devModule(app config.App, logger *slog.Logger) fx.Option {
 		fx.Provide(
 			newRuleStore,
 			counters.NewMemStore,
-			func() (*events.MemBus, error) { return events.NewMemBus(16, 1<<20) },
+			newDevBus,
 			newDevUsage,
 			newDevChecker,
 			newDecisionCounter,
@@ -143,7 +143,8 @@ func devModule(app config.App, logger *slog.Logger) fx.Option {
 // checkerConfig maps the application config onto the checker's.
 func checkerConfig(app config.App, logger *slog.Logger) checker.Config {
 	ck := app.Checker
-	return checker.Config{InstanceName: app.InstanceID, MaxKeys: ck.MaxKeys, MaxBytes: ck.MaxBytes, FlushInterval: ck.FlushInterval, MaxEmitInterval: ck.MaxEmitInterval,
+	return checker.Config{InstanceName: app.InstanceID, MaxKeys: ck.MaxKeys, MaxBytes: ck.MaxBytes, LocalMaxKeys: app.Limiter.MaxKeys, FlushInterval: ck.FlushInterval, MaxEmitInterval: ck.MaxEmitInterval,
+		MaxHeldHits: ck.MaxHeldHits, MaxHeldTotal: ck.MaxHeldTotal,
 		Heartbeat: ck.Heartbeat, InstanceTTL: ck.InstanceTTL, MaxClockSkew: ck.MaxClockSkew,
 		MinRefresh: ck.MinRefresh, MaxRefresh: ck.MaxRefresh, PipelineLag: ck.PipelineLag,
 		SafetyPercent: ck.SafetyPercent, NearFloor: ck.NearFloor, NearFloorPercent: ck.NearFloorPct,
@@ -239,19 +240,37 @@ func watchRules(lc fx.Lifecycle, app config.App, store *config.Store, logger *sl
 
 func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
 	rules *config.Store, usage *sink.Memory, logger *slog.Logger, dd devDeferred, store *counters.MemStore,
-	drain *deferred.Drain) (*httpapi.Server, error) {
-	return newCheckerHTTP(lc, app, c, n, rs, rules, logger, nil, analytics.New(usage, "", logger), nil,
+	drain *deferred.Drain, bus *events.MemBus) (*httpapi.Server, error) {
+	return newCheckerHTTP(lc, app, c, n, rs, rules, logger, bus, analytics.New(usage, "", logger), nil,
 		newQueue(dd.pub, store, app, c), store, drain, func(reg *metrics.Registry) {
 			reg.Counter("velvetrope_dev_dead_letters_dropped_total", fmt.Sprintf("Dead letters dev let go, the oldest first, to keep at most %d MiB of them.", devDeadLetterBytes>>20),
 				func() float64 { return float64(dd.dead.Dropped.Load()) })
+			reg.Gauge("velvetrope_analytics_memory_rows", "Usage rows dev holds in memory.", func() float64 { return float64(usage.Len()) })
+			reg.Gauge("velvetrope_analytics_memory_bytes", "What dev's usage rows hold, as estimated for analytics.memory_max_bytes.",
+				func() float64 { return float64(usage.Bytes()) })
+			reg.Counter("velvetrope_analytics_memory_dropped_total", "Usage rows dev dropped over analytics.memory_max_bytes, the oldest minutes first.",
+				func() float64 { return float64(usage.Dropped.Load()) })
 		})
 }
 
-// newDevUsage is dev's analytics store: usage in memory for a day, fed by
-// the embedded aggregator through a writer that flushes every second.
-func newDevUsage(lc fx.Lifecycle, logger *slog.Logger) (*sink.Memory, *sink.Writer, error) {
+// newDevBus is dev's event bus: 16 partitions, at most 1<<20 deltas
+// waiting for the embedded aggregator; the deltas it sets aside are logged.
+func newDevBus(logger *slog.Logger) (*events.MemBus, error) {
+	b, err := events.NewMemBus(16, 1<<20)
+	if err != nil {
+		return nil, err
+	}
+	b.SetLogger(logger)
+	return b, nil
+}
+
+// newDevUsage is dev's analytics store: usage in memory for a day, within
+// analytics.memory_max_bytes, fed by the embedded aggregator through a
+// writer that flushes every second.
+func newDevUsage(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*sink.Memory, *sink.Writer, error) {
 	mem := sink.NewMemory(24 * time.Hour)
-	w, err := sink.NewWriter(sink.WriterConfig{FlushInterval: time.Second, Logger: logger}, mem)
+	mem.SetMaxBytes(app.Analytics.MemoryMaxBytes)
+	w, err := sink.NewWriter(sink.WriterConfig{FlushInterval: 100 * time.Millisecond, Logger: logger}, mem)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -264,9 +283,11 @@ func newDecisionCounter(rules *config.Store) *decisions.Counter { return decisio
 
 // newCheckerHTTP is the HTTP listener of a process that decides (dev and
 // checker): the check API, Envoy's /json, admin, metrics and health.
-// prod is nil in dev (no spill file); ready nil means always ready.
+// prod is the checker's producer (dev: the in-memory bus); ready nil means
+// always ready; more, when set, registers the process's own metrics (dev:
+// its in-memory analytics).
 func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
-	rules *config.Store, logger *slog.Logger, prod *events.KafkaProducer, an *analytics.Handler, ready func() error,
+	rules *config.Store, logger *slog.Logger, prod events.Producer, an *analytics.Handler, ready func() error,
 	q *deferred.Queue, tickets counters.Tickets, drain *deferred.Drain, more func(*metrics.Registry)) (*httpapi.Server, error) {
 	mux := http.NewServeMux()
 	an.WithAccess(analytics.Access{Token: app.Analytics.Token, MaxWindow: app.Analytics.MaxWindow,

@@ -199,7 +199,7 @@ func rlsMetrics(reg *metrics.Registry, s *rls.Server) {
 		})
 }
 
-func checkerMetrics(reg *metrics.Registry, c *checker.Checker, prod *events.KafkaProducer) {
+func checkerMetrics(reg *metrics.Registry, c *checker.Checker, prod events.Producer) {
 	snap := func(f func(checker.Snapshot) uint64) func() float64 {
 		return func() float64 { return float64(f(c.Snapshot())) }
 	}
@@ -215,6 +215,9 @@ func checkerMetrics(reg *metrics.Registry, c *checker.Checker, prod *events.Kafk
 	reg.Counter("velvetrope_checker_refresh_errors_total", "Counter refreshes that failed.", snap(func(s checker.Snapshot) uint64 { return s.RefreshErrors }))
 	reg.Counter("velvetrope_checker_evictions_total", "Keys evicted from the table.", snap(func(s checker.Snapshot) uint64 { return s.Evictions }))
 	reg.Gauge("velvetrope_checker_keys", "Counter keys held in memory.", func() float64 { return float64(c.Snapshot().Keys) })
+	reg.Gauge("velvetrope_checker_held_hits", "Hits far-from-limit keys hold back, decided in memory and not yet emitted (at most checker.max_held_hits_total): what a kill -9 would lose beside one flush.",
+		func() float64 { return float64(c.Snapshot().HeldHits) })
+	reg.Gauge("velvetrope_checker_key_bytes", "The heap the key table holds, as estimated for checker.max_bytes.", func() float64 { return float64(c.Snapshot().KeyBytes) })
 	reg.Labeled("velvetrope_checker_store_errors_total", "Counter store calls that failed, by operation (charge: the failure policy decided; read: a refresh; controls: reading operator controls).",
 		"counter", "op", func() map[string]float64 {
 			s := c.Snapshot()
@@ -240,15 +243,19 @@ func checkerMetrics(reg *metrics.Registry, c *checker.Checker, prod *events.Kafk
 	reg.Gauge("velvetrope_checker_queue_buffered_deltas", "Deltas the producer refused, waiting for the next flush.", func() float64 { _, _, b := c.Queue(); return float64(b) })
 	reg.Counter("velvetrope_checker_controlled_total", "Descriptors an operator control (allow, deny, limit) decided.", snap(func(s checker.Snapshot) uint64 { return s.Controlled }))
 	reg.Gauge("velvetrope_checker_controls", "Operator controls in force.", func() float64 { return float64(len(c.Controls())) })
-	if prod == nil {
+	if d, ok := prod.(events.DropCounter); ok { // on every bus
+		reg.Counter("velvetrope_producer_dropped_total", "Deltas set aside for good: invalid, above the record bound, or refused by the broker for what they are (logged; they never hold up the others).",
+			func() float64 { return float64(d.DroppedDeltas()) })
+	}
+	kp, ok := prod.(*events.KafkaProducer)
+	if !ok {
 		return // velvetrope dev: the in-memory bus has no spill file
 	}
-	reg.Counter("velvetrope_producer_spilled_total", "Deltas written to the spill file.", func() float64 { return float64(prod.Spilled.Load()) })
-	reg.Gauge("velvetrope_producer_spill_records", "Deltas waiting in the spill file.", func() float64 { return float64(prod.SpillRecords()) })
-	reg.Gauge("velvetrope_producer_spill_bytes", "Bytes of the spill file not yet replayed.", func() float64 { return float64(prod.SpillBytes()) })
-	reg.Counter("velvetrope_producer_kafka_errors_total", "Writes Kafka refused in part or whole (the deltas went to the spill file).", func() float64 { return float64(prod.KafkaErrors.Load()) })
-	reg.Counter("velvetrope_producer_dropped_total", "Deltas set aside for good: invalid, above the record bound, or refused by the broker for what they are (logged).", func() float64 { return float64(prod.Dropped.Load()) })
-	reg.Counter("velvetrope_producer_failed_total", "Produce calls that failed with the spill file unable to take the deltas (the checker keeps them buffered).", func() float64 { return float64(prod.Failed.Load()) })
+	reg.Counter("velvetrope_producer_spilled_total", "Deltas written to the spill file.", func() float64 { return float64(kp.Spilled.Load()) })
+	reg.Gauge("velvetrope_producer_spill_records", "Deltas waiting in the spill file.", func() float64 { return float64(kp.SpillRecords()) })
+	reg.Gauge("velvetrope_producer_spill_bytes", "Bytes of the spill file not yet replayed.", func() float64 { return float64(kp.SpillBytes()) })
+	reg.Counter("velvetrope_producer_kafka_errors_total", "Writes Kafka refused in part or whole (the deltas went to the spill file).", func() float64 { return float64(kp.KafkaErrors.Load()) })
+	reg.Counter("velvetrope_producer_failed_total", "Produce calls that failed with the spill file unable to take the deltas (the checker keeps them buffered).", func() float64 { return float64(kp.Failed.Load()) })
 }
 
 // newUsageWriter is the analytics sink of the aggregator: with

@@ -159,12 +159,15 @@ func TestCheckerTerminated(t *testing.T) {
 	r.converge(t, admitted, 0)
 }
 
-// TestCheckerKilled: kill -9 a checker under load. What it admitted and
-// had not yet handed to Kafka is lost: at most what it admitted within one
-// emit latency (the flush interval plus the producer's acknowledged
-// write) before the kill. The bound is read from the checker's own
-// velvetrope_checker_emit_latency_seconds histogram (its largest
-// observation, to the bucket) just before.
+// TestCheckerKilled: kill -9 a checker under load (50 keys at about 20
+// decisions a second each). What it admitted and had not yet handed to
+// Kafka is lost: at most what it admitted within one emit latency before
+// the kill — for these slow keys up to checker.max_emit_interval, as they
+// hold their hits (emission in proportion to need), plus the flush
+// interval and the producer's acknowledged write. The bound is read from
+// the checker's own velvetrope_checker_emit_latency_seconds histogram (its
+// largest observation, to the bucket) just before. A fast key is
+// TestCheckerKilledFarKeyHighRate's.
 func TestCheckerKilled(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	l := r.startLoad(t)

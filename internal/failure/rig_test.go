@@ -225,6 +225,8 @@ type rig struct {
 
 type rigOptions struct {
 	kafka, clickhouse string // "" = the shared ones
+	extraRules        string // descriptors appended to the rules
+	checkerConfig     string // YAML flow entries added to the checkers' `checker:` block
 }
 
 func newRig(t *testing.T, o rigOptions) *rig {
@@ -242,9 +244,9 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	cfg := fmt.Sprintf(`kafka: {topic: %s}
 aggregator: {group: %s}
 clickhouse: {database: %s, flush_interval: 500ms}
-checker: {topic_partitions: 4}
-`, testsvc.Unique("deltas"), testsvc.Unique("g"), r.db)
-	for path, text := range map[string]string{rulesPath: rules, cfgPath: cfg} {
+checker: {topic_partitions: 4%s}
+`, testsvc.Unique("deltas"), testsvc.Unique("g"), r.db, o.checkerConfig)
+	for path, text := range map[string]string{rulesPath: rules + o.extraRules, cfgPath: cfg} {
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -408,7 +410,7 @@ func (r *rig) windows() []int64 {
 }
 
 // counted reads what Redis holds for key over the run's windows: the
-// async window counter for user_id keys, the sync counter for tenants.
+// sync counter for tenants, the async window counter of any other key.
 func (r *rig) counted(t *testing.T, key string) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -425,7 +427,8 @@ func (r *rig) counted(t *testing.T, key string) int64 {
 			sum += limit - res.Remaining
 			continue
 		}
-		items := []counters.ReadItem{{Key: "api:user_id|" + key, Kind: counters.KindWindow, Window: w}}
+		kind, _, _ := strings.Cut(key, "=")
+		items := []counters.ReadItem{{Key: "api:" + kind + "|" + key, Kind: counters.KindWindow, Window: w}}
 		if err := r.store.Read(ctx, "failure-suite/0", items); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,106 @@
+package checker
+
+import (
+	"sort"
+	"unsafe"
+
+	"github.com/velvetrope/velvetrope/config"
+)
+
+// The key table's bound in bytes (Config.MaxBytes). Every key carries an
+// estimate of the heap it holds, made once when it is created — the
+// entry, its place in its shard's map and queues, the strings it copied
+// from the request (counter key, values, descriptor text) and the state
+// its rule gives it — and the table keeps the running total. A key
+// created while the total is over the bound evicts first, as a full
+// shard does: the least recently used of a sample of its shard, then, if
+// its shard has nothing older to give, of the next shards that are free
+// at that instant. Nothing is walked per decision: a decision on a known
+// key changes no estimate.
+
+// entryOverhead is what a key costs beyond its own strings: its entry,
+// its slot in the shard's map (a swiss table of 8-byte keys and pointers
+// at 7/8 load, doubling as it grows: about 40 bytes), and one place in
+// each of the shard's queues that may hold it (refresh heap, emission
+// wheel, dirty list: 8 bytes each; parked list: 16), with their slack as
+// they grow.
+var entryOverhead = heapSize(int(unsafe.Sizeof(entry{}))) + 40 + 2*(3*8+16)
+
+// entryBytes estimates the heap e holds; ownVals are the bytes of the
+// request values it copied (a wildcard rule's shared pattern values are
+// the rule's, not the key's).
+func entryBytes(e *entry, ownVals []string) int64 {
+	n := entryOverhead + heapSize(len(e.key)) + heapSize(len(e.desc)) + heapSize(len(e.vals)*int(unsafe.Sizeof("")))
+	if e.skey != e.key {
+		n += heapSize(len(e.skey))
+	}
+	for _, v := range ownVals {
+		n += heapSize(len(v))
+	}
+	if e.bucketCounter != nil {
+		n += heapSize(int(unsafe.Sizeof(bucketCounter{})))
+	}
+	if r := e.rule; r.NearLimit == config.NearAsync || r.Shards > 1 {
+		n += heapSize(int(unsafe.Sizeof(extra{}))) // made on first use (bands.go, hot.go)
+	}
+	return n
+}
+
+// sizeClasses are Go's small-object size classes (runtime/sizeclasses.go):
+// an allocation of n bytes takes the smallest class that holds it.
+var sizeClasses = []int{8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256, 288,
+	320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 896, 1024, 1152, 1280, 1408, 1536, 1792, 2048, 2304,
+	2688, 3072, 3200, 3456, 4096, 4864, 5376, 6144, 6528, 6784, 6912, 8192, 9472, 9728, 10240, 10880, 12288,
+	13568, 14336, 16384, 18432, 19072, 20480, 21760, 24576, 27264, 28672, 32768}
+
+// heapSize is the heap an allocation of n bytes takes: its size class, or
+// whole 8 KiB pages above the largest class.
+func heapSize(n int) int64 {
+	if n <= 0 {
+		return 0
+	}
+	if i := sort.SearchInts(sizeClasses, n); i < len(sizeClasses) {
+		return int64(sizeClasses[i])
+	}
+	return int64((n + 8191) &^ 8191)
+}
+
+// maxSteal bounds the other shards one creation tries to evict from when
+// its own shard has nothing older to give.
+const maxSteal = 8
+
+// makeRoom evicts until need more bytes fit within MaxBytes (requires the
+// lock of shard i): the least recently used of its own keys first, then of
+// the next shards whose lock is free at this instant (TryLock: shards are
+// otherwise locked in ascending order only, so waiting for one here could
+// deadlock). Keys used at now may belong to the request being decided and
+// are never evicted. If nothing can be evicted the key is created anyway:
+// the total exceeds the bound by at most that key until the next creation.
+func (c *Checker) makeRoom(i int, need, now int64) {
+	if c.cfg.MaxBytes <= 0 {
+		return
+	}
+	over := func() bool { return c.bytes.Load()+need > c.cfg.MaxBytes }
+	sh := &c.shards[i]
+	for over() && c.evict(sh, now, true) {
+	}
+	for j := 1; j <= maxSteal && j < len(c.shards) && over(); j++ {
+		o := &c.shards[(i+j)&int(c.mask)]
+		if o.mu.TryLock() {
+			for over() && c.evict(o, now, true) {
+			}
+			o.mu.Unlock()
+		}
+	}
+}
+
+// tombKeys is how many keys a shard's tombstone table is sized for: the
+// keys the shard can hold by count, or by bytes when that is fewer (every
+// key takes at least entryOverhead).
+func (c *Checker) tombKeys() int {
+	n := c.perShard
+	if c.cfg.MaxBytes > 0 {
+		n = min(n, int(c.cfg.MaxBytes/int64(len(c.shards))/entryOverhead)+1)
+	}
+	return n
+}
