@@ -106,7 +106,7 @@ func TestHugeEntryBodiesAreRefusedAsRead(t *testing.T) {
 				}
 			}
 			if p.exited() {
-				t.Fatalf("the process died under the attack:\n%s", p.log)
+				t.Fatalf("the process died under the attack:\n%s", p.logs())
 			}
 			checkPeak(t, p, 120, c.before)
 		})

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,8 +44,17 @@ func TestMain(m *testing.M) {
 type proc struct {
 	HTTP, GRPC string // listen addresses, host:port
 	cmd        *exec.Cmd
-	log        *bytes.Buffer
+	logMu      sync.Mutex
+	log        bytes.Buffer // requires logMu held; read it with logs
 	done       chan struct{}
+}
+
+// logs returns what the process has written to stdout and stderr (its
+// first MiB).
+func (p *proc) logs() string {
+	p.logMu.Lock()
+	defer p.logMu.Unlock()
+	return p.log.String()
 }
 
 // options of a process under test.
@@ -74,7 +84,7 @@ func start(t *testing.T, o options) *proc {
 		o.kind = "dev"
 	}
 	dir := t.TempDir()
-	p := &proc{HTTP: freeAddr(t), GRPC: freeAddr(t), log: &bytes.Buffer{}, done: make(chan struct{})}
+	p := &proc{HTTP: freeAddr(t), GRPC: freeAddr(t), done: make(chan struct{})}
 	args := []string{o.kind, "--http", p.HTTP}
 	if o.kind == "dev" || o.kind == "checker" {
 		args = append(args, "--grpc", p.GRPC)
@@ -113,10 +123,12 @@ func start(t *testing.T, o options) *proc {
 		s := bufio.NewScanner(pr)
 		s.Buffer(make([]byte, 64<<10), 1<<20)
 		for s.Scan() {
+			p.logMu.Lock()
 			if p.log.Len() < 1<<20 {
 				p.log.Write(s.Bytes())
 				p.log.WriteByte('\n')
 			}
+			p.logMu.Unlock()
 		}
 	}()
 	go func() { _ = cmd.Wait(); pw.Close(); <-logDone; close(p.done) }()
@@ -125,7 +137,7 @@ func start(t *testing.T, o options) *proc {
 	for {
 		select {
 		case <-p.done:
-			t.Fatalf("velvetrope %s exited before serving:\n%s", o.kind, p.log.String())
+			t.Fatalf("velvetrope %s exited before serving:\n%s", o.kind, p.logs())
 		default:
 		}
 		if r, err := http.Get("http://" + p.HTTP + "/healthz"); err == nil {
@@ -135,7 +147,7 @@ func start(t *testing.T, o options) *proc {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("velvetrope %s did not serve /healthz within 30 s:\n%s", o.kind, p.log.String())
+			t.Fatalf("velvetrope %s did not serve /healthz within 30 s:\n%s", o.kind, p.logs())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -97,7 +97,7 @@ descriptors:
 			t.Fatalf("the deferred request of rule k=a/b reached target %s at %s, want target A", a.target, a.path)
 		}
 	case <-time.After(15 * time.Second):
-		t.Fatalf("no delivery within 15 s:\n%s", p.log.String())
+		t.Fatalf("no delivery within 15 s:\n%s", p.logs())
 	}
 }
 

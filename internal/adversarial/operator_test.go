@@ -274,8 +274,8 @@ func TestConfigMapLayoutReloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "the swap of ..data reloaded", func() bool { return limit() == 9 })
-	if !strings.Contains(p.log.String(), "rules reloaded") {
-		t.Fatalf("no reload logged:\n%s", p.log.String())
+	if !strings.Contains(p.logs(), "rules reloaded") {
+		t.Fatalf("no reload logged:\n%s", p.logs())
 	}
 }
 
