@@ -137,6 +137,13 @@ func FuzzWireParse(f *testing.F) {
 		if proto.Unmarshal(raw, &req) != nil {
 			return
 		}
+		if perr != nil && strings.HasPrefix(perr.Error(), "hits_addend: above") {
+			// A varint above 32 bits in the uint32 hits_addend: the
+			// generated code truncates it (protobuf's rule for a narrower
+			// type), the wire parser refuses it rather than charge the
+			// low bits. The one place the two are meant to differ.
+			return
+		}
 		var ref work
 		cerr := ref.convert(&req, s.overrides, rs, b)
 		if (perr == nil) != (cerr == nil) || perr != nil && perr.Error() != cerr.Error() {
