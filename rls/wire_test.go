@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
