@@ -189,11 +189,15 @@ type HTTPConfig struct {
 	MaxBodyBytes int64         `yaml:"max_body_bytes"`
 	ReadTimeout  time.Duration `yaml:"read_timeout"`
 	WriteTimeout time.Duration `yaml:"write_timeout"`
-	// MaxInFlight bounds the requests the listener serves at once (256;
-	// /healthz, /readyz and /metrics not counted); one more is answered
-	// 503 with Retry-After before its body is read. Bodies held at once
-	// are then at most max_in_flight × max_body_bytes.
+	// MaxInFlight bounds the requests the listener decides at once, once
+	// their bodies have arrived (256; /healthz, /readyz and /metrics not
+	// counted); one more is answered 503 with Retry-After.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxBodyBytesInFlight bounds the memory of the request bodies being
+	// received or decided, all together (64 MiB, at least max_body_bytes):
+	// a body whose next bytes do not fit is answered 503. A slow client
+	// holds only what it has sent.
+	MaxBodyBytesInFlight int64 `yaml:"max_body_bytes_in_flight"`
 }
 
 // GRPCConfig is the Envoy rate limit service listener; an empty Addr
@@ -294,7 +298,7 @@ func DefaultApp() App {
 	return App{
 		InstanceID:  host,
 		RulesReload: 5 * time.Second,
-		HTTP: HTTPConfig{Addr: ":8080", MaxBodyBytes: 1 << 20, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
+		HTTP: HTTPConfig{Addr: ":8080", MaxBodyBytes: 1 << 20, MaxBodyBytesInFlight: 64 << 20, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
 			MaxInFlight: 256},
 		GRPC: GRPCConfig{Addr: ":8081", MaxConcurrentStreams: 256, CallTimeout: 10 * time.Second},
 		Redis: RedisConfig{DialTimeout: 500 * time.Millisecond, ReadTimeout: 100 * time.Millisecond,
@@ -491,8 +495,10 @@ func (a App) Validate() error {
 	if a.Analytics.MemoryMaxBytes < 1<<20 {
 		bad("analytics.memory_max_bytes", "must be at least 1 MiB, got %d", a.Analytics.MemoryMaxBytes)
 	}
-	if a.HTTP.MaxBodyBytes <= 0 {
-		bad("http.max_body_bytes", "must be > 0, got %d", a.HTTP.MaxBodyBytes)
+	if a.HTTP.MaxBodyBytes <= 0 || a.HTTP.MaxBodyBytes > 1<<30 {
+		bad("http.max_body_bytes", "must be between 1 and 1 GiB (1073741824), got %d", a.HTTP.MaxBodyBytes)
+	} else if a.HTTP.MaxBodyBytesInFlight < a.HTTP.MaxBodyBytes || a.HTTP.MaxBodyBytesInFlight > 1<<40 {
+		bad("http.max_body_bytes_in_flight", "must be between http.max_body_bytes (%d) and 1 TiB, got %d", a.HTTP.MaxBodyBytes, a.HTTP.MaxBodyBytesInFlight)
 	}
 	if a.HTTP.ReadTimeout <= 0 || a.HTTP.WriteTimeout <= 0 {
 		bad("http.read_timeout/write_timeout", "must be > 0")

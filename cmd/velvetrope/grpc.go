@@ -97,10 +97,12 @@ func newHTTPServer(lc fx.Lifecycle, app config.App, mux http.Handler, writeTimeo
 	}
 	srv := httpapi.NewServer(app.HTTP.Addr, mux, app.HTTP.ReadTimeout, writeTimeout)
 	srv.UseTLS(tlsCfg)
-	srv.LimitInFlight(app.HTTP.MaxInFlight)
-	reg.Gauge("velvetrope_http_in_flight", "HTTP requests being served (at most http.max_in_flight; /healthz, /readyz and /metrics not counted).",
+	srv.LimitInFlight(app.HTTP.MaxInFlight, app.HTTP.MaxBodyBytes, app.HTTP.MaxBodyBytesInFlight)
+	reg.Gauge("velvetrope_http_in_flight", "HTTP requests being decided, their bodies received (at most http.max_in_flight; /healthz, /readyz and /metrics not counted).",
 		func() float64 { return float64(srv.InFlight()) })
-	reg.Counter("velvetrope_http_busy_total", "HTTP requests answered 503 because http.max_in_flight requests were in flight.",
+	reg.Gauge("velvetrope_http_body_bytes", "Memory of the HTTP request bodies being received or decided (at most http.max_body_bytes_in_flight).",
+		func() float64 { return float64(srv.BodyBytes()) })
+	reg.Counter("velvetrope_http_busy_total", "HTTP requests answered 503 because http.max_in_flight requests or http.max_body_bytes_in_flight bytes of bodies were in flight.",
 		func() float64 { return float64(srv.Busy()) })
 	lc.Append(fx.StartStopHook(srv.Start, srv.Stop))
 	return srv, nil

@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -22,6 +24,8 @@ type Server struct {
 	// inFlight counts the requests being served (LimitInFlight); busy
 	// the ones refused because the listener was full.
 	inFlight, busy atomic.Int64
+	// bodyBytes is what request bodies hold (LimitInFlight's budget).
+	bodyBytes atomic.Int64
 }
 
 // NewServer returns a Server for addr serving h.
@@ -37,40 +41,111 @@ func (s *Server) UseTLS(cfg *tls.Config) {
 	}
 }
 
-// LimitInFlight caps the requests the listener serves at once at n; call
-// it before Start. A request beyond the cap is answered at once, before
-// its body is read: 503 with Retry-After: 1 and a JSON error, and an
-// HTTP/1 connection closes (Connection: close), so the server does not
-// read the body either (HTTP/2 resets the stream). /healthz, /readyz and
-// /metrics are neither counted nor refused: an operator's probes and
-// scrapes must answer when the listener is full, which is when they are
-// needed, and they take no body. What the listener holds of bodies is
-// then at most n × the body bound.
-func (s *Server) LimitInFlight(n int) {
+// LimitInFlight caps the work the listener holds at once; call it before
+// Start. Two bounds, so that neither a flood of bodies nor a few slow
+// clients can take the listener:
+//
+//   - Bodies are received against a budget of budget bytes shared by
+//     every request (each holds what has arrived of its body, up to
+//     maxBody): a request whose next bytes do not fit is answered 503.
+//     A client that sends a body slowly holds only what it has sent, so
+//     slow clients cannot shut others out unless they actually send the
+//     budget (and http.read_timeout closes them).
+//   - Once its body has arrived, a request takes one of n slots for its
+//     decision; one beyond them is answered 503.
+//
+// Either 503 carries Retry-After: 1 and a JSON error, and an HTTP/1
+// connection closes. /healthz, /readyz and /metrics are neither counted
+// nor refused: an operator's probes and scrapes must answer when the
+// listener is full, and they take no body. A body declared larger than
+// maxBody goes to the handler unread (it answers 413). The handler reads
+// the body from memory.
+func (s *Server) LimitInFlight(n int, maxBody, budget int64) {
 	next := s.srv.Handler
-	body := []byte(`{"error":"server busy: ` + strconv.Itoa(n) + ` requests in flight (http.max_in_flight); retry later"}` + "\n")
+	busyCount := []byte(`{"error":"server busy: ` + strconv.Itoa(n) + ` requests in flight (http.max_in_flight); retry later"}` + "\n")
+	busyBytes := []byte(`{"error":"server busy: ` + strconv.FormatInt(budget, 10) + ` bytes of bodies being received (http.max_body_bytes_in_flight); retry later"}` + "\n")
+	refuse := func(w http.ResponseWriter, r *http.Request, body []byte) {
+		s.busy.Add(1)
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("Retry-After", "1")
+		if r.ProtoMajor == 1 { // HTTP/2 resets the stream; there, close would end the whole connection
+			h.Set("Connection", "close")
+		}
+		// The rest of the body is not waited for: the server would
+		// otherwise read up to 256 KiB of it before closing.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write(body)
+	}
 	s.srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p := r.URL.Path; p == "/healthz" || p == "/readyz" || p == "/metrics" {
 			next.ServeHTTP(w, r)
 			return
 		}
+		if r.Body != nil && r.Body != http.NoBody && r.ContentLength <= maxBody {
+			body, held, ok := s.receive(r.Body, maxBody, budget)
+			defer s.bodyBytes.Add(-held)
+			if !ok {
+				refuse(w, r, busyBytes)
+				return
+			}
+			r.Body = body
+		}
 		if s.inFlight.Add(1) > int64(n) {
 			s.inFlight.Add(-1)
-			s.busy.Add(1)
-			h := w.Header()
-			h.Set("Content-Type", "application/json")
-			h.Set("Retry-After", "1")
-			if r.ProtoMajor == 1 { // HTTP/2 resets the stream; there, close would end the whole connection
-				h.Set("Connection", "close")
-			}
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write(body)
+			refuse(w, r, busyCount)
 			return
 		}
 		defer s.inFlight.Add(-1)
 		next.ServeHTTP(w, r)
 	})
 }
+
+// receive reads body into memory, holding its bytes against the shared
+// budget as they arrive (a buffer's growth is held before it is made). It
+// stops one byte past maxBody, leaving the handler to refuse the size. ok
+// is false when the budget cannot hold the next bytes; held is what the
+// caller gives back when the request is done.
+func (s *Server) receive(body io.Reader, maxBody, budget int64) (out io.ReadCloser, held int64, ok bool) {
+	buf := make([]byte, 0, 512)
+	held = int64(cap(buf))
+	if s.bodyBytes.Add(held) > budget {
+		return nil, held, false
+	}
+	var err error
+	for err == nil && int64(len(buf)) <= maxBody {
+		if len(buf) == cap(buf) {
+			// Doubling, exactly (no slack of append's growth), up to one
+			// byte past the bound: what is held is what is allocated.
+			next := min(2*cap(buf), int(maxBody)+1)
+			grow := int64(next - cap(buf))
+			if s.bodyBytes.Add(grow) > budget {
+				return nil, held + grow, false
+			}
+			held += grow
+			nb := make([]byte, len(buf), next)
+			copy(nb, buf)
+			buf = nb
+		}
+		var k int
+		k, err = body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+k]
+	}
+	if err != nil && err != io.EOF {
+		return io.NopCloser(io.MultiReader(bytes.NewReader(buf), errReader{err})), held, true
+	}
+	return io.NopCloser(bytes.NewReader(buf)), held, true
+}
+
+// errReader hands the handler the error the body's reading ended with (a
+// client gone, a read timeout, the body bound), after the bytes received.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// BodyBytes is the memory held by request bodies being received or served.
+func (s *Server) BodyBytes() int64 { return s.bodyBytes.Load() }
 
 // InFlight is the number of requests being served (counted once
 // LimitInFlight is set).
