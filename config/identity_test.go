@@ -412,3 +412,42 @@ func unescapeText(t *rapid.T, s string) string {
 	}
 	return b.String()
 }
+
+// TestDeferTargets: a target is a base URL the payload's path is joined
+// to; what joining would drop, never send or resolve elsewhere is refused
+// in the rule file (found probing issue 19: a query silently replaced the
+// payload's path, credentials made every item a "malformed" dead letter,
+// and "/x/../y" went out raw).
+func TestDeferTargets(t *testing.T) {
+	cases := []struct {
+		target, want string // want: a part of the error, "" for none
+	}{
+		{"http://orders.internal:8080", ""},
+		{"https://orders.internal/base/", ""},
+		{"http://127.0.0.1:18199/x?tok=1", "a query"},
+		{"http://127.0.0.1:18199/x?", "a query"},
+		{"http://127.0.0.1:18199/x#frag", "a fragment"},
+		{"http://u:pw@127.0.0.1:18198/", "credentials"},
+		{"http://h/x/../y", "dot segments"},
+		{"http://h/x/%2e%2E/y", "dot segments"},
+		{"http://h/./y", "dot segments"},
+		{"ftp://h/", "scheme"},
+		{"/relative", "scheme"},
+		{"http:///nohost", "no host"},
+	}
+	for i, c := range cases {
+		src := fmt.Sprintf("domain: d\ndescriptors:\n  - key: k\n    algorithm: fixed_window\n    rate_limit: {unit: second, requests_per_unit: 1}\n    on_exceed: defer\n    defer: {target: %q}\n", c.target)
+		_, err := ParseRules("t.yaml", []byte(src))
+		switch {
+		case c.want == "" && err != nil:
+			t.Fatalf("case %d: %q refused: %v", i, c.target, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "t.yaml:7:")):
+			t.Fatalf("case %d: %q: %v, want an error at t.yaml:7 saying %q", i, c.target, err, c.want)
+		}
+	}
+	// a value that is not an integer is one error, not two
+	_, err := ParseRules("t.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    algorithm: fixed_window\n    rate_limit: {unit: second, requests_per_unit: 1}\n    on_exceed: defer\n    defer: {target: \"http://h\", max_payload_bytes: 64KiB}\n"))
+	if err == nil || strings.Count(err.Error(), "max_payload_bytes") != 1 {
+		t.Fatalf("max_payload_bytes: 64KiB: %v, want one error naming it", err)
+	}
+}

@@ -388,6 +388,41 @@ func (p *parser) boolean(n *yaml.Node, field string) bool {
 	return b
 }
 
+// integerOK is integer, and whether n was one (its error then reported).
+func (p *parser) integerOK(n *yaml.Node, field string) (int64, bool) {
+	before := len(p.errs)
+	v := p.integer(n, field)
+	return v, len(p.errs) == before
+}
+
+// targetProblem says what keeps s from being a defer target, or "": an
+// absolute http or https URL with a host, the base every payload path is
+// joined to, so nothing in it that joining would drop, send or resolve
+// elsewhere (a query, a fragment, credentials, dot segments).
+func targetProblem(s string) string {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return "not a URL"
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "the scheme must be http or https"
+	case u.Host == "":
+		return "no host"
+	case u.User != nil:
+		return "credentials in the URL (user:password@) are refused: the drain would not send them"
+	case u.RawQuery != "" || u.ForceQuery:
+		return "a query would be dropped when the payload's path is joined"
+	case u.Fragment != "" || strings.Contains(s, "#"):
+		return "a fragment is never sent"
+	}
+	for _, seg := range strings.Split(u.EscapedPath(), "/") {
+		if d, err := url.PathUnescape(seg); err == nil && (d == "." || d == "..") || strings.EqualFold(seg, "%2e") || strings.EqualFold(seg, "%2e%2e") {
+			return "dot segments in the path"
+		}
+	}
+	return ""
+}
+
 func (p *parser) integer(n *yaml.Node, field string) int64 {
 	var v int64
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil {
@@ -523,8 +558,8 @@ func (p *parser) deferSpec(n *yaml.Node) *DeferSpec {
 		switch key {
 		case "target":
 			ds.Target = p.str(v, "defer.target")
-			if u, err := url.Parse(ds.Target); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				p.errorf(v, "defer.target: want an absolute http or https URL, got %q", ds.Target)
+			if why := targetProblem(ds.Target); why != "" {
+				p.errorf(v, "defer.target: want an absolute http or https base URL, got %q: %s", ds.Target, why)
 			}
 		case "max_age":
 			d, err := time.ParseDuration(p.str(v, "defer.max_age"))
@@ -533,21 +568,21 @@ func (p *parser) deferSpec(n *yaml.Node) *DeferSpec {
 			}
 			ds.MaxAge = d
 		case "max_attempts":
-			if a := p.integer(v, "defer.max_attempts"); a < 1 || a > 100 {
+			if a, ok := p.integerOK(v, "defer.max_attempts"); ok && (a < 1 || a > 100) {
 				p.errorf(v, "defer.max_attempts: must be between 1 and 100, got %s", v.Value)
-			} else {
+			} else if ok {
 				ds.MaxAttempts = int(a)
 			}
 		case "max_payload_bytes":
-			if b := p.integer(v, "defer.max_payload_bytes"); b < 1 || b > MaxDeferPayloadBytes {
+			if b, ok := p.integerOK(v, "defer.max_payload_bytes"); ok && (b < 1 || b > MaxDeferPayloadBytes) {
 				p.errorf(v, "defer.max_payload_bytes: must be between 1 and %d, got %s", MaxDeferPayloadBytes, v.Value)
-			} else {
+			} else if ok {
 				ds.MaxPayloadBytes = b
 			}
 		case "max_queued":
-			if q := p.integer(v, "defer.max_queued"); q < 1 || q > MaxDeferQueued {
+			if q, ok := p.integerOK(v, "defer.max_queued"); ok && (q < 1 || q > MaxDeferQueued) {
 				p.errorf(v, "defer.max_queued: must be between 1 and %d, got %s", MaxDeferQueued, v.Value)
-			} else {
+			} else if ok {
 				ds.MaxQueued = q
 			}
 		}

@@ -277,7 +277,7 @@ func TestRuleErrors(t *testing.T) {
 		{"defer block without defer", "domain: a\ndescriptors:\n  - key: k\n    algorithm: fixed_window\n    defer: {target: \"http://t\"}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			"bad.yaml:3:5: descriptor \"k\": a defer block needs on_exceed: defer"},
 		{"defer to a relative target", "domain: a\ndescriptors:\n  - key: k\n    algorithm: fixed_window\n    on_exceed: defer\n    defer: {target: \"/orders\"}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
-			"bad.yaml:6:21: defer.target: want an absolute http or https URL"},
+			"bad.yaml:6:21: defer.target: want an absolute http or https base URL"},
 		{"elastic with an unknown pool", "domain: a\npools:\n  - name: p\n    rate_limit: {unit: second, requests_per_unit: 9}\ndescriptors:\n  - key: k\n    algorithm: fixed_window\n    throttle: {type: elastic, pool: q}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			"bad.yaml:6:5: descriptor \"k\": throttle.pool \"q\" is not a pool of domain \"a\" (pools: p)"},
 		{"elastic in shadow mode", "domain: a\npools:\n  - name: p\n    rate_limit: {unit: second, requests_per_unit: 9}\ndescriptors:\n  - key: k\n    algorithm: fixed_window\n    shadow_mode: true\n    throttle: {type: elastic, pool: p, max_multiplier: 2}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
