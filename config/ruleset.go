@@ -315,6 +315,9 @@ type RuleSet struct {
 	rules []*Rule
 	byID  map[string]*Rule
 	files []string
+	// hashedKeys holds, per domain, the keys some descriptor marks
+	// hash_values (see HashedKeys).
+	hashedKeys map[string]map[string]bool
 }
 
 type domainNode struct {
@@ -536,6 +539,15 @@ func (rs *RuleSet) build(n *node, domain string, path []Entry, shared, hashed []
 			}
 			kn.exact[d.Value] = child
 		}
+		if d.HashValues {
+			if rs.hashedKeys == nil {
+				rs.hashedKeys = map[string]map[string]bool{}
+			}
+			if rs.hashedKeys[domain] == nil {
+				rs.hashedKeys[domain] = map[string]bool{}
+			}
+			rs.hashedKeys[domain][d.Key] = true
+		}
 		if d.RateLimit != nil {
 			r := newRule(domain, p, sh, d)
 			if slices.Contains(hs, true) {
@@ -641,6 +653,29 @@ func poolNames(m map[string]*Rule) string {
 	}
 	names := slices.Sorted(maps.Keys(m))
 	return strings.Join(names, ", ")
+}
+
+// HashedKeys returns, for entries of domain that match no rule, which
+// values to hash: entry i where any descriptor of the domain with its key
+// says hash_values (nil when none). It errs on the side of hashing: an
+// Envoy limit override of entries that stop on a level without
+// rate_limit has no rule to take hash_values from, and its value must not
+// reach Kafka or ClickHouse raw because of that.
+func (rs *RuleSet) HashedKeys(domain string, entries []Entry) []bool {
+	keys := rs.hashedKeys[domain]
+	if len(keys) == 0 {
+		return nil
+	}
+	var out []bool
+	for i, e := range entries {
+		if keys[e.Key] {
+			if out == nil {
+				out = make([]bool, len(entries))
+			}
+			out[i] = true
+		}
+	}
+	return out
 }
 
 // Pool returns the pool name of domain, or nil.

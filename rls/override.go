@@ -2,6 +2,7 @@ package rls
 
 import (
 	"hash/maphash"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -37,7 +38,11 @@ func newOverrides() *overrides {
 
 // rule returns the override rule for d's keys and limit in domain; base is
 // the rule the entries match in the live rule set (nil: none).
-func (o *overrides) rule(domain string, es []config.Entry, lim *ratelimitv3.RateLimitDescriptor_RateLimitOverride, base *config.Rule) (*config.Rule, error) {
+//
+// hashed says which values to hash when base has no hash_values of its own
+// ([config.RuleSet.HashedKeys]); it depends on the domain and keys only,
+// as the cache does.
+func (o *overrides) rule(domain string, es []config.Entry, lim *ratelimitv3.RateLimitDescriptor_RateLimitOverride, base *config.Rule, hashed []bool) (*config.Rule, error) {
 	unit, err := unitFrom(lim.Unit)
 	if err != nil {
 		return nil, err
@@ -59,7 +64,7 @@ func (o *overrides) rule(domain string, es []config.Entry, lim *ratelimitv3.Rate
 	sh.mu.RLock()
 	r := sh.rules[h]
 	sh.mu.RUnlock()
-	if r != nil && r.Base == base && same(r, domain, es, int64(lim.RequestsPerUnit), unit, mult) {
+	if r != nil && r.Base == base && same(r, domain, es, int64(lim.RequestsPerUnit), unit, mult) && (base != nil || slices.Equal(r.Hashed, hashed)) {
 		return r, nil
 	}
 	// copies: the request's strings may alias a buffer the gRPC path reuses
@@ -70,6 +75,9 @@ func (o *overrides) rule(domain string, es []config.Entry, lim *ratelimitv3.Rate
 	r, err = config.OverrideRule(strings.Clone(domain), kept, int64(lim.RequestsPerUnit), unit, mult, base)
 	if err != nil {
 		return nil, err
+	}
+	if r.Hashed == nil && len(hashed) == len(kept) {
+		r.Hashed = hashed
 	}
 	sh.mu.Lock()
 	if len(sh.rules) < maxOverrides/len(o.shards) {

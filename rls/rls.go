@@ -312,7 +312,7 @@ func (w *work) add(i int, es []config.Entry, lim *ratelimitv3.RateLimitDescripto
 	}
 	cd := checker.Descriptor{Entries: es}
 	if lim != nil && known {
-		r, err := o.rule(w.req.Domain, es, lim, rs.Match(w.req.Domain, es))
+		r, err := o.rule(w.req.Domain, es, lim, rs.Match(w.req.Domain, es), rs.HashedKeys(w.req.Domain, es))
 		if err != nil {
 			return fmt.Errorf("%s%w", index("descriptors", i, "limit."), err)
 		}

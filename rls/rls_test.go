@@ -288,7 +288,7 @@ func TestOverrideCacheIsBounded(t *testing.T) {
 	lim := &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 7, Unit: typev3.RateLimitUnit_MINUTE}
 	for i := range maxOverrides * 2 {
 		es := []config.Entry{{Key: "k" + strconv.Itoa(i), Value: "v"}}
-		r, err := o.rule("rl", es, lim, nil)
+		r, err := o.rule("rl", es, lim, nil, nil)
 		if err != nil || r.Limit != 7 || r.ID != "rl:override:k"+strconv.Itoa(i)+"@7/minute" {
 			t.Fatalf("override %d: %+v %v", i, r, err)
 		}
@@ -301,8 +301,8 @@ func TestOverrideCacheIsBounded(t *testing.T) {
 		t.Fatalf("cache holds %d rules, bound %d", n, maxOverrides)
 	}
 	es := []config.Entry{{Key: "k1", Value: "other"}}
-	a, _ := o.rule("rl", es, lim, nil)
-	b, _ := o.rule("rl", es, lim, nil)
+	a, _ := o.rule("rl", es, lim, nil, nil)
+	b, _ := o.rule("rl", es, lim, nil, nil)
 	if a != b {
 		t.Fatal("a cached override is rebuilt")
 	}

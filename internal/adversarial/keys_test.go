@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -136,5 +137,35 @@ descriptors:
 	})
 	if top.Keys[0].Descriptor == top.Keys[1].Descriptor {
 		t.Fatalf("two tenants under one descriptor text %q", top.Keys[0].Descriptor)
+	}
+}
+
+// hash_values through an Envoy limit override (found probing issue 19):
+// entries that stop on a level without rate_limit match no rule, so the
+// override had no hash_values to take, and the raw value reached the
+// analytics. Such an override now hashes what any descriptor of the
+// domain with the same key hashes.
+func TestHashedValuesStayHashedThroughOverrides(t *testing.T) {
+	p := start(t, options{rules: map[string]string{"t.yaml": `domain: t
+descriptors:
+  - key: ht
+    hash_values: true
+    descriptors:
+      - key: route
+        rate_limit: {unit: minute, requests_per_unit: 5}
+`}})
+	body := `{"domain":"t","descriptors":[{"entries":[{"key":"ht","value":"secretvalue-ov2"}],"limit":{"requests_per_unit":1,"unit":"MINUTE"}}]}`
+	for range 3 {
+		if code, out := p.do(t, "POST", "/json", body); code != 200 && code != 429 {
+			t.Fatalf("/json: %d %s", code, out)
+		}
+	}
+	var last string
+	eventually(t, 15*time.Second, "the override's refusals in top-denied", func() bool {
+		_, last = p.do(t, "GET", "/v1/analytics/top-denied?window=1h&domain=t", "")
+		return strings.Contains(last, `"denied":2`)
+	})
+	if strings.Contains(last, "secretvalue") {
+		t.Fatalf("the raw value of a hash_values key reached the analytics: %s", last)
 	}
 }
