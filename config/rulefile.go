@@ -2,181 +2,13 @@ package config
 
 import (
 	"fmt"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
-
-// Unit is the time unit of a rate limit, as in Envoy's ratelimit service.
-type Unit int
-
-// Units, with Envoy's lengths: a month is 30 days, a year 365 days.
-const (
-	Second Unit = iota + 1
-	Minute
-	Hour
-	Day
-	Week
-	Month
-	Year
-)
-
-var unitNames = map[string]Unit{"second": Second, "minute": Minute, "hour": Hour, "day": Day,
-	"week": Week, "month": Month, "year": Year}
-
-// String returns the lowercase unit name used in rule files.
-func (u Unit) String() string {
-	for n, v := range unitNames {
-		if v == u {
-			return n
-		}
-	}
-	return "unknown"
-}
-
-// Duration returns the length of one unit.
-func (u Unit) Duration() time.Duration {
-	d := 24 * time.Hour
-	switch u {
-	case Second:
-		return time.Second
-	case Minute:
-		return time.Minute
-	case Hour:
-		return time.Hour
-	case Day:
-		return d
-	case Week:
-		return 7 * d
-	case Month:
-		return 30 * d
-	case Year:
-		return 365 * d
-	}
-	return 0
-}
-
-// Position is where a node was read.
-type Position struct {
-	File         string
-	Line, Column int
-}
-
-func (p Position) String() string { return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Column) }
-
-// RateLimit is a descriptor's rate_limit block. As in Envoy's service,
-// name and replaces live here: a matched rule whose replaces lists another
-// matched rule's name drops that rule for the request.
-type RateLimit struct {
-	Name            string
-	Unit            Unit
-	RequestsPerUnit int64 // 0 without an algorithm: refuse everything (Envoy's block)
-	Unlimited       bool
-	Replaces        []string
-}
-
-// Throttle is the velvetrope throttle extension.
-type Throttle struct {
-	Type           ThrottleType
-	OveragePercent int64  // soft: admit up to limit × (1 + OveragePercent/100)
-	Pool           string // elastic: the capacity pool borrowed from
-	MaxMultiplier  int64  // elastic: never above limit × MaxMultiplier
-}
-
-// DeferSpec is where and how long deferred requests of an `on_exceed:
-// defer` rule are kept and delivered.
-type DeferSpec struct {
-	Target          string        // base URL the drain delivers to (http or https)
-	MaxAge          time.Duration // past it an item goes to the dead letters (10m)
-	MaxAttempts     int           // deliveries tried before the dead letters (5)
-	MaxPayloadBytes int64         // the largest payload a request may carry (64 KiB)
-	// MaxQueued bounds the items queued for one counter key at once: past
-	// it a request the rule would defer is refused. 0 in a file means the
-	// default, DefaultMaxQueued, filled in when the rule is compiled.
-	MaxQueued int64
-}
-
-// Defaults of a defer block.
-const (
-	DefaultDeferMaxAge       = 10 * time.Minute
-	DefaultDeferMaxAttempts  = 5
-	DefaultDeferPayloadBytes = 64 << 10
-	// MaxDeferPayloadBytes bounds max_payload_bytes: an item is one Kafka
-	// record.
-	MaxDeferPayloadBytes = 512 << 10
-	// MaxDeferQueued bounds max_queued, and DefaultDeferQueuedCap the
-	// default DefaultMaxQueued computes.
-	MaxDeferQueued        = 1_000_000
-	DefaultDeferQueuedCap = 10_000
-)
-
-// DefaultMaxQueued is the items a deferring rule queues per key unless
-// its defer block says otherwise: what the rule can release before an
-// item's max_age runs out — its ceiling (or bucket) per window, for every
-// window max_age touches — at most DefaultDeferQueuedCap and at least 1.
-// An item queued beyond that would, live traffic aside, only wait out its
-// age and expire into the dead letters.
-func DefaultMaxQueued(r *Rule) int64 {
-	per := max(r.Ceiling(), r.Capacity())
-	if per <= 0 || r.Window <= 0 {
-		return 1
-	}
-	windows := int64((r.Defer.MaxAge + r.Window - 1) / r.Window)
-	if windows < 1 {
-		windows = 1
-	}
-	if per >= DefaultDeferQueuedCap || windows >= DefaultDeferQueuedCap/per+1 {
-		return DefaultDeferQueuedCap
-	}
-	return min(per*windows, DefaultDeferQueuedCap)
-}
-
-// Pool is a named capacity of a domain that elastic rules borrow from.
-type Pool struct {
-	Name      string
-	RateLimit *RateLimit
-	Pos       Position
-}
-
-// Descriptor is one node of a rule file's descriptor tree, as written.
-type Descriptor struct {
-	Key, Value     string
-	RateLimit      *RateLimit
-	ShadowMode     bool
-	DetailedMetric bool
-	ShareThreshold bool
-	Descriptors    []*Descriptor
-	// HashValues (velvetrope extension): this key's request values are
-	// replaced by a keyed hash before they leave the checker.
-	HashValues bool
-
-	// velvetrope extensions; empty means the default.
-	Algorithm Algorithm
-	Burst     int64
-	Throttle  Throttle
-	OnExceed  OnExceed
-	Mode      Mode
-	NearLimit NearLimit
-	Failure   FailurePolicy
-	Shards    int64
-	Defer     *DeferSpec // on_exceed: defer only
-
-	Pos Position
-}
-
-// File is one parsed rule file.
-type File struct {
-	Path        string
-	Domain      string
-	Pools       []*Pool
-	Descriptors []*Descriptor
-	Pos         Position
-}
 
 // parser walks a yaml.Node tree and collects every error with its position.
 type parser struct {
@@ -395,34 +227,6 @@ func (p *parser) integerOK(n *yaml.Node, field string) (int64, bool) {
 	return v, len(p.errs) == before
 }
 
-// targetProblem says what keeps s from being a defer target, or "": an
-// absolute http or https URL with a host, the base every payload path is
-// joined to, so nothing in it that joining would drop, send or resolve
-// elsewhere (a query, a fragment, credentials, dot segments).
-func targetProblem(s string) string {
-	u, err := url.Parse(s)
-	switch {
-	case err != nil:
-		return "not a URL"
-	case u.Scheme != "http" && u.Scheme != "https":
-		return "the scheme must be http or https"
-	case u.Host == "":
-		return "no host"
-	case u.User != nil:
-		return "credentials in the URL (user:password@) are refused: the drain would not send them"
-	case u.RawQuery != "" || u.ForceQuery:
-		return "a query would be dropped when the payload's path is joined"
-	case u.Fragment != "" || strings.Contains(s, "#"):
-		return "a fragment is never sent"
-	}
-	for _, seg := range strings.Split(u.EscapedPath(), "/") {
-		if d, err := url.PathUnescape(seg); err == nil && (d == "." || d == "..") || strings.EqualFold(seg, "%2e") || strings.EqualFold(seg, "%2e%2e") {
-			return "dot segments in the path"
-		}
-	}
-	return ""
-}
-
 func (p *parser) integer(n *yaml.Node, field string) int64 {
 	var v int64
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil {
@@ -462,133 +266,6 @@ func (p *parser) file(n *yaml.Node) *File {
 var descriptorFields = []string{"key", "value", "rate_limit", "shadow_mode", "detailed_metric", "hash_values",
 	"share_threshold", "value_to_metric", "descriptors", "algorithm", "burst", "throttle", "on_exceed", "mode", "near_limit",
 	"failure", "shards", "defer"}
-
-// pools reads a file's capacity pools: a name and a rate limit each.
-func (p *parser) pools(n *yaml.Node) []*Pool {
-	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, "pools: want a list of {name, rate_limit}, got %s", p.kindName(n))
-		return nil
-	}
-	var out []*Pool
-	seen := map[string]int{}
-	for _, item := range n.Content {
-		item = resolve(item)
-		pl := &Pool{Pos: p.pos(item)}
-		p.fields(item, "pool", []string{"name", "rate_limit"}, func(key string, _, v *yaml.Node) {
-			switch key {
-			case "name":
-				pl.Name = p.str(v, "pools.name")
-			case "rate_limit":
-				pl.RateLimit = p.rateLimit(v)
-			}
-		})
-		switch {
-		case item.Kind != yaml.MappingNode:
-			continue
-		case pl.Name == "":
-			p.errorf(item, "pool: missing name")
-			continue
-		case pl.RateLimit == nil:
-			p.errorf(item, "pool %q: missing rate_limit", pl.Name)
-			continue
-		case pl.RateLimit.Unlimited:
-			p.errorf(item, "pool %q: a pool is a capacity: it cannot be unlimited", pl.Name)
-			continue
-		}
-		if err := CheckPoolCapacity(pl.RateLimit.RequestsPerUnit); err != nil {
-			p.errorf(item, "pool %q: a pool is a capacity: requests_per_unit: %v", pl.Name, err)
-			continue
-		}
-		if line, dup := seen[pl.Name]; dup {
-			p.errorf(item, "duplicate pool %q: already defined at line %d", pl.Name, line)
-			continue
-		}
-		seen[pl.Name] = pl.Pos.Line
-		out = append(out, pl)
-	}
-	return out
-}
-
-// ruleShaped reports whether a file's top level is a rule file's at all:
-// a mapping with one of domain, pools, descriptors. Any other mapping (a
-// file that is not a rule file: credentials, a password file whose every
-// line is a key) is one error that quotes none of its keys, where an
-// unknown-field error per key would list the whole file.
-func (p *parser) ruleShaped(n *yaml.Node) bool {
-	if n.Kind != yaml.MappingNode {
-		return true // fields reports what it is instead
-	}
-	for i := 0; i < len(n.Content); i += 2 {
-		if slices.Contains(fileFields, n.Content[i].Value) {
-			return true
-		}
-	}
-	p.errorf(n, "not a rule file: its top level has %d keys and none is domain, pools or descriptors", len(n.Content)/2)
-	return false
-}
-
-// checkPools reports elastic descriptors naming a pool the file does not
-// define.
-func (p *parser) checkPools(f *File, ds []*Descriptor) {
-	for _, d := range ds {
-		if d.Throttle.Type == ThrottleElastic && d.Throttle.Pool != "" {
-			found := false
-			var names []string
-			for _, pl := range f.Pools {
-				found = found || pl.Name == d.Throttle.Pool
-				names = append(names, pl.Name)
-			}
-			if !found {
-				list := "none"
-				if len(names) > 0 {
-					list = strings.Join(names, ", ")
-				}
-				p.errs = append(p.errs, &Error{File: p.path, Line: d.Pos.Line, Column: d.Pos.Column,
-					Msg: fmt.Sprintf("descriptor %s: throttle.pool %s is not a pool of domain %s (pools: %s)", p.quote(d.Key), p.quote(d.Throttle.Pool), p.quote(f.Domain), p.clip(list))})
-			}
-		}
-		p.checkPools(f, d.Descriptors)
-	}
-}
-
-// deferSpec reads a descriptor's defer block.
-func (p *parser) deferSpec(n *yaml.Node) *DeferSpec {
-	ds := &DeferSpec{MaxAge: DefaultDeferMaxAge, MaxAttempts: DefaultDeferMaxAttempts, MaxPayloadBytes: DefaultDeferPayloadBytes}
-	p.fields(n, "defer", []string{"target", "max_age", "max_attempts", "max_payload_bytes", "max_queued"}, func(key string, _, v *yaml.Node) {
-		switch key {
-		case "target":
-			ds.Target = p.str(v, "defer.target")
-			if why := targetProblem(ds.Target); why != "" {
-				p.errorf(v, "defer.target: want an absolute http or https base URL, got %q: %s", ds.Target, why)
-			}
-		case "max_age":
-			d, err := time.ParseDuration(p.str(v, "defer.max_age"))
-			if err != nil || d <= 0 || d > 7*24*time.Hour {
-				p.errorf(v, "defer.max_age: want a duration from 1s to 168h, got %q", v.Value)
-			}
-			ds.MaxAge = d
-		case "max_attempts":
-			if a, ok := p.integerOK(v, "defer.max_attempts"); ok && (a < 1 || a > 100) {
-				p.errorf(v, "defer.max_attempts: must be between 1 and 100, got %s", v.Value)
-			} else if ok {
-				ds.MaxAttempts = int(a)
-			}
-		case "max_payload_bytes":
-			if b, ok := p.integerOK(v, "defer.max_payload_bytes"); ok && (b < 1 || b > MaxDeferPayloadBytes) {
-				p.errorf(v, "defer.max_payload_bytes: must be between 1 and %d, got %s", MaxDeferPayloadBytes, v.Value)
-			} else if ok {
-				ds.MaxPayloadBytes = b
-			}
-		case "max_queued":
-			if q, ok := p.integerOK(v, "defer.max_queued"); ok && (q < 1 || q > MaxDeferQueued) {
-				p.errorf(v, "defer.max_queued: must be between 1 and %d, got %s", MaxDeferQueued, v.Value)
-			} else if ok {
-				ds.MaxQueued = q
-			}
-		}
-	})
-	return ds
-}
 
 func (p *parser) descriptors(n *yaml.Node, where string) []*Descriptor {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
@@ -766,53 +443,6 @@ func (p *parser) replaces(n *yaml.Node) []string {
 	return names
 }
 
-func (p *parser) throttle(n *yaml.Node, t *Throttle) {
-	var overage, pool, mult *yaml.Node
-	p.fields(n, "throttle", []string{"type", "overage_percent", "pool", "max_multiplier"}, func(key string, _, v *yaml.Node) {
-		switch key {
-		case "type":
-			t.Type = ThrottleType(p.enum(v, "throttle.type", []string{string(ThrottleHard), string(ThrottleSoft), string(ThrottleElastic)}))
-		case "overage_percent":
-			overage, t.OveragePercent = v, p.integer(v, "throttle.overage_percent")
-		case "pool":
-			pool, t.Pool = v, p.str(v, "throttle.pool")
-		case "max_multiplier":
-			mult, t.MaxMultiplier = v, p.integer(v, "throttle.max_multiplier")
-		}
-	})
-	if n.Kind != yaml.MappingNode {
-		return
-	}
-	switch t.Type {
-	case "", ThrottleHard:
-		for _, x := range []*yaml.Node{overage, pool, mult} {
-			if x != nil {
-				p.errorf(x, "throttle: overage_percent, pool and max_multiplier need type soft or elastic")
-				break
-			}
-		}
-	case ThrottleSoft:
-		if overage == nil || t.OveragePercent <= 0 || t.OveragePercent > MaxOveragePercent {
-			p.errorf(n, "throttle: type soft needs overage_percent between 1 and %d", MaxOveragePercent)
-		}
-		if pool != nil || mult != nil {
-			p.errorf(n, "throttle: pool and max_multiplier belong to type elastic")
-		}
-	case ThrottleElastic:
-		if t.Pool == "" {
-			p.errorf(n, "throttle: type elastic needs a pool")
-		}
-		if mult == nil {
-			t.MaxMultiplier = DefaultMaxMultiplier
-		} else if t.MaxMultiplier < MinMaxMultiplier || t.MaxMultiplier > MaxMaxMultiplier {
-			p.errorf(mult, "throttle.max_multiplier: must be between %d and %d, got %d", MinMaxMultiplier, MaxMaxMultiplier, t.MaxMultiplier)
-		}
-		if overage != nil {
-			p.errorf(overage, "throttle: overage_percent belongs to type soft")
-		}
-	}
-}
-
 // checkDescriptor reports extensions that contradict each other.
 func (p *parser) checkDescriptor(n *yaml.Node, d *Descriptor) {
 	ext := d.Algorithm != "" || d.Burst != 0 || d.Throttle.Type != "" || d.OnExceed != "" || d.Mode != "" ||
@@ -922,4 +552,22 @@ func ReadRuleFiles(paths ...string) ([]*File, error) {
 		dir.Close()
 	}
 	return files, errs.err()
+}
+
+// ruleShaped reports whether a file's top level is a rule file's at all:
+// a mapping with one of domain, pools, descriptors. Any other mapping (a
+// file that is not a rule file: credentials, a password file whose every
+// line is a key) is one error that quotes none of its keys, where an
+// unknown-field error per key would list the whole file.
+func (p *parser) ruleShaped(n *yaml.Node) bool {
+	if n.Kind != yaml.MappingNode {
+		return true // fields reports what it is instead
+	}
+	for i := 0; i < len(n.Content); i += 2 {
+		if slices.Contains(fileFields, n.Content[i].Value) {
+			return true
+		}
+	}
+	p.errorf(n, "not a rule file: its top level has %d keys and none is domain, pools or descriptors", len(n.Content)/2)
+	return false
 }

@@ -170,140 +170,6 @@ func (r *Rule) buildLimiter() limiter.Algorithm {
 	return r.Algorithm.Limiter(r.Capacity(), r.Limit, r.Window)
 }
 
-// AppendCounterKey appends the counter identity of rule for a request's
-// entries to buf: the rule ID, then "|" key "=" value for each entry, keys
-// and values escaped ([AppendEscaped]; "*"-patterns that share a threshold
-// contribute the pattern). The encoding is injective: distinct rules or
-// entries never share a key, whatever bytes the values carry. It
-// allocates only if buf must grow; reuse buf across calls.
-func AppendCounterKey(buf []byte, r *Rule, entries []Entry) []byte {
-	buf = append(buf, r.ID...)
-	for i, e := range entries {
-		buf = append(buf, '|')
-		buf = AppendEscaped(buf, e.Key)
-		buf = append(buf, '=')
-		if i < len(r.Shared) && r.Shared[i] {
-			buf = AppendEscaped(buf, r.Path[i].Value)
-		} else {
-			buf = AppendEscaped(buf, e.Value)
-		}
-	}
-	return buf
-}
-
-// special reports the bytes [AppendEscaped] escapes: the separators of
-// rule ids (':' after the domain, '/' between parts, '=' before a value),
-// of counter keys ('|' between entries) and the escape itself.
-func special(c byte) bool {
-	return c == '\\' || c == '/' || c == ':' || c == '=' || c == '|'
-}
-
-// AppendEscaped appends s to buf with a backslash before every '\\', '/',
-// ':', '=' and '|', so that a part of a rule id or counter key never
-// contains an unescaped separator: splitting at the unescaped separators
-// gives back the parts. A string without those bytes is appended as it
-// is, in one copy.
-func AppendEscaped(buf []byte, s string) []byte {
-	start := 0
-	for i := 0; i < len(s); i++ {
-		if special(s[i]) {
-			buf = append(buf, s[start:i]...)
-			buf = append(buf, '\\', s[i])
-			start = i + 1
-		}
-	}
-	return append(buf, s[start:]...)
-}
-
-// AppendDescriptorText appends entries as analytics name them,
-// "key=value,key=value", with a backslash before every '\\', ',' and '='
-// a key or value holds: rows are grouped by this text, so two distinct
-// descriptors must never render alike ("a=x,b=y" is one descriptor, and
-// `a=x\,b\=y` the other).
-func AppendDescriptorText(buf []byte, es []Entry) []byte {
-	for i, e := range es {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		buf = appendTextEscaped(buf, e.Key)
-		buf = append(buf, '=')
-		buf = appendTextEscaped(buf, e.Value)
-	}
-	return buf
-}
-
-func appendTextEscaped(buf []byte, s string) []byte {
-	start := 0
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '\\' || c == ',' || c == '=' {
-			buf = append(buf, s[start:i]...)
-			buf = append(buf, '\\', c)
-			start = i + 1
-		}
-	}
-	return append(buf, s[start:]...)
-}
-
-// escaped is s escaped as [AppendEscaped] does, without a copy when
-// nothing needs escaping.
-func escaped(s string) string {
-	for i := 0; i < len(s); i++ {
-		if special(s[i]) {
-			return string(AppendEscaped(make([]byte, 0, len(s)+8), s))
-		}
-	}
-	return s
-}
-
-// InternalRuleID is the id of a rule velvetrope makes itself rather than
-// reads from a rule file (a pool's, an operator's deny): the escaped
-// domain, ":", kind, ":", the escaped name. No rule file's id has an
-// unescaped ':' after its domain's, so these never meet one.
-func InternalRuleID(domain, kind, name string) string {
-	return escaped(domain) + ":" + kind + ":" + escaped(name)
-}
-
-// overrideKind is the kind of [OverrideRule]'s ids.
-const overrideKind = "override"
-
-// RuleLabel is the label of a rule id in per-rule tallies: the id itself,
-// or for an override (whose id carries a per-request limit) its domain's
-// escaped name followed by ":override", a label bounded by the rule set.
-func RuleLabel(id string) string {
-	for i := 0; i < len(id); i++ {
-		switch id[i] {
-		case '\\':
-			i++
-		case ':':
-			if rest := id[i+1:]; len(rest) > len(overrideKind) && rest[:len(overrideKind)] == overrideKind && rest[len(overrideKind)] == ':' {
-				return id[:i+1+len(overrideKind)]
-			}
-			return id
-		}
-	}
-	return id
-}
-
-// node is one level of a domain's descriptor tree. Children are found by
-// key first (one string lookup), then by value within the key.
-type node struct {
-	keys map[string]*keyNode
-	rule *Rule
-}
-
-// keyNode holds the children of one key: exact values, wildcard values
-// (in file order) and the key-only default.
-type keyNode struct {
-	exact map[string]*node
-	wild  []wildNode
-	def   *node
-}
-
-type wildNode struct {
-	pattern string
-	next    *node
-}
-
 // RuleSet is an immutable, compiled set of rules for any number of domains,
 // safe for concurrent use without locks.
 type RuleSet struct {
@@ -318,82 +184,6 @@ type RuleSet struct {
 	// hashedKeys holds, per domain, the keys some descriptor marks
 	// hash_values (see HashedKeys).
 	hashedKeys map[string]map[string]bool
-}
-
-type domainNode struct {
-	name string
-	root *node
-}
-
-// Domain is one domain's compiled rules, looked up once per request.
-type Domain struct{ root *node }
-
-// Lookup returns the rules of domain, and whether there are any.
-func (rs *RuleSet) Lookup(domain string) (Domain, bool) {
-	if rs == nil {
-		return Domain{}, false
-	}
-	if rs.few != nil || len(rs.domains) == 0 {
-		for i := range rs.few {
-			if rs.few[i].name == domain {
-				return Domain{rs.few[i].root}, true
-			}
-		}
-		return Domain{}, false
-	}
-	n, ok := rs.domains[domain]
-	return Domain{n}, ok
-}
-
-// Match returns the rule for one request descriptor in domain, or nil when
-// none applies. As in Envoy's ratelimit service, each entry descends one
-// level, trying the exact value, then wildcard values (in file order), then
-// the key-only default; a descriptor deeper than the tree, or one ending
-// on a level without rate_limit, matches nothing. It does not allocate.
-func (rs *RuleSet) Match(domain string, entries []Entry) *Rule {
-	d, _ := rs.Lookup(domain)
-	return d.Match(entries)
-}
-
-// Match returns the rule for one request descriptor in d (see
-// [RuleSet.Match]).
-func (d Domain) Match(entries []Entry) *Rule {
-	n := d.root
-	if n == nil || len(entries) == 0 {
-		return nil
-	}
-	for _, e := range entries {
-		kn := n.keys[e.Key]
-		if kn == nil {
-			return nil
-		}
-		var next *node
-		if kn.exact != nil {
-			next = kn.exact[e.Value]
-		}
-		if next == nil {
-			for i := range kn.wild {
-				if w := &kn.wild[i]; Glob(w.pattern, e.Value) {
-					next = w.next
-					break
-				}
-			}
-		}
-		if next == nil {
-			next = kn.def
-		}
-		if next == nil {
-			return nil
-		}
-		n = next
-	}
-	return n.rule
-}
-
-// HasDomain reports whether the set has rules for domain.
-func (rs *RuleSet) HasDomain(domain string) bool {
-	_, ok := rs.Lookup(domain)
-	return ok
 }
 
 // Domains returns the domain names, sorted.
@@ -414,40 +204,6 @@ func (rs *RuleSet) Rules() []*Rule { return rs.rules }
 
 // Files returns the files the set was loaded from.
 func (rs *RuleSet) Files() []string { return rs.files }
-
-// Glob reports whether value matches pattern, where each "*" matches any
-// run of characters (possibly empty). It does not allocate, and its cost
-// is linear in the value whatever the pattern: a value an attacker sends
-// is tried against every wildcard of a key.
-func Glob(pattern, value string) bool {
-	// The pattern is literal segments between stars: the first must start
-	// the value and the last end it; each one between is taken at its
-	// leftmost place after the previous. With '*' the only wildcard the
-	// leftmost place is never worse than a later one, so nothing is ever
-	// tried twice (the backtracking matcher this replaces was O(n·m): a
-	// second per KiB against 3,000 "*aaa…b" patterns).
-	i := strings.IndexByte(pattern, '*')
-	if i < 0 {
-		return pattern == value
-	}
-	if !strings.HasPrefix(value, pattern[:i]) {
-		return false
-	}
-	value, pattern = value[i:], pattern[i+1:]
-	for {
-		j := strings.IndexByte(pattern, '*')
-		if j < 0 {
-			return strings.HasSuffix(value, pattern)
-		}
-		seg := pattern[:j]
-		pattern = pattern[j+1:]
-		k := strings.Index(value, seg)
-		if k < 0 {
-			return false
-		}
-		value = value[k+len(seg):]
-	}
-}
 
 // Compile builds a RuleSet from parsed files, reporting duplicate domains
 // and limits the algorithms cannot run with their positions.
@@ -573,20 +329,6 @@ func (rs *RuleSet) build(n *node, domain string, path []Entry, shared, hashed []
 // window arithmetic (start + window, in nanoseconds) never overflows.
 const MaxWindow = 365 * 24 * time.Hour
 
-// MaxDescriptorBytes is the most the entries of one descriptor may take
-// in total, as max_entries × (max_key_bytes + max_value_bytes + 2). A
-// delta carries them three times over at worst: in its descriptor text
-// and its counter key, where each byte may be escaped into two, beside the
-// rule id (at most [MaxRuleIDBytes], twice), the domain and the instance
-// id. 12 KiB of entries keep the largest delta near 56 KiB, inside the
-// pipeline's 64 KiB record bound (events.MaxRecordBytes; the checker's
-// test builds that delta).
-const MaxDescriptorBytes = 12 << 10
-
-// MaxRuleIDBytes bounds a rule's ID: every delta carries it twice, and a
-// delta must stay within the pipeline's record bound.
-const MaxRuleIDBytes = 4 << 10
-
 func newRule(domain string, path []Entry, shared []bool, d *Descriptor) *Rule {
 	id := AppendEscaped(make([]byte, 0, 64), domain)
 	id = append(id, ':')
@@ -653,29 +395,6 @@ func poolNames(m map[string]*Rule) string {
 	}
 	names := slices.Sorted(maps.Keys(m))
 	return strings.Join(names, ", ")
-}
-
-// HashedKeys returns, for entries of domain that match no rule, which
-// values to hash: entry i where any descriptor of the domain with its key
-// says hash_values (nil when none). It errs on the side of hashing: an
-// Envoy limit override of entries that stop on a level without
-// rate_limit has no rule to take hash_values from, and its value must not
-// reach Kafka or ClickHouse raw because of that.
-func (rs *RuleSet) HashedKeys(domain string, entries []Entry) []bool {
-	keys := rs.hashedKeys[domain]
-	if len(keys) == 0 {
-		return nil
-	}
-	var out []bool
-	for i, e := range entries {
-		if keys[e.Key] {
-			if out == nil {
-				out = make([]bool, len(entries))
-			}
-			out[i] = true
-		}
-	}
-	return out
 }
 
 // Pool returns the pool name of domain, or nil.

@@ -1,0 +1,133 @@
+package config
+
+// The identities velvetrope builds from rules and requests: rule ids,
+// counter keys and the descriptor text of analytics. Each is an escaped,
+// injective encoding (docs/design.md): distinct inputs never share one.
+
+// AppendCounterKey appends the counter identity of rule for a request's
+// entries to buf: the rule ID, then "|" key "=" value for each entry, keys
+// and values escaped ([AppendEscaped]; "*"-patterns that share a threshold
+// contribute the pattern). The encoding is injective: distinct rules or
+// entries never share a key, whatever bytes the values carry. It
+// allocates only if buf must grow; reuse buf across calls.
+func AppendCounterKey(buf []byte, r *Rule, entries []Entry) []byte {
+	buf = append(buf, r.ID...)
+	for i, e := range entries {
+		buf = append(buf, '|')
+		buf = AppendEscaped(buf, e.Key)
+		buf = append(buf, '=')
+		if i < len(r.Shared) && r.Shared[i] {
+			buf = AppendEscaped(buf, r.Path[i].Value)
+		} else {
+			buf = AppendEscaped(buf, e.Value)
+		}
+	}
+	return buf
+}
+
+// special reports the bytes [AppendEscaped] escapes: the separators of
+// rule ids (':' after the domain, '/' between parts, '=' before a value),
+// of counter keys ('|' between entries) and the escape itself.
+func special(c byte) bool {
+	return c == '\\' || c == '/' || c == ':' || c == '=' || c == '|'
+}
+
+// AppendEscaped appends s to buf with a backslash before every '\\', '/',
+// ':', '=' and '|', so that a part of a rule id or counter key never
+// contains an unescaped separator: splitting at the unescaped separators
+// gives back the parts. A string without those bytes is appended as it
+// is, in one copy.
+func AppendEscaped(buf []byte, s string) []byte {
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if special(s[i]) {
+			buf = append(buf, s[start:i]...)
+			buf = append(buf, '\\', s[i])
+			start = i + 1
+		}
+	}
+	return append(buf, s[start:]...)
+}
+
+// AppendDescriptorText appends entries as analytics name them,
+// "key=value,key=value", with a backslash before every '\\', ',' and '='
+// a key or value holds: rows are grouped by this text, so two distinct
+// descriptors must never render alike ("a=x,b=y" is one descriptor, and
+// `a=x\,b\=y` the other).
+func AppendDescriptorText(buf []byte, es []Entry) []byte {
+	for i, e := range es {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = appendTextEscaped(buf, e.Key)
+		buf = append(buf, '=')
+		buf = appendTextEscaped(buf, e.Value)
+	}
+	return buf
+}
+
+func appendTextEscaped(buf []byte, s string) []byte {
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '\\' || c == ',' || c == '=' {
+			buf = append(buf, s[start:i]...)
+			buf = append(buf, '\\', c)
+			start = i + 1
+		}
+	}
+	return append(buf, s[start:]...)
+}
+
+// escaped is s escaped as [AppendEscaped] does, without a copy when
+// nothing needs escaping.
+func escaped(s string) string {
+	for i := 0; i < len(s); i++ {
+		if special(s[i]) {
+			return string(AppendEscaped(make([]byte, 0, len(s)+8), s))
+		}
+	}
+	return s
+}
+
+// InternalRuleID is the id of a rule velvetrope makes itself rather than
+// reads from a rule file (a pool's, an operator's deny): the escaped
+// domain, ":", kind, ":", the escaped name. No rule file's id has an
+// unescaped ':' after its domain's, so these never meet one.
+func InternalRuleID(domain, kind, name string) string {
+	return escaped(domain) + ":" + kind + ":" + escaped(name)
+}
+
+// overrideKind is the kind of [OverrideRule]'s ids.
+const overrideKind = "override"
+
+// RuleLabel is the label of a rule id in per-rule tallies: the id itself,
+// or for an override (whose id carries a per-request limit) its domain's
+// escaped name followed by ":override", a label bounded by the rule set.
+func RuleLabel(id string) string {
+	for i := 0; i < len(id); i++ {
+		switch id[i] {
+		case '\\':
+			i++
+		case ':':
+			if rest := id[i+1:]; len(rest) > len(overrideKind) && rest[:len(overrideKind)] == overrideKind && rest[len(overrideKind)] == ':' {
+				return id[:i+1+len(overrideKind)]
+			}
+			return id
+		}
+	}
+	return id
+}
+
+// MaxDescriptorBytes is the most the entries of one descriptor may take
+// in total, as max_entries × (max_key_bytes + max_value_bytes + 2). A
+// delta carries them three times over at worst: in its descriptor text
+// and its counter key, where each byte may be escaped into two, beside the
+// rule id (at most [MaxRuleIDBytes], twice), the domain and the instance
+// id. 12 KiB of entries keep the largest delta near 56 KiB, inside the
+// pipeline's 64 KiB record bound (events.MaxRecordBytes; the checker's
+// test builds that delta).
+const MaxDescriptorBytes = 12 << 10
+
+// MaxRuleIDBytes bounds a rule's ID: every delta carries it twice, and a
+// delta must stay within the pipeline's record bound.
+const MaxRuleIDBytes = 4 << 10
