@@ -17,28 +17,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/velvetrope/velvetrope/internal/testsvc"
 )
 
 // bin is the velvetrope binary under attack, built once by TestMain.
 var bin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "velvetrope-adversarial-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = filepath.Join(dir, "velvetrope")
-	build := exec.Command("go", "build", "-o", bin, "github.com/velvetrope/velvetrope/cmd/velvetrope")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building velvetrope:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testsvc.RunWithBinary(m, &bin)) }
 
 // proc is one running velvetrope process.
 type proc struct {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/internal/testsvc"
 )
 
 // ruleUsage reads /v1/analytics/rules and returns the allowed and denied
@@ -160,9 +160,9 @@ func manyBigKeys(t *testing.T, p *proc, domain string, keys, depth, valueBytes, 
 // 86–105 MiB): memory no longer grows with the keys.
 func TestMaxBytesBoundsTheKeyTable(t *testing.T) {
 	env := services(t)
-	domain := uniqueName("bytes")
+	domain := testsvc.Unique("bytes")
 	p := start(t, options{kind: "checker", rules: map[string]string{"r.yaml": nestedRule(domain, 8)},
-		config: fmt.Sprintf("kafka: {topic: %s}\nchecker: {max_bytes: 4000000, topic_partitions: 4}\n", uniqueName("deltas")),
+		config: fmt.Sprintf("kafka: {topic: %s}\nchecker: {max_bytes: 4000000, topic_partitions: 4}\n", testsvc.Unique("deltas")),
 		env:    append(env, "VELVETROPE_STATE_DIR="+t.TempDir())})
 	before := p.rssKB(t, "VmRSS")
 	manyBigKeys(t, p, domain, 4500, 8, 1024, 0)
@@ -184,18 +184,8 @@ func TestMaxBytesBoundsTheKeyTable(t *testing.T) {
 // the real Redis and Kafka, or skips the test without them.
 func services(t *testing.T) []string {
 	t.Helper()
-	redis, kafka := os.Getenv("VELVETROPE_TEST_REDIS"), os.Getenv("VELVETROPE_TEST_KAFKA")
-	if redis == "" || kafka == "" {
-		t.Skip("VELVETROPE_TEST_REDIS and VELVETROPE_TEST_KAFKA are unset: run `make test` (or source .services.env)")
-	}
+	redis, kafka := testsvc.Redis(t), testsvc.Kafka(t) // the services' own rule: skip unset, fail set and down
 	return []string{"VELVETROPE_REDIS_ADDRS=" + redis, "VELVETROPE_KAFKA_BROKERS=" + kafka, "VELVETROPE_CLICKHOUSE_ADDR="}
-}
-
-var uniqueN atomic.Int64
-
-// uniqueName is a name no other run uses (a domain, a topic).
-func uniqueName(prefix string) string {
-	return fmt.Sprintf("%s%d%d", prefix, time.Now().UnixNano(), uniqueN.Add(1))
 }
 
 // Item 8: dev's in-memory analytics kept 24 h of rows with no cap, and
@@ -207,7 +197,7 @@ func uniqueName(prefix string) string {
 // in-memory counter store, dev's stand-in for Redis, whose counters expire
 // with their windows).
 func TestDevMemoryBoundsHoldUnderManyKeys(t *testing.T) {
-	domain := uniqueName("devmem")
+	domain := testsvc.Unique("devmem")
 	p := start(t, options{rules: map[string]string{"r.yaml": nestedRule(domain, 8)},
 		config: "checker: {max_bytes: 4000000}\nanalytics: {memory_max_bytes: 8388608}\nlimiter: {max_keys: 100000}\n"})
 	before := p.rssKB(t, "VmRSS")
@@ -236,7 +226,7 @@ func TestDevMemoryBoundsHoldUnderManyKeys(t *testing.T) {
 // the limiter, each a 16-byte digest, and dev peaks under 100 MiB
 // resident.
 func TestLimiterMaxKeysBoundsLocalKeys(t *testing.T) {
-	domain := uniqueName("local")
+	domain := testsvc.Unique("local")
 	p := start(t, options{rules: map[string]string{"r.yaml": fmt.Sprintf(`domain: %s
 descriptors:
   - key: k1
@@ -265,14 +255,14 @@ descriptors:
 // write (150 ms allowed) before the kill.
 func TestKillNineLosesLittleOfAFastKey(t *testing.T) {
 	env := services(t)
-	domain := uniqueName("crash")
+	domain := testsvc.Unique("crash")
 	rules := fmt.Sprintf(`domain: %s
 descriptors:
   - key: user_id
     algorithm: fixed_window
     rate_limit: {unit: hour, requests_per_unit: 1000000000}
 `, domain)
-	cfg := fmt.Sprintf("kafka: {topic: %s}\naggregator: {group: %s}\nchecker: {topic_partitions: 4}\n", uniqueName("deltas"), uniqueName("g"))
+	cfg := fmt.Sprintf("kafka: {topic: %s}\naggregator: {group: %s}\nchecker: {topic_partitions: 4}\n", testsvc.Unique("deltas"), testsvc.Unique("g"))
 	start(t, options{kind: "aggregator", config: cfg, env: env})
 	c := start(t, options{kind: "checker", rules: map[string]string{"r.yaml": rules}, config: cfg,
 		env: append(env, "VELVETROPE_STATE_DIR="+t.TempDir())})
@@ -344,7 +334,7 @@ descriptors:
 func readTotal(t *testing.T, rules, domain string, entries []config.Entry, at time.Time) int64 {
 	t.Helper()
 	key := counterKey(t, rules, domain, entries)
-	rc := redis.NewClient(&redis.Options{Addr: os.Getenv("VELVETROPE_TEST_REDIS")})
+	rc := redis.NewClient(&redis.Options{Addr: testsvc.Redis(t)})
 	defer rc.Close()
 	h := int64(time.Hour)
 	items := []counters.ReadItem{{Key: key, Kind: counters.KindWindow, Window: at.UnixNano() / h * h}}
@@ -375,7 +365,7 @@ func counterKey(t *testing.T, rules, domain string, entries []config.Entry) stri
 func redisCount(t *testing.T, rules, domain string, entries []config.Entry, at time.Time) int64 {
 	t.Helper()
 	key := counterKey(t, rules, domain, entries)
-	rc := redis.NewClient(&redis.Options{Addr: os.Getenv("VELVETROPE_TEST_REDIS")})
+	rc := redis.NewClient(&redis.Options{Addr: testsvc.Redis(t)})
 	defer rc.Close()
 	store := counters.NewRedis(rc, "vr", 0)
 	h := int64(time.Hour)

@@ -37,21 +37,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(testsvc.EnvRedis) == "" {
 		os.Exit(m.Run()) // the tests skip without services; nothing to build
 	}
-	dir, err := os.MkdirTemp("", "velvetrope-failure-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = filepath.Join(dir, "velvetrope")
-	build := exec.Command("go", "build", "-o", bin, "github.com/velvetrope/velvetrope/cmd/velvetrope")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building velvetrope:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testsvc.RunWithBinary(m, &bin))
 }
 
 // The rules under test: an async rule that fails open and a sync rule that

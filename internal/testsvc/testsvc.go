@@ -13,9 +13,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -294,4 +296,25 @@ func (p *PrivateRedis) Stop(t testing.TB) {
 		<-done
 	}
 	p.cmd = nil
+}
+
+// RunWithBinary builds the velvetrope binary into a temporary directory,
+// points *bin at it, runs m and removes the directory: the TestMain of a
+// suite that runs the real processes. The build's output goes to stderr;
+// a failed build exits 1.
+func RunWithBinary(m *testing.M, bin *string) int {
+	dir, err := os.MkdirTemp("", "velvetrope-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	*bin = filepath.Join(dir, "velvetrope")
+	build := exec.Command("go", "build", "-o", *bin, "github.com/velvetrope/velvetrope/cmd/velvetrope")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building velvetrope:", err)
+		return 1
+	}
+	return m.Run()
 }
