@@ -97,7 +97,7 @@ func (c *Checker) charge(slots []slot, denied bool, req *Request, now int64) boo
 			s.allowed, s.charged = s.w.Answer.Allowed, s.w.Answer.Allowed || s.w.Charge.ChargeDenied
 			if s.rule.Pool != nil && s.allowed {
 				// borrowing is what the store's count says, not this view
-				s.borrow = s.w.Answer.Total > s.rule.Limit
+				s.setAbove(s.w.Answer.Total, cost)
 			}
 		}
 		if !s.allowed && !s.rule.Shadow {

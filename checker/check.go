@@ -251,7 +251,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 		pred = c.inFlight(e)
 	}
 	if r.Pool != nil { // elastic: over its own limit it borrows (judged from this view)
-		s.borrow = ceiling-remaining+cost > r.Limit
+		s.setAbove(ceiling-remaining+cost, cost)
 	}
 	// Over band: a store answer said there is no room (for this cost), and
 	// what this instance knows agrees. Refused from memory: abusive traffic
@@ -493,8 +493,10 @@ type slot struct {
 	// (`on_exceed: defer`, not a release); pool marks the slot of an
 	// elastic rule's pool, decided after its borrowers (entries: the
 	// pool's counter), poolSlot (>= 0) is a borrower's pool slot, and
-	// borrow says the borrower goes over its own limit.
+	// borrow says the borrower goes over its own limit, by above hits
+	// (what the pool pays: the part of cost beyond the limit, not all of it).
 	deferrable, pool, borrow bool
+	above                    int64
 	// release: the drain's decision on a deferred request; its refusals
 	// ("not yet") are not refusals of anyone's request, so analytics do
 	// not count them (the request was counted deferred once)
