@@ -35,14 +35,15 @@ func parseShape(comment string) (*shape, error) {
 	p := &shapeParser{s: comment[i:]}
 	sh, err := p.value()
 	if err != nil {
-		return nil, fmt.Errorf("the answer %q: %w", clipText(comment[i:]), err)
+		return nil, fmt.Errorf("the answer %q: %w", clipText(comment[i:], 80), err)
 	}
 	return sh, nil
 }
 
-func clipText(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
+// clipText cuts s to n bytes for a message.
+func clipText(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
 	}
 	return s
 }

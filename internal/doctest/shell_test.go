@@ -11,7 +11,7 @@ import (
 type command struct {
 	line     int      // markdown line where it starts
 	words    []string // quotes removed, variables expanded
-	comment  string   // its trailing comment and the comment lines after it, joined by spaces
+	comment  string   // its documented answer: its trailing comment and the comment lines after it (after a `$ ` prompt: its output), joined by spaces
 	problems []string // what a shell would do that the tests do not (an operator, an unknown variable)
 }
 
@@ -43,8 +43,9 @@ func isAssignment(w string) bool {
 // parseCommands reads a shell block: lines ending in a backslash continue
 // on the next; a `#` starting a word begins a comment; comment lines after
 // a command (up to a blank line or the next command) are its comment too.
-// In a block with `$ ` prompts only the prompted lines are commands (the
-// rest is their output). lookup expands $NAME and ${NAME}; a variable it
+// In a block with `$ ` prompts only the prompted lines are commands; the
+// lines after one, up to a blank line, are its output, which documents its
+// answer as a comment would. lookup expands $NAME and ${NAME}; a variable it
 // does not know is kept as written and listed in problems.
 func parseCommands(b block, lookup func(string) (string, bool)) []command {
 	prompted := slices.ContainsFunc(b.lines, func(l string) bool { return strings.HasPrefix(strings.TrimSpace(l), "$ ") })
@@ -55,8 +56,13 @@ func parseCommands(b block, lookup func(string) (string, bool)) []command {
 		line := strings.TrimSpace(b.lines[i])
 		if prompted {
 			rest, ok := strings.CutPrefix(line, "$ ")
-			if !ok {
-				attach = false
+			if !ok { // output: the documented answer of the command above it
+				if line == "" {
+					attach = false
+				} else if attach && len(out) > 0 {
+					last := &out[len(out)-1]
+					last.comment = strings.TrimSpace(last.comment + " " + line)
+				}
 				continue
 			}
 			line = rest
@@ -260,7 +266,7 @@ func TestParseCommands(t *testing.T) {
 	transcript := block{file: "x.md", line: 1, lines: []string{
 		"$ velvetrope check --domain api", "allow", "  [0] allow limit=100/minute", "$ curl -s http://localhost:8080/healthz", `{"status":"ok"}`}}
 	got = parseCommands(transcript, none)
-	if len(got) != 2 || got[0].line != 2 || got[1].words[0] != "curl" || got[1].line != 5 {
+	if len(got) != 2 || got[0].line != 2 || got[1].words[0] != "curl" || got[1].line != 5 || got[1].comment != `{"status":"ok"}` {
 		t.Errorf("transcript: got %+v, want the two prompted lines only", got)
 	}
 	for i, tt := range []struct {
