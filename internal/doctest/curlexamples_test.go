@@ -30,8 +30,9 @@ const (
 	adminToken    = "doctest-admin-token"
 )
 
-// shellLangs are the info strings of blocks read as shell; a block of
-// another language is data or code, never a command a reader runs.
+// isShellBlock reports whether a block is read as shell: any block but
+// one of data or code, which holds no command a reader runs (an unnamed
+// block may be a transcript).
 func isShellBlock(lang string) bool {
 	return !slices.Contains([]string{"yaml", "yml", "json", "go", "sql", "proto"}, lang)
 }
