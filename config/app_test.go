@@ -178,7 +178,8 @@ func TestLoadAppOverrides(t *testing.T) {
 }
 
 // TestLoadAppMergeKeys: YAML merge keys (<<) apply, the keys written out
-// over what they merge.
+// over what they merge; a key merged where it is unknown is reported at
+// its line, by the key path it was merged into.
 func TestLoadAppMergeKeys(t *testing.T) {
 	t.Chdir(t.TempDir())
 	doc := "http: &l\n  addr: 127.0.0.1:7000\n  read_timeout: 3s\ngrpc:\n  <<: {addr: 127.0.0.1:7001, response_headers: true}\n  addr: 127.0.0.1:7002\n"
@@ -191,6 +192,14 @@ func TestLoadAppMergeKeys(t *testing.T) {
 	}
 	if a.HTTP.Addr != "127.0.0.1:7000" || a.HTTP.ReadTimeout != 3*time.Second || a.GRPC.Addr != "127.0.0.1:7002" || !a.GRPC.ResponseHeaders {
 		t.Fatalf("got http %+v, grpc %+v", a.HTTP, a.GRPC)
+	}
+	doc = "http: &l\n  addr: 127.0.0.1:7000\n  read_timeout: 3s\ngrpc:\n  <<: *l\n"
+	if err := os.WriteFile("c.yaml", []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := "c.yaml:3:3: grpc.read_timeout: unknown field; known: addr, tls, response_headers, max_concurrent_streams, call_timeout"
+	if _, err := LoadApp("c.yaml", env(nil)); err == nil || err.Error() != want {
+		t.Fatalf("got %v, want %s", err, want)
 	}
 }
 
