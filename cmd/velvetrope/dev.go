@@ -118,7 +118,7 @@ func processConfig(name string, args []string, stderr io.Writer) (app config.App
 	httpAddr := fs.String("http", "", "HTTP listen address (default :8080, or VELVETROPE_HTTP_ADDR)")
 	grpcAddr := fs.String("grpc", "", "gRPC (Envoy rate limit service) listen address (default :8081, or VELVETROPE_GRPC_ADDR)")
 	file := fs.String("config", "", "application config file (YAML)")
-	fs.BoolVar(&debug, "debug", false, "on a failed start, also print fx's own text of the error and its event log")
+	fs.BoolVar(&debug, "debug", false, "print fx's event log (a failed start: with fx's whole text of the error) and log lines from the start on")
 	if err := fs.Parse(args); err != nil {
 		return config.App{}, false, err
 	}
