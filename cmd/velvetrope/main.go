@@ -36,6 +36,10 @@ Usage:
 Environment overrides (every process): VELVETROPE_RULES, VELVETROPE_HTTP_ADDR,
 VELVETROPE_GRPC_ADDR, VELVETROPE_REDIS_ADDRS, VELVETROPE_KAFKA_BROKERS,
 VELVETROPE_CLICKHOUSE_ADDR, VELVETROPE_INSTANCE_ID.
+
+A process (dev, checker, aggregator, drain) that cannot start prints the cause
+on one line and exits 1; --debug also prints fx's event log, its whole text of
+the error, and the process's log lines.
 `
 
 func main() {

@@ -140,7 +140,7 @@ func TestRulesValidate(t *testing.T) {
 			"api: ok, 4 rules (1 shadow, 0 unlimited), algorithms [envoy_fixed_window sliding_log token_bucket]\n", ""},
 		{"bad file", []string{"rules", "validate", "testdata/bad.yaml"}, 1, "",
 			"testdata/bad.yaml:4:5: descriptor: unknown field \"rate_limt\""},
-		{"missing file", []string{"rules", "validate", "testdata/nope.yaml"}, 1, "", "testdata/nope.yaml: stat testdata/nope.yaml: no such file or directory"},
+		{"missing file", []string{"rules", "validate", "testdata/nope.yaml"}, 1, "", "testdata/nope.yaml: no such file or directory\n"},
 		{"alias cycle", []string{"rules", "validate", "testdata/alias-cycle.yaml"}, 1, "",
 			"testdata/alias-cycle.yaml:4:18: alias *d refers to a node that contains it (anchor &d at line 2): a cycle"},
 		{"usage", []string{"rules"}, 2, "", "usage: velvetrope rules validate"},
