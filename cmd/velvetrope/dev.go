@@ -66,7 +66,8 @@ func runProcess(name string, args []string, stdout, stderr io.Writer,
 		return 2 // a command line that does not parse
 	}
 	var fxLog fxevent.Logger = fxevent.NopLogger
-	held := newHeldLog(stderr)
+	held, stopHold := holdLogs(stderr, logHoldMax)
+	defer stopHold()
 	var logOut io.Writer = held
 	if debug {
 		fxLog, logOut = &fxevent.ConsoleLogger{W: stderr}, stderr

@@ -133,6 +133,9 @@ func printStartFailure(w io.Writer, name string, err error, trace *startTrace) {
 // heldLog holds a process's log lines until its start has succeeded (then
 // they are written out, and what follows passes through) or failed (then
 // they are dropped: the cause says what went wrong, --debug shows all).
+// A start still going after logHoldMax is released anyway (holdLogs): an
+// operator watching a slow start (Kafka unreachable, retried) must see why
+// it waits, not a silent process.
 // Safe for concurrent use: background loops log while the process starts.
 type heldLog struct {
 	mu   sync.Mutex
@@ -141,6 +144,16 @@ type heldLog struct {
 }
 
 func newHeldLog(w io.Writer) *heldLog { return &heldLog{w: w, held: &bytes.Buffer{}} }
+
+// logHoldMax is how long a start's log lines are held at most: quick
+// failures (a missing file, a taken port) stay one line.
+const logHoldMax = 2 * time.Second
+
+// holdLogs is a heldLog released by itself after d; stop cancels that.
+func holdLogs(w io.Writer, d time.Duration) (h *heldLog, stop func() bool) {
+	h = newHeldLog(w)
+	return h, time.AfterFunc(d, h.release).Stop
+}
 
 func (h *heldLog) Write(p []byte) (int, error) {
 	h.mu.Lock()

@@ -80,3 +80,36 @@ func TestHeldLog(t *testing.T) {
 		t.Fatalf("got %q", out.String())
 	}
 }
+
+// TestHeldLogReleasedBySlowStart: a start still going after logHoldMax
+// shows what it logged (why it waits) and passes later lines through; one
+// that ends sooner and stops the timer shows nothing. synctest: the hold
+// elapses without waiting.
+func TestHeldLogReleasedBySlowStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var out bytes.Buffer
+		h, _ := holdLogs(&out, logHoldMax)
+		h.Write([]byte("kafka not reachable at start\n"))
+		time.Sleep(logHoldMax - time.Millisecond)
+		synctest.Wait()
+		if out.Len() != 0 {
+			t.Fatalf("released before logHoldMax: %q", out.String())
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		h.Write([]byte("still waiting\n"))
+		if out.String() != "kafka not reachable at start\nstill waiting\n" {
+			t.Fatalf("after logHoldMax: %q", out.String())
+		}
+
+		var quick bytes.Buffer
+		h2, stop := holdLogs(&quick, logHoldMax)
+		h2.Write([]byte("rules loaded\n"))
+		stop() // the start failed at once
+		time.Sleep(2 * logHoldMax)
+		synctest.Wait()
+		if quick.Len() != 0 {
+			t.Fatalf("a stopped hold released: %q", quick.String())
+		}
+	})
+}
