@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -87,7 +88,7 @@ func TestHeldLog(t *testing.T) {
 // elapses without waiting.
 func TestHeldLogReleasedBySlowStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var out bytes.Buffer
+		var out lockedBuffer
 		h, _ := holdLogs(&out, logHoldMax)
 		h.Write([]byte("kafka not reachable at start\n"))
 		time.Sleep(logHoldMax - time.Millisecond)
@@ -102,7 +103,7 @@ func TestHeldLogReleasedBySlowStart(t *testing.T) {
 			t.Fatalf("after logHoldMax: %q", out.String())
 		}
 
-		var quick bytes.Buffer
+		var quick lockedBuffer
 		h2, stop := holdLogs(&quick, logHoldMax)
 		h2.Write([]byte("rules loaded\n"))
 		stop() // the start failed at once
@@ -113,3 +114,24 @@ func TestHeldLogReleasedBySlowStart(t *testing.T) {
 		}
 	})
 }
+
+// lockedBuffer is a bytes.Buffer the release timer's goroutine writes
+// while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *lockedBuffer) Len() int { return len(l.String()) }

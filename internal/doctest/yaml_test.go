@@ -138,8 +138,8 @@ func TestClassifyAndLoadYAMLBlock(t *testing.T) {
 		{"domain: a\ndescriptors:\n  - key: k\n    rate_limt: {unit: second}\n", yamlRules, `x.md:14:5: descriptor: unknown field "rate_limt"`},
 		{"pools: []\n", yamlRules, "x.md"},
 		{"http: {addr: \":9090\"}\nredis: {addrs: [\"127.0.0.1:6379\"]}\n", yamlConfig, ""},
-		{"http: {adr: \":9090\"}\n", yamlConfig, "x.md:11:1: field adr not found"},
-		{"http: {addr: \"9090\"}\n", yamlConfig, "x.md:10: config: http.addr"},
+		{"http: {adr: \":9090\"}\n", yamlConfig, "x.md:11:8: http.adr: unknown field; known: addr"},
+		{"http: {addr: \"9090\"}\n", yamlConfig, `x.md:11:8: http.addr: want host:port, got "9090"`},
 		{"- key: k\n  rate_limit: {unit: second, requests_per_unit: 1}\n", yamlFragment, "a YAML fragment"},
 		{"domain: [\n", yamlRules, "x.md:"},
 	}
