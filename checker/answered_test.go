@@ -115,40 +115,49 @@ func TestEveryAlgorithmModeAndBandCountsAsAnswered(t *testing.T) {
 		yaml string
 	}
 	var rules []rule
+	const head = "domain: api\npools:\n  - name: p\n    rate_limit: {unit: minute, requests_per_unit: 100}\ndescriptors:\n"
 	var file strings.Builder
-	file.WriteString("domain: api\ndescriptors:\n")
+	file.WriteString(head)
 	for _, alg := range config.Algorithms() {
 		for _, mode := range []string{"", "sync", "local"} {
 			for _, near := range []string{"", "sync", "async"} {
 				for _, shadow := range []bool{false, true} {
 					for _, defer_ := range []bool{false, true} {
-						var b strings.Builder
-						key := fmt.Sprintf("k%d", len(rules))
-						fmt.Fprintf(&b, "  - key: %s\n    rate_limit: {unit: minute, requests_per_unit: 2}\n", key)
-						if alg != "" {
-							fmt.Fprintf(&b, "    algorithm: %s\n", alg)
+						for _, throttle := range []string{"", "soft", "elastic"} {
+							var b strings.Builder
+							key := fmt.Sprintf("k%d", len(rules))
+							fmt.Fprintf(&b, "  - key: %s\n    rate_limit: {unit: minute, requests_per_unit: 2}\n", key)
+							if alg != "" {
+								fmt.Fprintf(&b, "    algorithm: %s\n", alg)
+							}
+							if mode != "" {
+								fmt.Fprintf(&b, "    mode: %s\n", mode)
+							}
+							if near != "" {
+								fmt.Fprintf(&b, "    near_limit: %s\n", near)
+							}
+							if shadow {
+								b.WriteString("    shadow_mode: true\n")
+							}
+							if defer_ {
+								b.WriteString("    on_exceed: defer\n    defer: {target: \"http://127.0.0.1:9\"}\n")
+							}
+							switch throttle {
+							case "soft":
+								b.WriteString("    throttle: {type: soft, overage_percent: 50}\n")
+							case "elastic":
+								b.WriteString("    throttle: {type: elastic, pool: p, max_multiplier: 2}\n")
+							}
+							if _, err := config.ParseRules("one.yaml", []byte(head+b.String())); err != nil {
+								continue // a combination the format refuses
+							}
+							name := fmt.Sprintf("%s mode=%s near_limit=%s shadow=%v defer=%v throttle=%s", alg, mode, near, shadow, defer_, throttle)
+							if alg == "" {
+								name = "envoy" + name
+							}
+							rules = append(rules, rule{key, name})
+							file.WriteString(b.String())
 						}
-						if mode != "" {
-							fmt.Fprintf(&b, "    mode: %s\n", mode)
-						}
-						if near != "" {
-							fmt.Fprintf(&b, "    near_limit: %s\n", near)
-						}
-						if shadow {
-							b.WriteString("    shadow_mode: true\n")
-						}
-						if defer_ {
-							b.WriteString("    on_exceed: defer\n    defer: {target: \"http://127.0.0.1:9\"}\n")
-						}
-						if _, err := config.ParseRules("one.yaml", []byte("domain: api\ndescriptors:\n"+b.String())); err != nil {
-							continue // a combination the format refuses
-						}
-						name := fmt.Sprintf("%s mode=%s near_limit=%s shadow=%v defer=%v", alg, mode, near, shadow, defer_)
-						if alg == "" {
-							name = "envoy" + name
-						}
-						rules = append(rules, rule{key, name})
-						file.WriteString(b.String())
 					}
 				}
 			}
@@ -175,21 +184,29 @@ func TestEveryAlgorithmModeAndBandCountsAsAnswered(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := rowsOf(prod.all)
-	shadowed := 0
+	shadowed, soft, elastic := 0, 0, 0
 	for _, r := range rules {
 		w := *want["api:"+r.key]
 		if g := got["api:"+r.key]; g != w {
 			t.Errorf("%s: rows %v, answered %v", r.yaml, g, w)
 		}
-		if strings.Contains(r.yaml, "shadow=true") {
+		if w.overSoft > 0 {
+			soft++
+		}
+		if w.elastic > 0 {
+			elastic++
+		}
+		if strings.Contains(r.yaml, "shadow=true") && strings.HasSuffix(r.yaml, "throttle=") { // a hard limit
 			shadowed++
 			if w != (tally{allowed: 2, shadow: 3}) {
 				t.Errorf("%s: answered %v, want 2 allowed and 3 shadow-denied of 5 at 2 a minute", r.yaml, w)
 			}
 		}
 	}
-	if shadowed == 0 || len(rules) < 40 {
-		t.Fatalf("%d rules, %d shadow rules: the matrix lost its combinations", len(rules), shadowed)
+	t.Logf("%d rules: %d hard shadow rules, %d went over soft limits, %d borrowed", len(rules), shadowed, soft, elastic)
+	if shadowed == 0 || soft == 0 || elastic == 0 || len(rules) < 40 {
+		t.Fatalf("%d rules, %d shadow rules, %d went over soft limits, %d borrowed: the matrix lost its combinations",
+			len(rules), shadowed, soft, elastic)
 	}
 }
 
