@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -320,5 +321,68 @@ func TestRequestsOfManyRulesCountAsAnswered(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// stallingStore holds its first batch of store operations until release
+// is closed, saying on entered when it has it.
+type stallingStore struct {
+	*counters.MemStore
+	once             sync.Once
+	entered, release chan struct{}
+}
+
+func (s *stallingStore) Do(ctx context.Context, ops []*counters.Op) {
+	first := false
+	s.once.Do(func() { first = true })
+	if first {
+		close(s.entered)
+		<-s.release
+	}
+	s.MemStore.Do(ctx, ops)
+}
+
+// TestChargeAnsweredAfterItsWindowRolledCounts (issue 20, item 1): a
+// decision whose store charge is answered after another request on the
+// key rolled its window still reaches the analytics (it was left out:
+// the answer only fixed the earlier window's count).
+func TestChargeAnsweredAfterItsWindowRolledCounts(t *testing.T) {
+	ms := counters.NewMemStore()
+	st := &stallingStore{MemStore: ms, entered: make(chan struct{}), release: make(chan struct{})}
+	prod := &applyProducer{store: ms}
+	clk := &clock{}
+	clk.ns.Store(t0 + int64(999*time.Millisecond))
+	ms.SetClock(clk)
+	c, err := New(Config{StoreTimeout: time.Minute}, ruleStore(t, `domain: api
+descriptors:
+  - key: roll
+    algorithm: fixed_window
+    rate_limit: {unit: second, requests_per_unit: 100}
+`), st, prod, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan Decision)
+	go func() { // a young key: charged in the store, held there
+		var d Decision
+		if err := c.Check(context.Background(), req(1, "roll", "x"), &d); err != nil {
+			t.Error(err)
+		}
+		first <- d
+	}()
+	<-st.entered
+	clk.ns.Store(t0 + int64(time.Second+time.Millisecond)) // the next window
+	if d := r0(t, c, "roll"); !d.Allowed() {
+		t.Fatalf("second request: %s", codes(d))
+	}
+	close(st.release)
+	if d := <-first; !d.Allowed() {
+		t.Fatalf("first request: %s", codes(d))
+	}
+	if err := c.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := rowsOf(prod.all)["api:roll"]; got != (tally{allowed: 2}) {
+		t.Fatalf("rows %v, want the 2 admissions", got)
 	}
 }
