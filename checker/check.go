@@ -197,14 +197,22 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 	case r == nil || r.Unlimited:
 		s.need, s.allowed = needNone, true
 		return
-	case r.Limit == 0: // Envoy's block
+	case r.Limit == 0: // Envoy's block, or an operator's deny control
 		s.need, s.never = needMemory, true
 		s.resetAfter = time.Duration(int64(r.Window) - now%int64(r.Window))
 		s.shadowed = r.Shadow
+		c.blockedEntry(s, req, now)
 		return
 	}
 	sh := &c.shards[s.sh]
 	e := sh.lookup(s.h, r, s.entriesOf(req))
+	if e != nil && e.kind != kindOf(r) {
+		// the entry a blocked counter's refusals were counted in (or a
+		// reload changed the rule's algorithm): its state is of another
+		// kind, so the counter starts afresh from the store
+		c.dropEntry(sh, e, now)
+		e = nil
+	}
 	if e == nil {
 		e = c.create(sh, s, req, now)
 	}
@@ -312,6 +320,31 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 		s.shadowed = true
 	}
 	c.emitSoon(sh, e, now, cost, farRoom)
+}
+
+// blockedEntry gives a refusal of a blocked counter (requests_per_unit 0,
+// a deny control) the key's entry, so that commit counts it in the
+// analytics like any refusal: a blocked client hammering is exactly what
+// the top-denied keys must show. Nothing is charged or decided with it;
+// an entry the counter already has keeps its rule (lifting a control
+// finds it as it was), and a new one is a window counter of the blocked
+// rule, which nothing but its analytics ever uses.
+func (c *Checker) blockedEntry(s *slot, req *Request, now int64) {
+	sh := &c.shards[s.sh]
+	e := sh.lookup(s.h, s.rule, s.entriesOf(req))
+	if e == nil {
+		e = c.create(sh, s, req, now)
+	}
+	if e.parked { // back in the heap, where its idle eviction happens
+		e.parked, e.stale = false, true
+		sh.parkedStale++
+		sh.schedule(e, now+int64(c.cfg.MinRefresh))
+	}
+	s.e, e.used, e.active = e, now, true
+	if e.kind == counters.KindWindow {
+		c.roll(sh, e, now)
+	}
+	c.emitSoon(sh, e, now, 0, -1)
 }
 
 // denyFromMemory refuses while a key is known to be over its limit: no

@@ -221,9 +221,18 @@ func (c *Checker) drain(sh *shard, e *entry) {
 // it is produced).
 func (c *Checker) delta(e *entry, p *pending, applied bool, ownAfter int64) *eventsv1.Delta {
 	r := e.rule
+	alg := r.Algorithm
+	if r.Limit == 0 {
+		// a blocked counter's entry counts refusals only: analytics, nothing
+		// to add (and a window, whatever the blocked rule's algorithm)
+		applied = true
+		if alg.Bucket() {
+			alg = config.AlgFixedWindow
+		}
+	}
 	d := &eventsv1.Delta{
 		InstanceId: c.instance, Domain: r.Domain, RuleId: r.ID, DescriptorText: e.desc, CounterKey: e.skey,
-		Algorithm: string(r.Algorithm), WindowNanos: int64(r.Window), Limit: r.Limit,
+		Algorithm: string(alg), WindowNanos: int64(r.Window), Limit: r.Limit,
 		AllowedCount: uint64(p.allowedCount), AllowedCost: p.allowedCost, DeniedCount: uint64(p.deniedCount),
 		DeniedCost: p.deniedCost, DeferredCount: uint64(p.deferred), ShadowDeniedCount: uint64(p.shadowDenied),
 		CountedCost: p.counted, AlreadyApplied: applied, FirstUnixNanos: p.first, LastUnixNanos: p.last,

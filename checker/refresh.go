@@ -49,7 +49,9 @@ func (c *Checker) Refresh(ctx context.Context) {
 				break
 			}
 			e := heap.Pop(&sh.refresh).(*entry)
-			if e.rule.Mode == config.ModeLocal { // its counter is in this process: nothing to read, only its idle eviction
+			if e.rule.Mode == config.ModeLocal || e.rule.Limit == 0 {
+				// its counter is in this process, or it only counts a blocked
+				// counter's refusals: nothing to read, only its idle eviction
 				c.idle(sh, e, now)
 				continue
 			}
@@ -175,7 +177,10 @@ func (c *Checker) idle(sh *shard, e *entry, now int64) {
 // (the producer refusing) waits for a later pass.
 func (c *Checker) dropParked(sh *shard, now int64) {
 	idle := now - int64(c.cfg.IdleAfter)
-	for sh.parkedHead < len(sh.parked) && sh.parked[sh.parkedHead].used < idle {
+	// (the queue's end as it was: a dirty entry put back goes behind it,
+	// for a later pass; looking at it again in this one spun forever,
+	// holding the shard lock, while the producer refused)
+	for end := len(sh.parked); sh.parkedHead < end && sh.parked[sh.parkedHead].used < idle; {
 		ref := sh.parked[sh.parkedHead]
 		sh.parked[sh.parkedHead] = parkedRef{}
 		sh.parkedHead++

@@ -298,9 +298,11 @@ func (c *Checker) keys(bufpp **[]byte, req *Request, rules []*config.Rule, slots
 		s.deferrable = r != nil && r.OnExceed == config.ExceedDefer && !req.Release && !req.NoDefer
 		s.release = req.Release
 		offs[i] = len(buf)
-		if r == nil || r.Unlimited || r.Limit == 0 {
+		if r == nil || r.Unlimited {
 			continue
 		}
+		// (a blocked counter, limit 0, has an entry too: its refusals
+		// reach the analytics through it)
 		es := req.Descriptors[i].Entries
 		if r.Mode == config.ModeLocal {
 			if *bufpp == nil {
@@ -495,7 +497,7 @@ func (c *Checker) shardOf(n int64) int64 {
 }
 
 func kindOf(r *config.Rule) counters.Kind {
-	if r.Algorithm.Bucket() {
+	if r.Algorithm.Bucket() && r.Limit > 0 { // (a blocked rule's entry only counts refusals)
 		return counters.KindTAT
 	}
 	return counters.KindWindow
