@@ -129,3 +129,33 @@ func TestResolveStateDir(t *testing.T) {
 		}
 	}
 }
+
+// TestGRPCReflectionSetting: server reflection is on unless the file says
+// grpc.reflection: false.
+func TestGRPCReflectionSetting(t *testing.T) {
+	dir := t.TempDir()
+	for i, c := range []struct {
+		file string
+		want bool
+	}{
+		{"", true},
+		{"grpc:\n  addr: :9191\n", true},
+		{"grpc:\n  reflection: false\n", false},
+		{"grpc:\n  reflection: true\n", true},
+	} {
+		path := ""
+		if c.file != "" {
+			path = filepath.Join(dir, "app.yaml")
+			if err := os.WriteFile(path, []byte(c.file), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a, err := LoadApp(path, env(nil))
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if a.GRPC.Reflection != c.want {
+			t.Fatalf("step %d (%q): grpc.reflection %v, want %v", i, c.file, a.GRPC.Reflection, c.want)
+		}
+	}
+}
