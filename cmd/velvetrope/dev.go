@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -36,16 +35,24 @@ import (
 // runDev implements `velvetrope dev`: the HTTP check API over the whole
 // pipeline (async checker, event bus, aggregator, counter store) on
 // in-memory backends, with the built-in example rules unless --rules says
-// otherwise. It runs until SIGINT or SIGTERM.
+// otherwise, and an admin token generated for the run unless admin.token
+// is set. It runs until SIGINT or SIGTERM.
 func runDev(args []string, stdout, stderr io.Writer) int {
-	return runProcess("dev", args, stdout, stderr, devModule, printBanner)
+	var b devBanner
+	module := func(app config.App, logger *slog.Logger) fx.Option {
+		b = newDevBanner(&app, os.LookupEnv)
+		return devModule(app, logger)
+	}
+	return runProcess("dev", args, stdout, stderr, module, func(w io.Writer, httpAddr, grpcAddr string) {
+		printBanner(w, httpAddr, grpcAddr, b)
+	})
 }
 
 // runProcess loads the configuration, builds the process from module with
 // fx, starts it, prints the banner, and stops it on SIGINT or SIGTERM.
 func runProcess(name string, args []string, stdout, stderr io.Writer,
 	module func(config.App, *slog.Logger) fx.Option, banner func(w io.Writer, httpAddr, grpcAddr string)) int {
-	app, err := processConfig(name, args, stderr)
+	app, err := processConfig(name, args, stdout, stderr)
 	if err != nil {
 		if err != flag.ErrHelp {
 			fmt.Fprintf(stderr, "velvetrope %s: %v\n", name, err)
@@ -88,14 +95,21 @@ func runProcess(name string, args []string, stdout, stderr io.Writer,
 }
 
 // processConfig reads flags over the environment over the config file.
-func processConfig(name string, args []string, stderr io.Writer) (config.App, error) {
+// A process is given only the flags it uses (processes): --help lists
+// them, and any other is refused.
+func processConfig(name string, args []string, stdout, stderr io.Writer) (config.App, error) {
+	p := processes[name]
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	rules := fs.String("rules", "", "rule file or directory (comma-separated for several)")
+	rules, grpcAddr := new(string), new(string)
+	if p.rules {
+		fs.StringVar(rules, "rules", "", "rule file or directory (comma-separated for several; default VELVETROPE_RULES)")
+	}
 	httpAddr := fs.String("http", "", "HTTP listen address (default :8080, or VELVETROPE_HTTP_ADDR)")
-	grpcAddr := fs.String("grpc", "", "gRPC (Envoy rate limit service) listen address (default :8081, or VELVETROPE_GRPC_ADDR)")
+	if p.grpc {
+		fs.StringVar(grpcAddr, "grpc", "", "gRPC (Envoy rate limit service) listen address (default :8081, or VELVETROPE_GRPC_ADDR)")
+	}
 	file := fs.String("config", "", "application config file (YAML)")
-	if err := fs.Parse(args); err != nil {
+	if err := p.parse(fs, args, stdout); err != nil {
 		return config.App{}, err
 	}
 	if fs.NArg() > 0 {
@@ -313,32 +327,4 @@ func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *deci
 	mux.Handle("GET /metrics", reg)
 	httpapi.Health(mux, ready)
 	return newHTTPServer(lc, app, mux, app.HTTP.WriteTimeout, reg)
-}
-
-func printBanner(w io.Writer, httpAddr, grpcAddr string) {
-	shown, grpcShown := reachable(httpAddr), reachable(grpcAddr)
-	fmt.Fprintf(w, "velvetrope dev: in-memory backends\n  HTTP  http://%s  (POST /v1/check, POST /json, /v1/deferred/{ticket}, /v1/rules, /v1/keys, /v1/controls, /v1/pools, /v1/analytics/..., /metrics, /healthz, /readyz)\n", shown)
-	fmt.Fprintf(w, "  dashboard  http://%s/\n", shown)
-	if grpcAddr != "" {
-		fmt.Fprintf(w, "  gRPC  %s  (envoy.service.ratelimit.v3.RateLimitService)\n", grpcShown)
-	}
-	fmt.Fprintf(w, `try:
-  curl -s -X POST http://%s/v1/check -d '{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}],"hits":1}'
-`, shown)
-	if grpcAddr != "" {
-		fmt.Fprintf(w, `  grpcurl -plaintext -import-path <envoy-api> -proto envoy/service/ratelimit/v3/rls.proto -d '{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}]}' %s envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
-  curl -s -X POST http://%s/json -d '{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}]}'
-`, grpcShown, shown)
-	}
-}
-
-// reachable shows an unspecified host (":8080", "[::]:8080",
-// "0.0.0.0:8080") as localhost, where a local client can reach it.
-func reachable(addr string) string {
-	if host, port, err := net.SplitHostPort(addr); err == nil {
-		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-			return net.JoinHostPort("localhost", port)
-		}
-	}
-	return addr
 }
