@@ -182,7 +182,7 @@ Usage:
   velvetrope check --domain D --descriptor k=v[,k2=v2] [--descriptor ...] [--hits N] [--addr HOST:PORT] [--timeout 2s]
                                    ask a running velvetrope (gRPC); exit 0 allow, 2 deny, 1 error
                                    (also an unknown domain)
-  velvetrope top [--window 1h] [--domain D] [--rule ID] [--limit 10] [--addr HOST:PORT] [--token T] [--json]
+  velvetrope top [--window 1h] [--domain D] [--rule ID] [--limit 10] [--addr HOST:PORT] [--token T] [--json] [--timeout 10s]
                                    the most denied keys of a running velvetrope (HTTP)
   velvetrope rules validate PATH... check rule files or directories; exit 1 on errors
   velvetrope bench [--addr HOST:PORT[,...]] [--protocol envoy|gubernator] [--callers 64] [--conns 4]
