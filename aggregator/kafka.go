@@ -123,7 +123,7 @@ func NewKafka(cfg Config, store *counters.Redis) (*Kafka, error) {
 // before any checker), joins the consumer group and starts the loop.
 func (a *Kafka) Start(ctx context.Context) error {
 	if err := events.EnsureTopic(ctx, a.cfg.Security, a.cfg.Brokers, a.cfg.Topic, a.cfg.Partitions, a.cfg.Replication); err != nil {
-		return fmt.Errorf("aggregator: %w", err)
+		return fmt.Errorf("topic %s: %w", a.cfg.Topic, err)
 	}
 	cons, err := events.NewKafkaConsumer(events.KafkaConsumerConfig{Brokers: a.cfg.Brokers, Topic: a.cfg.Topic,
 		Group: a.cfg.Group, SessionTimeout: a.cfg.SessionTimeout, HeartbeatInterval: a.cfg.HeartbeatInterval,

@@ -97,7 +97,7 @@ func (c *Checker) charge(slots []slot, denied bool, req *Request, now int64) boo
 			s.allowed, s.charged = s.w.Answer.Allowed, s.w.Answer.Allowed || s.w.Charge.ChargeDenied
 			if s.rule.Pool != nil && s.allowed {
 				// borrowing is what the store's count says, not this view
-				s.borrow = s.w.Answer.Total > s.rule.Limit
+				s.setAbove(s.w.Answer.Total, cost)
 			}
 		}
 		if !s.allowed && !s.rule.Shadow {
@@ -214,7 +214,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 				s.remaining = 0
 			}
 			s.shadowed = !s.allowed && s.rule.Shadow
-			c.countAnalytics(s, now, cost, false)
+			s.later = laterAnalytics // a probe: the request was refused already
 			c.emitSoon(&c.shards[s.sh], e, now, 0, -1)
 			continue
 		}
@@ -226,7 +226,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 				s.retryAfter = res.RetryAfter
 			}
 			s.shadowed = !s.allowed && s.rule.Shadow
-			c.countAnalytics(s, now, cost, s.allowed)
+			s.later = laterAnalytics // refunded if another rule refused: counted as answered
 			c.emitSoon(&c.shards[s.sh], e, now, 0, -1)
 			continue
 		}
@@ -242,7 +242,7 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 				}
 			}
 			s.shadowed = !s.allowed && s.rule.Shadow
-			c.countRefused(s, e, now, cost)
+			s.later = laterRefused
 			c.emitSoon(&c.shards[s.sh], e, now, 0, -1)
 			continue
 		}
@@ -264,6 +264,18 @@ func (c *Checker) answerWindow(s *slot, now, cost int64) {
 		if s.charged && e.prev.start == s.w.Charge.Window {
 			e.prev.charged += cost // the store counted it in that window
 		}
+		// the decision still counts: analytics only (its hits are the
+		// earlier window's, which the store holds)
+		if s.charged {
+			p := &e.pendApplied
+			p.window = e.cur.start
+			p.tally(now, cost, s.allowed, refusalOf(s, false), true)
+			if s.allowed {
+				p.above(s) // as the status will say
+			}
+		} else {
+			s.later = laterRefused
+		}
 		return
 	}
 	var chargedNow int64
@@ -283,11 +295,14 @@ func (c *Checker) answerWindow(s *slot, now, cost int64) {
 	if s.charged {
 		c.countApplied(s, now, cost, s.allowed)
 	} else {
-		c.countRefused(s, e, now, cost)
+		s.later = laterRefused
 	}
 	v := c.windowView(e, now)
 	s.remaining, s.resetAfter = v.remaining, c.windowReset(e, now, false, 0)
 	e.answerRemaining, e.sinceAnswer = v.remaining, 0
+	if s.charged && s.allowed {
+		e.pendApplied.above(s)
+	}
 	if !s.allowed {
 		s.never = cost > v.ceiling
 		if !s.never {
@@ -317,7 +332,7 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 		g.AllowAt(&e.gs, now, cost) // own exact view, before the store's raise
 		c.countApplied(s, now, cost, true)
 	} else {
-		c.countRefused(s, e, now, cost)
+		s.later = laterRefused
 	}
 	e.bucketCounter.absorb(a, g, int64(s.rule.Window), s.rule.Limit)
 	c.learn(e, now, e.bucketCounter.others(), e.bucketCounter.mine(), res.Instances)
@@ -325,6 +340,9 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 	probe := peek(e, now, 0)
 	s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
 	e.answerRemaining, e.sinceAnswer = probe.Remaining, 0
+	if s.charged {
+		e.pendApplied.above(s)
+	}
 	if !s.allowed {
 		if d := peek(e, now, cost); !d.Allowed {
 			s.retryAfter, s.never = d.RetryAfter, d.RetryNever()
@@ -347,7 +365,7 @@ func (c *Checker) degradedDecision(s *slot, now, cost int64) {
 		// keys): hits admitted now cannot be added to it later — the
 		// aggregator applies deltas to the async counters — so they go to
 		// the analytics only, and the counter never holds them.
-		c.countAnalytics(s, now, cost, s.allowed)
+		s.later = laterAnalytics // counted with the request's answer
 		c.fillView(s, now)
 		c.emitSoon(&c.shards[s.sh], e, now, 0, -1)
 		return
@@ -359,9 +377,12 @@ func (c *Checker) degradedDecision(s *slot, now, cost int64) {
 		}
 		s.charged = true
 	} else {
-		c.countRefused(s, e, now, cost)
+		s.later = laterRefused
 	}
 	c.fillView(s, now)
+	if s.charged && s.allowed {
+		e.pend.above(s)
+	}
 	if c.shards[s.sh].markDirty(e) { // counted in memory only: the store needs it soon
 		c.dirtyN.Add(1)
 	}

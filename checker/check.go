@@ -126,7 +126,23 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 		c.applyCharges(slots, now)
 		defer c.releaseWork(slots)
 	}
-	c.commit(slots, denied, !sync, now)
+	// The request's answer, before the commit counts each descriptor's
+	// decision as it. A pool's refusal is its borrowers' before anyone
+	// asks whether the request defers: a borrower refused by its pool is
+	// refused by its own rule, which may not defer (issue 19: a spent
+	// pool answered defer under rules that deny, and the ticket failed in
+	// the drain).
+	if pools > 0 {
+		refusedByPool(slots, n)
+	}
+	d.Code = OK
+	if denied {
+		d.Code = OverLimit
+		if deferring(slots[:n]) {
+			d.Code = Deferred
+		}
+	}
+	c.commit(slots, denied, d.Code == Deferred, !sync, now)
 	if len(locks) > 0 {
 		st := &c.shards[locks[0]].stats
 		st.decisions++
@@ -141,20 +157,6 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 	}
 	c.unlock(locks)
 
-	// A pool's refusal is its borrowers' before anyone asks whether the
-	// request defers: a borrower refused by its pool is refused by its
-	// own rule, which may not defer (issue 19: a spent pool answered
-	// defer under rules that deny, and the ticket failed in the drain).
-	if pools > 0 {
-		refusedByPool(slots, n)
-	}
-	d.Code = OK
-	if denied {
-		d.Code = OverLimit
-		if deferring(slots[:n]) {
-			d.Code = Deferred
-		}
-	}
 	for i := range n {
 		if p := slots[i].dupOf; p >= 0 {
 			d.Statuses[i] = d.Statuses[p]
@@ -251,7 +253,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 		pred = c.inFlight(e)
 	}
 	if r.Pool != nil { // elastic: over its own limit it borrows (judged from this view)
-		s.borrow = ceiling-remaining+cost > r.Limit
+		s.setAbove(ceiling-remaining+cost, cost)
 	}
 	// Over band: a store answer said there is no room (for this cost), and
 	// what this instance knows agrees. Refused from memory: abusive traffic
@@ -367,14 +369,26 @@ const rateSpan = 10 * time.Millisecond
 
 // commit records the memory decisions of algorithm rules once the request
 // stands (requires the locks): a refused request charges them nothing.
+// Every decision not counted yet is counted now, as the request was
+// answered (deferred: it was deferred).
 //
 // held says the locks were held since the decisions: a bucket's state
 // computed then is still current and is stored as is.
-func (c *Checker) commit(slots []slot, denied, held bool, now int64) {
+func (c *Checker) commit(slots []slot, denied, deferred, held bool, now int64) {
 	for i := range slots {
 		s := &slots[i]
 		cost := s.cost
-		switch {
+		switch later := s.later; {
+		case later != laterNone:
+			s.later = laterNone
+			if later == laterRefused {
+				c.countRefused(s, s.e, now, cost, deferred)
+				break
+			}
+			// a sync decision refunded because another rule refused is
+			// refused (charged: the counter holds it — Envoy's semantics,
+			// or a refund that failed)
+			c.countAnalytics(s, now, cost, s.allowed && (!denied || s.charged), deferred)
 		case s.need == needLocal:
 			allowed := s.allowed // Envoy's semantics: charged as decided, whatever the request's fate
 			if s.local {
@@ -384,12 +398,13 @@ func (c *Checker) commit(slots []slot, denied, held bool, now int64) {
 					s.remaining = ld.Remaining
 				}
 			}
-			c.countAnalytics(s, now, cost, allowed)
+			c.countAnalytics(s, now, cost, allowed, deferred)
 			c.emitSoon(&c.shards[s.sh], s.e, now, 0, -1)
 		case s.need == needMemory && s.e != nil && !s.charged:
 			e := s.e
 			if !denied && s.allowed {
 				c.count(s, now, cost, true)
+				e.pend.above(s)
 				if e.kind == counters.KindTAT {
 					if held {
 						e.gs = s.post
@@ -398,7 +413,7 @@ func (c *Checker) commit(slots []slot, denied, held bool, now int64) {
 					}
 				}
 			} else {
-				c.countRefused(s, e, now, cost)
+				c.countRefused(s, e, now, cost, deferred)
 			}
 		}
 	}
@@ -441,7 +456,7 @@ func (c *Checker) status(st *Status, s *slot, denied bool, now int64) {
 	case r.Pool != nil:
 		st.Elastic = s.borrow
 	default:
-		st.OverSoft = over > 0 && rem < over
+		st.OverSoft = overSoft(r, rem)
 	}
 }
 
@@ -493,8 +508,10 @@ type slot struct {
 	// (`on_exceed: defer`, not a release); pool marks the slot of an
 	// elastic rule's pool, decided after its borrowers (entries: the
 	// pool's counter), poolSlot (>= 0) is a borrower's pool slot, and
-	// borrow says the borrower goes over its own limit.
+	// borrow says the borrower goes over its own limit, by above hits
+	// (what the pool pays: the part of cost beyond the limit, not all of it).
 	deferrable, pool, borrow bool
+	above                    int64
 	// release: the drain's decision on a deferred request; its refusals
 	// ("not yet") are not refusals of anyone's request, so analytics do
 	// not count them (the request was counted deferred once)
@@ -502,7 +519,8 @@ type slot struct {
 	poolSlot int
 	entries  []config.Entry
 
-	w *syncWork // the store charge, when one is made
+	w     *syncWork  // the store charge, when one is made
+	later countLater // the analytics tally that waits for the request's answer
 	// resetBefore is the reset as things stand, reported when the request
 	// is refused by another descriptor and nothing is charged here.
 	resetBefore time.Duration

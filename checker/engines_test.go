@@ -483,3 +483,86 @@ func TestElasticBorrowingJudgedByTheStore(t *testing.T) {
 		t.Fatalf("tenant b: admitted %d, %d borrowed; want its own 5", a, b)
 	}
 }
+
+// TestPoolPaysOnlyWhatIsAboveTheLimit: an elastic tenant (limit 5, pool
+// 10) whose requests cross its limit borrows from the pool only the hits
+// beyond it, on both engines and for both algorithms elastic rules take:
+// after tenant a has gone 2 over its limit, in one request or several,
+// tenant b still borrows the pool's other 8 (it admits its own 5 and 8
+// more). Before, the crossing request charged all its hits to the pool.
+func TestPoolPaysOnlyWhatIsAboveTheLimit(t *testing.T) {
+	seqs := []struct {
+		name string
+		hits []int64
+	}{
+		{"one request of 7", []int64{7}},
+		{"5 then 2", []int64{5, 2}},
+		{"3 then 4", []int64{3, 4}},
+		{"1, 5, 1", []int64{1, 5, 1}},
+	}
+	for _, alg := range []string{"fixed_window", "sliding_window"} {
+		rules := strings.Replace(elasticRules, "algorithm: fixed_window\n    throttle", "algorithm: "+alg+"\n    throttle", 1)
+		f, err := config.ParseRules("shop.yaml", []byte(rules))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := config.Compile([]*config.File{f})
+		if err != nil {
+			t.Fatalf("%s: %v", alg, err)
+		}
+		for _, engine := range []string{"async", "local"} {
+			for _, seq := range seqs {
+				t.Run(alg+"/"+engine+"/"+seq.name, func(t *testing.T) {
+					clk := &clock{}
+					clk.ns.Store(t0)
+					var check func(*checker.Request, *checker.Decision) error
+					if engine == "async" {
+						ms := counters.NewMemStore()
+						ms.SetClock(clk)
+						c, err := checker.New(checker.Config{}, config.NewStore(rs), ms, &applyProducer{store: ms}, clk)
+						if err != nil {
+							t.Fatal(err)
+						}
+						check = func(q *checker.Request, d *checker.Decision) error { return c.Check(context.Background(), q, d) }
+					} else {
+						k, _ := limiter.NewKeyed(limiter.WithClock(clk))
+						l, err := local.New(config.NewStore(rs), k, clk, 0)
+						if err != nil {
+							t.Fatal(err)
+						}
+						check = func(q *checker.Request, d *checker.Decision) error { return l.Check(context.Background(), q, d) }
+					}
+					for i, h := range seq.hits {
+						q := req(h, "tenant", "a")
+						q.Domain = "shop"
+						var d checker.Decision
+						if err := check(q, &d); err != nil {
+							t.Fatal(err)
+						}
+						if !d.Allowed() {
+							t.Fatalf("tenant a's request %d (%d hits) refused: %+v", i, h, d)
+						}
+					}
+					admitted, borrowed := 0, 0
+					for range 20 {
+						q := req(1, "tenant", "b")
+						q.Domain = "shop"
+						var d checker.Decision
+						if err := check(q, &d); err != nil {
+							t.Fatal(err)
+						}
+						if d.Allowed() {
+							admitted++
+							if d.Statuses[0].Elastic {
+								borrowed++
+							}
+						}
+					}
+					if admitted != 13 || borrowed != 8 {
+						t.Fatalf("tenant b admitted %d (%d borrowed); want 13 (8 borrowed: the pool paid 2 for tenant a)", admitted, borrowed)
+					}
+				})
+			}
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 )
@@ -239,12 +240,13 @@ func (c *Checker) delta(e *entry, p *pending, applied bool, ownAfter int64) *eve
 
 // count records consumption decided in memory (requires the lock): to the
 // own counters, and to the pending delta. A refusal counted all the same
-// (Envoy's semantics) is tallied as its caller was answered.
+// (Envoy's semantics) is tallied as its rule decided: the call is charged
+// to it whatever the answer (and such a refusal never defers).
 func (c *Checker) count(s *slot, now, cost int64, allowed bool) {
 	e := s.e
 	p := &e.pend
 	p.window = e.cur.start
-	p.tally(now, cost, allowed, refusalOf(s), true)
+	p.tally(now, cost, allowed, refusalOf(s, false), true)
 	e.observe(now, cost)
 	p.counted += uint64(cost)
 	if e.lazy { // held back: what a crash would lose (emitSoon bounds it)
@@ -272,26 +274,69 @@ func (c *Checker) countApplied(s *slot, now, cost int64, allowed bool) {
 	} else {
 		e.cumCharged += cost
 	}
-	p.tally(now, cost, allowed, refusalOf(s), true)
+	p.tally(now, cost, allowed, refusalOf(s, false), true)
 	p.counted += uint64(cost)
 }
 
 // countRefused records a refusal that charged nothing (analytics only),
-// as its caller was answered (refusalOf).
-func (c *Checker) countRefused(s *slot, e *entry, now, cost int64) {
+// as its caller was answered (refusalOf; deferred: the request was). A
+// pool that had room for a borrowing another rule refused counts
+// nothing: it neither lent nor refused.
+func (c *Checker) countRefused(s *slot, e *entry, now, cost int64, deferred bool) {
+	if s.pool && s.allowed {
+		return
+	}
 	p := &e.pend
 	p.window = e.cur.start
-	p.tally(now, cost, false, refusalOf(s), false)
+	p.tally(now, cost, false, refusalOf(s, deferred), false)
 }
 
 // countAnalytics records a decision the counters already hold: one the
 // store ran whole (`mode: sync`), or one the in-process limiter of a
-// `mode: local` rule made. Emitted as already applied, for analytics only.
-func (c *Checker) countAnalytics(s *slot, now, cost int64, allowed bool) {
+// `mode: local` rule made. Emitted as already applied, for analytics only;
+// a refusal as its caller was answered (deferred: the request was).
+func (c *Checker) countAnalytics(s *slot, now, cost int64, allowed, deferred bool) {
 	e := s.e
 	p := &e.pendApplied
 	p.window = e.cur.start
-	p.tally(now, cost, allowed, refusalOf(s), false)
+	p.tally(now, cost, allowed, refusalOf(s, deferred), false)
+	if allowed {
+		p.above(s)
+	}
+}
+
+// countLater is a slot's analytics tally that waits for the request's
+// answer (commit): a refusal counts as the caller was answered, which is
+// known only once every descriptor has decided. Only tallies that count
+// no hits wait (the hits a delta counts stay within its tallied costs).
+type countLater uint8
+
+const (
+	laterNone      countLater = iota
+	laterRefused              // countRefused
+	laterAnalytics            // countAnalytics of a `mode: sync` decision, as the caller was answered
+)
+
+// above records that an admission of s, already tallied in p, went above
+// its rule's own limit: borrowing from its pool, or into a soft
+// throttle's overage (s.remaining: after the admission). The statuses
+// say the same (Status.Elastic, Status.OverSoft).
+func (p *pending) above(s *slot) {
+	switch {
+	case s.rule.Pool != nil:
+		if s.borrow {
+			p.elastic++
+		}
+	case overSoft(s.rule, s.remaining):
+		p.overSoft++
+	}
+}
+
+// overSoft reports whether remaining (against r's ceiling, after an
+// admission) lies in a soft throttle's overage: above r's own limit.
+func overSoft(r *config.Rule, remaining int64) bool {
+	over := r.Ceiling() - r.Limit
+	return r.Pool == nil && over > 0 && remaining < over
 }
 
 // refusal is how a refused decision counts in analytics: as its caller
@@ -305,16 +350,19 @@ const (
 	refusedRelease          // the drain's "not yet" on a deferred request: counted deferred once already
 )
 
-// refusalOf says how a refusal of slot s counts (a shadow rule refused
-// only when it refused itself: a request another rule refused is
-// denied under it too).
-func refusalOf(s *slot) refusal {
+// refusalOf says how a refusal of slot s counts, deferred saying the
+// request was deferred: a shadow rule's own refusal is shadow-denied
+// (the status says Shadowed; a request another rule refused is refused
+// under it too), any other as the request was answered — deferred
+// under every rule when it was, denied when not (a deferring rule's
+// refusal included: the caller was denied).
+func refusalOf(s *slot, deferred bool) refusal {
 	switch {
 	case s.release:
 		return refusedRelease
 	case s.rule.Shadow && !s.allowed:
 		return refusedShadow
-	case s.deferrable && !s.never:
+	case deferred:
 		return refusedDeferred
 	}
 	return refusedDenied
@@ -322,13 +370,14 @@ func refusalOf(s *slot) refusal {
 
 // pending is consumption counted but not yet flushed, for one window.
 // Counts are uint32 (a key's decisions between two emissions, at most a
-// minute apart), costs uint64: 64 bytes, a tenth of a key's entry less.
+// minute apart), costs uint64: 72 bytes.
 type pending struct {
 	window                           int64 // its start (window counters; buckets ignore it)
 	allowedCost, deniedCost, counted uint64
 	first, last                      int64 // first is 0 while nothing is pending
 	allowedCount, deniedCount        uint32
 	shadowDenied, deferred           uint32
+	overSoft, elastic                uint32 // of allowedCount: above the rule's own limit (above)
 }
 
 // used says something is pending.
@@ -377,6 +426,7 @@ type minuteUsage struct {
 	allowedCost, deniedCost   uint64
 	allowedCount, deniedCount uint32 // a key's decisions in one minute
 	deferred, shadowDenied    uint32
+	overSoft, elastic         uint32
 }
 
 // add folds p into the usage of its minute (never going back to an
@@ -396,7 +446,10 @@ func (u *minuteUsage) add(p *pending) *eventsv1.MinuteUsage {
 	u.deniedCost += p.deniedCost
 	u.deferred += p.deferred
 	u.shadowDenied += p.shadowDenied
+	u.overSoft += p.overSoft
+	u.elastic += p.elastic
 	return &eventsv1.MinuteUsage{MinuteUnix: u.minute, Stream: u.stream, AllowedCount: uint64(u.allowedCount),
 		AllowedCost: u.allowedCost, DeniedCount: uint64(u.deniedCount), DeniedCost: u.deniedCost,
-		DeferredCount: uint64(u.deferred), ShadowDeniedCount: uint64(u.shadowDenied)}
+		DeferredCount: uint64(u.deferred), ShadowDeniedCount: uint64(u.shadowDenied),
+		OverSoftCount: uint64(u.overSoft), ElasticCount: uint64(u.elastic)}
 }

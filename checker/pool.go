@@ -60,13 +60,21 @@ func (c *Checker) borrowing(p *slot, slots []slot) bool {
 	return cost > 0
 }
 
+// setAbove records what an elastic borrower takes above its own limit
+// when its counter stands at usedAfter after this request's cost: a request
+// that crosses the limit borrows only its hits beyond it.
+func (s *slot) setAbove(usedAfter, cost int64) {
+	s.above = min(cost, max(usedAfter-s.rule.Limit, 0))
+	s.borrow = s.above > 0
+}
+
 // borrowed is what p's borrowers take above their own limits, as they
 // stand (admitted, or waiting for their store charge).
 func borrowed(p *slot, slots []slot) int64 {
 	var cost int64
 	for i := range slots {
 		if s := &slots[i]; s.poolSlot >= 0 && &slots[s.poolSlot] == p && s.borrow && (s.allowed || s.need == needSync) {
-			cost += s.cost
+			cost += s.above
 		}
 	}
 	return cost
@@ -81,7 +89,7 @@ func refusedByPool(slots []slot, n int) {
 			continue
 		}
 		if p := &slots[s.poolSlot]; !p.allowed && p.need != needNone {
-			s.allowed, s.borrow, s.retryAfter, s.never = false, false, p.retryAfter, p.never
+			s.allowed, s.borrow, s.above, s.retryAfter, s.never = false, false, 0, p.retryAfter, p.never
 		}
 	}
 }

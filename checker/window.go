@@ -167,6 +167,9 @@ func (c *Checker) decideWindow(s *slot, v view, now, cost int64) {
 		c.count(s, now, cost, s.allowed)
 		s.remaining = max(0, v.remaining-cost)
 		s.resetAfter = time.Duration(e.cur.start + W - now)
+		if s.allowed {
+			e.pend.above(s)
+		}
 	}
 	if !s.allowed && v.remaining <= 0 {
 		e.overUntil = max(e.overUntil, now+int64(s.retryAfter))

@@ -10,14 +10,20 @@ import (
 	"strconv"
 )
 
-// DeniedKey is one row of the top denied keys.
+// DeniedKey is one row of the top denied keys: its decisions over the
+// window as their callers were answered (a shadow rule's would-be
+// refusals, admitted, are ShadowDenied and not Allowed; OverSoft and
+// Elastic are admissions, of Allowed, above the rule's own limit).
 type DeniedKey struct {
-	Domain     string `json:"domain"`
-	Rule       string `json:"rule"`
-	Descriptor string `json:"descriptor"`
-	Denied     uint64 `json:"denied"`
-	Allowed    uint64 `json:"allowed"`
-	Deferred   uint64 `json:"deferred"`
+	Domain       string `json:"domain"`
+	Rule         string `json:"rule"`
+	Descriptor   string `json:"descriptor"`
+	Denied       uint64 `json:"denied"`
+	Allowed      uint64 `json:"allowed"`
+	Deferred     uint64 `json:"deferred"`
+	ShadowDenied uint64 `json:"shadow_denied"`
+	OverSoft     uint64 `json:"over_soft"`
+	Elastic      uint64 `json:"elastic"`
 }
 
 // TopDenied is the answer of GET /v1/analytics/top-denied.
@@ -48,25 +54,75 @@ func (h *HTTP) TopDenied(ctx context.Context, q TopQuery) (TopDenied, error) {
 	if q.Limit != 0 {
 		v.Set("limit", strconv.Itoa(q.Limit))
 	}
-	u := h.base + "/v1/analytics/top-denied"
+	var out TopDenied
+	if err := h.analytics(ctx, "top-denied", v, q.Token, &out); err != nil {
+		return TopDenied{}, err
+	}
+	return out, nil
+}
+
+// PoolUsage is one elastic pool's borrowings over a window: admissions
+// that borrowed from it, their hits, and the borrowings it refused.
+type PoolUsage struct {
+	Domain       string `json:"domain"`
+	Pool         string `json:"pool"`
+	Rule         string `json:"rule"`
+	Borrowed     uint64 `json:"borrowed"`
+	BorrowedHits uint64 `json:"borrowed_hits"`
+	Refused      uint64 `json:"refused"`
+}
+
+// Pools is the answer of GET /v1/analytics/pools.
+type Pools struct {
+	Window string      `json:"window"`
+	Pools  []PoolUsage `json:"pools"`
+}
+
+// PoolsQuery selects the pools: window as for TopQuery, optional domain.
+type PoolsQuery struct {
+	Window, Domain string
+	// Token is the analytics token, sent as a bearer token when set.
+	Token string
+}
+
+// Pools asks for every pool's borrowings over a window; errors as for
+// TopDenied.
+func (h *HTTP) Pools(ctx context.Context, q PoolsQuery) (Pools, error) {
+	v := url.Values{}
+	for k, s := range map[string]string{"window": q.Window, "domain": q.Domain} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	var out Pools
+	if err := h.analytics(ctx, "pools", v, q.Token, &out); err != nil {
+		return Pools{}, err
+	}
+	return out, nil
+}
+
+// analytics GETs /v1/analytics/<what> with v and decodes the answer into
+// out.
+func (h *HTTP) analytics(ctx context.Context, what string, v url.Values, token string, out any) error {
+	u := h.base + "/v1/analytics/" + what
 	if len(v) > 0 {
 		u += "?" + v.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return TopDenied{}, fmt.Errorf("client: %w", err)
+		return fmt.Errorf("client: %w", err)
 	}
-	if q.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+q.Token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := h.hc.Do(req)
 	if err != nil {
-		return TopDenied{}, fmt.Errorf("client: GET /v1/analytics/top-denied: %w", err)
+		return fmt.Errorf("client: GET /v1/analytics/%s: %w", what, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return TopDenied{}, fmt.Errorf("client: reading the answer: %w", err)
+		return fmt.Errorf("client: reading the answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct {
@@ -74,13 +130,12 @@ func (h *HTTP) TopDenied(ctx context.Context, q TopQuery) (TopDenied, error) {
 		}
 		_ = json.Unmarshal(raw, &e)
 		if resp.StatusCode == http.StatusBadRequest {
-			return TopDenied{}, fmt.Errorf("%w: %s", ErrInvalidArgument, e.Error)
+			return fmt.Errorf("%w: %s", ErrInvalidArgument, e.Error)
 		}
-		return TopDenied{}, fmt.Errorf("client: GET /v1/analytics/top-denied answered %d: %s", resp.StatusCode, e.Error)
+		return fmt.Errorf("client: GET /v1/analytics/%s answered %d: %s", what, resp.StatusCode, e.Error)
 	}
-	var out TopDenied
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return TopDenied{}, fmt.Errorf("client: top-denied answered undecodable JSON: %w", err)
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("client: %s answered undecodable JSON: %w", what, err)
 	}
-	return out, nil
+	return nil
 }

@@ -1,10 +1,7 @@
 package config
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -328,116 +325,203 @@ func DefaultApp() App {
 	}
 }
 
+// envVar is an environment override: the variable, the key path it sets
+// (errors about that setting name the variable), and how.
+type envVar struct {
+	name, key string
+	set       func(a *App, v string)
+}
+
+// envList splits a comma-separated variable, dropping empty items.
+func envList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+var envVars = []envVar{
+	{"VELVETROPE_INSTANCE_ID", "instance_id", func(a *App, v string) { a.InstanceID = v }},
+	{"VELVETROPE_RULES", "rules", func(a *App, v string) { a.Rules = envList(v) }},
+	{"VELVETROPE_HTTP_ADDR", "http.addr", func(a *App, v string) { a.HTTP.Addr = v }},
+	{"VELVETROPE_GRPC_ADDR", "grpc.addr", func(a *App, v string) { a.GRPC.Addr = v }},
+	{"VELVETROPE_REDIS_ADDRS", "redis.addrs", func(a *App, v string) { a.Redis.Addrs = envList(v) }},
+	{"VELVETROPE_REDIS_PASSWORD", "redis.password", func(a *App, v string) { a.Redis.Password = v }},
+	{"VELVETROPE_KAFKA_BROKERS", "kafka.brokers", func(a *App, v string) { a.Kafka.Brokers = envList(v) }},
+	{"VELVETROPE_CLICKHOUSE_ADDR", "clickhouse.addr", func(a *App, v string) { a.ClickHouse.Addr = v }},
+	{"VELVETROPE_ADMIN_TOKEN", "admin.token", func(a *App, v string) { a.Admin.Token = v }},
+	{"VELVETROPE_HASH_KEY", "checker.hash_key", func(a *App, v string) { a.Checker.HashKey = v }},
+	{"VELVETROPE_KAFKA_SASL_PASSWORD", "kafka.sasl.password", func(a *App, v string) { a.Kafka.SASL.Password = v }},
+	{"VELVETROPE_CLICKHOUSE_PASSWORD", "clickhouse.password", func(a *App, v string) { a.ClickHouse.Password = v }},
+	{"VELVETROPE_ANALYTICS_TOKEN", "analytics.token", func(a *App, v string) { a.Analytics.Token = v }},
+	{"VELVETROPE_STATE_DIR", "checker.state_dir", func(a *App, v string) { a.Checker.StateDir = v }},
+	{"VELVETROPE_PPROF_ADDR", "debug.pprof_addr", func(a *App, v string) { a.Debug.PprofAddr = v }},
+}
+
 // Env lists the environment overrides, applied after the file.
-var Env = []string{"VELVETROPE_INSTANCE_ID", "VELVETROPE_RULES", "VELVETROPE_HTTP_ADDR", "VELVETROPE_GRPC_ADDR",
-	"VELVETROPE_REDIS_ADDRS", "VELVETROPE_REDIS_PASSWORD", "VELVETROPE_KAFKA_BROKERS", "VELVETROPE_CLICKHOUSE_ADDR",
-	"VELVETROPE_ADMIN_TOKEN", "VELVETROPE_HASH_KEY", "VELVETROPE_KAFKA_SASL_PASSWORD", "VELVETROPE_CLICKHOUSE_PASSWORD", "VELVETROPE_ANALYTICS_TOKEN", "VELVETROPE_STATE_DIR",
-	"VELVETROPE_PPROF_ADDR"}
+var Env = func() []string {
+	names := make([]string, len(envVars))
+	for i, e := range envVars {
+		names[i] = e.name
+	}
+	return names
+}()
+
+// Override is a value set over the file and the environment, such as a
+// command-line flag: Set sets the setting at Key (a key path, http.addr),
+// and an error about that setting names From (--http) as its origin.
+type Override struct {
+	Key, From string
+	Set       func(*App)
+}
 
 // LoadApp reads the YAML file at path (none when path is ""), applies the
 // environment overrides read through getenv (os.LookupEnv in production),
-// and validates the result. Errors name the file and line, or the variable.
-func LoadApp(path string, getenv func(string) (string, bool)) (App, error) {
+// then overrides, and validates the result. Every problem is reported, as
+// an [ErrorList] of [*Error]: each names the setting's key path and where
+// its value came from: the file's FILE:LINE:COLUMN, the environment
+// variable, or the override's From.
+func LoadApp(path string, getenv func(string) (string, bool), overrides ...Override) (App, error) {
 	a := DefaultApp()
+	o := origins{file: path, env: map[string]string{}, flags: map[string]string{}}
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return a, fmt.Errorf("config: %w", err)
+			return a, ErrorList{&Error{File: path, Msg: pathErrorMsg(path, err)}}
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		if err := dec.Decode(&a); err != nil && !errors.Is(err, io.EOF) { // an empty file is the defaults
-			return a, appYAMLError(path, err)
+		keys, errs := decodeAppFile(path, data, &a)
+		if len(errs) > 0 {
+			return a, errs
 		}
+		o.keys = keys
 	}
 	if getenv == nil {
 		getenv = os.LookupEnv
 	}
-	list := func(v string) []string {
-		var out []string
-		for _, s := range strings.Split(v, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				out = append(out, s)
+	for _, e := range envVars {
+		if v, ok := getenv(e.name); ok {
+			e.set(&a, v)
+			o.env[e.key] = e.name
+		}
+	}
+	for _, ov := range overrides {
+		ov.Set(&a)
+		o.flags[ov.Key] = ov.From
+	}
+	var errs ErrorList
+	for _, p := range a.problems() {
+		e := &Error{Key: p.field, Msg: p.msg}
+		o.locate(e, settingKeys(p.field))
+		errs = append(errs, e)
+	}
+	return a, errs.err()
+}
+
+// origins records where the loaded settings came from.
+type origins struct {
+	file  string
+	keys  map[string]*yaml.Node // key path → its key in the file
+	env   map[string]string     // key path → the variable that set it
+	flags map[string]string     // key path → the override that set it
+}
+
+// locate sets where e's value came from, the first of keys to have an
+// origin: an override or a variable that set the key or a section above
+// it (they replace the file's value), else the file's line of the key,
+// else, for a setting the file leaves at its default, the file's line of
+// the nearest section above it.
+func (o origins) locate(e *Error, keys []string) {
+	for _, k := range keys {
+		for p := k; p != ""; p = parentKey(p) {
+			if from, ok := o.flags[p]; ok {
+				e.Source = from
+				return
+			}
+			if from, ok := o.env[p]; ok {
+				e.Source = from
+				return
 			}
 		}
-		return out
-	}
-	if v, ok := getenv("VELVETROPE_INSTANCE_ID"); ok {
-		a.InstanceID = v
-	}
-	if v, ok := getenv("VELVETROPE_RULES"); ok {
-		a.Rules = list(v)
-	}
-	if v, ok := getenv("VELVETROPE_HTTP_ADDR"); ok {
-		a.HTTP.Addr = v
-	}
-	if v, ok := getenv("VELVETROPE_GRPC_ADDR"); ok {
-		a.GRPC.Addr = v
-	}
-	if v, ok := getenv("VELVETROPE_REDIS_ADDRS"); ok {
-		a.Redis.Addrs = list(v)
-	}
-	if v, ok := getenv("VELVETROPE_REDIS_PASSWORD"); ok {
-		a.Redis.Password = v
-	}
-	if v, ok := getenv("VELVETROPE_KAFKA_BROKERS"); ok {
-		a.Kafka.Brokers = list(v)
-	}
-	if v, ok := getenv("VELVETROPE_CLICKHOUSE_ADDR"); ok {
-		a.ClickHouse.Addr = v
-	}
-	if v, ok := getenv("VELVETROPE_CLICKHOUSE_PASSWORD"); ok {
-		a.ClickHouse.Password = v
-	}
-	if v, ok := getenv("VELVETROPE_ADMIN_TOKEN"); ok {
-		a.Admin.Token = v
-	}
-	if v, ok := getenv("VELVETROPE_KAFKA_SASL_PASSWORD"); ok {
-		a.Kafka.SASL.Password = v
-	}
-	if v, ok := getenv("VELVETROPE_STATE_DIR"); ok {
-		a.Checker.StateDir = v
-	}
-	if v, ok := getenv("VELVETROPE_ANALYTICS_TOKEN"); ok {
-		a.Analytics.Token = v
-	}
-	if v, ok := getenv("VELVETROPE_HASH_KEY"); ok {
-		a.Checker.HashKey = v
-	}
-	if v, ok := getenv("VELVETROPE_PPROF_ADDR"); ok {
-		a.Debug.PprofAddr = v
-	}
-	return a, a.Validate()
-}
-
-func appYAMLError(path string, err error) error {
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		// "line 3: field foo not found in type config.App"
-		var lines []string
-		for _, m := range te.Errors {
-			lines = append(lines, yamlError(path, errors.New("yaml: "+m)).Error())
+		if n, ok := o.keys[k]; ok {
+			e.File, e.Line, e.Column = o.file, n.Line, n.Column
+			return
 		}
-		return errors.New(strings.Join(lines, "\n"))
 	}
-	return yamlError(path, err)
+	for _, k := range keys {
+		for p := parentKey(k); p != ""; p = parentKey(p) {
+			if n, ok := o.keys[p]; ok {
+				e.File, e.Line, e.Column = o.file, n.Line, n.Column
+				return
+			}
+		}
+	}
 }
 
-// Validate reports the first invalid field by its YAML path.
+// parentKey is the key path above k: "redis" for "redis.addrs",
+// "redis.addrs" for "redis.addrs[1]", "" at the top.
+func parentKey(k string) string {
+	if i := strings.LastIndexAny(k, ".["); i >= 0 {
+		return k[:i]
+	}
+	return ""
+}
+
+// settingKeys are the key paths a problem's field names: one
+// ("http.addr"), or several siblings written as one
+// ("checker.heartbeat/instance_ttl").
+func settingKeys(field string) []string {
+	parts := strings.Split(field, "/")
+	section := parentKey(parts[0])
+	keys := []string{parts[0]}
+	for _, p := range parts[1:] {
+		if section != "" {
+			p = section + "." + p
+		}
+		keys = append(keys, p)
+	}
+	return keys
+}
+
+// problem is one invalid setting: the key path (or sibling paths, see
+// settingKeys) and what is wrong.
+type problem struct{ field, msg string }
+
+// Validate reports every invalid setting by its key path, as an
+// [ErrorList]; [LoadApp] also says where each value came from.
 func (a App) Validate() error {
-	var errs []string
+	var errs ErrorList
+	for _, p := range a.problems() {
+		errs = append(errs, &Error{Key: p.field, Msg: p.msg})
+	}
+	return errs.err()
+}
+
+func (a App) problems() []problem {
+	var errs []problem
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Sprintf("config: %s: %s", field, fmt.Sprintf(format, args...)))
+		errs = append(errs, problem{field, fmt.Sprintf(format, args...)})
 	}
 	if a.InstanceID == "" || len(a.InstanceID) > 200 || strings.ContainsAny(a.InstanceID, " \t\n/|") {
-		bad("instance_id (VELVETROPE_INSTANCE_ID)", "must be 1 to 200 bytes without spaces, '/' or '|', got %q", a.InstanceID)
+		bad("instance_id", "must be 1 to 200 bytes without spaces, '/' or '|', got %q", a.InstanceID)
 	}
-	if l := a.Limits; l.MaxDescriptors < 1 || l.MaxDescriptors > 32 || l.MaxEntries < 1 || l.MaxEntries > 16 ||
-		l.MaxKeyBytes < 1 || l.MaxValueBytes < 1 || l.MaxRequestIDBytes < 1 || l.MaxRequestIDBytes > 1024 {
-		bad("limits", "want 1 <= max_descriptors <= 32, 1 <= max_entries <= 16, max_key_bytes and max_value_bytes > 0, "+
-			"1 <= max_request_id_bytes <= 1024; got %+v", l)
-	} else if n := l.MaxEntries * (l.MaxKeyBytes + l.MaxValueBytes + 2); n > MaxDescriptorBytes {
-		bad("limits.max_entries/max_key_bytes/max_value_bytes", "max_entries × (max_key_bytes + max_value_bytes + 2) = %d: above %d, a delta would exceed the record bound", n, MaxDescriptorBytes)
+	switch l := a.Limits; {
+	case l.MaxDescriptors < 1 || l.MaxDescriptors > 32:
+		bad("limits.max_descriptors", "must be between 1 and 32, got %d", l.MaxDescriptors)
+	case l.MaxEntries < 1 || l.MaxEntries > 16:
+		bad("limits.max_entries", "must be between 1 and 16, got %d", l.MaxEntries)
+	case l.MaxKeyBytes < 1:
+		bad("limits.max_key_bytes", "must be > 0, got %d", l.MaxKeyBytes)
+	case l.MaxValueBytes < 1:
+		bad("limits.max_value_bytes", "must be > 0, got %d", l.MaxValueBytes)
+	case l.MaxRequestIDBytes < 1 || l.MaxRequestIDBytes > 1024:
+		bad("limits.max_request_id_bytes", "must be between 1 and 1024, got %d", l.MaxRequestIDBytes)
+	default:
+		if n := l.MaxEntries * (l.MaxKeyBytes + l.MaxValueBytes + 2); n > MaxDescriptorBytes {
+			bad("limits.max_entries/max_key_bytes/max_value_bytes", "max_entries × (max_key_bytes + max_value_bytes + 2) = %d: above %d, a delta would exceed the record bound", n, MaxDescriptorBytes)
+		}
 	}
 	if a.RulesReload <= 0 {
 		bad("rules_reload", "must be > 0, got %v", a.RulesReload)
@@ -449,19 +533,19 @@ func (a App) Validate() error {
 		if _, port, err := net.SplitHostPort(addr); err != nil {
 			bad(field, "want host:port, got %q (%v)", addr, err)
 		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-			bad(field, "bad port in %q", addr)
+			bad(field, "want host:port with a port from 0 to 65535, got %q", addr)
 		}
 	}
-	checkAddr("http.addr (VELVETROPE_HTTP_ADDR)", a.HTTP.Addr, false)
-	checkAddr("grpc.addr (VELVETROPE_GRPC_ADDR)", a.GRPC.Addr, true)
-	checkAddr("debug.pprof_addr (VELVETROPE_PPROF_ADDR)", a.Debug.PprofAddr, true)
-	for _, r := range a.Redis.Addrs {
-		checkAddr("redis.addrs (VELVETROPE_REDIS_ADDRS)", r, false)
+	checkAddr("http.addr", a.HTTP.Addr, false)
+	checkAddr("grpc.addr", a.GRPC.Addr, true)
+	checkAddr("debug.pprof_addr", a.Debug.PprofAddr, true)
+	for i, r := range a.Redis.Addrs {
+		checkAddr(fmt.Sprintf("redis.addrs[%d]", i), r, false)
 	}
-	for _, b := range a.Kafka.Brokers {
-		checkAddr("kafka.brokers (VELVETROPE_KAFKA_BROKERS)", b, false)
+	for i, b := range a.Kafka.Brokers {
+		checkAddr(fmt.Sprintf("kafka.brokers[%d]", i), b, false)
 	}
-	checkAddr("clickhouse.addr (VELVETROPE_CLICKHOUSE_ADDR)", a.ClickHouse.Addr, true)
+	checkAddr("clickhouse.addr", a.ClickHouse.Addr, true)
 	for _, l := range []struct {
 		field string
 		t     ClientTLS
@@ -502,7 +586,7 @@ func (a App) Validate() error {
 	if a.HTTP.MaxBodyBytes <= 0 || a.HTTP.MaxBodyBytes > 1<<30 {
 		bad("http.max_body_bytes", "must be between 1 and 1 GiB (1073741824), got %d", a.HTTP.MaxBodyBytes)
 	} else if a.HTTP.MaxBodyBytesInFlight < a.HTTP.MaxBodyBytes || a.HTTP.MaxBodyBytesInFlight > 1<<40 {
-		bad("http.max_body_bytes_in_flight", "must be between http.max_body_bytes (%d) and 1 TiB, got %d", a.HTTP.MaxBodyBytes, a.HTTP.MaxBodyBytesInFlight)
+		bad("http.max_body_bytes_in_flight/max_body_bytes", "want max_body_bytes <= max_body_bytes_in_flight <= 1 TiB, got %d and %d", a.HTTP.MaxBodyBytesInFlight, a.HTTP.MaxBodyBytes)
 	}
 	if a.HTTP.ReadTimeout <= 0 || a.HTTP.WriteTimeout <= 0 {
 		bad("http.read_timeout/write_timeout", "must be > 0")
@@ -547,7 +631,7 @@ func (a App) Validate() error {
 	case ck.FlushInterval <= 0 || ck.FlushInterval > time.Minute:
 		bad("checker.flush_interval", "must be in (0, 1m], got %v", ck.FlushInterval)
 	case ck.MaxEmitInterval < ck.FlushInterval || ck.MaxEmitInterval > time.Minute:
-		bad("checker.max_emit_interval", "must be in [checker.flush_interval (%v), 1m], got %v", ck.FlushInterval, ck.MaxEmitInterval)
+		bad("checker.max_emit_interval/flush_interval", "want flush_interval <= max_emit_interval <= 1m, got %v and %v", ck.MaxEmitInterval, ck.FlushInterval)
 	case ck.MaxHeldHits < 1 || ck.MaxHeldTotal < ck.MaxHeldHits:
 		bad("checker.max_held_hits/max_held_hits_total", "want 1 <= max_held_hits <= max_held_hits_total, got %d and %d", ck.MaxHeldHits, ck.MaxHeldTotal)
 	case ck.Heartbeat <= 0 || ck.InstanceTTL < ck.Heartbeat:
@@ -559,7 +643,7 @@ func (a App) Validate() error {
 	case ck.PipelineLag < 0:
 		bad("checker.pipeline_lag", "must not be negative")
 	case ck.FlushInterval > ck.PipelineLag:
-		bad("checker.flush_interval", "must not exceed checker.pipeline_lag (%v): the lag includes the flush, got %v", ck.PipelineLag, ck.FlushInterval)
+		bad("checker.flush_interval/pipeline_lag", "want flush_interval <= pipeline_lag (the lag includes the flush), got %v and %v", ck.FlushInterval, ck.PipelineLag)
 	case ck.SafetyPercent < 100:
 		bad("checker.safety_percent", "must be at least 100, got %d", ck.SafetyPercent)
 	case ck.NearFloor < 1 || ck.NearFloorPct < 0 || ck.NearFloorPct > 100:
@@ -617,10 +701,7 @@ func (a App) Validate() error {
 	if a.Kafka.DeferredTopic == "" {
 		bad("kafka.deferred_topic", "must not be empty")
 	}
-	if len(errs) > 0 {
-		return errors.New(strings.Join(errs, "\n"))
-	}
-	return nil
+	return errs
 }
 
 // ResolveStateDir returns the directory for files that must survive a
@@ -674,5 +755,5 @@ func ResolveStateDir(configured string, getenv func(string) (string, bool)) (str
 		os.Remove(probe.Name())
 		return dir, nil
 	}
-	return "", fmt.Errorf("config: checker.state_dir: no usable state directory (%s)", strings.Join(errs, "; "))
+	return "", fmt.Errorf("checker.state_dir: no usable state directory (%s)", strings.Join(errs, "; "))
 }

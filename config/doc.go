@@ -12,6 +12,8 @@
 // is invalid.
 //
 // Application: [App] holds listeners, backends, rule paths and timings, from
-// one YAML file plus VELVETROPE_* environment overrides, with defaults that
-// let every process start without a file.
+// one YAML file plus VELVETROPE_* environment overrides and [Override]s
+// (flags), with defaults that let every process start without a file.
+// [LoadApp] reports every problem by its key path and where the value came
+// from: the file's file:line:column, the variable, or the flag.
 package config

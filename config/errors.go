@@ -1,27 +1,57 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"strings"
 	"unicode/utf8"
 )
 
-// Error is one problem in a configuration file, with its position.
+// Error is one problem in a configuration, with where it comes from: a
+// position in a file (File, Line, Column), or the environment variable or
+// command-line flag that set the value (Source). Key, when set, is the
+// setting's key path (http.addr, checker.heartbeat/instance_ttl,
+// redis.addrs[1]). Error prints the origin first, then the key:
+//
+//	velvetrope.yaml:2:3: http.adr2: unknown field; known: addr, tls, ...
+//	VELVETROPE_HTTP_ADDR: http.addr: want host:port, got "8080" (...)
 type Error struct {
 	File   string
 	Line   int
 	Column int
+	Source string
+	Key    string
 	Msg    string
 }
 
 func (e *Error) Error() string {
+	msg := e.Msg
+	if e.Key != "" {
+		msg = e.Key + ": " + msg
+	}
 	switch {
 	case e.Line > 0:
-		return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Column, e.Msg)
+		return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Column, msg)
+	case e.Source != "":
+		return e.Source + ": " + msg
 	case e.File != "":
-		return fmt.Sprintf("%s: %s", e.File, e.Msg)
+		return e.File + ": " + msg
 	}
-	return e.Msg
+	return msg
+}
+
+// pathErrorMsg is err's text for an error that already names file: the
+// path an *fs.PathError repeats is dropped ("nope.yaml: no such file or
+// directory", not "nope.yaml: stat nope.yaml: no such file or
+// directory").
+func pathErrorMsg(file string, err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && (pe.Path == file || strings.HasSuffix(file, string(filepath.Separator)+pe.Path)) {
+		return pe.Err.Error()
+	}
+	return err.Error()
 }
 
 // ErrorList is every problem found in one load, in file order. A load

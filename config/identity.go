@@ -1,5 +1,7 @@
 package config
 
+import "strings"
+
 // The identities velvetrope builds from rules and requests: rule ids,
 // counter keys and the descriptor text of analytics. Each is an escaped,
 // injective encoding (docs/design.md): distinct inputs never share one.
@@ -95,6 +97,41 @@ func escaped(s string) string {
 // unescaped ':' after its domain's, so these never meet one.
 func InternalRuleID(domain, kind, name string) string {
 	return escaped(domain) + ":" + kind + ":" + escaped(name)
+}
+
+// PoolOf returns the name of the pool whose counter rule id names (the
+// [InternalRuleID] of a pool's rule, kind "#pool"), and false for any
+// other id: a rule file's, an override's, an operator's deny. Analytics
+// tell a pool's usage from a rule's by it, whatever checker wrote the row.
+func PoolOf(id string) (name string, ok bool) {
+	for i := 0; i < len(id); i++ {
+		switch id[i] {
+		case '\\':
+			i++
+		case ':':
+			rest, found := strings.CutPrefix(id[i+1:], poolKey+":")
+			if !found {
+				return "", false
+			}
+			return unescaped(rest), true
+		}
+	}
+	return "", false
+}
+
+// unescaped undoes [AppendEscaped].
+func unescaped(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) {
+			i++
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
 }
 
 // overrideKind is the kind of [OverrideRule]'s ids.

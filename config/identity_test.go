@@ -451,3 +451,32 @@ func TestDeferTargets(t *testing.T) {
 		t.Fatalf("max_payload_bytes: 64KiB: %v, want one error naming it", err)
 	}
 }
+
+// TestPoolOf (issue 20, item 8): a pool's rule id names its pool, and no
+// other id does — a rule file's rule whose key is "#pool", an override,
+// an operator's deny — whatever bytes the domain and names carry, so
+// analytics tell a pool's rows from a key's by the rule id alone.
+func TestPoolOf(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		x := drawIdentity(t, "x")
+		if x.kind == "rule" && rapid.Bool().Draw(t, "poolkey") {
+			x.path[0].Key = poolKey // a rule file's descriptor named like a pool's entry
+		}
+		r := x.rule(t)
+		name, ok := PoolOf(r.ID)
+		switch {
+		case x.kind == "pool" && (!ok || name != x.name):
+			t.Fatalf("pool %q of domain %q: PoolOf(%q) = %q, %v", x.name, x.domain, r.ID, name, ok)
+		case x.kind != "pool" && ok:
+			t.Fatalf("%s %+v: PoolOf(%q) names pool %q", x.kind, x, r.ID, name)
+		}
+	})
+	for _, id := range []string{"", "api", "api:", "api:#pool", "api:#pool=p", `api\:#pool:p`, "api:user_id"} {
+		if name, ok := PoolOf(id); ok {
+			t.Errorf("PoolOf(%q) = %q: no pool's id", id, name)
+		}
+	}
+	if name, ok := PoolOf(`a\:b:#pool:x\:y`); !ok || name != "x:y" {
+		t.Errorf(`PoolOf("a\:b:#pool:x\:y") = %q, %v; want "x:y"`, name, ok)
+	}
+}

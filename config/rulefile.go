@@ -533,13 +533,13 @@ func ReadRuleFiles(paths ...string) ([]*File, error) {
 	for _, root := range paths {
 		dir, err := openRuleDir(root)
 		if err != nil {
-			errs = append(errs, &Error{File: root, Msg: err.Error()})
+			errs = append(errs, &Error{File: root, Msg: pathErrorMsg(root, err)})
 			continue
 		}
 		for _, rf := range dir.files {
 			data, err := dir.read(rf)
 			if err != nil {
-				errs = append(errs, &Error{File: rf.name, Msg: err.Error()})
+				errs = append(errs, &Error{File: rf.name, Msg: pathErrorMsg(rf.name, err)})
 				continue
 			}
 			f, err := ParseRules(rf.name, data)

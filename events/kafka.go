@@ -241,21 +241,21 @@ func EnsureTopic(ctx context.Context, sec Security, brokers []string, topic stri
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("events: dial kafka: %w", err)
+		return fmt.Errorf("no broker answers: %w", err)
 	}
 	defer conn.Close()
 	controller, err := conn.Controller()
 	if err != nil {
-		return fmt.Errorf("events: find kafka controller: %w", err)
+		return fmt.Errorf("find the controller: %w", err)
 	}
 	cc, err := d.DialContext(ctx, "tcp", net.JoinHostPort(controller.Host, strconv.Itoa(controller.Port)))
 	if err != nil {
-		return fmt.Errorf("events: dial kafka controller: %w", err)
+		return fmt.Errorf("dial the controller: %w", err)
 	}
 	defer cc.Close()
 	err = cc.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: replication})
 	if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
-		return fmt.Errorf("events: create topic %s: %w", topic, err)
+		return fmt.Errorf("create topic %s: %w", topic, err)
 	}
 	// A topic just created has no partition leaders for a moment; a
 	// consumer group joined then gets no partitions at all, and a writer

@@ -95,7 +95,7 @@ func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decis
 	// algorithm rules are only peeked.
 	denied := false
 	var peeked [checker.MaxDescriptors]limiter.Decision // algorithm rules' peeks, by descriptor
-	var borrow [checker.MaxDescriptors]bool             // elastic rules above their own limit
+	var borrow [checker.MaxDescriptors]int64            // elastic rules: hits above their own limit, the pool's share
 	for i := range n {
 		st := &d.Statuses[i]
 		*st = checker.Status{Code: checker.OK, Rule: matched[i]}
@@ -119,18 +119,20 @@ func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decis
 			return fmt.Errorf("local: rule %s: %w", r.ID, err)
 		}
 		fill(st, r, ld)
-		if r.Pool != nil && ld.Allowed && r.Ceiling()-ld.Remaining > r.Limit { // elastic, above its own limit
-			borrow[i] = true
-			pd, err := l.keyed.PeekAt(l.poolKey(bufp, r.Pool), r.Pool.Limiter, now, cost[i])
+		if r.Pool != nil && ld.Allowed {
+			borrow[i] = above(r, ld, cost[i])
+		}
+		if borrow[i] > 0 { // elastic, above its own limit
+			pd, err := l.keyed.PeekAt(l.poolKey(bufp, r.Pool), r.Pool.Limiter, now, borrow[i])
 			if err != nil && !errors.Is(err, limiter.ErrCostExceedsLimit) {
 				return fmt.Errorf("local: pool %s: %w", r.Pool.ID, err)
 			}
 			if !pd.Allowed { // the pool has no room: refused as the pool refuses
-				borrow[i] = false
+				borrow[i] = 0
 				st.Code, st.RetryAfter, st.RetryNever, st.Remaining = checker.OverLimit, max(pd.RetryAfter, 0), pd.RetryNever(), 0
 				peeked[i] = limiter.Decision{}
 			}
-			st.Elastic = borrow[i]
+			st.Elastic = borrow[i] > 0
 		}
 		if st.Code == checker.OverLimit {
 			denied = true
@@ -153,9 +155,12 @@ func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decis
 			}
 			peeked[i] = limiter.Decision{} // charged: its status is the real one
 			fill(st, r, ld)
-			st.Elastic = borrow[i] && ld.Allowed
-			if borrow[i] && ld.Allowed { // what it takes above its limit, the pool gives
-				if pd, _ := l.keyed.AllowAt(l.poolKey(bufp, r.Pool), r.Pool.Limiter, now, cost[i], ""); !pd.Allowed {
+			if borrow[i] > 0 && ld.Allowed { // by the charge's answer, not the peek's
+				borrow[i] = above(r, ld, cost[i])
+			}
+			st.Elastic = borrow[i] > 0 && ld.Allowed
+			if st.Elastic { // what it takes above its limit, the pool gives
+				if pd, _ := l.keyed.AllowAt(l.poolKey(bufp, r.Pool), r.Pool.Limiter, now, borrow[i], ""); !pd.Allowed {
 					st.Code, st.Elastic = checker.OverLimit, false
 				}
 			}
@@ -245,4 +250,11 @@ func fill(st *checker.Status, r *config.Rule, ld limiter.Decision) {
 		st.Code = checker.OK
 		st.OverSoft = over > 0 && ld.Remaining < over && r.Pool == nil // elastic: Elastic, set by Check
 	}
+}
+
+// above is what an elastic rule's admission ld takes beyond the rule's own
+// limit: the pool pays for those hits only, so a request that crosses the
+// limit borrows the part past it.
+func above(r *config.Rule, ld limiter.Decision, cost int64) int64 {
+	return min(cost, max(r.Ceiling()-ld.Remaining-r.Limit, 0))
 }

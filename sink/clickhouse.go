@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/velvetrope/velvetrope/config"
 )
 
 // ClickHouseConfig addresses the analytics database.
@@ -78,12 +81,19 @@ func (c *ClickHouse) Close() error { return c.conn.Close() }
 // Ping checks the server answers.
 func (c *ClickHouse) Ping(ctx context.Context) error { return c.conn.Ping(ctx) }
 
-// migration is one versioned, idempotent schema step.
+// migration is one versioned, idempotent schema step: its statements,
+// then the columns it adds to usage_minute (each added unless the table
+// has it already: 18.16 knows no ADD COLUMN IF NOT EXISTS).
 type migration struct {
 	version int
 	name    string
 	stmts   []string // %[1]s is the quoted database
+	columns []column
 }
+
+// column is a column a migration adds: its name, and its type with the
+// DEFAULT that rows written before it read as.
+type column struct{ name, decl string }
 
 // migrations, in order. Never edit one that has shipped: add another.
 var migrations = []migration{
@@ -105,6 +115,16 @@ var migrations = []migration{
 		) ENGINE = ReplacingMergeTree(version)
 		PARTITION BY toYYYYMMDD(minute)
 		ORDER BY (domain, minute, rule, descriptor, instance, stream)`,
+	}, nil},
+	// Admissions above a rule's own limit, and pools' rows told apart.
+	// Rows written before read over_soft and elastic as 0 (they were not
+	// counted), and pool from their rule id, as config.PoolOf reads it:
+	// the id is the escaped domain (a backslash before \ / : = |), then
+	// ":#pool:" (sink tests hold the two equal).
+	{2, "usage_minute over_soft, elastic, pool", nil, []column{
+		{"over_soft", "UInt64 DEFAULT 0"},
+		{"elastic", "UInt64 DEFAULT 0"},
+		{"pool", `UInt8 DEFAULT position(rule, concat(replaceRegexpAll(domain, '[\\\\/:=|]', '\\\\\\0'), ':#pool:')) = 1`},
 	}},
 }
 
@@ -152,6 +172,11 @@ func (c *ClickHouse) Migrate(ctx context.Context) error {
 				return fmt.Errorf("sink: migration %d (%s): %w", m.version, m.name, err)
 			}
 		}
+		for _, col := range m.columns {
+			if err := c.addColumn(ctx, col); err != nil {
+				return fmt.Errorf("sink: migration %d (%s): column %s: %w", m.version, m.name, col.name, err)
+			}
+		}
 		if err := c.record(ctx, m); err != nil {
 			return fmt.Errorf("sink: recording migration %d: %w", m.version, err)
 		}
@@ -160,6 +185,28 @@ func (c *ClickHouse) Migrate(ctx context.Context) error {
 	c.retention(ctx)
 	c.migrated = true
 	return nil
+}
+
+// addColumn adds col to usage_minute unless the table has it: a process
+// that migrated at the same time may have added it (then the ALTER fails,
+// and the column is there).
+func (c *ClickHouse) addColumn(ctx context.Context, col column) error {
+	has := func() (bool, error) {
+		var n uint64
+		err := c.conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = 'usage_minute' AND name = ?",
+			c.cfg.Database, col.name).Scan(&n)
+		return n > 0, err
+	}
+	if ok, err := has(); err != nil || ok {
+		return err
+	}
+	err := c.conn.Exec(ctx, "ALTER TABLE "+c.db+".usage_minute ADD COLUMN "+col.name+" "+col.decl)
+	if err != nil {
+		if ok, _ := has(); ok {
+			return nil
+		}
+	}
+	return err
 }
 
 // record notes m as applied, as a batch (an INSERT … VALUES with bound
@@ -206,14 +253,18 @@ func (c *ClickHouse) Insert(ctx context.Context, rows []Row) error {
 		return err
 	}
 	b, err := c.conn.PrepareBatch(ctx, "INSERT INTO "+c.db+".usage_minute (minute, domain, rule, descriptor, instance, stream, "+
-		"version, allowed, denied, deferred, shadow_denied, allowed_cost, denied_cost)")
+		"version, allowed, denied, deferred, shadow_denied, over_soft, elastic, allowed_cost, denied_cost, pool)")
 	if err != nil {
 		return fmt.Errorf("sink: insert: %w", err)
 	}
 	for i := range rows {
 		r := &rows[i]
+		var pool uint8
+		if r.Pool {
+			pool = 1
+		}
 		if err := b.Append(time.Unix(r.Minute, 0).UTC(), r.Domain, r.Rule, r.Descriptor, r.Instance, r.Stream, r.Version,
-			r.Allowed, r.Denied, r.Deferred, r.ShadowDenied, r.AllowedCost, r.DeniedCost); err != nil {
+			r.Allowed, r.Denied, r.Deferred, r.ShadowDenied, r.OverSoft, r.Elastic, r.AllowedCost, r.DeniedCost, pool); err != nil {
 			_ = b.Abort()
 			return fmt.Errorf("sink: insert: %w", err)
 		}
@@ -236,9 +287,10 @@ func (c *ClickHouse) TopDenied(ctx context.Context, q TopQuery) ([]KeyUsage, err
 	if err := c.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := c.conn.Query(ctx, `SELECT domain, rule, descriptor, sum(denied) AS d, sum(allowed) AS a, sum(deferred) AS f
+	rows, err := c.conn.Query(ctx, `SELECT domain, rule, descriptor, sum(denied) AS d, sum(allowed) AS a, sum(deferred) AS f,
+			sum(shadow_denied), sum(over_soft), sum(elastic)
 		FROM `+c.db+`.usage_minute FINAL
-		WHERE minute >= toDateTime(?) AND (? = '' OR domain = ?) AND (? = '' OR rule = ?)
+		WHERE minute >= toDateTime(?) AND pool = 0 AND (? = '' OR domain = ?) AND (? = '' OR rule = ?)
 		GROUP BY domain, rule, descriptor
 		HAVING d + f > 0
 		ORDER BY d + f DESC, d DESC, domain, rule, descriptor
@@ -250,7 +302,8 @@ func (c *ClickHouse) TopDenied(ctx context.Context, q TopQuery) ([]KeyUsage, err
 	out := []KeyUsage{}
 	for rows.Next() {
 		var u KeyUsage
-		if err := rows.Scan(&u.Domain, &u.Rule, &u.Descriptor, &u.Denied, &u.Allowed, &u.Deferred); err != nil {
+		if err := rows.Scan(&u.Domain, &u.Rule, &u.Descriptor, &u.Denied, &u.Allowed, &u.Deferred,
+			&u.ShadowDenied, &u.OverSoft, &u.Elastic); err != nil {
 			return nil, fmt.Errorf("sink: top denied: %w", err)
 		}
 		out = append(out, u)
@@ -277,9 +330,9 @@ func (c *ClickHouse) perMinute(ctx context.Context, what, where string, since ti
 		return nil, err
 	}
 	rows, err := c.conn.Query(ctx, `SELECT toUInt32(minute) AS m, sum(allowed), sum(denied), sum(deferred), sum(shadow_denied),
-			sum(allowed_cost), sum(denied_cost)
+			sum(over_soft), sum(elastic), sum(allowed_cost), sum(denied_cost)
 		FROM `+c.db+`.usage_minute FINAL
-		WHERE minute >= toDateTime(?) AND `+where+`
+		WHERE minute >= toDateTime(?) AND pool = 0 AND `+where+`
 		GROUP BY m
 		ORDER BY m`, append([]any{since.Unix()}, args...)...)
 	if err != nil {
@@ -290,7 +343,8 @@ func (c *ClickHouse) perMinute(ctx context.Context, what, where string, since ti
 	for rows.Next() {
 		var m uint32
 		var u MinuteUsage
-		if err := rows.Scan(&m, &u.Allowed, &u.Denied, &u.Deferred, &u.ShadowDenied, &u.AllowedCost, &u.DeniedCost); err != nil {
+		if err := rows.Scan(&m, &u.Allowed, &u.Denied, &u.Deferred, &u.ShadowDenied, &u.OverSoft, &u.Elastic,
+			&u.AllowedCost, &u.DeniedCost); err != nil {
 			return nil, fmt.Errorf("sink: %s: %w", what, err)
 		}
 		u.Minute = time.Unix(int64(m), 0).UTC()
@@ -304,9 +358,10 @@ func (c *ClickHouse) Rules(ctx context.Context, q RulesQuery) ([]RuleUsage, erro
 	if err := c.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := c.conn.Query(ctx, `SELECT domain, rule, sum(allowed), sum(denied), sum(deferred), sum(shadow_denied)
+	rows, err := c.conn.Query(ctx, `SELECT domain, rule, sum(allowed), sum(denied), sum(deferred), sum(shadow_denied),
+			sum(over_soft), sum(elastic)
 		FROM `+c.db+`.usage_minute FINAL
-		WHERE minute >= toDateTime(?) AND (? = '' OR domain = ?)
+		WHERE minute >= toDateTime(?) AND pool = 0 AND (? = '' OR domain = ?)
 		GROUP BY domain, rule
 		ORDER BY domain, rule`, q.Since.Unix(), q.Domain, q.Domain)
 	if err != nil {
@@ -316,11 +371,41 @@ func (c *ClickHouse) Rules(ctx context.Context, q RulesQuery) ([]RuleUsage, erro
 	out := []RuleUsage{}
 	for rows.Next() {
 		var u RuleUsage
-		if err := rows.Scan(&u.Domain, &u.Rule, &u.Allowed, &u.Denied, &u.Deferred, &u.ShadowDenied); err != nil {
+		if err := rows.Scan(&u.Domain, &u.Rule, &u.Allowed, &u.Denied, &u.Deferred, &u.ShadowDenied,
+			&u.OverSoft, &u.Elastic); err != nil {
 			return nil, fmt.Errorf("sink: rules: %w", err)
 		}
-		u.DenyRate = denyRate(u.Allowed, u.Denied, u.Deferred)
+		u.DenyRate = DenyRate(u.Allowed, u.Denied, u.Deferred, u.ShadowDenied)
 		out = append(out, u)
 	}
 	return out, rows.Err()
+}
+
+// Pools implements Analytics.
+func (c *ClickHouse) Pools(ctx context.Context, q PoolsQuery) ([]PoolUsage, error) {
+	if err := c.Migrate(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := c.conn.Query(ctx, `SELECT domain, rule, sum(allowed), sum(allowed_cost), sum(denied) + sum(deferred)
+		FROM `+c.db+`.usage_minute FINAL
+		WHERE minute >= toDateTime(?) AND pool = 1 AND (? = '' OR domain = ?)
+		GROUP BY domain, rule`, q.Since.Unix(), q.Domain, q.Domain)
+	if err != nil {
+		return nil, fmt.Errorf("sink: pools: %w", err)
+	}
+	defer rows.Close()
+	out := []PoolUsage{}
+	for rows.Next() {
+		var u PoolUsage
+		if err := rows.Scan(&u.Domain, &u.Rule, &u.Borrowed, &u.BorrowedHits, &u.Refused); err != nil {
+			return nil, fmt.Errorf("sink: pools: %w", err)
+		}
+		u.Pool, _ = config.PoolOf(u.Rule)
+		out = append(out, u)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sink: pools: %w", err)
+	}
+	slices.SortFunc(out, comparePools)
+	return out, nil
 }

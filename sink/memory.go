@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/velvetrope/velvetrope/config"
 )
 
 // DefaultMemoryMaxBytes bounds a Memory store unless SetMaxBytes says
@@ -185,7 +187,7 @@ func (m *Memory) TopDenied(_ context.Context, q TopQuery) ([]KeyUsage, error) {
 	type k struct{ domain, rule, desc string }
 	sums := map[k]*KeyUsage{}
 	m.each(q.Since, func(r *Row) {
-		if (q.Domain != "" && r.Domain != q.Domain) || (q.Rule != "" && r.Rule != q.Rule) {
+		if r.Pool || (q.Domain != "" && r.Domain != q.Domain) || (q.Rule != "" && r.Rule != q.Rule) {
 			return
 		}
 		u := sums[k{r.Domain, r.Rule, r.Descriptor}]
@@ -196,6 +198,9 @@ func (m *Memory) TopDenied(_ context.Context, q TopQuery) ([]KeyUsage, error) {
 		u.Denied += r.Denied
 		u.Allowed += r.Allowed
 		u.Deferred += r.Deferred
+		u.ShadowDenied += r.ShadowDenied
+		u.OverSoft += r.OverSoft
+		u.Elastic += r.Elastic
 	})
 	out := make([]KeyUsage, 0, len(sums))
 	for _, u := range sums {
@@ -233,10 +238,11 @@ func (m *Memory) Timeline(_ context.Context, q TimelineQuery) ([]MinuteUsage, er
 	return m.perMinute(q.Since, func(r *Row) bool { return q.Domain == "" || r.Domain == q.Domain }), nil
 }
 
+// perMinute sums the rows match takes per minute, pools' rows left out.
 func (m *Memory) perMinute(since time.Time, match func(*Row) bool) []MinuteUsage {
 	sums := map[int64]*MinuteUsage{}
 	m.each(since, func(r *Row) {
-		if !match(r) {
+		if r.Pool || !match(r) {
 			return
 		}
 		u := sums[r.Minute]
@@ -248,6 +254,8 @@ func (m *Memory) perMinute(since time.Time, match func(*Row) bool) []MinuteUsage
 		u.Denied += r.Denied
 		u.Deferred += r.Deferred
 		u.ShadowDenied += r.ShadowDenied
+		u.OverSoft += r.OverSoft
+		u.Elastic += r.Elastic
 		u.AllowedCost += r.AllowedCost
 		u.DeniedCost += r.DeniedCost
 	})
@@ -264,7 +272,7 @@ func (m *Memory) Rules(_ context.Context, q RulesQuery) ([]RuleUsage, error) {
 	type k struct{ domain, rule string }
 	sums := map[k]*RuleUsage{}
 	m.each(q.Since, func(r *Row) {
-		if q.Domain != "" && r.Domain != q.Domain {
+		if r.Pool || q.Domain != "" && r.Domain != q.Domain {
 			return
 		}
 		u := sums[k{r.Domain, r.Rule}]
@@ -276,12 +284,47 @@ func (m *Memory) Rules(_ context.Context, q RulesQuery) ([]RuleUsage, error) {
 		u.Denied += r.Denied
 		u.Deferred += r.Deferred
 		u.ShadowDenied += r.ShadowDenied
+		u.OverSoft += r.OverSoft
+		u.Elastic += r.Elastic
 	})
 	out := make([]RuleUsage, 0, len(sums))
 	for _, u := range sums {
-		u.DenyRate = denyRate(u.Allowed, u.Denied, u.Deferred)
+		u.DenyRate = DenyRate(u.Allowed, u.Denied, u.Deferred, u.ShadowDenied)
 		out = append(out, *u)
 	}
 	slices.SortFunc(out, func(a, b RuleUsage) int { return cmp.Or(cmp.Compare(a.Domain, b.Domain), cmp.Compare(a.Rule, b.Rule)) })
 	return out, nil
+}
+
+// Pools implements Analytics.
+func (m *Memory) Pools(_ context.Context, q PoolsQuery) ([]PoolUsage, error) {
+	type k struct{ domain, rule string }
+	sums := map[k]*PoolUsage{}
+	m.each(q.Since, func(r *Row) {
+		if !r.Pool || q.Domain != "" && r.Domain != q.Domain {
+			return
+		}
+		u := sums[k{r.Domain, r.Rule}]
+		if u == nil {
+			name, _ := config.PoolOf(r.Rule)
+			u = &PoolUsage{Domain: r.Domain, Pool: name, Rule: r.Rule}
+			sums[k{r.Domain, r.Rule}] = u
+		}
+		u.Borrowed += r.Allowed
+		u.BorrowedHits += r.AllowedCost
+		u.Refused += r.Denied + r.Deferred
+	})
+	out := make([]PoolUsage, 0, len(sums))
+	for _, u := range sums {
+		out = append(out, *u)
+	}
+	slices.SortFunc(out, comparePools)
+	return out, nil
+}
+
+// comparePools orders pools by domain and name (the ClickHouse query
+// orders by domain and rule id, which sorts as the name within a domain
+// only up to escapes: both stores sort the same way here).
+func comparePools(a, b PoolUsage) int {
+	return cmp.Or(cmp.Compare(a.Domain, b.Domain), cmp.Compare(a.Pool, b.Pool), cmp.Compare(a.Rule, b.Rule))
 }

@@ -6,10 +6,19 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/velvetrope/velvetrope/config"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 )
 
 // Row is one stream's usage of one counter in one minute, up to Version.
+//
+// Each decision is in one of Allowed, Denied, Deferred and ShadowDenied,
+// as its caller was answered (a shadow rule's would-be refusal, admitted,
+// is ShadowDenied and not Allowed); OverSoft and Elastic are of Allowed:
+// admissions above the rule's own limit, within a soft throttle's overage
+// or borrowing from a pool. A pool's row (Pool) counts the admissions
+// that borrowed from it as Allowed (their hits AllowedCost) and the
+// borrowings it refused as Denied.
 type Row struct {
 	Minute     int64 // unix seconds, a multiple of 60
 	Domain     string
@@ -20,7 +29,11 @@ type Row struct {
 	Version    uint64 // the sequence of the delta it was taken from
 
 	Allowed, Denied, Deferred, ShadowDenied uint64
+	OverSoft, Elastic                       uint64
 	AllowedCost, DeniedCost                 uint64
+	// Pool marks the row of an elastic pool's counter (config.PoolOf of
+	// Rule): not a key of any client's.
+	Pool bool
 }
 
 // rowKey names a row; versions of one row share it.
@@ -41,10 +54,12 @@ func RowOf(d *eventsv1.Delta) (Row, bool) {
 	if m == nil {
 		return Row{}, false
 	}
+	_, pool := config.PoolOf(d.RuleId)
 	return Row{Minute: m.MinuteUnix, Domain: d.Domain, Rule: d.RuleId, Descriptor: d.DescriptorText,
 		Instance: d.InstanceId, Stream: m.Stream, Version: d.Sequence,
 		Allowed: m.AllowedCount, Denied: m.DeniedCount, Deferred: m.DeferredCount, ShadowDenied: m.ShadowDeniedCount,
-		AllowedCost: m.AllowedCost, DeniedCost: m.DeniedCost}, true
+		OverSoft: m.OverSoftCount, Elastic: m.ElasticCount,
+		AllowedCost: m.AllowedCost, DeniedCost: m.DeniedCost, Pool: pool}, true
 }
 
 // Store keeps rows (the newest version of each) and answers the queries.
@@ -55,7 +70,9 @@ type Store interface {
 	Analytics
 }
 
-// Analytics answers the analytics queries.
+// Analytics answers the analytics queries. Pools' rows are answered by
+// Pools only: they are no client's key, and a borrowing request is
+// counted under its rule already.
 type Analytics interface {
 	// TopDenied lists the keys most refused (denied + deferred) since
 	// q.Since, keys with neither left out.
@@ -63,6 +80,8 @@ type Analytics interface {
 	Usage(ctx context.Context, q UsageQuery) ([]MinuteUsage, error)
 	Rules(ctx context.Context, q RulesQuery) ([]RuleUsage, error)
 	Timeline(ctx context.Context, q TimelineQuery) ([]MinuteUsage, error)
+	// Pools lists every pool's borrowings since q.Since.
+	Pools(ctx context.Context, q PoolsQuery) ([]PoolUsage, error)
 }
 
 // TopQuery asks for the most denied keys since Since, optionally within a
@@ -73,14 +92,17 @@ type TopQuery struct {
 	Limit        int
 }
 
-// KeyUsage is one key's totals over a window.
+// KeyUsage is one key's totals over a window (the counts of [Row]).
 type KeyUsage struct {
-	Domain     string `json:"domain"`
-	Rule       string `json:"rule"`
-	Descriptor string `json:"descriptor"`
-	Denied     uint64 `json:"denied"`
-	Allowed    uint64 `json:"allowed"`
-	Deferred   uint64 `json:"deferred"`
+	Domain       string `json:"domain"`
+	Rule         string `json:"rule"`
+	Descriptor   string `json:"descriptor"`
+	Denied       uint64 `json:"denied"`
+	Allowed      uint64 `json:"allowed"`
+	Deferred     uint64 `json:"deferred"`
+	ShadowDenied uint64 `json:"shadow_denied"`
+	OverSoft     uint64 `json:"over_soft"`
+	Elastic      uint64 `json:"elastic"`
 }
 
 // UsageQuery asks for one key's usage per minute since Since.
@@ -91,13 +113,16 @@ type UsageQuery struct {
 	Rule       string // empty: any
 }
 
-// MinuteUsage is the usage of one minute (of a key, or of everything).
+// MinuteUsage is the usage of one minute (of a key, or of everything),
+// the counts of [Row].
 type MinuteUsage struct {
 	Minute       time.Time `json:"minute"`
 	Allowed      uint64    `json:"allowed"`
 	Denied       uint64    `json:"denied"`
 	Deferred     uint64    `json:"deferred"`
 	ShadowDenied uint64    `json:"shadow_denied"`
+	OverSoft     uint64    `json:"over_soft"`
+	Elastic      uint64    `json:"elastic"`
 	AllowedCost  uint64    `json:"allowed_cost"`
 	DeniedCost   uint64    `json:"denied_cost"`
 }
@@ -108,7 +133,8 @@ type RulesQuery struct {
 	Domain string // empty: any
 }
 
-// RuleUsage is one rule's totals and deny rate over a window.
+// RuleUsage is one rule's totals (the counts of [Row]) and deny rate
+// over a window.
 type RuleUsage struct {
 	Domain       string  `json:"domain"`
 	Rule         string  `json:"rule"`
@@ -116,7 +142,27 @@ type RuleUsage struct {
 	Denied       uint64  `json:"denied"`
 	Deferred     uint64  `json:"deferred"`
 	ShadowDenied uint64  `json:"shadow_denied"`
-	DenyRate     float64 `json:"deny_rate"` // denied / (allowed + denied + deferred); 0 with no traffic
+	OverSoft     uint64  `json:"over_soft"`
+	Elastic      uint64  `json:"elastic"`
+	DenyRate     float64 `json:"deny_rate"` // denied of every decision (DenyRate); 0 with no traffic
+}
+
+// PoolsQuery asks for every pool's totals since Since.
+type PoolsQuery struct {
+	Since  time.Time
+	Domain string // empty: any
+}
+
+// PoolUsage is one elastic pool's totals over a window: the admissions
+// that borrowed from it and their hits, and the borrowings it refused
+// (the request was refused: its rule could not go above its own limit).
+type PoolUsage struct {
+	Domain       string `json:"domain"`
+	Pool         string `json:"pool"`
+	Rule         string `json:"rule"` // the pool's counter's rule id
+	Borrowed     uint64 `json:"borrowed"`
+	BorrowedHits uint64 `json:"borrowed_hits"`
+	Refused      uint64 `json:"refused"`
 }
 
 // TimelineQuery asks for the usage of everything per minute since Since.
@@ -146,8 +192,10 @@ func (q *UsageQuery) validate() error {
 	return nil
 }
 
-func denyRate(allowed, denied, deferred uint64) float64 {
-	if n := allowed + denied + deferred; n > 0 {
+// DenyRate is the share of decisions refused: denied of every decision,
+// allowed, denied, deferred and shadow-denied (0 with none).
+func DenyRate(allowed, denied, deferred, shadowDenied uint64) float64 {
+	if n := allowed + denied + deferred + shadowDenied; n > 0 {
 		return float64(denied) / float64(n)
 	}
 	return 0

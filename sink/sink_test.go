@@ -193,7 +193,7 @@ func (m *mix) check(t *testing.T, s Analytics) {
 	for _, r := range rules {
 		allowed += r.Allowed
 		denied += r.Denied
-		if r.DenyRate != denyRate(r.Allowed, r.Denied, r.Deferred) {
+		if r.DenyRate != DenyRate(r.Allowed, r.Denied, r.Deferred, r.ShadowDenied) {
 			t.Fatalf("deny rate of %s: %v", r.Rule, r.DenyRate)
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/dig"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 
@@ -48,47 +50,67 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	})
 }
 
+// startTimeout bounds a process's start (and its stop).
+const startTimeout = 30 * time.Second
+
 // runProcess loads the configuration, builds the process from module with
-// fx, starts it, prints the banner, and stops it on SIGINT or SIGTERM.
+// fx, starts it, prints the banner, and stops it on SIGINT or SIGTERM. A
+// start that fails prints its cause on one line (startup.go) and exits 1;
+// with --debug, fx's own text of the error and its event log too.
 func runProcess(name string, args []string, stdout, stderr io.Writer,
 	module func(config.App, *slog.Logger) fx.Option, banner func(w io.Writer, httpAddr, grpcAddr string)) int {
-	app, err := processConfig(name, args, stdout, stderr)
+	app, debug, err := processConfig(name, args, stdout)
 	if err != nil {
-		if err != flag.ErrHelp {
-			fmt.Fprintf(stderr, "velvetrope %s: %v\n", name, err)
-			return 2
+		if err == flag.ErrHelp {
+			return 0
 		}
-		return 0
-	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	quietRedis(logger)
-	fxApp := fx.New(module(app, logger), fx.Invoke(servePprof), fx.Invoke(func(in struct {
-		fx.In
-		LC   fx.Lifecycle
-		HTTP *httpapi.Server
-		GRPC *grpcListener `optional:"true"`
-	}) {
-		in.LC.Append(fx.Hook{OnStart: func(context.Context) error {
-			banner(stdout, in.HTTP.Addr(), in.GRPC.Addr())
-			return nil
-		}})
-	}))
-	if err := fxApp.Err(); err != nil {
+		var se *stageError
+		if errors.As(err, &se) {
+			printStartFailure(stderr, name, err, nil)
+			return 1
+		}
 		fmt.Fprintf(stderr, "velvetrope %s: %v\n", name, err)
+		return 2 // a command line that does not parse
+	}
+	var fxLog fxevent.Logger = fxevent.NopLogger
+	held, stopHold := holdLogs(stderr, logHoldMax)
+	defer stopHold()
+	var logOut io.Writer = held
+	if debug {
+		fxLog, logOut = &fxevent.ConsoleLogger{W: stderr}, stderr
+	}
+	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	quietRedis(logger)
+	fxApp := fx.New(module(app, logger), fx.WithLogger(func() fxevent.Logger { return fxLog }),
+		fx.Invoke(servePprof), fx.Invoke(func(in struct {
+			fx.In
+			LC   fx.Lifecycle
+			HTTP *httpapi.Server
+			GRPC *grpcListener `optional:"true"`
+		}) {
+			in.LC.Append(fx.Hook{OnStart: func(context.Context) error {
+				banner(stdout, in.HTTP.Addr(), in.GRPC.Addr())
+				return nil
+			}})
+		}))
+	if err := fxApp.Err(); err != nil {
+		printStartFailure(stderr, name, err, nil)
 		return 1
 	}
-	startCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	trace := &startTrace{timeout: startTimeout}
+	startCtx, cancel := context.WithTimeout(context.WithValue(context.Background(), startTraceKey{}, trace), startTimeout)
 	defer cancel()
 	if err := fxApp.Start(startCtx); err != nil {
-		fmt.Fprintf(stderr, "velvetrope %s: %v\n", name, err)
+		printStartFailure(stderr, name, err, trace)
 		return 1
 	}
+	held.release()
 	sig := <-fxApp.Wait()
 	logger.Info("stopping", "signal", sig.Signal.String())
-	stopCtx, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	stopCtx, cancel2 := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel2()
 	if err := fxApp.Stop(stopCtx); err != nil {
-		fmt.Fprintf(stderr, "velvetrope %s: stop: %v\n", name, err)
+		fmt.Fprintf(stderr, "velvetrope %s: stop: %v\n", name, dig.RootCause(err))
 		return 1
 	}
 	return 0
@@ -96,8 +118,9 @@ func runProcess(name string, args []string, stdout, stderr io.Writer,
 
 // processConfig reads flags over the environment over the config file.
 // A process is given only the flags it uses (processes): --help lists
-// them, and any other is refused.
-func processConfig(name string, args []string, stdout, stderr io.Writer) (config.App, error) {
+// them, and any other is refused. A configuration that does not load is
+// an error of the stage "config"; any other error is the command line's.
+func processConfig(name string, args []string, stdout io.Writer) (app config.App, debug bool, err error) {
 	p := processes[name]
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	rules, grpcAddr := new(string), new(string)
@@ -109,26 +132,25 @@ func processConfig(name string, args []string, stdout, stderr io.Writer) (config
 		fs.StringVar(grpcAddr, "grpc", "", "gRPC (Envoy rate limit service) listen address (default :8081, or VELVETROPE_GRPC_ADDR)")
 	}
 	file := fs.String("config", "", "application config file (YAML)")
+	fs.BoolVar(&debug, "debug", false, "print fx's event log (a failed start: with fx's whole text of the error) and log lines from the start on")
 	if err := p.parse(fs, args, stdout); err != nil {
-		return config.App{}, err
+		return config.App{}, false, err
 	}
 	if fs.NArg() > 0 {
-		return config.App{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return config.App{}, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	app, err := config.LoadApp(*file, os.LookupEnv)
-	if err != nil {
-		return app, err
-	}
+	var overrides []config.Override
 	if *rules != "" {
-		app.Rules = strings.Split(*rules, ",")
+		overrides = append(overrides, config.Override{Key: "rules", From: "--rules", Set: func(a *config.App) { a.Rules = strings.Split(*rules, ",") }})
 	}
 	if *httpAddr != "" {
-		app.HTTP.Addr = *httpAddr
+		overrides = append(overrides, config.Override{Key: "http.addr", From: "--http", Set: func(a *config.App) { a.HTTP.Addr = *httpAddr }})
 	}
 	if *grpcAddr != "" {
-		app.GRPC.Addr = *grpcAddr
+		overrides = append(overrides, config.Override{Key: "grpc.addr", From: "--grpc", Set: func(a *config.App) { a.GRPC.Addr = *grpcAddr }})
 	}
-	return app, app.Validate()
+	app, err = config.LoadApp(*file, os.LookupEnv, overrides...)
+	return app, debug, staged("config", err)
 }
 
 // devModule wires the dev process: the async checker over the in-memory
@@ -136,7 +158,6 @@ func processConfig(name string, args []string, stdout, stderr io.Writer) (config
 // whole pipeline in one process. cmd/ is the only place that knows fx.
 func devModule(app config.App, logger *slog.Logger) fx.Option {
 	return fx.Options(
-		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		fx.Supply(app, logger),
 		fx.Provide(
 			newRuleStore,
@@ -171,9 +192,9 @@ func newDevChecker(lc fx.Lifecycle, app config.App, logger *slog.Logger, rules *
 	store *counters.MemStore, bus *events.MemBus) (*checker.Checker, error) {
 	c, err := checker.New(checkerConfig(app, logger), rules, store, bus, limiter.SystemClock{})
 	if err != nil {
-		return nil, err
+		return nil, staged("checker", err)
 	}
-	lc.Append(fx.StartStopHook(c.Start, c.Stop))
+	lc.Append(stagedHook("checker", c.Start, c.Stop))
 	return c, nil
 }
 
@@ -184,7 +205,7 @@ func runEmbeddedAggregator(lc fx.Lifecycle, bus *events.MemBus, store *counters.
 	// Stop order is the reverse of start: the checker's final flush lands
 	// on the bus before the aggregator stops; the bus closes last.
 	lc.Append(fx.Hook{OnStop: bus.Close})
-	lc.Append(fx.StartStopHook(agg.Start, agg.Stop))
+	lc.Append(stagedHook("aggregator", agg.Start, agg.Stop))
 }
 
 // expireCounters drops in-memory counters that carry no information.
@@ -229,7 +250,7 @@ func newRuleStore(app config.App, logger *slog.Logger) (*config.Store, error) {
 		rs, err = config.LoadRules(app.Rules...)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("load rules:\n%w", err)
+		return nil, staged("rules", err)
 	}
 	logger.Info("rules loaded", "domains", strings.Join(rs.Domains(), ","), "rules", len(rs.Rules()))
 	return config.NewStore(rs), nil
@@ -242,13 +263,13 @@ func watchRules(lc fx.Lifecycle, app config.App, store *config.Store, logger *sl
 	}
 	w, err := config.NewWatcher(store, app.RulesReload, app.Rules...)
 	if err != nil {
-		return err
+		return staged("rules", err)
 	}
 	w.OnReload = func(rs *config.RuleSet) {
 		logger.Info("rules reloaded", "domains", strings.Join(rs.Domains(), ","), "rules", len(rs.Rules()))
 	}
 	w.OnError = func(err error) { logger.Error("rules rejected; the previous rules stay live", "error", err) }
-	lc.Append(fx.StartStopHook(w.Start, w.Stop))
+	lc.Append(stagedHook("rules", w.Start, w.Stop))
 	return nil
 }
 
@@ -286,9 +307,9 @@ func newDevUsage(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*sink.Me
 	mem.SetMaxBytes(app.Analytics.MemoryMaxBytes)
 	w, err := sink.NewWriter(sink.WriterConfig{FlushInterval: 100 * time.Millisecond, Logger: logger}, mem)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, staged("analytics", err)
 	}
-	lc.Append(fx.StartStopHook(w.Start, w.Stop))
+	lc.Append(stagedHook("analytics", w.Start, w.Stop))
 	return mem, w, nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"go.uber.org/fx"
-	"go.uber.org/fx/fxevent"
 
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
@@ -47,12 +46,12 @@ func kafkaWriter(lc fx.Lifecycle, app config.App, topic string) (*events.KafkaWr
 	}
 	sec, err := kafkaSecurity(app)
 	if err != nil {
-		return nil, err
+		return nil, staged("kafka", err)
 	}
 	w, err := events.NewKafkaWriter(events.WriterConfig{Brokers: app.Kafka.Brokers, Topic: topic,
 		Partitions: app.Checker.TopicPartitions, Security: sec})
 	if err != nil {
-		return nil, err
+		return nil, staged("kafka", err)
 	}
 	lc.Append(fx.StopHook(w.Close))
 	return w, nil
@@ -148,7 +147,6 @@ func startDrain(lc fx.Lifecycle, d *deferred.Drain, logger *slog.Logger) {
 // deferred topic's consumer group and the dead-letter writer.
 func drainModule(app config.App, logger *slog.Logger) fx.Option {
 	return fx.Options(
-		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		fx.Supply(app, logger),
 		fx.Provide(
 			newRuleStore,
@@ -161,16 +159,16 @@ func drainModule(app config.App, logger *slog.Logger) fx.Option {
 				cfg.InstanceName = app.InstanceID + "-drain"
 				c, err := checker.New(cfg, rules, store, prod, limiter.SystemClock{})
 				if err != nil {
-					return nil, err
+					return nil, staged("checker", err)
 				}
-				lc.Append(fx.StartStopHook(c.Start, c.Stop))
+				lc.Append(stagedHook("checker", c.Start, c.Stop))
 				return c, nil
 			},
 			func(lc fx.Lifecycle, app config.App, logger *slog.Logger, rules *config.Store, store *counters.Redis,
 				c *checker.Checker) (*deferred.Drain, *events.KafkaConsumer, error) {
 				sec, err := kafkaSecurity(app)
 				if err != nil {
-					return nil, nil, err
+					return nil, nil, staged("kafka", err)
 				}
 				// the topic exists before the group joins it, so that the
 				// first items are not missed while kafka-go waits for it
@@ -178,12 +176,12 @@ func drainModule(app config.App, logger *slog.Logger) fx.Option {
 				err = events.EnsureTopic(ctx, sec, app.Kafka.Brokers, app.Kafka.DeferredTopic, app.Checker.TopicPartitions, 1)
 				cancel()
 				if err != nil {
-					return nil, nil, err
+					return nil, nil, staged("kafka", fmt.Errorf("topic %s: %w", app.Kafka.DeferredTopic, err))
 				}
 				cons, err := events.NewKafkaConsumer(events.KafkaConsumerConfig{Brokers: app.Kafka.Brokers,
 					Topic: app.Kafka.DeferredTopic, Group: app.Deferred.Group, Security: sec})
 				if err != nil {
-					return nil, nil, err
+					return nil, nil, staged("kafka", err)
 				}
 				dlq, err := kafkaWriter(lc, app, deadLetterTopic(app))
 				if err != nil {
@@ -193,7 +191,7 @@ func drainModule(app config.App, logger *slog.Logger) fx.Option {
 				cfg.Consumer, cfg.DeadLetters, cfg.Checker, cfg.Rules, cfg.Tickets = cons, dlq, c, rules.Load, store
 				d, err := deferred.NewDrain(cfg)
 				if err != nil {
-					return nil, nil, err
+					return nil, nil, staged("drain", err)
 				}
 				lc.Append(fx.StopHook(func(ctx context.Context) error { return cons.Close(ctx) }))
 				return d, cons, nil
@@ -277,5 +275,6 @@ func newDevDrain(app config.App, logger *slog.Logger, dd devDeferred, c *checker
 	store *counters.MemStore) (*deferred.Drain, error) {
 	cfg := drainConfig(app, logger)
 	cfg.Consumer, cfg.DeadLetters, cfg.Checker, cfg.Rules, cfg.Tickets = dd.topic, dd.dead, c, rules.Load, store
-	return deferred.NewDrain(cfg)
+	d, err := deferred.NewDrain(cfg)
+	return d, staged("drain", err)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -52,7 +51,7 @@ func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Co
 	}
 	tlsCfg, err := tlsconf.Server(app.GRPC.TLS, "grpc.tls")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, staged("grpc", err)
 	}
 	// the same bound on a message as on an HTTP body: a request above it is
 	// refused by gRPC (ResourceExhausted) before it is decoded
@@ -67,10 +66,10 @@ func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Co
 		reflection.Register(gl.srv)
 	}
 	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
+		OnStart: stagedStart("grpc", func(context.Context) error {
 			lis, err := net.Listen("tcp", app.GRPC.Addr)
 			if err != nil {
-				return fmt.Errorf("grpc.addr %s: %w", app.GRPC.Addr, err)
+				return err // listen tcp ADDR: ...
 			}
 			gl.lis = lis
 			go func() {
@@ -79,7 +78,7 @@ func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Co
 				}
 			}()
 			return nil
-		},
+		}),
 		OnStop: func(ctx context.Context) error {
 			done := make(chan struct{})
 			go func() { gl.srv.GracefulStop(); close(done) }()
@@ -100,7 +99,7 @@ func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Co
 func newHTTPServer(lc fx.Lifecycle, app config.App, mux http.Handler, writeTimeout time.Duration, reg *metrics.Registry) (*httpapi.Server, error) {
 	tlsCfg, err := tlsconf.Server(app.HTTP.TLS, "http.tls")
 	if err != nil {
-		return nil, err
+		return nil, staged("http", err)
 	}
 	srv := httpapi.NewServer(app.HTTP.Addr, mux, app.HTTP.ReadTimeout, writeTimeout)
 	srv.UseTLS(tlsCfg)
@@ -111,7 +110,7 @@ func newHTTPServer(lc fx.Lifecycle, app config.App, mux http.Handler, writeTimeo
 		func() float64 { return float64(srv.BodyBytes()) })
 	reg.Counter("velvetrope_http_busy_total", "HTTP requests answered 503 because http.max_in_flight requests or http.max_body_bytes_in_flight bytes of bodies were in flight.",
 		func() float64 { return float64(srv.Busy()) })
-	lc.Append(fx.StartStopHook(srv.Start, srv.Stop))
+	lc.Append(stagedHook("http", srv.Start, srv.Stop))
 	return srv, nil
 }
 

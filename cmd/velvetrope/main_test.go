@@ -82,7 +82,8 @@ func topDenied(t *testing.T, addr string) {
 		}
 		resp.Body.Close()
 	}
-	want := `{"domain":"api","rule":"api:user_id","descriptor":"user_id=mallory","denied":3,"allowed":0,"deferred":0}`
+	want := `{"domain":"api","rule":"api:user_id","descriptor":"user_id=mallory","denied":3,"allowed":0,"deferred":0,` +
+		`"shadow_denied":0,"over_soft":0,"elastic":0}`
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r, err := http.Get("http://" + addr + "/v1/analytics/top-denied?window=1h&limit=10&domain=api")
@@ -140,7 +141,7 @@ func TestRulesValidate(t *testing.T) {
 			"api: ok, 4 rules (1 shadow, 0 unlimited), algorithms [envoy_fixed_window sliding_log token_bucket]\n", ""},
 		{"bad file", []string{"rules", "validate", "testdata/bad.yaml"}, 1, "",
 			"testdata/bad.yaml:4:5: descriptor: unknown field \"rate_limt\""},
-		{"missing file", []string{"rules", "validate", "testdata/nope.yaml"}, 1, "", "testdata/nope.yaml: stat testdata/nope.yaml: no such file or directory"},
+		{"missing file", []string{"rules", "validate", "testdata/nope.yaml"}, 1, "", "testdata/nope.yaml: no such file or directory\n"},
 		{"alias cycle", []string{"rules", "validate", "testdata/alias-cycle.yaml"}, 1, "",
 			"testdata/alias-cycle.yaml:4:18: alias *d refers to a node that contains it (anchor &d at line 2): a cycle"},
 		{"usage", []string{"rules"}, 2, "", "usage: velvetrope rules validate"},
@@ -303,8 +304,9 @@ func TestTopCommand(t *testing.T) {
 	topDenied(t, srv.Addr()) // mallory: 3 refusals, visible
 
 	cases := []cliCase{
-		{"table", nil, 0, "DENIED  ALLOWED  DEFERRED  DENY %  DOMAIN  RULE         KEY\n" +
-			"     3        0         0   100.0  api     api:user_id  user_id=mallory\n(last 1h, most refused — denied + deferred — first)\n", ""},
+		{"table", nil, 0, "DENIED  ALLOWED  DEFERRED  SHADOW  OVER-SOFT  ELASTIC  DENY %  DOMAIN  RULE         KEY\n" +
+			"     3        0         0       0          0        0   100.0  api     api:user_id  user_id=mallory\n" +
+			"(last 1h, most refused — denied + deferred — first)\n", ""},
 		{"json", []string{"--json", "--window", "6h", "--domain", "api", "--limit", "1"}, 0,
 			`"window": "6h",` + "\n" + `  "keys": [` + "\n" + `    {` + "\n" + `      "domain": "api",`, ""},
 		{"nothing denied", []string{"--domain", "shop"}, 0, "no denied keys in the last 1h\n", ""},

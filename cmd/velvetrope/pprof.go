@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -30,10 +29,10 @@ func servePprof(lc fx.Lifecycle, app config.App, logger *slog.Logger) error {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
+		OnStart: stagedStart("pprof", func(context.Context) error {
 			lis, err := net.Listen("tcp", app.Debug.PprofAddr)
 			if err != nil {
-				return fmt.Errorf("debug.pprof_addr: %w", err)
+				return err // listen tcp ADDR: ...
 			}
 			logger.Info("profiles served", "addr", lis.Addr().String())
 			go func() {
@@ -42,7 +41,7 @@ func servePprof(lc fx.Lifecycle, app config.App, logger *slog.Logger) error {
 				}
 			}()
 			return nil
-		},
+		}),
 		OnStop: func(ctx context.Context) error { return srv.Shutdown(ctx) },
 	})
 	return nil

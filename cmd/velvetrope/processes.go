@@ -8,11 +8,11 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/fx"
-	"go.uber.org/fx/fxevent"
 
 	"github.com/velvetrope/velvetrope/aggregator"
 	"github.com/velvetrope/velvetrope/checker"
@@ -76,11 +76,11 @@ func newAggregatorRedis(lc fx.Lifecycle, app config.App) (redis.UniversalClient,
 // answer better.
 func dialRedis(lc fx.Lifecycle, app config.App, read, write time.Duration, maxRetries int) (redis.UniversalClient, error) {
 	if len(app.Redis.Addrs) == 0 {
-		return nil, errors.New("no Redis configured: set VELVETROPE_REDIS_ADDRS (or redis.addrs)")
+		return nil, staged("redis", errors.New("no address: set VELVETROPE_REDIS_ADDRS or redis.addrs"))
 	}
 	tlsCfg, err := tlsconf.Client(app.Redis.TLS, "redis.tls")
 	if err != nil {
-		return nil, err
+		return nil, staged("redis", err)
 	}
 	if maxRetries == 0 {
 		maxRetries = -1 // go-redis: 0 means its default (3), -1 none
@@ -91,12 +91,12 @@ func dialRedis(lc fx.Lifecycle, app config.App, read, write time.Duration, maxRe
 		DialTimeout: app.Redis.DialTimeout, ReadTimeout: read, WriteTimeout: write, PoolTimeout: app.Redis.PoolTimeout,
 		MaxRetries: maxRetries})
 	lc.Append(fx.Hook{
-		OnStart: func(ctx context.Context) error {
+		OnStart: stagedStart("redis", func(ctx context.Context) error {
 			if err := c.Ping(ctx).Err(); err != nil {
-				return fmt.Errorf("redis %v: %w", app.Redis.Addrs, err)
+				return fmt.Errorf("%s: %w", strings.Join(app.Redis.Addrs, ","), err)
 			}
 			return nil
-		},
+		}),
 		OnStop: func(context.Context) error { return c.Close() },
 	})
 	return c, nil
@@ -121,14 +121,13 @@ func kafkaSecurity(app config.App) (events.Security, error) {
 
 func requireKafka(app config.App) error {
 	if len(app.Kafka.Brokers) == 0 {
-		return errors.New("no Kafka configured: set VELVETROPE_KAFKA_BROKERS (or kafka.brokers)")
+		return staged("kafka", errors.New("no broker: set VELVETROPE_KAFKA_BROKERS or kafka.brokers"))
 	}
 	return nil
 }
 
 func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 	return fx.Options(
-		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		fx.Supply(app, logger),
 		fx.Provide(
 			newRuleStore,
@@ -140,9 +139,9 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 				prod *events.KafkaProducer) (*checker.Checker, error) {
 				c, err := checker.New(checkerConfig(app, logger), rules, store, prod, limiter.SystemClock{})
 				if err != nil {
-					return nil, err
+					return nil, staged("checker", err)
 				}
-				lc.Append(fx.StartStopHook(c.Start, c.Stop))
+				lc.Append(stagedHook("checker", c.Start, c.Stop))
 				return c, nil
 			},
 			newDecisionCounter,
@@ -179,22 +178,22 @@ func newKafkaProducer(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*ev
 	if spill == "" {
 		dir, err := config.ResolveStateDir(app.Checker.StateDir, nil)
 		if err != nil {
-			return nil, err
+			return nil, staged("config", err)
 		}
 		spill = filepath.Join(dir, app.InstanceID+".spill")
 	}
 	sec, err := kafkaSecurity(app)
 	if err != nil {
-		return nil, err
+		return nil, staged("kafka", err)
 	}
 	p, err := events.NewKafkaProducer(events.KafkaConfig{Brokers: app.Kafka.Brokers, Topic: app.Kafka.Topic, Security: sec, Compression: app.Kafka.Compression,
 		Partitions: app.Checker.TopicPartitions, SpillPath: spill, SpillMaxBytes: app.Checker.SpillMaxBytes,
 		Logger: logger})
 	if err != nil {
-		return nil, err
+		return nil, staged("kafka", err)
 	}
 	// Registered before the checker: it stops after the checker's final flush.
-	lc.Append(fx.StartStopHook(p.Start, p.Close))
+	lc.Append(stagedHook("kafka", p.Start, p.Close))
 	return p, nil
 }
 
@@ -279,21 +278,21 @@ func newUsageWriter(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*sink
 	}
 	store, err := clickHouse(app, logger)
 	if err != nil {
-		return nil, err
+		return nil, staged("clickhouse", err)
 	}
 	w, err := sink.NewWriter(sink.WriterConfig{FlushInterval: ch.FlushInterval, MaxRows: ch.MaxRows, Logger: logger}, store)
 	if err != nil {
-		return nil, err
+		return nil, staged("clickhouse", err)
 	}
 	lc.Append(fx.Hook{
-		OnStart: func(ctx context.Context) error {
+		OnStart: stagedStart("clickhouse", func(ctx context.Context) error {
 			mctx, cancel := context.WithTimeout(ctx, 3*time.Second) // never hold up the start for ClickHouse
 			defer cancel()
 			if err := store.Migrate(mctx); err != nil {
 				logger.Warn("ClickHouse not ready at start; usage is buffered until it answers", "addr", ch.Addr, "error", err)
 			}
 			return w.Start(ctx)
-		},
+		}),
 		OnStop: func(ctx context.Context) error {
 			err := w.Stop(ctx)
 			store.Close()
@@ -312,7 +311,7 @@ func newAnalyticsReader(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*
 	}
 	store, err := clickHouse(app, logger)
 	if err != nil {
-		return nil, err
+		return nil, staged("clickhouse", err)
 	}
 	lc.Append(fx.StopHook(store.Close))
 	return store, nil
@@ -346,7 +345,6 @@ func sinkMetrics(reg *metrics.Registry, w *sink.Writer) {
 
 func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 	return fx.Options(
-		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		fx.Supply(app, logger),
 		fx.Provide(
 			newAggregatorRedis,
@@ -358,7 +356,7 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 				}
 				sec, err := kafkaSecurity(app)
 				if err != nil {
-					return nil, err
+					return nil, staged("kafka", err)
 				}
 				ag := app.Aggregator
 				cfg := aggregator.Config{Brokers: app.Kafka.Brokers, Topic: app.Kafka.Topic,
@@ -370,9 +368,10 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 				}
 				a, err := aggregator.NewKafka(cfg, store)
 				if err != nil {
-					return nil, err
+					return nil, staged("aggregator", err)
 				}
-				lc.Append(fx.StartStopHook(a.Start, a.Stop))
+				// its start joins the delta topic's consumer group
+				lc.Append(stagedHook("kafka", a.Start, a.Stop))
 				return a, nil
 			},
 			func(lc fx.Lifecycle, app config.App, a *aggregator.Kafka, usage *sink.Writer) (*httpapi.Server, error) {

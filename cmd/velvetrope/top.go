@@ -13,11 +13,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/velvetrope/velvetrope/client"
+	"github.com/velvetrope/velvetrope/sink"
 )
 
 // runTop implements `velvetrope top`: the most denied keys of a running
-// velvetrope (its HTTP listener), as an aligned table or, with --json, as
-// the service answered. Exit 0 on success, 1 on any error.
+// velvetrope (its HTTP listener) — or with --pools its elastic pools'
+// borrowings — as an aligned table or, with --json, as the service
+// answered. Exit 0 on success, 1 on any error.
 func runTop(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("top", flag.ContinueOnError)
 	window := fs.String("window", "1h", "how far back: 15m, 6h, 7d (1m to the service's analytics.max_window, 7d by default)")
@@ -26,6 +28,7 @@ func runTop(args []string, stdout, stderr io.Writer) int {
 	limit := fs.Int("limit", 10, "keys to list (1 to 1000)")
 	addr := fs.String("addr", "127.0.0.1:8080", "HTTP address of a velvetrope checker or dev")
 	asJSON := fs.Bool("json", false, "print the service's JSON answer")
+	pools := fs.Bool("pools", false, "list the elastic pools' borrowings instead of keys")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
 	token := fs.String("token", os.Getenv("VELVETROPE_ANALYTICS_TOKEN"), "analytics token, when the service requires one (default $VELVETROPE_ANALYTICS_TOKEN)")
 	if err := topCommand.parse(fs, args, stdout); err != nil {
@@ -35,13 +38,34 @@ func runTop(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "velvetrope top: unexpected argument %q\n", fs.Arg(0))
 		return 1
 	}
+	if *pools && *rule != "" {
+		fmt.Fprintln(stderr, "velvetrope top: --rule selects keys; --pools lists pools (by --domain)")
+		return 1
+	}
 	base := *addr
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	top, err := client.NewHTTP(base, nil, *timeout).TopDenied(ctx, client.TopQuery{Window: *window, Domain: *domain, Rule: *rule, Limit: *limit, Token: *token})
+	hc := client.NewHTTP(base, nil, *timeout)
+	var answer any
+	var err error
+	if *pools {
+		var p client.Pools
+		p, err = hc.Pools(ctx, client.PoolsQuery{Window: *window, Domain: *domain, Token: *token})
+		answer = p
+		if err == nil && !*asJSON {
+			printPools(stdout, p)
+		}
+	} else {
+		var top client.TopDenied
+		top, err = hc.TopDenied(ctx, client.TopQuery{Window: *window, Domain: *domain, Rule: *rule, Limit: *limit, Token: *token})
+		answer = top
+		if err == nil && !*asJSON {
+			printTop(stdout, top)
+		}
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "velvetrope top: %v\n", err)
 		return 1
@@ -49,29 +73,47 @@ func runTop(args []string, stdout, stderr io.Writer) int {
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(top)
-		return 0
+		_ = enc.Encode(answer)
 	}
-	printTop(stdout, top)
 	return 0
 }
 
-// printTop writes the keys as a table: counts right-aligned, names
-// left-aligned, columns as wide as their widest cell.
+// printTop writes the keys as a table: every count apart (docs/analytics.md),
+// the deny rate of every decision (sink.DenyRate), then the names.
 func printTop(w io.Writer, top client.TopDenied) {
 	if len(top.Keys) == 0 {
 		fmt.Fprintf(w, "no denied keys in the last %s\n", top.Window)
 		return
 	}
-	rows := [][]string{{"DENIED", "ALLOWED", "DEFERRED", "DENY %", "DOMAIN", "RULE", "KEY"}}
+	rows := [][]string{{"DENIED", "ALLOWED", "DEFERRED", "SHADOW", "OVER-SOFT", "ELASTIC", "DENY %", "DOMAIN", "RULE", "KEY"}}
 	for _, k := range top.Keys {
-		rate := 0.0
-		if n := k.Denied + k.Allowed + k.Deferred; n > 0 {
-			rate = 100 * float64(k.Denied) / float64(n)
-		}
-		rows = append(rows, []string{strconv.FormatUint(k.Denied, 10), strconv.FormatUint(k.Allowed, 10),
-			strconv.FormatUint(k.Deferred, 10), strconv.FormatFloat(rate, 'f', 1, 64), k.Domain, k.Rule, k.Descriptor})
+		rate := 100 * sink.DenyRate(k.Allowed, k.Denied, k.Deferred, k.ShadowDenied)
+		rows = append(rows, []string{u(k.Denied), u(k.Allowed), u(k.Deferred), u(k.ShadowDenied), u(k.OverSoft), u(k.Elastic),
+			strconv.FormatFloat(rate, 'f', 1, 64), k.Domain, k.Rule, k.Descriptor})
 	}
+	printTable(w, rows, 7)
+	fmt.Fprintf(w, "(last %s, most refused — denied + deferred — first)\n", top.Window)
+}
+
+// printPools writes the pools' borrowings as a table.
+func printPools(w io.Writer, p client.Pools) {
+	if len(p.Pools) == 0 {
+		fmt.Fprintf(w, "no pool lent or refused anything in the last %s\n", p.Window)
+		return
+	}
+	rows := [][]string{{"BORROWED", "HITS", "REFUSED", "DOMAIN", "POOL"}}
+	for _, x := range p.Pools {
+		rows = append(rows, []string{u(x.Borrowed), u(x.BorrowedHits), u(x.Refused), x.Domain, x.Pool})
+	}
+	printTable(w, rows, 3)
+	fmt.Fprintf(w, "(last %s: admissions that borrowed from each pool, their hits, and the borrowings it refused)\n", p.Window)
+}
+
+func u(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// printTable writes rows aligned: the first counts columns right-aligned,
+// the rest left-aligned, columns as wide as their widest cell.
+func printTable(w io.Writer, rows [][]string, counts int) {
 	width := make([]int, len(rows[0]))
 	for _, r := range rows {
 		for i, c := range r {
@@ -83,7 +125,7 @@ func printTop(w io.Writer, top client.TopDenied) {
 		for i, c := range r {
 			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
 			switch {
-			case i < 4: // counts
+			case i < counts:
 				b.WriteString(pad + c + "  ")
 			case i < len(r)-1:
 				b.WriteString(c + pad + "  ")
@@ -93,5 +135,4 @@ func printTop(w io.Writer, top client.TopDenied) {
 		}
 		fmt.Fprintln(w, b.String())
 	}
-	fmt.Fprintf(w, "(last %s, most refused — denied + deferred — first)\n", top.Window)
 }

@@ -169,21 +169,22 @@ var (
 const usageHead = `velvetrope — a distributed rate limiter
 
 Usage:
-  velvetrope dev [--rules PATH] [--http ADDR] [--grpc ADDR] [--config FILE]
+  velvetrope dev [--rules PATH] [--http ADDR] [--grpc ADDR] [--config FILE] [--debug]
                                    serve the HTTP and Envoy gRPC APIs on embedded in-memory backends
-  velvetrope checker [--rules PATH] [--http ADDR] [--grpc ADDR] [--config FILE]
+  velvetrope checker [--rules PATH] [--http ADDR] [--grpc ADDR] [--config FILE] [--debug]
                                    serve both APIs, sharing counters through Redis and Kafka
-  velvetrope aggregator [--http ADDR] [--config FILE]
+  velvetrope aggregator [--http ADDR] [--config FILE] [--debug]
                                    apply consumption deltas from Kafka to the Redis counters,
                                    and usage to ClickHouse when VELVETROPE_CLICKHOUSE_ADDR is set
-  velvetrope drain [--rules PATH] [--http ADDR] [--config FILE]
+  velvetrope drain [--rules PATH] [--http ADDR] [--config FILE] [--debug]
                                    release deferred requests (kafka.deferred_topic) when their key
                                    has budget, and deliver them to their rule's defer.target
   velvetrope check --domain D --descriptor k=v[,k2=v2] [--descriptor ...] [--hits N] [--addr HOST:PORT] [--timeout 2s]
                                    ask a running velvetrope (gRPC); exit 0 allow, 2 deny, 1 error
                                    (also an unknown domain)
   velvetrope top [--window 1h] [--domain D] [--rule ID] [--limit 10] [--addr HOST:PORT] [--token T] [--json] [--timeout 10s]
-                                   the most denied keys of a running velvetrope (HTTP)
+                 [--pools]          the most denied keys of a running velvetrope (HTTP), or with --pools the
+                                   elastic pools' borrowings
   velvetrope rules validate PATH... check rule files or directories; exit 1 on errors
   velvetrope bench [--addr HOST:PORT[,...]] [--protocol envoy|gubernator] [--callers 64] [--conns 4]
                    [--duration 10s] [--keys 1000] [--json]
@@ -193,6 +194,10 @@ Usage:
   velvetrope version               print the version
 
 'velvetrope COMMAND --help' lists the command's flags and the variables it reads.
+
+A process (dev, checker, aggregator, drain) that cannot start prints the cause
+on one line and exits 1; --debug also prints fx's event log, its whole text of
+the error, and the process's log lines.
 
 Environment (flags override it; it overrides the --config file):
 `

@@ -16,12 +16,11 @@
 package eventsv1
 
 import (
+	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
+	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
-
-	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
-	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 )
 
 const (
@@ -323,15 +322,27 @@ type MinuteUsage struct {
 	// Identifies this instance's tracking of the key (unique per instance):
 	// a key evicted and tracked again starts a new stream, whose rows add to
 	// the old one's instead of replacing them.
-	Stream            uint64 `protobuf:"varint,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Stream uint64 `protobuf:"varint,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	// Decisions as their callers were answered, each in one count: admitted
+	// (shadow_mode would-be refusals not included), refused, deferred, and
+	// admitted by a shadow_mode rule that would have refused. The costs are
+	// the hits of the admitted and of the refused ones (a refusal charged
+	// all the same under Envoy's semantics is in denied_cost, also when a
+	// shadow rule counts it as shadow-denied).
 	AllowedCount      uint64 `protobuf:"varint,3,opt,name=allowed_count,json=allowedCount,proto3" json:"allowed_count,omitempty"`
 	AllowedCost       uint64 `protobuf:"varint,4,opt,name=allowed_cost,json=allowedCost,proto3" json:"allowed_cost,omitempty"`
 	DeniedCount       uint64 `protobuf:"varint,5,opt,name=denied_count,json=deniedCount,proto3" json:"denied_count,omitempty"`
 	DeniedCost        uint64 `protobuf:"varint,6,opt,name=denied_cost,json=deniedCost,proto3" json:"denied_cost,omitempty"`
 	DeferredCount     uint64 `protobuf:"varint,7,opt,name=deferred_count,json=deferredCount,proto3" json:"deferred_count,omitempty"`
 	ShadowDeniedCount uint64 `protobuf:"varint,8,opt,name=shadow_denied_count,json=shadowDeniedCount,proto3" json:"shadow_denied_count,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Of allowed_count: admissions a soft throttle made above the rule's
+	// own limit (within its overage).
+	OverSoftCount uint64 `protobuf:"varint,9,opt,name=over_soft_count,json=overSoftCount,proto3" json:"over_soft_count,omitempty"`
+	// Of allowed_count: admissions an elastic rule made above its own limit
+	// by borrowing from its pool.
+	ElasticCount  uint64 `protobuf:"varint,10,opt,name=elastic_count,json=elasticCount,proto3" json:"elastic_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MinuteUsage) Reset() {
@@ -420,6 +431,20 @@ func (x *MinuteUsage) GetShadowDeniedCount() uint64 {
 	return 0
 }
 
+func (x *MinuteUsage) GetOverSoftCount() uint64 {
+	if x != nil {
+		return x.OverSoftCount
+	}
+	return 0
+}
+
+func (x *MinuteUsage) GetElasticCount() uint64 {
+	if x != nil {
+		return x.ElasticCount
+	}
+	return 0
+}
+
 var File_delta_proto protoreflect.FileDescriptor
 
 const file_delta_proto_rawDesc = "" +
@@ -455,7 +480,7 @@ const file_delta_proto_rawDesc = "" +
 	"\x05burst\x18\x16 \x01(\x03R\x05burst\x12/\n" +
 	"\x14tat_after_unix_nanos\x18\x17 \x01(\x03R\x11tatAfterUnixNanos\x12\x1b\n" +
 	"\town_after\x18\x18 \x01(\x04R\bownAfter\x129\n" +
-	"\x06minute\x18\x19 \x01(\v2!.velvetrope.events.v1.MinuteUsageR\x06minute\"\xa9\x02\n" +
+	"\x06minute\x18\x19 \x01(\v2!.velvetrope.events.v1.MinuteUsageR\x06minute\"\xf6\x02\n" +
 	"\vMinuteUsage\x12\x1f\n" +
 	"\vminute_unix\x18\x01 \x01(\x03R\n" +
 	"minuteUnix\x12\x16\n" +
@@ -466,7 +491,10 @@ const file_delta_proto_rawDesc = "" +
 	"\vdenied_cost\x18\x06 \x01(\x04R\n" +
 	"deniedCost\x12%\n" +
 	"\x0edeferred_count\x18\a \x01(\x04R\rdeferredCount\x12.\n" +
-	"\x13shadow_denied_count\x18\b \x01(\x04R\x11shadowDeniedCountB5Z3github.com/velvetrope/velvetrope/events/v1;eventsv1b\x06proto3"
+	"\x13shadow_denied_count\x18\b \x01(\x04R\x11shadowDeniedCount\x12&\n" +
+	"\x0fover_soft_count\x18\t \x01(\x04R\roverSoftCount\x12#\n" +
+	"\relastic_count\x18\n" +
+	" \x01(\x04R\felasticCountB5Z3github.com/velvetrope/velvetrope/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_delta_proto_rawDescOnce sync.Once

@@ -1,6 +1,6 @@
 // Package analytics serves the usage analytics over HTTP: top denied
-// keys, one key's usage per minute, totals and deny rate per rule, and the
-// timeline the dashboard draws. Every parameter is checked and named when
+// keys, one key's usage per minute, totals and deny rate per rule, the
+// borrowings of elastic pools, and the timeline the dashboard draws. Every parameter is checked and named when
 // wrong; the queries bind them (sink.Analytics), never splice them.
 package analytics
 
@@ -89,6 +89,7 @@ func (h *Handler) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/analytics/usage", h.guard(h.usage))
 	mux.HandleFunc("GET /v1/analytics/rules", h.guard(h.rules))
 	mux.HandleFunc("GET /v1/analytics/timeline", h.guard(h.timeline))
+	mux.HandleFunc("GET /v1/analytics/pools", h.guard(h.pools))
 }
 
 // guard requires the token when one is set.
@@ -133,6 +134,12 @@ type RulesJSON struct {
 type TimelineJSON struct {
 	Window  string             `json:"window"`
 	Minutes []sink.MinuteUsage `json:"minutes"`
+}
+
+// PoolsJSON is the body of GET /v1/analytics/pools.
+type PoolsJSON struct {
+	Window string           `json:"window"`
+	Pools  []sink.PoolUsage `json:"pools"`
 }
 
 // ErrorJSON is the body of a refused request.
@@ -309,6 +316,20 @@ func (h *Handler) timeline(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, TimelineJSON{Window: p.windowText, Minutes: mins.([]sink.MinuteUsage)})
+}
+
+func (h *Handler) pools(w http.ResponseWriter, r *http.Request) {
+	p, err := h.params(r, "window", "domain")
+	if h.refused(w, err) {
+		return
+	}
+	pools, err := h.query(r.Context(), func(ctx context.Context, s sink.Analytics) (any, error) {
+		return s.Pools(ctx, sink.PoolsQuery{Since: h.since(p.window), Domain: p.domain})
+	})
+	if h.failed(w, "pools", err) {
+		return
+	}
+	writeJSON(w, http.StatusOK, PoolsJSON{Window: p.windowText, Pools: pools.([]sink.PoolUsage)})
 }
 
 // errOff marks a query refused because analytics are off.

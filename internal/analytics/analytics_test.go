@@ -16,7 +16,9 @@ var now = time.Date(2026, 11, 30, 12, 0, 30, 0, time.UTC)
 
 // seeded is a handler over a memory store holding: priya denied 20 and
 // allowed 10 in the last hour, bob denied 5, carol never denied, and an
-// old row of 2 hours ago.
+// old row of 2 hours ago; in domain web a key deferred, a shadow rule's
+// key nobody refused, admissions over a soft limit and borrowing from
+// pool spare, whose own row says what it lent and refused.
 func seeded(t testing.TB) http.Handler {
 	t.Helper()
 	mem := sink.NewMemory(0)
@@ -29,6 +31,11 @@ func seeded(t testing.TB) http.Handler {
 		{Minute: min(3 * time.Minute), Domain: "api", Rule: "api:ip", Descriptor: "ip=10.0.0.1", Instance: "c/1", Stream: 3, Version: 7, Allowed: 30},
 		{Minute: min(2 * time.Hour), Domain: "api", Rule: "api:user_id", Descriptor: "user_id=old", Instance: "c/1", Stream: 4, Version: 1, Denied: 99},
 		{Minute: min(4 * time.Minute), Domain: "web", Rule: "web:path", Descriptor: "path=/x", Instance: "c/1", Stream: 5, Version: 8, Denied: 1, Deferred: 2},
+		{Minute: min(4 * time.Minute), Domain: "web", Rule: "web:tenant", Descriptor: "tenant=t", Instance: "c/1", Stream: 6, Version: 10, Allowed: 2, ShadowDenied: 3},
+		{Minute: min(4 * time.Minute), Domain: "web", Rule: "web:soft", Descriptor: "soft=s", Instance: "c/1", Stream: 7, Version: 11, Allowed: 4, OverSoft: 1, Denied: 1},
+		{Minute: min(4 * time.Minute), Domain: "web", Rule: "web:team", Descriptor: "team=x", Instance: "c/1", Stream: 8, Version: 12, Allowed: 5, Elastic: 2, Denied: 3},
+		{Minute: min(4 * time.Minute), Domain: "web", Rule: "web:#pool:spare", Descriptor: "#pool=spare", Instance: "c/1", Stream: 9, Version: 13,
+			Allowed: 2, AllowedCost: 2, Denied: 3, Pool: true},
 	}
 	if err := mem.Insert(context.Background(), rows); err != nil {
 		t.Fatal(err)
@@ -54,22 +61,38 @@ func TestEndpoints(t *testing.T) {
 		want string // exact body (JSON, one line)
 	}{
 		{"/v1/analytics/top-denied?window=1h&limit=10&domain=api", 200,
-			`{"window":"1h","keys":[{"domain":"api","rule":"api:user_id","descriptor":"user_id=priya","denied":20,"allowed":10,"deferred":0},` +
-				`{"domain":"api","rule":"api:user_id","descriptor":"user_id=bob","denied":5,"allowed":1,"deferred":0}]}`},
+			`{"window":"1h","keys":[{"domain":"api","rule":"api:user_id","descriptor":"user_id=priya","denied":20,"allowed":10,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0},` +
+				`{"domain":"api","rule":"api:user_id","descriptor":"user_id=bob","denied":5,"allowed":1,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0}]}`},
 		{"/v1/analytics/top-denied?limit=1", 200,
-			`{"window":"1h","keys":[{"domain":"api","rule":"api:user_id","descriptor":"user_id=priya","denied":20,"allowed":10,"deferred":0}]}`},
+			`{"window":"1h","keys":[{"domain":"api","rule":"api:user_id","descriptor":"user_id=priya","denied":20,"allowed":10,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0}]}`},
 		{"/v1/analytics/top-denied?window=3h&limit=1", 200,
-			`{"window":"3h","keys":[{"domain":"api","rule":"api:user_id","descriptor":"user_id=old","denied":99,"allowed":0,"deferred":0}]}`},
+			`{"window":"3h","keys":[{"domain":"api","rule":"api:user_id","descriptor":"user_id=old","denied":99,"allowed":0,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0}]}`},
 		{"/v1/analytics/top-denied?domain=web&rule=web:path", 200,
-			`{"window":"1h","keys":[{"domain":"web","rule":"web:path","descriptor":"path=/x","denied":1,"allowed":0,"deferred":2}]}`},
+			`{"window":"1h","keys":[{"domain":"web","rule":"web:path","descriptor":"path=/x","denied":1,"allowed":0,"deferred":2,"shadow_denied":0,"over_soft":0,"elastic":0}]}`},
 		{"/v1/analytics/top-denied?domain=nobody", 200, `{"window":"1h","keys":[]}`},
+		// issue 20: every count apart; the pool is no key, and the shadow
+		// rule's key, refused by nobody, is no denied key
+		{"/v1/analytics/top-denied?domain=web", 200, `{"window":"1h","keys":[` +
+			`{"domain":"web","rule":"web:team","descriptor":"team=x","denied":3,"allowed":5,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":2},` +
+			`{"domain":"web","rule":"web:path","descriptor":"path=/x","denied":1,"allowed":0,"deferred":2,"shadow_denied":0,"over_soft":0,"elastic":0},` +
+			`{"domain":"web","rule":"web:soft","descriptor":"soft=s","denied":1,"allowed":4,"deferred":0,"shadow_denied":0,"over_soft":1,"elastic":0}]}`},
+		{"/v1/analytics/rules?domain=web", 200, `{"window":"1h","rules":[` +
+			`{"domain":"web","rule":"web:path","allowed":0,"denied":1,"deferred":2,"shadow_denied":0,"over_soft":0,"elastic":0,"deny_rate":0.3333333333333333},` +
+			`{"domain":"web","rule":"web:soft","allowed":4,"denied":1,"deferred":0,"shadow_denied":0,"over_soft":1,"elastic":0,"deny_rate":0.2},` +
+			`{"domain":"web","rule":"web:team","allowed":5,"denied":3,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":2,"deny_rate":0.375},` +
+			`{"domain":"web","rule":"web:tenant","allowed":2,"denied":0,"deferred":0,"shadow_denied":3,"over_soft":0,"elastic":0,"deny_rate":0}]}`},
+		{"/v1/analytics/usage?domain=web&key=%23pool%3Dspare", 200, `{"window":"1h","domain":"web","key":"#pool=spare","minutes":[]}`},
+		{"/v1/analytics/pools", 200, `{"window":"1h","pools":[` +
+			`{"domain":"web","pool":"spare","rule":"web:#pool:spare","borrowed":2,"borrowed_hits":2,"refused":3}]}`},
+		{"/v1/analytics/pools?window=15m&domain=api", 200, `{"window":"15m","pools":[]}`},
+		{"/v1/analytics/pools?rule=x", 400, `{"error":"rule: unknown parameter (want window, domain)"}`},
 		{"/v1/analytics/rules?window=1h&domain=api", 200,
-			`{"window":"1h","rules":[{"domain":"api","rule":"api:ip","allowed":30,"denied":0,"deferred":0,"shadow_denied":0,"deny_rate":0},` +
-				`{"domain":"api","rule":"api:user_id","allowed":11,"denied":25,"deferred":0,"shadow_denied":0,"deny_rate":0.6944444444444444}]}`},
+			`{"window":"1h","rules":[{"domain":"api","rule":"api:ip","allowed":30,"denied":0,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"deny_rate":0},` +
+				`{"domain":"api","rule":"api:user_id","allowed":11,"denied":25,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"deny_rate":0.6944444444444444}]}`},
 		{"/v1/analytics/usage?domain=api&key=user_id%3Dpriya&window=6h", 200,
 			`{"window":"6h","domain":"api","key":"user_id=priya","minutes":[` +
-				`{"minute":"2026-11-30T11:50:00Z","allowed":6,"denied":12,"deferred":0,"shadow_denied":0,"allowed_cost":0,"denied_cost":0},` +
-				`{"minute":"2026-11-30T11:55:00Z","allowed":4,"denied":8,"deferred":0,"shadow_denied":0,"allowed_cost":0,"denied_cost":0}]}`},
+				`{"minute":"2026-11-30T11:50:00Z","allowed":6,"denied":12,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"allowed_cost":0,"denied_cost":0},` +
+				`{"minute":"2026-11-30T11:55:00Z","allowed":4,"denied":8,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"allowed_cost":0,"denied_cost":0}]}`},
 		// refused, naming the parameter
 		{"/v1/analytics/top-denied?window=soon", 400, `{"error":"window: want a duration such as 15m, 6h or 7d, got \"soon\""}`},
 		{"/v1/analytics/top-denied?window=30s", 400, `{"error":"window: want 1m to 7d, got 30s"}`},
@@ -102,7 +125,7 @@ func TestEndpoints(t *testing.T) {
 			t.Fatal("timeline out of order")
 		}
 	}
-	if len(tl.Minutes) != 4 || allowed != 41 || denied != 26 {
+	if len(tl.Minutes) != 4 || allowed != 41+11 || denied != 26+4 { // the pool's row is not requests
 		t.Fatalf("timeline: %+v", tl)
 	}
 }
@@ -126,7 +149,7 @@ func FuzzQuery(f *testing.F) {
 	}
 	h := seeded(f)
 	f.Fuzz(func(t *testing.T, q string) {
-		for _, path := range []string{"/v1/analytics/top-denied", "/v1/analytics/usage", "/v1/analytics/rules", "/v1/analytics/timeline"} {
+		for _, path := range []string{"/v1/analytics/top-denied", "/v1/analytics/usage", "/v1/analytics/rules", "/v1/analytics/timeline", "/v1/analytics/pools"} {
 			req := httptest.NewRequest("GET", path, nil)
 			req.URL.RawQuery = q // whatever bytes a client sends
 			rec := httptest.NewRecorder()

@@ -182,13 +182,20 @@ func TestHelpOfEveryCommand(t *testing.T) {
 	}
 }
 
-// poison is, per process flag, a value the process must refuse and name
-// when it reads the flag; a new flag needs an entry here.
-var poison = map[string]string{
-	"config": "/nonexistent/poison-config.yaml",
-	"rules":  "/nonexistent/poison-rules",
-	"http":   "poison-http",
-	"grpc":   "poison-grpc",
+// poison is, per process flag, what to pass to show that the process
+// reads it: arguments it must fail on, and what the failure then says;
+// a new flag needs an entry here.
+var poison = map[string]struct {
+	args  []string
+	named string
+}{
+	"config": {[]string{"--config", "/nonexistent/poison-config.yaml"}, "/nonexistent/poison-config.yaml"},
+	"rules":  {[]string{"--rules", "/nonexistent/poison-rules"}, "/nonexistent/poison-rules"},
+	"http":   {[]string{"--http", "poison-http"}, "poison-http"},
+	"grpc":   {[]string{"--grpc", "poison-grpc"}, "poison-grpc"},
+	// fx's event log: dev stops on the rules that do not exist, the
+	// others on Redis
+	"debug": {[]string{"--debug"}, "[Fx] "},
 }
 
 // poisonEnv is the same for the variables that can be wrong: the value
@@ -208,9 +215,9 @@ var poisonEnv = map[string]struct{ value, named string }{
 }
 
 // base is a process's environment for the poison runs: loopback ports
-// nothing else uses, and Redis and Kafka addresses nothing answers on, so
-// that a process fails at once unless it is dev (which a bad flag stops
-// before it serves).
+// nothing else uses, Redis and Kafka addresses nothing answers on, so
+// that no process but dev gets to serve (the flag runs also give it rules
+// that do not exist).
 func base() []string {
 	return env("VELVETROPE_HTTP_ADDR=127.0.0.1:0", "VELVETROPE_GRPC_ADDR=127.0.0.1:0",
 		"VELVETROPE_REDIS_ADDRS=127.0.0.1:1", "VELVETROPE_KAFKA_BROKERS=127.0.0.1:1")
@@ -224,24 +231,26 @@ func TestProcessFlagsAreTheirOwn(t *testing.T) {
 	for _, p := range processes {
 		t.Run(p, func(t *testing.T) {
 			h := readHelp(t, p)
+			e := append(base(), "VELVETROPE_RULES=/nonexistent/base-rules")
 			for _, f := range h.flags {
 				v, ok := poison[f]
 				if !ok {
 					t.Fatalf("velvetrope %s --help lists -%s, which has no poison value in this test: add one", p, f)
 				}
-				r := runBin(t, base(), p, "--"+f, v)
-				if r.code == 0 || !strings.Contains(r.stderr, v) {
-					t.Errorf("velvetrope %s --%s %s: exit %d, stderr:\n%s\nwant a failure naming %q (a flag it lists must be read)",
-						p, f, v, r.code, r.stderr, v)
+				r := runBin(t, e, append([]string{p}, v.args...)...)
+				if r.code == 0 || !strings.Contains(r.stderr, v.named) {
+					t.Errorf("velvetrope %s %s: exit %d, stderr:\n%s\nwant a failure showing %q (a flag it lists must be read)",
+						p, strings.Join(v.args, " "), r.code, r.stderr, v.named)
 				}
 			}
 			for f, v := range poison {
 				if slices.Contains(h.flags, f) {
 					continue
 				}
-				r := runBin(t, base(), p, "--"+f, v)
+				r := runBin(t, e, append([]string{p}, v.args...)...)
 				if r.code == 0 || !strings.Contains(r.stderr, "flag provided but not defined: -"+f) {
-					t.Errorf("velvetrope %s --%s %s: exit %d, stderr:\n%s\nwant the flag refused (it is not in its --help)", p, f, v, r.code, r.stderr)
+					t.Errorf("velvetrope %s %s: exit %d, stderr:\n%s\nwant the flag refused (it is not in its --help)",
+						p, strings.Join(v.args, " "), r.code, r.stderr)
 				}
 			}
 		})

@@ -1,7 +1,9 @@
 // Package dashboard serves the analytics page at "/": one HTML file with
 // its script and styles embedded in the binary (no external network), which
-// draws the analytics API's answers — allow/deny/defer per minute, the top
-// denied keys, the deny rate per rule — and refreshes them on its own.
+// draws the analytics API's answers — allowed, shadow-denied, deferred and
+// denied per minute, the top denied keys and the deny rate per rule with
+// every count apart, the elastic pools' borrowings — and refreshes them on
+// its own.
 package dashboard
 
 import (

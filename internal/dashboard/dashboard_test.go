@@ -66,7 +66,18 @@ func TestDashboardInChromium(t *testing.T) {
 				Instance: "c/2", Stream: 2, Version: uint64(200 - i), Allowed: 40, Denied: uint64(i % 3), Deferred: 1})
 	}
 	rows = append(rows, sink.Row{Minute: at(3), Domain: "api", Rule: "api:user_id", Descriptor: "user_id=bob",
-		Instance: "c/1", Stream: 3, Version: 300, Allowed: 5, Denied: 7})
+		Instance: "c/1", Stream: 3, Version: 300, Allowed: 5, Denied: 7},
+		// issue 20: a shadow rule nobody was refused by, admissions over a
+		// soft limit and borrowing, and the pool lent from, which refused
+		// more than anyone: it is no key
+		sink.Row{Minute: at(1), Domain: "api", Rule: "api:tenant/route=/export", Descriptor: "tenant=acme,route=/export",
+			Instance: "c/1", Stream: 4, Version: 301, Allowed: 2, ShadowDenied: 3},
+		sink.Row{Minute: at(2), Domain: "api", Rule: "api:soft", Descriptor: "soft=s", Instance: "c/1", Stream: 5, Version: 302,
+			Allowed: 7, OverSoft: 2, Denied: 2},
+		sink.Row{Minute: at(2), Domain: "api", Rule: "api:team", Descriptor: "team=x", Instance: "c/1", Stream: 6, Version: 303,
+			Allowed: 9, Elastic: 4, Denied: 1},
+		sink.Row{Minute: at(2), Domain: "api", Rule: "api:#pool:p", Descriptor: "#pool=p", Instance: "c/1", Stream: 7, Version: 304,
+			Allowed: 4, AllowedCost: 6, Denied: 500, Pool: true})
 	if err := ch.Insert(context.Background(), rows); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +97,7 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Helper()
 		args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
 			"--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
-			"--user-data-dir=" + t.TempDir(), "--window-size=1280,900", "--virtual-time-budget=8000"}, extra...)
+			"--user-data-dir=" + t.TempDir(), "--window-size=1280,1000", "--virtual-time-budget=8000"}, extra...)
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, chromium, append(args, url+"/")...)
@@ -107,14 +118,29 @@ func TestDashboardInChromium(t *testing.T) {
 	for _, want := range []string{
 		`id="status" data-state="ready"`,
 		`data-points="30"`, // one bar group per minute with traffic
-		`allowed 1,265 · denied 502 · deferred 30`,
-		`<tbody data-rows="3">`, // top denied: priya, bob, the address
+		`allowed 1,283 · denied 505 · deferred 30 · shadow-denied 3 · of the allowed, over soft limits 2 and borrowing 4`,
 		`data-key="user_id=priya"`,
-		`data-rule="api:user_id" data-rate="0.8790"`, // 472 denied of 537
+		`data-rule="api:user_id" data-rate="0.8790"`,              // 472 denied of 537
+		`data-rule="api:tenant/route=/export" data-rate="0.0000"`, // 3 shadow-denied of 5: nobody refused
+		`data-shadow="3"`,
 	} {
 		if !strings.Contains(dom, want) {
 			t.Fatalf("the rendered page lacks %q:\n%s", want, dom)
 		}
+	}
+	for _, tc := range []struct{ table, want string }{
+		{"top", `<tbody data-rows="5">`}, // priya, the address, bob, soft, team: neither the pool nor the shadow rule's key
+		{"top", `<tr data-key="soft=s"><td class="key" title="api soft=s">soft=s</td><td title="api:soft">api:soft</td><td class="n">2</td><td class="n">7</td><td class="n">0</td><td class="n">0</td><td class="n">2</td><td class="n">0</td>`},
+		{"top", `<tr data-key="team=x"><td class="key" title="api team=x">team=x</td><td title="api:team">api:team</td><td class="n">1</td><td class="n">9</td><td class="n">0</td><td class="n">0</td><td class="n">0</td><td class="n">4</td>`},
+		{"rules", `<td>api:tenant/route=/export</td><td class="n">0</td><td class="n">3</td><td class="n">5</td><td class="n">0.0 %</td>`},
+		{"pools", `<tbody data-rows="1"><tr data-pool="p" data-domain="api"><td class="key">p</td><td>api</td><td class="n">4</td><td class="n">6</td><td class="n">500</td></tr>`},
+	} {
+		if sec := table(dom, tc.table); !strings.Contains(sec, tc.want) {
+			t.Fatalf("table %s lacks %q:\n%s", tc.table, tc.want, sec)
+		}
+	}
+	if strings.Contains(table(dom, "top"), "#pool") || strings.Contains(table(dom, "rules"), "#pool") {
+		t.Fatalf("the pool is listed as a key or a rule:\n%s", dom)
 	}
 	if i, j := strings.Index(dom, `data-key="user_id=priya"`), strings.Index(dom, `data-key="user_id=bob"`); i < 0 || j < i {
 		t.Fatal("top denied keys are not most denied first")
@@ -127,4 +153,17 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatalf("screenshot %s: %d bytes, %v", shot, len(png), err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
+}
+
+// table is the markup of the table with id in dom ("" if none).
+func table(dom, id string) string {
+	i := strings.Index(dom, `<table id="`+id+`">`)
+	if i < 0 {
+		return ""
+	}
+	j := strings.Index(dom[i:], "</table>")
+	if j < 0 {
+		return dom[i:]
+	}
+	return dom[i : i+j]
 }

@@ -159,7 +159,7 @@ func (s *Server) Busy() int64 { return s.busy.Load() }
 func (s *Server) Start(context.Context) error {
 	ln, err := net.Listen("tcp", s.addr)
 	if err != nil {
-		return fmt.Errorf("http: listen on %s: %w", s.addr, err)
+		return fmt.Errorf("http: %w", err) // listen tcp ADDR: ...
 	}
 	s.ln, s.done = ln, make(chan error, 1)
 	go func() {
