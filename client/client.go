@@ -53,6 +53,13 @@ type Status struct {
 type Response struct {
 	OverLimit bool
 	Statuses  []Status
+	// UnknownDomain is set over gRPC when the service has no rules for the
+	// request's domain: Envoy's API answers that OK with no limit (HTTP
+	// refuses it: ErrInvalidArgument), so OverLimit false does not mean a
+	// rule allowed the request. KnownDomains then lists the domains the
+	// service has rules for (at most 64; a longer list ends with "*").
+	UnknownDomain bool
+	KnownDomains  []string
 }
 
 // ErrInvalidArgument wraps the service's refusal of a malformed request.
@@ -80,7 +87,8 @@ func ParseDescriptor(s string) (Descriptor, error) {
 }
 
 // String renders a status for people: "allow limit=100/minute remaining=99
-// reset=1m0s", "allow (no limit)", "allow (unlimited)".
+// reset=557ms", "allow (no limit)", "allow (unlimited)"; the reset is
+// rounded (Round).
 func (s Status) String() string {
 	code := "allow"
 	if s.OverLimit {
@@ -92,9 +100,33 @@ func (s Status) String() string {
 	case !s.Limited:
 		return code + " (no limit)"
 	}
-	out := fmt.Sprintf("%s limit=%d/%s remaining=%d reset=%s", code, s.Limit, s.Unit, s.Remaining, s.ResetAfter)
+	out := fmt.Sprintf("%s limit=%d/%s remaining=%d reset=%s", code, s.Limit, s.Unit, s.Remaining, Round(s.ResetAfter))
 	if s.Name != "" {
 		out += " name=" + s.Name
 	}
 	return out
+}
+
+// Round rounds d for people to read: to the microsecond below 1ms, the
+// millisecond below 1s (557ms), the tenth of a second below 1m (12.3s),
+// and the second from there (48m37s). A decision's reset is exact to the
+// nanosecond; nobody acts on more than three digits of it.
+func Round(d time.Duration) time.Duration {
+	a := d
+	if a < 0 {
+		a = -(a + 1) // + 1: the most negative duration has no positive
+	}
+	unit := time.Second
+	switch {
+	case a < time.Millisecond:
+		unit = time.Microsecond
+	case a < time.Second:
+		unit = time.Millisecond
+	case a < time.Minute:
+		unit = 100 * time.Millisecond
+	}
+	if r := d.Round(unit); r%unit == 0 {
+		return r
+	}
+	return d.Truncate(unit) // Round saturates at the bounds of a Duration
 }

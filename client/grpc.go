@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/url"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -61,7 +63,8 @@ func (g *GRPC) Check(ctx context.Context, req Request) (Response, error) {
 		}
 		in.Descriptors[i] = pd
 	}
-	out, err := g.rls.ShouldRateLimit(ctx, in)
+	var trailer metadata.MD
+	out, err := g.rls.ShouldRateLimit(ctx, in, grpc.Trailer(&trailer))
 	if err != nil {
 		if status.Code(err) == codes.InvalidArgument {
 			return Response{}, fmt.Errorf("%w: %s", ErrInvalidArgument, status.Convert(err).Message())
@@ -83,5 +86,29 @@ func (g *GRPC) Check(ctx context.Context, req Request) (Response, error) {
 		}
 		resp.Statuses[i] = st
 	}
+	if v := trailer.Get(unknownDomainTrailer); len(v) > 0 {
+		resp.UnknownDomain = true
+		resp.KnownDomains = knownDomains(v[0])
+	}
 	return resp, nil
+}
+
+// unknownDomainTrailer is rls.UnknownDomainTrailer (client imports no
+// server package; TestUnknownDomain holds the two equal).
+const unknownDomainTrailer = "velvetrope-unknown-domain"
+
+// knownDomains reads the trailer's list: query-escaped names,
+// comma-separated; "*" (no escaped name) says the list was cut.
+func knownDomains(v string) []string {
+	if v == "" {
+		return nil
+	}
+	parts := strings.Split(v, ",")
+	out := make([]string, 0, len(parts))
+	for _, p := range parts {
+		if d, err := url.QueryUnescape(p); err == nil {
+			out = append(out, d)
+		}
+	}
+	return out
 }

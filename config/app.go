@@ -211,6 +211,10 @@ type GRPCConfig struct {
 	// never sends its request is closed then.
 	MaxConcurrentStreams int           `yaml:"max_concurrent_streams"`
 	CallTimeout          time.Duration `yaml:"call_timeout"`
+	// Reflection serves gRPC server reflection (on by default): grpcurl
+	// and grpcui find the service and its messages with nothing else
+	// installed. It publishes only the Envoy API the listener serves.
+	Reflection bool `yaml:"reflection"`
 }
 
 // RedisConfig addresses the counter store: one address for a standalone
@@ -297,7 +301,7 @@ func DefaultApp() App {
 		RulesReload: 5 * time.Second,
 		HTTP: HTTPConfig{Addr: ":8080", MaxBodyBytes: 1 << 20, MaxBodyBytesInFlight: 64 << 20, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
 			MaxInFlight: 256},
-		GRPC: GRPCConfig{Addr: ":8081", MaxConcurrentStreams: 256, CallTimeout: 10 * time.Second},
+		GRPC: GRPCConfig{Addr: ":8081", MaxConcurrentStreams: 256, CallTimeout: 10 * time.Second, Reflection: true},
 		Redis: RedisConfig{DialTimeout: 500 * time.Millisecond, ReadTimeout: 100 * time.Millisecond,
 			WriteTimeout: 100 * time.Millisecond, PoolTimeout: 100 * time.Millisecond},
 		Kafka: KafkaConfig{Topic: "velvetrope.deltas", DeferredTopic: "velvetrope.deferred", Compression: "lz4"},

@@ -197,7 +197,7 @@ func TestLoadAppMergeKeys(t *testing.T) {
 	if err := os.WriteFile("c.yaml", []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	want := "c.yaml:3:3: grpc.read_timeout: unknown field; known: addr, tls, response_headers, max_concurrent_streams, call_timeout"
+	want := "c.yaml:3:3: grpc.read_timeout: unknown field; known: addr, tls, response_headers, max_concurrent_streams, call_timeout, reflection"
 	if _, err := LoadApp("c.yaml", env(nil)); err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %s", err, want)
 	}
@@ -237,6 +237,36 @@ func TestResolveStateDir(t *testing.T) {
 		}
 		if info, err := os.Stat(got); err != nil || info.Mode().Perm() != 0o700 {
 			t.Fatalf("step %d: %s mode %v %v, want 0700", i, got, info.Mode().Perm(), err)
+		}
+	}
+}
+
+// TestGRPCReflectionSetting: server reflection is on unless the file says
+// grpc.reflection: false.
+func TestGRPCReflectionSetting(t *testing.T) {
+	dir := t.TempDir()
+	for i, c := range []struct {
+		file string
+		want bool
+	}{
+		{"", true},
+		{"grpc:\n  addr: :9191\n", true},
+		{"grpc:\n  reflection: false\n", false},
+		{"grpc:\n  reflection: true\n", true},
+	} {
+		path := ""
+		if c.file != "" {
+			path = filepath.Join(dir, "app.yaml")
+			if err := os.WriteFile(path, []byte(c.file), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a, err := LoadApp(path, env(nil))
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if a.GRPC.Reflection != c.want {
+			t.Fatalf("step %d (%q): grpc.reflection %v, want %v", i, c.file, a.GRPC.Reflection, c.want)
 		}
 	}
 }

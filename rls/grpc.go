@@ -18,8 +18,10 @@ func StreamWorkers() uint32 { return uint32(max(32*runtime.GOMAXPROCS(0), 64)) }
 
 // NewGRPCServer returns a gRPC server serving s as Envoy's rate limit
 // service and the standard health service (SERVING for "" and for
-// envoy.service.ratelimit.v3.RateLimitService). Server reflection is not
-// registered: it would publish the API surface to anyone who can connect.
+// envoy.service.ratelimit.v3.RateLimitService). Server reflection is the
+// caller's to register (google.golang.org/grpc/reflection): velvetrope's
+// processes do unless grpc.reflection is false; it serves the generated
+// Envoy descriptors, which describe the wire format the handler reads.
 // A connection carries at most s's MaxConcurrentStreams calls at once,
 // and no call has a deadline further than s's CallTimeout (callDeadline). opts come after the defaults, so a caller can override
 // them (not the deadline: gRPC takes one tap handle, and it is this one).

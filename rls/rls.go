@@ -7,7 +7,9 @@
 // Where velvetrope's native API is stricter, this one follows Envoy: an
 // unknown domain, or a descriptor no rule matches, answers OK with no
 // limit, because Envoy deployments rely on that to roll out rules
-// independently of the proxies that send descriptors.
+// independently of the proxies that send descriptors. Over gRPC, an
+// unknown domain's answer also carries the [UnknownDomainTrailer], which
+// Envoy ignores and velvetrope's own client reads.
 package rls
 
 import (
@@ -88,6 +90,7 @@ type Server struct {
 	overrides *overrides
 	log       *logx.Limited
 	work      sync.Pool // *work: the converted request and its decision
+	unknown   unknownDomains
 	// Stats count calls by outcome, for metrics.
 	Stats Stats
 }
@@ -150,6 +153,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		resp.Statuses[i] = &statuses[i]
 	}
 	if !known {
+		s.markUnknown(ctx, rs)
 		return resp, nil
 	}
 	if w.d.Code != checker.OK { // a defer is OVER_LIMIT: Envoy has no such answer

@@ -128,6 +128,9 @@ func (s *Server) serveWire(ctx context.Context, w *work) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !known {
+		s.markUnknown(ctx, rs)
+	}
 	b := answers.Get(0)
 	*b = w.appendAnswer(*b, known, s.opts.ResponseHeaders)
 	return b, nil

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -25,7 +24,6 @@ import (
 // flags.
 func runBench(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8081", "gRPC address of the service; several, comma-separated, share the callers round-robin")
 	protocol := fs.String("protocol", "envoy", "envoy (ShouldRateLimit) or gubernator (GetRateLimits)")
 	callers := fs.Int("callers", 64, "concurrent callers, each with one request in flight")
@@ -47,11 +45,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	quiet := fs.Bool("quiet", false, "no progress line on stderr")
 	noop := fs.String("serve-noop", "", "serve a no-op ShouldRateLimit (answers OK, does nothing) on this address until interrupted")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if err := benchCommand.parse(fs, args, stdout); err != nil {
+		return benchCommand.exit(err, stderr, 2)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "velvetrope bench: unexpected argument %q\n", fs.Arg(0))

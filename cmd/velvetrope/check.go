@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/velvetrope/velvetrope/client"
@@ -28,21 +28,18 @@ func (d *descriptorFlags) Set(s string) error {
 
 // runCheck implements `velvetrope check`: one ShouldRateLimit call to a
 // running velvetrope (its gRPC listener). Exit 0 when allowed, 2 when
-// denied, 1 on any error; the statuses go to stdout either way.
+// denied, 1 on any error, also a domain the service has no rules for;
+// the statuses go to stdout either way.
 func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	domain := fs.String("domain", "", "rule domain (required)")
 	var descs descriptorFlags
 	fs.Var(&descs, "descriptor", "k=v[,k2=v2...]; repeat for several descriptors (at least one)")
 	hits := fs.Uint64("hits", 1, "cost of the request")
 	addr := fs.String("addr", "127.0.0.1:8081", "gRPC (Envoy rate limit service) address of a velvetrope")
 	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 1
+	if err := checkCommand.parse(fs, args, stdout); err != nil {
+		return checkCommand.exit(err, stderr, 1)
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -74,6 +71,15 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	resp, err := c.Check(context.Background(), req)
 	if err != nil {
 		fmt.Fprintf(stderr, "velvetrope check: %v\n", err)
+		return 1
+	}
+	if resp.UnknownDomain {
+		// Envoy's API answers an unknown domain OK; nothing decided it
+		known := strings.Join(resp.KnownDomains, ", ")
+		if known == "" {
+			known = "none"
+		}
+		fmt.Fprintf(stderr, "velvetrope check: unknown domain %q (known: %s)\n", *domain, known)
 		return 1
 	}
 	verdict := "allow"

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -38,9 +37,17 @@ import (
 // runDev implements `velvetrope dev`: the HTTP check API over the whole
 // pipeline (async checker, event bus, aggregator, counter store) on
 // in-memory backends, with the built-in example rules unless --rules says
-// otherwise. It runs until SIGINT or SIGTERM.
+// otherwise, and an admin token generated for the run unless admin.token
+// is set. It runs until SIGINT or SIGTERM.
 func runDev(args []string, stdout, stderr io.Writer) int {
-	return runProcess("dev", args, stdout, stderr, devModule, printBanner)
+	var b devBanner
+	module := func(app config.App, logger *slog.Logger) fx.Option {
+		b = newDevBanner(&app, os.LookupEnv)
+		return devModule(app, logger)
+	}
+	return runProcess("dev", args, stdout, stderr, module, func(w io.Writer, httpAddr, grpcAddr string) {
+		printBanner(w, httpAddr, grpcAddr, b)
+	})
 }
 
 // startTimeout bounds a process's start (and its stop).
@@ -52,7 +59,7 @@ const startTimeout = 30 * time.Second
 // with --debug, fx's own text of the error and its event log too.
 func runProcess(name string, args []string, stdout, stderr io.Writer,
 	module func(config.App, *slog.Logger) fx.Option, banner func(w io.Writer, httpAddr, grpcAddr string)) int {
-	app, debug, err := processConfig(name, args, stderr)
+	app, debug, err := processConfig(name, args, stdout)
 	if err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -110,17 +117,23 @@ func runProcess(name string, args []string, stdout, stderr io.Writer,
 }
 
 // processConfig reads flags over the environment over the config file.
-// A configuration that does not load is an error of the stage "config";
-// any other error is the command line's.
-func processConfig(name string, args []string, stderr io.Writer) (app config.App, debug bool, err error) {
+// A process is given only the flags it uses (processes): --help lists
+// them, and any other is refused. A configuration that does not load is
+// an error of the stage "config"; any other error is the command line's.
+func processConfig(name string, args []string, stdout io.Writer) (app config.App, debug bool, err error) {
+	p := processes[name]
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	rules := fs.String("rules", "", "rule file or directory (comma-separated for several)")
+	rules, grpcAddr := new(string), new(string)
+	if p.rules {
+		fs.StringVar(rules, "rules", "", "rule file or directory (comma-separated for several; default VELVETROPE_RULES)")
+	}
 	httpAddr := fs.String("http", "", "HTTP listen address (default :8080, or VELVETROPE_HTTP_ADDR)")
-	grpcAddr := fs.String("grpc", "", "gRPC (Envoy rate limit service) listen address (default :8081, or VELVETROPE_GRPC_ADDR)")
+	if p.grpc {
+		fs.StringVar(grpcAddr, "grpc", "", "gRPC (Envoy rate limit service) listen address (default :8081, or VELVETROPE_GRPC_ADDR)")
+	}
 	file := fs.String("config", "", "application config file (YAML)")
 	fs.BoolVar(&debug, "debug", false, "print fx's event log (a failed start: with fx's whole text of the error) and log lines from the start on")
-	if err := fs.Parse(args); err != nil {
+	if err := p.parse(fs, args, stdout); err != nil {
 		return config.App{}, false, err
 	}
 	if fs.NArg() > 0 {
@@ -335,32 +348,4 @@ func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *deci
 	mux.Handle("GET /metrics", reg)
 	httpapi.Health(mux, ready)
 	return newHTTPServer(lc, app, mux, app.HTTP.WriteTimeout, reg)
-}
-
-func printBanner(w io.Writer, httpAddr, grpcAddr string) {
-	shown, grpcShown := reachable(httpAddr), reachable(grpcAddr)
-	fmt.Fprintf(w, "velvetrope dev: in-memory backends\n  HTTP  http://%s  (POST /v1/check, POST /json, /v1/deferred/{ticket}, /v1/rules, /v1/keys, /v1/controls, /v1/pools, /v1/analytics/..., /metrics, /healthz, /readyz)\n", shown)
-	fmt.Fprintf(w, "  dashboard  http://%s/\n", shown)
-	if grpcAddr != "" {
-		fmt.Fprintf(w, "  gRPC  %s  (envoy.service.ratelimit.v3.RateLimitService)\n", grpcShown)
-	}
-	fmt.Fprintf(w, `try:
-  curl -s -X POST http://%s/v1/check -d '{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}],"hits":1}'
-`, shown)
-	if grpcAddr != "" {
-		fmt.Fprintf(w, `  grpcurl -plaintext -import-path <envoy-api> -proto envoy/service/ratelimit/v3/rls.proto -d '{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}]}' %s envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
-  curl -s -X POST http://%s/json -d '{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}]}'
-`, grpcShown, shown)
-	}
-}
-
-// reachable shows an unspecified host (":8080", "[::]:8080",
-// "0.0.0.0:8080") as localhost, where a local client can reach it.
-func reachable(addr string) string {
-	if host, port, err := net.SplitHostPort(addr); err == nil {
-		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-			return net.JoinHostPort("localhost", port)
-		}
-	}
-	return addr
 }

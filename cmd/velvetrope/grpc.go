@@ -10,6 +10,7 @@ import (
 	"go.uber.org/fx"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
@@ -35,7 +36,8 @@ func (g *grpcListener) Addr() string {
 }
 
 // newRLS builds the Envoy rate limit service over c and, unless grpc.addr
-// is empty, its gRPC listener. The listener is registered after the
+// is empty, its gRPC listener, with server reflection unless
+// grpc.reflection is false. The listener is registered after the
 // checker, so it stops first: no call is in flight when the checker makes
 // its final flush.
 func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter,
@@ -58,6 +60,11 @@ func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Co
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
 	gl.srv, _ = rls.NewGRPCServer(s, opts...)
+	if app.GRPC.Reflection {
+		// grpcurl and grpcui need nothing else installed; the service is
+		// Envoy's public API, so this publishes no more than its name
+		reflection.Register(gl.srv)
+	}
 	lc.Append(fx.Hook{
 		OnStart: stagedStart("grpc", func(context.Context) error {
 			lis, err := net.Listen("tcp", app.GRPC.Addr)

@@ -181,16 +181,60 @@ func TestBannerShowsReachableAddress(t *testing.T) {
 	for addr, want := range map[string]string{"[::]:8080": "http://localhost:8080", "0.0.0.0:9": "http://localhost:9",
 		":8080": "http://localhost:8080", "127.0.0.1:8080": "http://127.0.0.1:8080"} {
 		var b bytes.Buffer
-		printBanner(&b, addr, ":8081")
+		printBanner(&b, addr, ":8081", devBanner{bearer: "T", generated: true, reflection: true})
 		if !strings.Contains(b.String(), "HTTP  "+want+" ") || !strings.Contains(b.String(), "curl -s -X POST "+want+"/v1/check") ||
 			!strings.Contains(b.String(), "gRPC  localhost:8081 ") || !strings.Contains(b.String(), " localhost:8081 envoy.service.ratelimit.v3") {
 			t.Fatalf("banner for %s:\n%s", addr, b.String())
 		}
 	}
 	var b bytes.Buffer
-	printBanner(&b, ":8080", "")
-	if strings.Contains(b.String(), "gRPC") {
+	printBanner(&b, ":8080", "", devBanner{bearer: "T", generated: true, reflection: true})
+	if strings.Contains(b.String(), "gRPC") || strings.Contains(b.String(), "grpcurl") {
 		t.Fatalf("banner shows a disabled gRPC listener:\n%s", b.String())
+	}
+}
+
+// TestDevBannerAdminToken: dev generates an admin token when none is set
+// and shows it; an operator's own is kept and never echoed; the grpcurl
+// hint is there only while reflection serves it.
+func TestDevBannerAdminToken(t *testing.T) {
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+	cases := []struct {
+		name       string
+		token      string // admin.token after the file and the environment
+		env        map[string]string
+		reflection bool
+		bearer     string // "": a generated token
+		absent     string
+	}{
+		{"generated", "", nil, true, "", "yours"},
+		{"from the environment", "s3cret", map[string]string{"VELVETROPE_ADMIN_TOKEN": "s3cret"}, true, "$VELVETROPE_ADMIN_TOKEN", "s3cret"},
+		{"from the file", "s3cret", nil, false, "<admin.token>", "grpcurl"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			app := config.DefaultApp()
+			app.Admin.Token, app.GRPC.Reflection = c.token, c.reflection
+			b := newDevBanner(&app, env(c.env))
+			switch {
+			case c.bearer == "" && (len(app.Admin.Token) != 26 || b.bearer != app.Admin.Token || !b.generated):
+				t.Fatalf("no token generated: app %q, banner %+v", app.Admin.Token, b)
+			case c.bearer != "" && (app.Admin.Token != c.token || b.bearer != c.bearer || b.generated):
+				t.Fatalf("app %q, banner %+v; want the token %q kept, shown as %q", app.Admin.Token, b, c.token, c.bearer)
+			}
+			var out bytes.Buffer
+			printBanner(&out, "127.0.0.1:8080", "127.0.0.1:8081", b)
+			want := `curl -s -H "Authorization: Bearer ` + b.bearer + `" http://127.0.0.1:8080/v1/controls`
+			if !strings.Contains(out.String(), want) || strings.Contains(out.String(), c.absent) {
+				t.Fatalf("banner:\n%s\nwant it to contain %q and not %q", out.String(), want, c.absent)
+			}
+		})
+	}
+	a, b := config.DefaultApp(), config.DefaultApp()
+	if newDevBanner(&a, env(nil)); newDevBanner(&b, env(nil)).bearer == a.Admin.Token {
+		t.Fatal("two runs generated the same token")
 	}
 }
 

@@ -32,12 +32,20 @@ import (
 // runChecker implements `velvetrope checker`: the check API over the
 // async checker, sharing counters through Redis and Kafka.
 func runChecker(args []string, stdout, stderr io.Writer) int {
-	return runProcess("checker", args, stdout, stderr, checkerModule, func(w io.Writer, addr, grpcAddr string) {
+	adminOff := false
+	module := func(app config.App, logger *slog.Logger) fx.Option {
+		adminOff = app.Admin.Token == ""
+		return checkerModule(app, logger)
+	}
+	return runProcess("checker", args, stdout, stderr, module, func(w io.Writer, addr, grpcAddr string) {
 		fmt.Fprintf(w, "velvetrope checker: listening on http://%s", addr)
 		if grpcAddr != "" {
 			fmt.Fprintf(w, " and grpc %s (Envoy rate limit service)", grpcAddr)
 		}
 		fmt.Fprintln(w)
+		if adminOff {
+			fmt.Fprintln(w, "velvetrope checker: no admin.token (VELVETROPE_ADMIN_TOKEN): the admin endpoints but GET /v1/rules answer 403")
+		}
 	})
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -11,13 +12,26 @@ import (
 
 // runRules implements `velvetrope rules validate PATH...`: a one-line
 // summary per domain and exit 0 when valid; FILE:LINE:COL: reason lines on
-// stderr and exit 1 when not.
+// stderr and exit 1 when not. Flags end at the first path (or "--"): a
+// path that begins with "-" follows "--".
 func runRules(args []string, stdout, stderr io.Writer) int {
-	if len(args) < 2 || args[0] != "validate" {
+	fs := flag.NewFlagSet("rules validate", flag.ContinueOnError)
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help") {
+		rulesCommand.help(stdout, fs)
+		return 0
+	}
+	if len(args) == 0 || args[0] != "validate" {
 		fmt.Fprintln(stderr, "usage: velvetrope rules validate FILE|DIR...")
 		return 2
 	}
-	rs, err := config.LoadRules(args[1:]...)
+	if err := rulesCommand.parse(fs, args[1:], stdout); err != nil {
+		return rulesCommand.exit(err, stderr, 2)
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "usage: velvetrope rules validate FILE|DIR...")
+		return 2
+	}
+	rs, err := config.LoadRules(fs.Args()...)
 	if err != nil {
 		var list config.ErrorList
 		if errors.As(err, &list) {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,7 +22,6 @@ import (
 // answered. Exit 0 on success, 1 on any error.
 func runTop(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("top", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	window := fs.String("window", "1h", "how far back: 15m, 6h, 7d (1m to the service's analytics.max_window, 7d by default)")
 	domain := fs.String("domain", "", "only this domain")
 	rule := fs.String("rule", "", "only this rule id")
@@ -33,11 +31,8 @@ func runTop(args []string, stdout, stderr io.Writer) int {
 	pools := fs.Bool("pools", false, "list the elastic pools' borrowings instead of keys")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
 	token := fs.String("token", os.Getenv("VELVETROPE_ANALYTICS_TOKEN"), "analytics token, when the service requires one (default $VELVETROPE_ANALYTICS_TOKEN)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 1
+	if err := topCommand.parse(fs, args, stdout); err != nil {
+		return topCommand.exit(err, stderr, 1)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "velvetrope top: unexpected argument %q\n", fs.Arg(0))

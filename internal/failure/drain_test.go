@@ -52,6 +52,7 @@ descriptors:
 			log: filepath.Join(dir, name+".log")}
 	}
 	agg, chk, d1, d2 := newProc("agg", "aggregator"), newProc("chk", "checker"), newProc("drain1", "drain"), newProc("drain2", "drain")
+	agg.args = []string{"--config", cfgPath} // an aggregator reads no rules: it refuses --rules
 	procs := []*proc{agg, chk, d1, d2}
 	t.Cleanup(func() {
 		for _, p := range procs {
