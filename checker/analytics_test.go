@@ -8,6 +8,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 const analyticsRules = `domain: api
@@ -81,11 +82,11 @@ func TestAnalyticsCountDecisionsAsAnswered(t *testing.T) {
 				answered[k] = n
 			}
 			switch st := d.Statuses[0]; {
-			case st.Code == OK && st.Shadowed:
+			case st.Code == ratelimit.OK && st.Shadowed:
 				n.shadow++
-			case st.Code == OK:
+			case st.Code == ratelimit.OK:
 				n.allowed++
-			case st.Code == Deferred:
+			case st.Code == ratelimit.Deferred:
 				n.deferred++
 			default:
 				n.denied++
@@ -126,9 +127,9 @@ func TestAnalyticsCountDecisionsAsAnswered(t *testing.T) {
 }
 
 // r0 decides one one-hit request on key.
-func r0(t *testing.T, c *Checker, key string) Decision {
+func r0(t *testing.T, c *Checker, key string) ratelimit.Decision {
 	t.Helper()
-	var d Decision
+	var d ratelimit.Decision
 	if err := c.Check(context.Background(), req(1, key, "x"), &d); err != nil {
 		t.Fatal(err)
 	}

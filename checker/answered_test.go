@@ -11,6 +11,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // tally is a rule's decisions by how its caller was answered: what its
@@ -29,12 +30,12 @@ func (a tally) String() string {
 // semantics as it decided itself (the call is charged to it whatever
 // the answer); any other rule as the request was answered — admitted
 // (over its soft limit, or borrowing), deferred or denied.
-func answeredAs(n *tally, d *Decision, i int) {
+func answeredAs(n *tally, d *ratelimit.Decision, i int) {
 	st := &d.Statuses[i]
 	switch {
 	case st.Shadowed:
 		n.shadow++
-	case st.Rule.Algorithm == config.AlgEnvoy && st.Code == OK, d.Code == OK:
+	case st.Rule.Algorithm == config.AlgEnvoy && st.Code == ratelimit.OK, d.Code == ratelimit.OK:
 		n.allowed++
 		if st.OverSoft {
 			n.overSoft++
@@ -44,7 +45,7 @@ func answeredAs(n *tally, d *Decision, i int) {
 		}
 	case st.Rule.Algorithm == config.AlgEnvoy:
 		n.denied++
-	case d.Code == Deferred:
+	case d.Code == ratelimit.Deferred:
 		n.deferred++
 	default:
 		n.denied++
@@ -168,7 +169,7 @@ func TestEveryAlgorithmModeAndBandCountsAsAnswered(t *testing.T) {
 	want := map[string]*tally{}
 	for i := range 5 {
 		for _, r := range rules {
-			var d Decision
+			var d ratelimit.Decision
 			if err := c.Check(context.Background(), req(1, r.key, "x"), &d); err != nil {
 				t.Fatalf("%s: %v", r.yaml, err)
 			}
@@ -297,7 +298,7 @@ func TestRequestsOfManyRulesCountAsAnswered(t *testing.T) {
 				for _, k := range mix {
 					kv = append(kv, k, "x")
 				}
-				var d Decision
+				var d ratelimit.Decision
 				if err := c.Check(context.Background(), req(1, kv...), &d); err != nil {
 					t.Fatal(err)
 				}
@@ -362,9 +363,9 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := make(chan Decision)
+	first := make(chan ratelimit.Decision)
 	go func() { // a young key: charged in the store, held there
-		var d Decision
+		var d ratelimit.Decision
 		if err := c.Check(context.Background(), req(1, "roll", "x"), &d); err != nil {
 			t.Error(err)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/hist"
 	"github.com/velvetrope/velvetrope/internal/logx"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // Config tunes the async Checker. Zero values take the defaults shown.
@@ -87,7 +88,7 @@ type Config struct {
 	InstanceTTL  time.Duration
 	MaxClockSkew time.Duration
 	// Bounds limit the size of a request (zero fields: DefaultBounds).
-	Bounds Bounds
+	Bounds ratelimit.Bounds
 	// StoreTimeout is the deadline of one decision's store calls, and of
 	// one refresh read (150 ms): past it the failure policy decides.
 	StoreTimeout time.Duration
@@ -287,7 +288,7 @@ type Checker struct {
 	seq          atomic.Uint64
 	streams      atomic.Uint64 // analytics stream ids, one per key entry
 	bytes        atomic.Int64  // the key table's estimated heap (membytes.go)
-	ids          *RequestIDs
+	ids          *ratelimit.RequestIDs
 	scratch      sync.Pool // *scratch, for requests of many descriptors
 	works        sync.Pool // *syncWork, one per store charge
 	batch        *batcher  // sends the store charges of concurrent decisions together
@@ -364,7 +365,7 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	c.brk = breaker.New(cfg.BreakerFailures, cfg.BreakerOpenFor)
 	c.ctlStore, _ = cs.(counters.ControlStore)
 	if cfg.IdempotencyTTL > 0 {
-		c.ids = NewRequestIDs(cfg.IdempotencyTTL, 1<<16)
+		c.ids = ratelimit.NewRequestIDs(cfg.IdempotencyTTL, 1<<16)
 	}
 	c.scratch.New = func() any { return &scratch{buf: make([]byte, 0, 1024)} }
 	c.works.New = func() any { return &syncWork{signal: make(chan uint8, 1)} }

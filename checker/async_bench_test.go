@@ -12,6 +12,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 const benchRules = `domain: api
@@ -39,9 +40,9 @@ type sysClock struct{}
 func (sysClock) Now() int64 { return time.Now().UnixNano() }
 
 // warm takes a key through its first store answers so it sits in the far band.
-func warm(b *testing.B, c *Checker, r *Request) {
+func warm(b *testing.B, c *Checker, r *ratelimit.Request) {
 	b.Helper()
-	var d Decision
+	var d ratelimit.Decision
 	for range 3 {
 		if err := c.Check(context.Background(), r, &d); err != nil || !d.Allowed() {
 			b.Fatalf("warm-up: %v %v", err, d.Code)
@@ -62,12 +63,12 @@ func BenchmarkCheckAsync(b *testing.B) {
 	c := benchChecker(b, 1<<20)
 	r := req(1, "user_id", "priya")
 	warm(b, c, r)
-	var d Decision
+	var d ratelimit.Decision
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
 		c.Check(context.Background(), r, &d)
-		sinkAllowed = d.Code == OK
+		sinkAllowed = d.Code == ratelimit.OK
 	}
 	if c.Stats.SyncCharges.Load() > 3 {
 		b.Fatalf("far band made %d store calls", c.Stats.SyncCharges.Load())
@@ -88,11 +89,11 @@ func BenchmarkXTimeRateAllow(b *testing.B) {
 func BenchmarkCheckAsyncManyKeys(b *testing.B) {
 	const n = 1 << 20
 	c := benchChecker(b, 2*n) // headroom: shards fill unevenly, and eviction is not what this measures
-	reqs := make([]*Request, n)
+	reqs := make([]*ratelimit.Request, n)
 	for i := range reqs {
 		reqs[i] = req(1, "user_id", "u"+strconv.Itoa(i))
 	}
-	var d Decision
+	var d ratelimit.Decision
 	for _, r := range reqs { // create the keys (their first decisions charge the store)
 		c.Check(context.Background(), r, &d)
 	}
@@ -117,7 +118,7 @@ func BenchmarkCheckAsyncManyKeys(b *testing.B) {
 // of 1,024.
 func BenchmarkCheckAsyncParallel(b *testing.B) {
 	c := benchChecker(b, 1<<20)
-	reqs := make([]*Request, 1024)
+	reqs := make([]*ratelimit.Request, 1024)
 	for i := range reqs {
 		reqs[i] = req(1, "user_id", "p"+strconv.Itoa(i))
 		warmOne(c, reqs[i])
@@ -132,18 +133,18 @@ func BenchmarkCheckAsyncParallel(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		base := int(next.Add(64)) % 1024 // this goroutine's own 64 keys
-		var d Decision
+		var d ratelimit.Decision
 		i := 0
 		for pb.Next() {
 			c.Check(context.Background(), reqs[base+i&63], &d)
 			i++
 		}
-		sinkAllowed = d.Code == OK
+		sinkAllowed = d.Code == ratelimit.OK
 	})
 }
 
-func warmOne(c *Checker, r *Request) {
-	var d Decision
+func warmOne(c *Checker, r *ratelimit.Request) {
+	var d ratelimit.Decision
 	c.Check(context.Background(), r, &d)
 }
 
@@ -156,11 +157,11 @@ func BenchmarkCheckAsyncHotKeyParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		var d Decision
+		var d ratelimit.Decision
 		for pb.Next() {
 			c.Check(context.Background(), r, &d)
 		}
-		sinkAllowed = d.Code == OK
+		sinkAllowed = d.Code == ratelimit.OK
 	})
 }
 
@@ -202,7 +203,7 @@ func BenchmarkKeyTableBytes(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		var d Decision
+		var d ratelimit.Decision
 		r := req(1, "remote_address", "")
 		for i := range keys {
 			r.Descriptors[0].Entries[0].Value = "10." + strconv.Itoa(i>>16) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255)

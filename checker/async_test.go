@@ -13,6 +13,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // applyProducer hands every delta straight to a counters.MemStore, as an aggregator
@@ -182,9 +183,9 @@ func newRig(t testing.TB, cfg Config) *rig {
 	return &rig{c: c, store: cs, prod: prod, clk: clk}
 }
 
-func (r *rig) check(t testing.TB, hits int64, kv ...string) Decision {
+func (r *rig) check(t testing.TB, hits int64, kv ...string) ratelimit.Decision {
 	t.Helper()
-	var d Decision
+	var d ratelimit.Decision
 	if err := r.c.Check(context.Background(), req(hits, kv...), &d); err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +369,7 @@ func TestAsyncTwoInstancesNoOvershoot(t *testing.T) {
 		if i%2 == 1 {
 			ch = b
 		}
-		var d Decision
+		var d ratelimit.Decision
 		ch.Check(context.Background(), req(1, "fixed", "shared"), &d)
 		if d.Allowed() {
 			admitted++

@@ -6,22 +6,22 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 func TestBoundsValidate(t *testing.T) {
 	cases := []struct {
-		b    Bounds
+		b    ratelimit.Bounds
 		want string
 	}{
-		{DefaultBounds(), ""},
-		{Bounds{MaxDescriptors: 33, MaxEntries: 8, MaxKeyBytes: 1, MaxValueBytes: 1, MaxRequestIDBytes: 1}, "max_descriptors"},
-		{Bounds{MaxDescriptors: 1, MaxEntries: 16, MaxKeyBytes: 128, MaxValueBytes: 4096, MaxRequestIDBytes: 1}, "would not fit"},
-		{Bounds{MaxDescriptors: 1, MaxEntries: 1, MaxKeyBytes: 0, MaxValueBytes: 1, MaxRequestIDBytes: 1}, "max_key_bytes"},
+		{ratelimit.DefaultBounds(), ""},
+		{ratelimit.Bounds{MaxDescriptors: 33, MaxEntries: 8, MaxKeyBytes: 1, MaxValueBytes: 1, MaxRequestIDBytes: 1}, "max_descriptors"},
+		{ratelimit.Bounds{MaxDescriptors: 1, MaxEntries: 16, MaxKeyBytes: 128, MaxValueBytes: 4096, MaxRequestIDBytes: 1}, "would not fit"},
+		{ratelimit.Bounds{MaxDescriptors: 1, MaxEntries: 1, MaxKeyBytes: 0, MaxValueBytes: 1, MaxRequestIDBytes: 1}, "max_key_bytes"},
 	}
 	for i, c := range cases {
 		err := c.b.Validate()
@@ -29,7 +29,7 @@ func TestBoundsValidate(t *testing.T) {
 			t.Fatalf("step %d: got %v, want %q", i, err, c.want)
 		}
 	}
-	if _, err := New(Config{Bounds: Bounds{MaxEntries: 16, MaxValueBytes: 8192}}, ruleStore(t, asyncRules), counters.NewMemStore(),
+	if _, err := New(Config{Bounds: ratelimit.Bounds{MaxEntries: 16, MaxValueBytes: 8192}}, ruleStore(t, asyncRules), counters.NewMemStore(),
 		&applyProducer{store: counters.NewMemStore()}, &clock{}); err == nil || !strings.Contains(err.Error(), "bounds") {
 		t.Fatalf("New accepted bounds that make oversized deltas: %v", err)
 	}
@@ -42,9 +42,9 @@ func TestBoundsValidate(t *testing.T) {
 // texts are as long as they get, produces deltas that encode within
 // events.MaxRecordBytes, so the aggregator and the broker take them.
 func TestLargestValidRequestMakesDeliverableDeltas(t *testing.T) {
-	widest := Bounds{MaxDescriptors: MaxDescriptors, MaxEntries: MaxEntries, MaxKeyBytes: 128, MaxRequestIDBytes: 128}
-	widest.MaxValueBytes = maxDescriptorBytes/widest.MaxEntries - widest.MaxKeyBytes - 2
-	for _, b := range []Bounds{DefaultBounds(), widest} {
+	widest := ratelimit.Bounds{MaxDescriptors: ratelimit.MaxDescriptors, MaxEntries: ratelimit.MaxEntries, MaxKeyBytes: 128, MaxRequestIDBytes: 128}
+	widest.MaxValueBytes = config.MaxDescriptorBytes/widest.MaxEntries - widest.MaxKeyBytes - 2
+	for _, b := range []ratelimit.Bounds{ratelimit.DefaultBounds(), widest} {
 		if err := b.Validate(); err != nil {
 			t.Fatalf("bounds %+v: %v", b, err)
 		}
@@ -73,15 +73,15 @@ func TestLargestValidRequestMakesDeliverableDeltas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		q := &Request{Domain: domain, Hits: 1}
+		q := &ratelimit.Request{Domain: domain, Hits: 1}
 		for i := range b.MaxDescriptors {
 			es := make([]config.Entry, len(keys))
 			for j := range es {
 				es[j] = config.Entry{Key: keys[j], Value: strings.Repeat(`|,=\`[i%4:i%4+1], b.MaxValueBytes-1) + string(rune('A'+i))}
 			}
-			q.Descriptors = append(q.Descriptors, Descriptor{Entries: es})
+			q.Descriptors = append(q.Descriptors, ratelimit.Descriptor{Entries: es})
 		}
-		var d Decision
+		var d ratelimit.Decision
 		if err := c.Check(context.Background(), q, &d); err != nil {
 			t.Fatal(err)
 		}
@@ -156,16 +156,4 @@ func TestRefreshReachesEveryShard(t *testing.T) {
 	if stale != 0 {
 		t.Fatalf("%d keys still due after 8 passes of %d reads", stale, refreshBatch)
 	}
-}
-
-// FuzzValidUTF8: the fast check agrees with utf8.ValidString on any input.
-func FuzzValidUTF8(f *testing.F) {
-	for _, s := range []string{"", "priya", "10.0.0.1-and-more", "ünïcode", "\xff", "abcdefgh\xfe", "abcdefghijklmnop\xc3\xa9"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if got, want := validUTF8(s), utf8.ValidString(s); got != want {
-			t.Fatalf("validUTF8(%q) = %v, want %v", s, got, want)
-		}
-	})
 }

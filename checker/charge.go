@@ -9,6 +9,7 @@ import (
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/internal/breaker"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // The near band and `mode: sync`: one atomic store charge per descriptor,
@@ -50,7 +51,7 @@ func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 // rules are charged whatever happens; algorithm rules only while the
 // request stands, and refunded if a later descriptor refuses it. It
 // returns whether the request is refused.
-func (c *Checker) charge(slots []slot, denied bool, req *Request, now int64) bool {
+func (c *Checker) charge(slots []slot, denied bool, req *ratelimit.Request, now int64) bool {
 	for i := range slots {
 		s := &slots[i]
 		if s.pool && !denied {
@@ -143,7 +144,7 @@ func (c *Checker) charge(slots []slot, denied bool, req *Request, now int64) boo
 // its borrowers' store answers changed what they borrow: the pool's shard
 // is locked for the decision alone. A pool no borrower uses any more is
 // left alone.
-func (c *Checker) redecidePool(p *slot, slots []slot, req *Request, now int64) {
+func (c *Checker) redecidePool(p *slot, slots []slot, req *ratelimit.Request, now int64) {
 	cost := borrowed(p, slots)
 	decided := p.need != needNone
 	switch {
@@ -401,7 +402,7 @@ func (c *Checker) fillView(s *slot, now int64) {
 
 // prepareExact readies a `mode: sync` decision that the store runs whole
 // (requires the lock).
-func (c *Checker) prepareExact(s *slot, req *Request, cost int64) {
+func (c *Checker) prepareExact(s *slot, req *ratelimit.Request, cost int64) {
 	s.need, s.exact = needSync, true
 	s.w = c.work(s.w)
 	s.w.Sync, s.w.SyncReq = true, counters.SyncRequestFor(s.rule, s.e.key, cost)

@@ -9,13 +9,14 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // Check decides req into d, reusing d.Statuses' capacity. Far from every
 // limit it touches only memory and allocates nothing; near a limit it makes
 // one atomic store call per descriptor that needs one. It returns an error
 // only for a malformed request (a *FieldError) or an internal fault.
-func (c *Checker) Check(ctx context.Context, req *Request, d *Decision) error {
+func (c *Checker) Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
 	// Working memory: on the stack for the common small request (zeroing a
 	// few slots is cheaper than a pool round trip), pooled for large ones.
 	if len(req.Descriptors) <= smallRequest {
@@ -37,7 +38,7 @@ func (c *Checker) Check(ctx context.Context, req *Request, d *Decision) error {
 
 // checkLarge decides with pooled working memory: requests of many
 // descriptors, or whose pools need more slots than the stack gives.
-func (c *Checker) checkLarge(ctx context.Context, req *Request, d *Decision) error {
+func (c *Checker) checkLarge(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
 	sc := c.scratch.Get().(*scratch)
 	defer c.scratch.Put(sc)
 	bufp := &sc.buf
@@ -50,11 +51,11 @@ var errMoreSlots = errors.New("checker: more slots needed")
 // smallRequest is the most descriptors decided with stack memory.
 const smallRequest = 4
 
-func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf []slot, locks []int,
+func (c *Checker) check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision, slotBuf []slot, locks []int,
 	matchBuf []*config.Rule, buf **[]byte) error {
 	rs := c.rules.Load()
 	dom, known := rs.Lookup(req.Domain)
-	if err := req.validate(known, &c.cfg.Bounds); err != nil {
+	if err := req.ValidateBounds(known, &c.cfg.Bounds); err != nil {
 		return err
 	}
 	now := c.clock.Now()
@@ -135,14 +136,14 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 	if pools > 0 {
 		refusedByPool(slots, n)
 	}
-	d.Code = OK
+	d.Code = ratelimit.OK
 	if denied {
-		d.Code = OverLimit
+		d.Code = ratelimit.OverLimit
 		if deferring(slots[:n]) {
-			d.Code = Deferred
+			d.Code = ratelimit.Deferred
 		}
 	}
-	c.commit(slots, denied, d.Code == Deferred, !sync, now)
+	c.commit(slots, denied, d.Code == ratelimit.Deferred, !sync, now)
 	if len(locks) > 0 {
 		st := &c.shards[locks[0]].stats
 		st.decisions++
@@ -163,8 +164,8 @@ func (c *Checker) check(ctx context.Context, req *Request, d *Decision, slotBuf 
 			continue
 		}
 		c.status(&d.Statuses[i], &slots[i], denied, now)
-		if d.Code == Deferred && d.Statuses[i].Code == OverLimit {
-			d.Statuses[i].Code = Deferred
+		if d.Code == ratelimit.Deferred && d.Statuses[i].Code == ratelimit.OverLimit {
+			d.Statuses[i].Code = ratelimit.Deferred
 		}
 	}
 	c.ids.Remember(req, fp, now, d)
@@ -191,7 +192,7 @@ func (c *Checker) unlock(idx []int) {
 
 // decide makes the memory part of one descriptor's decision, or prepares
 // its store charge (requires the slot's shard lock).
-func (c *Checker) decide(s *slot, req *Request, now int64) {
+func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 	r, cost := s.rule, s.cost
 	switch {
 	case r == nil || r.Unlimited:
@@ -329,7 +330,7 @@ func (c *Checker) decide(s *slot, req *Request, now int64) {
 // an entry the counter already has keeps its rule (lifting a control
 // finds it as it was), and a new one is a window counter of the blocked
 // rule, which nothing but its analytics ever uses.
-func (c *Checker) blockedEntry(s *slot, req *Request, now int64) {
+func (c *Checker) blockedEntry(s *slot, req *ratelimit.Request, now int64) {
 	sh := &c.shards[s.sh]
 	e := sh.lookup(s.h, s.rule, s.entriesOf(req))
 	if e == nil {
@@ -453,9 +454,9 @@ func (c *Checker) commit(slots []slot, denied, deferred, held bool, now int64) {
 }
 
 // status fills one descriptor's status from its slot.
-func (c *Checker) status(st *Status, s *slot, denied bool, now int64) {
+func (c *Checker) status(st *ratelimit.Status, s *slot, denied bool, now int64) {
 	cost := s.cost
-	*st = Status{Code: OK, Rule: s.rule}
+	*st = ratelimit.Status{Code: ratelimit.OK, Rule: s.rule}
 	r := s.rule
 	if r == nil || r.Unlimited || s.need == needNone {
 		return
@@ -481,7 +482,7 @@ func (c *Checker) status(st *Status, s *slot, denied bool, now int64) {
 	case !s.allowed && s.shadowed:
 		st.Shadowed = true
 	case !s.allowed:
-		st.Code = OverLimit
+		st.Code = ratelimit.OverLimit
 		st.RetryNever = s.never
 		if !s.never {
 			st.RetryAfter = max(s.retryAfter, 0)
@@ -496,9 +497,9 @@ func (c *Checker) status(st *Status, s *slot, denied bool, now int64) {
 // scratch is the per-Check working memory, pooled.
 type scratch struct {
 	buf     []byte
-	slots   [2 * MaxDescriptors]slot // a descriptor's slot, and its pool's
-	locks   [2 * MaxDescriptors]int
-	matched [MaxDescriptors]*config.Rule
+	slots   [2 * ratelimit.MaxDescriptors]slot // a descriptor's slot, and its pool's
+	locks   [2 * ratelimit.MaxDescriptors]int
+	matched [ratelimit.MaxDescriptors]*config.Rule
 }
 
 // need says how a descriptor is decided.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // ControlSpec is what an operator asks for (POST /v1/controls).
@@ -47,43 +48,43 @@ func (c *Checker) SetControl(ctx context.Context, spec ControlSpec) (counters.Co
 	dom, known := rs.Lookup(spec.Domain)
 	switch {
 	case spec.Domain == "":
-		return counters.Control{}, &FieldError{"domain", errors.New("must not be empty")}
+		return counters.Control{}, &ratelimit.FieldError{Field: "domain", Err: errors.New("must not be empty")}
 	case !known:
-		return counters.Control{}, &FieldError{"domain", fmt.Errorf("%w %q", ErrUnknownDomain, spec.Domain)}
-	case len(spec.Entries) == 0 || len(spec.Entries) > MaxEntries:
-		return counters.Control{}, &FieldError{"descriptor", fmt.Errorf("want 1 to %d entries, got %d", MaxEntries, len(spec.Entries))}
+		return counters.Control{}, &ratelimit.FieldError{Field: "domain", Err: fmt.Errorf("%w %q", ratelimit.ErrUnknownDomain, spec.Domain)}
+	case len(spec.Entries) == 0 || len(spec.Entries) > ratelimit.MaxEntries:
+		return counters.Control{}, &ratelimit.FieldError{Field: "descriptor", Err: fmt.Errorf("want 1 to %d entries, got %d", ratelimit.MaxEntries, len(spec.Entries))}
 	case spec.TTL < 0 || spec.TTL > MaxControlTTL:
-		return counters.Control{}, &FieldError{"ttl", fmt.Errorf("want 0 (until deleted) to %v, got %v", MaxControlTTL, spec.TTL)}
+		return counters.Control{}, &ratelimit.FieldError{Field: "ttl", Err: fmt.Errorf("want 0 (until deleted) to %v, got %v", MaxControlTTL, spec.TTL)}
 	case len(spec.Reason) > 512:
-		return counters.Control{}, &FieldError{"reason", errors.New("longer than 512 bytes")}
+		return counters.Control{}, &ratelimit.FieldError{Field: "reason", Err: errors.New("longer than 512 bytes")}
 	}
 	for i, e := range spec.Entries {
 		if e.Key == "" {
-			return counters.Control{}, &FieldError{fmt.Sprintf("descriptor[%d].key", i), errors.New("must not be empty")}
+			return counters.Control{}, &ratelimit.FieldError{Field: fmt.Sprintf("descriptor[%d].key", i), Err: errors.New("must not be empty")}
 		}
 	}
 	r := dom.Match(spec.Entries)
 	switch spec.Action {
 	case counters.ActionAllow, counters.ActionDeny:
 		if spec.Limit != 0 {
-			return counters.Control{}, &FieldError{"limit", fmt.Errorf("only action %q takes a limit", counters.ActionLimit)}
+			return counters.Control{}, &ratelimit.FieldError{Field: "limit", Err: fmt.Errorf("only action %q takes a limit", counters.ActionLimit)}
 		}
 	case counters.ActionLimit:
 		if r == nil {
-			return counters.Control{}, &FieldError{"descriptor", fmt.Errorf("%w in domain %q: a limit override needs a rule's algorithm and unit", ErrNoRule, spec.Domain)}
+			return counters.Control{}, &ratelimit.FieldError{Field: "descriptor", Err: fmt.Errorf("%w in domain %q: a limit override needs a rule's algorithm and unit", ErrNoRule, spec.Domain)}
 		}
 		// checked before WithLimit multiplies it (ceiling, burst)
 		if err := r.CheckLimit(spec.Limit); err != nil {
-			return counters.Control{}, &FieldError{"limit", err}
+			return counters.Control{}, &ratelimit.FieldError{Field: "limit", Err: err}
 		}
 		if _, err := r.WithLimit(spec.Limit); err != nil {
-			return counters.Control{}, &FieldError{"limit", err}
+			return counters.Control{}, &ratelimit.FieldError{Field: "limit", Err: err}
 		}
 		if spec.TTL == 0 {
-			return counters.Control{}, &FieldError{"ttl", errors.New("a limit override is temporary: give it a ttl")}
+			return counters.Control{}, &ratelimit.FieldError{Field: "ttl", Err: errors.New("a limit override is temporary: give it a ttl")}
 		}
 	default:
-		return counters.Control{}, &FieldError{"action", fmt.Errorf("want %q, %q or %q, got %q", counters.ActionAllow, counters.ActionDeny, counters.ActionLimit, spec.Action)}
+		return counters.Control{}, &ratelimit.FieldError{Field: "action", Err: fmt.Errorf("want %q, %q or %q, got %q", counters.ActionAllow, counters.ActionDeny, counters.ActionLimit, spec.Action)}
 	}
 	es := slices.Clone(spec.Entries)
 	if r != nil && r.Hashed != nil {
@@ -101,7 +102,7 @@ func (c *Checker) SetControl(ctx context.Context, spec ControlSpec) (counters.Co
 	}
 	if spec.TTL > 0 {
 		if now > math.MaxInt64-int64(spec.TTL) { // only a clock past the year 2261
-			return counters.Control{}, &FieldError{"ttl", fmt.Errorf("%v from now is past the clock's range", spec.TTL)}
+			return counters.Control{}, &ratelimit.FieldError{Field: "ttl", Err: fmt.Errorf("%v from now is past the clock's range", spec.TTL)}
 		}
 		ct.ExpiresAt = now + int64(spec.TTL)
 	}
@@ -152,7 +153,7 @@ func (c *Checker) ControlFor(domain string, entries []config.Entry) (counters.Co
 	r := c.rules.Load().Match(domain, entries)
 	es := entries
 	if r != nil && r.Hashed != nil {
-		req := c.applyHashing(&Request{Domain: domain, Descriptors: []Descriptor{{Entries: entries}}}, []*config.Rule{r})
+		req := c.applyHashing(&ratelimit.Request{Domain: domain, Descriptors: []ratelimit.Descriptor{{Entries: entries}}}, []*config.Rule{r})
 		es = req.Descriptors[0].Entries
 	}
 	if ct := cs.find(counters.ControlID(domain, es)); ct != nil && ct.Live(c.clock.Now()) {
@@ -335,7 +336,7 @@ func (c *Checker) entriesHash(es []config.Entry) uint64 {
 // applyControls replaces the matched rule of every descriptor that has a
 // control in force. It runs only when the domain has controls, after
 // hashing, and allocates nothing.
-func (c *Checker) applyControls(m map[uint64]*liveControl, req *Request, matched []*config.Rule, now int64) {
+func (c *Checker) applyControls(m map[uint64]*liveControl, req *ratelimit.Request, matched []*config.Rule, now int64) {
 	for i := range req.Descriptors {
 		es := req.Descriptors[i].Entries
 		for lc := m[c.entriesHash(es)]; lc != nil; lc = lc.next {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // boundRules has a rule of every throttle that multiplies its limit, and
@@ -93,7 +94,7 @@ func TestControlBounds(t *testing.T) {
 		es := []config.Entry{{Key: tc.key, Value: "v"}}
 		ct, err := c.SetControl(context.Background(), ControlSpec{Domain: "api", Entries: es, Action: tc.action, Limit: tc.limit, TTL: tc.ttl})
 		if tc.field != "" {
-			var fe *FieldError
+			var fe *ratelimit.FieldError
 			if !errors.As(err, &fe) || fe.Field != tc.field {
 				t.Errorf("step %d %s: got %v, want a field error on %s", i, tc.name, err, tc.field)
 			}
@@ -112,17 +113,17 @@ func TestControlBounds(t *testing.T) {
 		if got := c.Controls(); len(got) != 1 || got[0].ID != ct.ID {
 			t.Errorf("step %d %s: listed %+v, want the control", i, tc.name, got)
 		}
-		var d Decision
+		var d ratelimit.Decision
 		if err := c.Check(context.Background(), req(1, tc.key, "v"), &d); err != nil {
 			t.Fatal(err)
 		}
 		st := d.Statuses[0]
 		switch {
-		case tc.action == counters.ActionDeny && d.Code != OverLimit:
+		case tc.action == counters.ActionDeny && d.Code != ratelimit.OverLimit:
 			t.Errorf("step %d %s: a deny in force answered %s", i, tc.name, d.Code)
-		case tc.action == counters.ActionLimit && tc.limit > 0 && (d.Code != OK || st.Remaining < 0 || st.Limit != tc.limit):
+		case tc.action == counters.ActionLimit && tc.limit > 0 && (d.Code != ratelimit.OK || st.Remaining < 0 || st.Limit != tc.limit):
 			t.Errorf("step %d %s: one hit under limit %d: %s, limit %d, remaining %d", i, tc.name, tc.limit, d.Code, st.Limit, st.Remaining)
-		case tc.action == counters.ActionLimit && tc.limit == 0 && d.Code != OverLimit:
+		case tc.action == counters.ActionLimit && tc.limit == 0 && d.Code != ratelimit.OverLimit:
 			t.Errorf("step %d %s: limit 0 answered %s, want a refusal", i, tc.name, d.Code)
 		}
 		if tc.ttl > 0 { // it applies until its ttl, not one nanosecond past it
@@ -152,7 +153,7 @@ func TestPoolCapacityBounds(t *testing.T) {
 		if want := config.CheckPoolCapacity(tc.capacity); (err == nil) != (want == nil) {
 			t.Errorf("step %d capacity %d: got %v, the rule file's bound says %v", i, tc.capacity, err, want)
 		}
-		var fe *FieldError
+		var fe *ratelimit.FieldError
 		switch {
 		case !tc.ok && (!errors.As(err, &fe) || fe.Field != "requests_per_unit"):
 			t.Errorf("step %d capacity %d: got %v, want a field error on requests_per_unit", i, tc.capacity, err)
@@ -161,11 +162,11 @@ func TestPoolCapacityBounds(t *testing.T) {
 		case tc.ok:
 			// An elastic tenant borrows at once from the pool at that capacity.
 			for range 5 {
-				var d Decision
+				var d ratelimit.Decision
 				if err := c.Check(context.Background(), req(1, "elastic", "acme"), &d); err != nil {
 					t.Fatal(err)
 				}
-				if d.Code != OK {
+				if d.Code != ratelimit.OK {
 					t.Errorf("step %d capacity %d: a borrower was refused: %s", i, tc.capacity, codes(d))
 				}
 			}
@@ -196,11 +197,11 @@ func TestStoredControlsOutOfBounds(t *testing.T) {
 	if err := c.SyncControls(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var d Decision
+	var d ratelimit.Decision
 	if err := c.Check(ctx, req(1, "elastic", "v"), &d); err != nil {
 		t.Fatal(err)
 	}
-	if st := d.Statuses[0]; d.Code != OK || st.Limit != 4 {
+	if st := d.Statuses[0]; d.Code != ratelimit.OK || st.Limit != 4 {
 		t.Fatalf("an out-of-bounds stored limit: %s limit %d, want the file's rule (limit 4)", d.Code, st.Limit)
 	}
 	for _, p := range c.Pools(ctx) {
@@ -224,11 +225,11 @@ func TestHugeLimitSchedules(t *testing.T) {
 		}
 		for i := range 400 {
 			clk.ns.Add(int64(time.Millisecond))
-			var d Decision
+			var d ratelimit.Decision
 			if err := c.Check(ctx, req(1000, "hard", "v"), &d); err != nil {
 				t.Fatal(err)
 			}
-			if d.Code != OK {
+			if d.Code != ratelimit.OK {
 				t.Fatalf("limit %d step %d: %s", limit, i, codes(d))
 			}
 			if i%100 == 99 {

@@ -10,6 +10,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 const controlRules = `domain: api
@@ -56,7 +57,7 @@ func run(t *testing.T, c *Checker, n int, kv ...string) string {
 	t.Helper()
 	var out []string
 	for range n {
-		var d Decision
+		var d ratelimit.Decision
 		if err := c.Check(context.Background(), req(1, kv...), &d); err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +209,7 @@ func TestControlSpecErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		_, err := a.SetControl(context.Background(), tc.spec)
-		var fe *FieldError
+		var fe *ratelimit.FieldError
 		if !errors.As(err, &fe) || fe.Field != tc.field {
 			t.Errorf("%+v: got %v, want a field error on %s", tc.spec, err, tc.field)
 		}

@@ -11,19 +11,20 @@ import (
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/local"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // deferInvariant checks what a decision may say about deferral: Deferred
 // only when every refusing status is Deferred under a rule that defers
 // (and could admit the request some day), OverLimit whenever any status
 // refuses otherwise, and no Deferred status in a decision that is not.
-func deferInvariant(d *checker.Decision) error {
+func deferInvariant(d *ratelimit.Decision) error {
 	deferredSeen := false
 	for i, st := range d.Statuses {
 		switch st.Code {
-		case checker.Deferred:
+		case ratelimit.Deferred:
 			deferredSeen = true
-			if d.Code != checker.Deferred {
+			if d.Code != ratelimit.Deferred {
 				return fmt.Errorf("status %d deferred in a %v decision", i, d.Code)
 			}
 			if st.Rule == nil || st.Rule.OnExceed != config.ExceedDefer || st.RetryNever {
@@ -33,13 +34,13 @@ func deferInvariant(d *checker.Decision) error {
 				}
 				return fmt.Errorf("status %d deferred under rule %s (retry never: %v), which does not defer it", i, id, st.RetryNever)
 			}
-		case checker.OverLimit:
-			if d.Code != checker.OverLimit {
+		case ratelimit.OverLimit:
+			if d.Code != ratelimit.OverLimit {
 				return fmt.Errorf("status %d refuses (rule %v) in a %v decision", i, st.Rule.ID, d.Code)
 			}
 		}
 	}
-	if d.Code == checker.Deferred && !deferredSeen {
+	if d.Code == ratelimit.Deferred && !deferredSeen {
 		return fmt.Errorf("a deferred decision with no deferring status")
 	}
 	return nil
@@ -158,11 +159,11 @@ descriptors:
 				check := matrixEngine(t, engine, rs)
 				step := 0
 				noDefer := false
-				decide := func(release bool, kv ...string) checker.Decision {
+				decide := func(release bool, kv ...string) ratelimit.Decision {
 					t.Helper()
 					q := req(1, kv...)
 					q.Domain, q.Release, q.NoDefer = "m", release, noDefer
-					var d checker.Decision
+					var d ratelimit.Decision
 					if err := check(q, &d); err != nil {
 						t.Fatalf("step %d %v: %v", step, kv, err)
 					}
@@ -172,7 +173,7 @@ descriptors:
 					step++
 					return d
 				}
-				until := func(kv ...string) (admitted int, d checker.Decision) {
+				until := func(kv ...string) (admitted int, d ratelimit.Decision) {
 					t.Helper()
 					for range 10 {
 						if d = decide(false, kv...); !d.Allowed() {
@@ -191,9 +192,9 @@ descriptors:
 					key += "/" + c.pool
 				}
 				a, d := until("k", "victim")
-				want := checker.OverLimit
+				want := ratelimit.OverLimit
 				if c.onExceed == "defer" {
-					want = checker.Deferred
+					want = ratelimit.Deferred
 				}
 				if a != admits[key] || d.Code != want || d.Statuses[0].Code != want {
 					t.Fatalf("admitted %d, then %s; want %d admitted, then %v", a, codes(d), admits[key], want)
@@ -203,20 +204,20 @@ descriptors:
 				if d := decide(false, "k", "victim", "d", "x"); d.Code != want {
 					t.Fatalf("beside a deferring refusal: %s, want %v", codes(d), want)
 				}
-				if d := decide(false, "k", "victim", "n", "y"); d.Code != checker.OverLimit {
+				if d := decide(false, "k", "victim", "n", "y"); d.Code != ratelimit.OverLimit {
 					t.Fatalf("beside a denying refusal: %s, want deny", codes(d))
 				}
-				if d := decide(false, "d", "x", "k", "fresh-"+engine); d.Code != checker.Deferred || d.Statuses[1].Code != checker.OK {
+				if d := decide(false, "d", "x", "k", "fresh-"+engine); d.Code != ratelimit.Deferred || d.Statuses[1].Code != ratelimit.OK {
 					t.Fatalf("a deferring refusal beside an admission: %s, want defer: allow", codes(d))
 				}
-				if d := decide(true, "k", "victim"); d.Code != checker.OverLimit {
+				if d := decide(true, "k", "victim"); d.Code != ratelimit.OverLimit {
 					t.Fatalf("a release: %s, want deny", codes(d))
 				}
 				noDefer = true // the caller cannot queue (Envoy's API, no queue)
-				if d := decide(false, "k", "victim"); d.Code != checker.OverLimit {
+				if d := decide(false, "k", "victim"); d.Code != ratelimit.OverLimit {
 					t.Fatalf("where nothing queues: %s, want deny", codes(d))
 				}
-				if d := decide(false, "d", "x", "k", "victim"); d.Code != checker.OverLimit {
+				if d := decide(false, "d", "x", "k", "victim"); d.Code != ratelimit.OverLimit {
 					t.Fatalf("a deferring refusal where nothing queues: %s, want deny", codes(d))
 				}
 			})
@@ -229,7 +230,7 @@ descriptors:
 
 // matrixEngine is a fresh engine over rs: the async checker on a
 // MemStore (deltas applied at once), or the local engine.
-func matrixEngine(t *testing.T, engine string, rs *config.RuleSet) func(*checker.Request, *checker.Decision) error {
+func matrixEngine(t *testing.T, engine string, rs *config.RuleSet) func(*ratelimit.Request, *ratelimit.Decision) error {
 	t.Helper()
 	clk := &clock{}
 	clk.ns.Store(t0)
@@ -240,14 +241,14 @@ func matrixEngine(t *testing.T, engine string, rs *config.RuleSet) func(*checker
 		if err != nil {
 			t.Fatal(err)
 		}
-		return func(q *checker.Request, d *checker.Decision) error { return c.Check(context.Background(), q, d) }
+		return func(q *ratelimit.Request, d *ratelimit.Decision) error { return c.Check(context.Background(), q, d) }
 	}
 	k, _ := limiter.NewKeyed(limiter.WithClock(clk))
 	l, err := local.New(config.NewStore(rs), k, clk, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func(q *checker.Request, d *checker.Decision) error { return l.Check(context.Background(), q, d) }
+	return func(q *ratelimit.Request, d *ratelimit.Decision) error { return l.Check(context.Background(), q, d) }
 }
 
 // TestNoDeferCountsDenied: where nothing queues (NoDefer: Envoy's API),
@@ -281,11 +282,11 @@ descriptors:
 	for i, noDefer := range []bool{false, false, true, true, true} {
 		q := req(1, "d", "x")
 		q.Domain, q.NoDefer = "m", noDefer
-		var d checker.Decision
+		var d ratelimit.Decision
 		if err := c.Check(context.Background(), q, &d); err != nil {
 			t.Fatal(err)
 		}
-		if i > 0 && (d.Code == checker.Deferred) == noDefer {
+		if i > 0 && (d.Code == ratelimit.Deferred) == noDefer {
 			t.Fatalf("step %d (no defer %v): %s", i, noDefer, codes(d))
 		}
 	}

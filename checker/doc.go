@@ -1,10 +1,10 @@
 // Package checker decides whether a request is within its limits.
 //
-// A [Request] names a domain, one or more descriptors (each an ordered list
-// of key=value entries) and a cost (hits). Each descriptor is matched
-// against the live rules independently; the request is refused if any
-// matched, non-shadow rule refuses it. The [Decision] carries one [Status]
-// per descriptor. Descriptors of one request that name the same counter are
+// A [ratelimit.Request] names a domain, one or more descriptors (each an
+// ordered list of key=value entries) and a cost (hits). Each descriptor is
+// matched against the live rules independently; the request is refused if
+// any matched, non-shadow rule refuses it. The [ratelimit.Decision] carries
+// one [ratelimit.Status] per descriptor. Descriptors of one request that name the same counter are
 // decided together: their hits add up.
 //
 // Charging follows two rules (docs/rules.md):
@@ -23,9 +23,10 @@
 // `velvetrope dev` and tests); consumption leaves as deltas through an
 // events.Producer. `mode: local` rules run on an exact in-process limiter,
 // `mode: sync` rules charge the store on every decision. Package local
-// holds the exact single-process engine over the same [Request] and
-// [Decision], the reference this one is property-tested against; both
-// remember request ids through [RequestIDs].
+// holds the exact single-process engine over the same requests and
+// decisions (package ratelimit, which both import and this package's
+// callers share), the reference this one is property-tested against; both
+// remember request ids through [ratelimit.RequestIDs].
 //
 // # The async estimate
 //

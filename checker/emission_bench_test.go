@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 const emissionRules = `domain: api
@@ -59,7 +60,7 @@ func BenchmarkEmissionAtThousandKeys(b *testing.B) {
 		weight[i] = 1 / math.Pow(float64(i+1), 1.1)
 		sum += weight[i]
 	}
-	reqs := make([]*Request, keys)
+	reqs := make([]*ratelimit.Request, keys)
 	for i := range reqs {
 		reqs[i] = req(1, "user_id", "u"+strconv.Itoa(i))
 	}
@@ -77,7 +78,7 @@ func BenchmarkEmissionAtThousandKeys(b *testing.B) {
 	}
 }
 
-func emissionRun(b *testing.B, cfg Config, reqs []*Request, weight []float64, sum float64) {
+func emissionRun(b *testing.B, cfg Config, reqs []*ratelimit.Request, weight []float64, sum float64) {
 	const keys, perSecond, seconds = 1000, 20000, 10
 	for b.Loop() {
 		ms := counters.NewMemStore()
@@ -94,7 +95,7 @@ func emissionRun(b *testing.B, cfg Config, reqs []*Request, weight []float64, su
 		var decisions int64
 		var heldAll, heldOne int64
 		step := time.Millisecond
-		var d Decision
+		var d ratelimit.Decision
 		for t := time.Duration(0); t < seconds*time.Second; t += step {
 			clk.ns.Add(int64(step))
 			for i := range acc {

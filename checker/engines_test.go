@@ -22,6 +22,7 @@ import (
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/local"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 type clock struct{ ns atomic.Int64 }
@@ -80,15 +81,15 @@ func newRig(t testing.TB, cfg checker.Config) *rig {
 	return &rig{c: c, prod: prod, clk: clk}
 }
 
-func req(hits int64, kv ...string) *checker.Request {
-	r := &checker.Request{Domain: "api", Hits: hits}
+func req(hits int64, kv ...string) *ratelimit.Request {
+	r := &ratelimit.Request{Domain: "api", Hits: hits}
 	for i := 0; i+1 < len(kv); i += 2 {
-		r.Descriptors = append(r.Descriptors, checker.Descriptor{Entries: []config.Entry{{Key: kv[i], Value: kv[i+1]}}})
+		r.Descriptors = append(r.Descriptors, ratelimit.Descriptor{Entries: []config.Entry{{Key: kv[i], Value: kv[i+1]}}})
 	}
 	return r
 }
 
-func codes(d checker.Decision) string {
+func codes(d ratelimit.Decision) string {
 	s := d.Code.String() + ":"
 	for _, st := range d.Statuses {
 		s += " " + st.Code.String()
@@ -96,7 +97,7 @@ func codes(d checker.Decision) string {
 	return s
 }
 
-func remainings(d checker.Decision) []int64 {
+func remainings(d ratelimit.Decision) []int64 {
 	var out []int64
 	for _, s := range d.Statuses {
 		out = append(out, s.Remaining)
@@ -143,7 +144,7 @@ func TestAsyncSingleInstanceIsExact(t *testing.T) {
 						q.Descriptors[j].Hits, q.Descriptors[j].HasHits = rapid.Int64Range(0, 12).Draw(rt, "own hits"), true
 					}
 				}
-				var da, dl checker.Decision
+				var da, dl ratelimit.Decision
 				if err := r.c.Check(context.Background(), q, &da); err != nil {
 					rt.Fatal(err)
 				}
@@ -214,7 +215,7 @@ func TestAsyncSingleInstanceIsExact(t *testing.T) {
 // engines returns both engines over asyncRules, with request ids
 // remembered for a minute, and a function that advances their clock.
 func engines(t *testing.T) map[string]struct {
-	check   func(*checker.Request, *checker.Decision) error
+	check   func(*ratelimit.Request, *ratelimit.Decision) error
 	advance func(time.Duration)
 } {
 	t.Helper()
@@ -227,12 +228,12 @@ func engines(t *testing.T) map[string]struct {
 		t.Fatal(err)
 	}
 	return map[string]struct {
-		check   func(*checker.Request, *checker.Decision) error
+		check   func(*ratelimit.Request, *ratelimit.Decision) error
 		advance func(time.Duration)
 	}{
-		"async": {func(q *checker.Request, d *checker.Decision) error { return r.c.Check(context.Background(), q, d) },
+		"async": {func(q *ratelimit.Request, d *ratelimit.Decision) error { return r.c.Check(context.Background(), q, d) },
 			func(d time.Duration) { r.clk.ns.Add(int64(d)) }},
-		"local": {func(q *checker.Request, d *checker.Decision) error { return l.Check(context.Background(), q, d) },
+		"local": {func(q *ratelimit.Request, d *ratelimit.Decision) error { return l.Check(context.Background(), q, d) },
 			func(d time.Duration) { lclk.ns.Add(int64(d)) }},
 	}
 }
@@ -246,7 +247,7 @@ func TestRequestIDBoundToItsRequest(t *testing.T) {
 			key := "fixed"
 			first := req(1, key, "alice")
 			first.RequestID = "r1"
-			other := func(mod func(*checker.Request)) *checker.Request {
+			other := func(mod func(*ratelimit.Request)) *ratelimit.Request {
 				q := req(1, key, "alice")
 				q.RequestID = "r1"
 				mod(q)
@@ -254,26 +255,26 @@ func TestRequestIDBoundToItsRequest(t *testing.T) {
 			}
 			steps := []struct {
 				name     string
-				q        *checker.Request
+				q        *ratelimit.Request
 				conflict bool
 			}{
 				{"first use", first, false},
 				{"a retry of the same request", first, false},
-				{"the same id with more hits", other(func(q *checker.Request) { q.Hits = 1000000 }), true},
-				{"the same id for another user", other(func(q *checker.Request) { q.Descriptors[0].Entries[0].Value = "mallory" }), true},
-				{"the same id with a descriptor's own hits", other(func(q *checker.Request) { q.Descriptors[0].Hits, q.Descriptors[0].HasHits = 1, true }), true},
-				{"the same id with one more descriptor", other(func(q *checker.Request) {
-					q.Descriptors = append(q.Descriptors, checker.Descriptor{Entries: []config.Entry{{Key: key, Value: "bob"}}})
+				{"the same id with more hits", other(func(q *ratelimit.Request) { q.Hits = 1000000 }), true},
+				{"the same id for another user", other(func(q *ratelimit.Request) { q.Descriptors[0].Entries[0].Value = "mallory" }), true},
+				{"the same id with a descriptor's own hits", other(func(q *ratelimit.Request) { q.Descriptors[0].Hits, q.Descriptors[0].HasHits = 1, true }), true},
+				{"the same id with one more descriptor", other(func(q *ratelimit.Request) {
+					q.Descriptors = append(q.Descriptors, ratelimit.Descriptor{Entries: []config.Entry{{Key: key, Value: "bob"}}})
 				}), true},
-				{"another id", other(func(q *checker.Request) { q.RequestID = "r2" }), false},
+				{"another id", other(func(q *ratelimit.Request) { q.RequestID = "r2" }), false},
 			}
-			var firstAnswer checker.Decision
+			var firstAnswer ratelimit.Decision
 			for i, s := range steps {
-				var d checker.Decision
+				var d ratelimit.Decision
 				err := e.check(s.q, &d)
 				if s.conflict {
-					var fe *checker.FieldError
-					if !errors.Is(err, checker.ErrRequestIDConflict) || !errors.As(err, &fe) || fe.Field != "request_id" {
+					var fe *ratelimit.FieldError
+					if !errors.Is(err, ratelimit.ErrRequestIDConflict) || !errors.As(err, &fe) || fe.Field != "request_id" {
 						t.Fatalf("step %d (%s): got %v, want a request_id conflict", i, s.name, err)
 					}
 					continue
@@ -289,8 +290,8 @@ func TestRequestIDBoundToItsRequest(t *testing.T) {
 				}
 			}
 			e.advance(2 * time.Minute) // past the TTL the id is free again
-			var d checker.Decision
-			if err := e.check(other(func(q *checker.Request) { q.Hits = 2 }), &d); err != nil {
+			var d ratelimit.Decision
+			if err := e.check(other(func(q *ratelimit.Request) { q.Hits = 2 }), &d); err != nil {
 				t.Fatalf("after the TTL: %v", err)
 			}
 		})
@@ -302,9 +303,9 @@ func TestRequestIDBoundToItsRequest(t *testing.T) {
 func TestBounds(t *testing.T) {
 	for name, e := range engines(t) {
 		t.Run(name, func(t *testing.T) {
-			many := &checker.Request{Domain: "api", Hits: 1}
+			many := &ratelimit.Request{Domain: "api", Hits: 1}
 			for range 17 {
-				many.Descriptors = append(many.Descriptors, checker.Descriptor{Entries: []config.Entry{{Key: "user_id", Value: "x"}}})
+				many.Descriptors = append(many.Descriptors, ratelimit.Descriptor{Entries: []config.Entry{{Key: "user_id", Value: "x"}}})
 			}
 			wide := req(1, "user_id", "x")
 			for range 8 {
@@ -314,7 +315,7 @@ func TestBounds(t *testing.T) {
 			longID.RequestID = strings.Repeat("i", 129)
 			cases := []struct {
 				name, field string
-				q           *checker.Request
+				q           *ratelimit.Request
 			}{
 				{"a 600 KB value", "descriptors[0].entries[0].value", req(1, "user_id", strings.Repeat("v", 600<<10))},
 				{"a value one byte above the bound", "descriptors[1].entries[0].value", req(1, "user_id", "ok", "user_id", strings.Repeat("v", 1025))},
@@ -325,14 +326,14 @@ func TestBounds(t *testing.T) {
 				{"a long request id", "request_id", longID},
 			}
 			for i, c := range cases {
-				var d checker.Decision
+				var d ratelimit.Decision
 				err := e.check(c.q, &d)
-				var fe *checker.FieldError
-				if !errors.As(err, &fe) || fe.Field != c.field || !errors.Is(err, checker.ErrBadRequest) {
+				var fe *ratelimit.FieldError
+				if !errors.As(err, &fe) || fe.Field != c.field || !errors.Is(err, ratelimit.ErrBadRequest) {
 					t.Fatalf("step %d (%s): got %v, want a bad request naming %s", i, c.name, err, c.field)
 				}
 			}
-			var d checker.Decision
+			var d ratelimit.Decision
 			if err := e.check(req(1, "user_id", strings.Repeat("v", 1024)), &d); err != nil {
 				t.Fatalf("a value at the bound: %v", err)
 			}
@@ -373,7 +374,7 @@ func TestElasticAndDeferOnBothEngines(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			clk := &clock{}
 			clk.ns.Store(t0)
-			var check func(*checker.Request, *checker.Decision) error
+			var check func(*ratelimit.Request, *ratelimit.Decision) error
 			if name == "async" {
 				ms := counters.NewMemStore()
 				ms.SetClock(clk)
@@ -381,20 +382,20 @@ func TestElasticAndDeferOnBothEngines(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				check = func(q *checker.Request, d *checker.Decision) error { return c.Check(context.Background(), q, d) }
+				check = func(q *ratelimit.Request, d *ratelimit.Decision) error { return c.Check(context.Background(), q, d) }
 			} else {
 				k, _ := limiter.NewKeyed(limiter.WithClock(clk))
 				l, err := local.New(config.NewStore(rs), k, clk, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
-				check = func(q *checker.Request, d *checker.Decision) error { return l.Check(context.Background(), q, d) }
+				check = func(q *ratelimit.Request, d *ratelimit.Decision) error { return l.Check(context.Background(), q, d) }
 			}
-			run := func(n int, kv ...string) (admitted, elastic int, last checker.Decision) {
+			run := func(n int, kv ...string) (admitted, elastic int, last ratelimit.Decision) {
 				for range n {
 					q := req(1, kv...)
 					q.Domain = "shop"
-					var d checker.Decision
+					var d ratelimit.Decision
 					if err := check(q, &d); err != nil {
 						t.Fatal(err)
 					}
@@ -408,24 +409,24 @@ func TestElasticAndDeferOnBothEngines(t *testing.T) {
 				}
 				return
 			}
-			if a, e, last := run(20, "tenant", "a"); a != 15 || e != 10 || last.Code != checker.OverLimit {
+			if a, e, last := run(20, "tenant", "a"); a != 15 || e != 10 || last.Code != ratelimit.OverLimit {
 				t.Fatalf("tenant a: admitted %d (%d borrowed), last %v; want 15 (10 borrowed), then refused", a, e, last.Code)
 			}
 			if a, e, _ := run(10, "tenant", "b"); a != 5 || e != 0 {
 				t.Fatalf("tenant b: admitted %d (%d borrowed); want its own 5 (the pool is spent)", a, e)
 			}
-			if a, _, last := run(3, "user_id", "u"); a != 2 || last.Code != checker.Deferred || last.Statuses[0].Code != checker.Deferred ||
+			if a, _, last := run(3, "user_id", "u"); a != 2 || last.Code != ratelimit.Deferred || last.Statuses[0].Code != ratelimit.Deferred ||
 				last.Statuses[0].RetryAfter <= 0 {
 				t.Fatalf("defer: admitted %d, last %+v; want 2 admitted, then deferred with a retry_after", a, last)
 			}
 			q := req(1, "user_id", "u")
 			q.Domain, q.Release = "shop", true
-			var d checker.Decision
-			if err := check(q, &d); err != nil || d.Code != checker.OverLimit {
+			var d ratelimit.Decision
+			if err := check(q, &d); err != nil || d.Code != ratelimit.OverLimit {
 				t.Fatalf("a release over the limit: %v %v, want OverLimit", d.Code, err)
 			}
 			clk.ns.Add(int64(time.Minute)) // the next window: a release passes
-			if err := check(q, &d); err != nil || d.Code != checker.OK {
+			if err := check(q, &d); err != nil || d.Code != ratelimit.OK {
 				t.Fatalf("a release in the next window: %v %v", d.Code, err)
 			}
 		})
@@ -463,7 +464,7 @@ func TestElasticBorrowingJudgedByTheStore(t *testing.T) {
 		for i := range n {
 			q := req(1, "tenant", tenant)
 			q.Domain = "shop"
-			var d checker.Decision
+			var d ratelimit.Decision
 			if err := cs[i%2].Check(context.Background(), q, &d); err != nil {
 				t.Fatal(err)
 			}
@@ -515,7 +516,7 @@ func TestPoolPaysOnlyWhatIsAboveTheLimit(t *testing.T) {
 				t.Run(alg+"/"+engine+"/"+seq.name, func(t *testing.T) {
 					clk := &clock{}
 					clk.ns.Store(t0)
-					var check func(*checker.Request, *checker.Decision) error
+					var check func(*ratelimit.Request, *ratelimit.Decision) error
 					if engine == "async" {
 						ms := counters.NewMemStore()
 						ms.SetClock(clk)
@@ -523,19 +524,19 @@ func TestPoolPaysOnlyWhatIsAboveTheLimit(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						check = func(q *checker.Request, d *checker.Decision) error { return c.Check(context.Background(), q, d) }
+						check = func(q *ratelimit.Request, d *ratelimit.Decision) error { return c.Check(context.Background(), q, d) }
 					} else {
 						k, _ := limiter.NewKeyed(limiter.WithClock(clk))
 						l, err := local.New(config.NewStore(rs), k, clk, 0)
 						if err != nil {
 							t.Fatal(err)
 						}
-						check = func(q *checker.Request, d *checker.Decision) error { return l.Check(context.Background(), q, d) }
+						check = func(q *ratelimit.Request, d *ratelimit.Decision) error { return l.Check(context.Background(), q, d) }
 					}
 					for i, h := range seq.hits {
 						q := req(h, "tenant", "a")
 						q.Domain = "shop"
-						var d checker.Decision
+						var d ratelimit.Decision
 						if err := check(q, &d); err != nil {
 							t.Fatal(err)
 						}
@@ -547,7 +548,7 @@ func TestPoolPaysOnlyWhatIsAboveTheLimit(t *testing.T) {
 					for range 20 {
 						q := req(1, "tenant", "b")
 						q.Domain = "shop"
-						var d checker.Decision
+						var d ratelimit.Decision
 						if err := check(q, &d); err != nil {
 							t.Fatal(err)
 						}

@@ -8,6 +8,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // TestSlicesNeverSumAboveWhatRemained: for any fleet whose views of the
@@ -147,7 +148,7 @@ descriptors:
 	step := func(n int) {
 		for i := range n {
 			clk.ns.Add(int64(time.Millisecond))
-			var d Decision
+			var d ratelimit.Decision
 			if err := cs[i%3].Check(context.Background(), req(1, "k", "x"), &d); err != nil {
 				t.Fatal(err)
 			}

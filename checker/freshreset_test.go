@@ -10,6 +10,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // TestProbeOfFreshKeyReportsReset: for every algorithm in every mode it
@@ -47,13 +48,13 @@ func TestProbeOfFreshKeyReportsReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := func(key, value string, hits int64) Status {
+	check := func(key, value string, hits int64) ratelimit.Status {
 		t.Helper()
-		var d Decision
+		var d ratelimit.Decision
 		if err := c.Check(context.Background(), req(hits, key, value), &d); err != nil {
 			t.Fatal(err)
 		}
-		if d.Code != OK {
+		if d.Code != ratelimit.OK {
 			t.Fatalf("%s hits %d: %s", key, hits, codes(d))
 		}
 		return d.Statuses[0]

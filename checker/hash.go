@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // hashing replaces the values of hash_values keys by a keyed hash before
@@ -57,12 +58,12 @@ func (h *hashing) value(domain, key, value string) string {
 // of it hashes): what may leave the process, e.g. a deferred request on
 // its topic. Descriptors that match no rule, or an unknown domain, are
 // left as they are.
-func (c *Checker) Hashed(req *Request) *Request {
+func (c *Checker) Hashed(req *ratelimit.Request) *ratelimit.Request {
 	dom, known := c.rules.Load().Lookup(req.Domain)
-	if !known || req.Prehashed || len(req.Descriptors) > MaxDescriptors {
+	if !known || req.Prehashed || len(req.Descriptors) > ratelimit.MaxDescriptors {
 		return req
 	}
-	var buf [MaxDescriptors]*config.Rule
+	var buf [ratelimit.MaxDescriptors]*config.Rule
 	matched := matchRules(dom, req, buf[:len(req.Descriptors)])
 	// (replaced rules too: a value its own rule hashes never leaves raw)
 	return c.applyHashing(req, matched)
@@ -70,7 +71,7 @@ func (c *Checker) Hashed(req *Request) *Request {
 
 // matchRules fills matched with each descriptor's rule: its own (an
 // override, a release naming it), else the one its entries match.
-func matchRules(dom config.Domain, req *Request, matched []*config.Rule) []*config.Rule {
+func matchRules(dom config.Domain, req *ratelimit.Request, matched []*config.Rule) []*config.Rule {
 	for i := range req.Descriptors {
 		if matched[i] = req.Descriptors[i].Rule; matched[i] == nil {
 			matched[i] = dom.Match(req.Descriptors[i].Entries)
@@ -82,7 +83,7 @@ func matchRules(dom config.Domain, req *Request, matched []*config.Rule) []*conf
 // apply returns req with the values of hashed entries replaced, as a copy
 // (the caller's request is not modified), or req itself when no matched
 // rule hashes.
-func (c *Checker) applyHashing(req *Request, matched []*config.Rule) *Request {
+func (c *Checker) applyHashing(req *ratelimit.Request, matched []*config.Rule) *ratelimit.Request {
 	need := false
 	for _, r := range matched {
 		if r != nil && r.Hashed != nil {
@@ -100,7 +101,7 @@ func (c *Checker) applyHashing(req *Request, matched []*config.Rule) *Request {
 		})
 	}
 	cp := *req
-	cp.Descriptors = make([]Descriptor, len(req.Descriptors))
+	cp.Descriptors = make([]ratelimit.Descriptor, len(req.Descriptors))
 	copy(cp.Descriptors, req.Descriptors)
 	for i, r := range matched {
 		if r == nil || r.Hashed == nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // memKeys lists the counter keys the store holds.
@@ -47,25 +48,25 @@ func TestHashValuesNeverLeave(t *testing.T) {
 			t.Fatal(err)
 		}
 		q := req(1, "api_key", "sk_live_SECRET")
-		var d Decision
+		var d ratelimit.Decision
 		for range 2 {
-			if err := c.Check(context.Background(), q, &d); err != nil || d.Code != OK {
+			if err := c.Check(context.Background(), q, &d); err != nil || d.Code != ratelimit.OK {
 				t.Fatalf("within the limit: %v %s", err, codes(d))
 			}
 		}
-		if err := c.Check(context.Background(), q, &d); err != nil || d.Code != OverLimit {
+		if err := c.Check(context.Background(), q, &d); err != nil || d.Code != ratelimit.OverLimit {
 			t.Fatalf("over the limit: %v %s", err, codes(d))
 		}
 		if q.Descriptors[0].Entries[0].Value != "sk_live_SECRET" {
 			t.Fatal("the caller's request was modified")
 		}
 		other := req(1, "api_key", "sk_live_OTHER")
-		if err := c.Check(context.Background(), other, &d); err != nil || d.Code != OK {
+		if err := c.Check(context.Background(), other, &d); err != nil || d.Code != ratelimit.OK {
 			t.Fatalf("another key shares the counter: %s", codes(d))
 		}
-		nested := &Request{Domain: "api", Hits: 1, Descriptors: []Descriptor{{Entries: []config.Entry{
+		nested := &ratelimit.Request{Domain: "api", Hits: 1, Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{
 			{Key: "tenant", Value: "acme"}, {Key: "user", Value: "priya@example.com"}}}}}
-		if err := c.Check(context.Background(), nested, &d); err != nil || d.Code != OK || d.Statuses[0].Remaining != 4 {
+		if err := c.Check(context.Background(), nested, &d); err != nil || d.Code != ratelimit.OK || d.Statuses[0].Remaining != 4 {
 			t.Fatalf("nested: %v %s", err, codes(d))
 		}
 		if err := c.Flush(context.Background()); err != nil {
@@ -103,7 +104,7 @@ func TestHashValuesWithoutKeyWarnsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d Decision
+	var d ratelimit.Decision
 	for range 3 {
 		if err := c.Check(context.Background(), req(1, "api_key", "k"), &d); err != nil {
 			t.Fatal(err)
@@ -135,7 +136,7 @@ func TestInspect(t *testing.T) {
 	if err != nil || st.Local != nil || st.Global.Found || st.Global.Remaining != 2 || strings.Contains(st.CounterKey, "SECRET") {
 		t.Fatalf("unknown key: %+v %v", st, err)
 	}
-	var d Decision
+	var d ratelimit.Decision
 	if err := c.Check(ctx, req(1, "api_key", "sk_live_SECRET"), &d); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func TestInspect(t *testing.T) {
 		es     []config.Entry
 		is     error
 	}{
-		{"nope", es, ErrUnknownDomain},
+		{"nope", es, ratelimit.ErrUnknownDomain},
 		{"api", []config.Entry{{Key: "unknown", Value: "x"}}, ErrNoRule},
 	} {
 		if _, err := c.Inspect(ctx, bad.domain, bad.es); !errors.Is(err, bad.is) {

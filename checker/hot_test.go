@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 const hotRules = `domain: api
@@ -33,7 +34,7 @@ func TestHotKeyShards(t *testing.T) {
 		}
 	}
 	for range 30 {
-		var d Decision
+		var d ratelimit.Decision
 		a.Check(context.Background(), req(1, "hot", "x"), &d)
 	}
 	a.Flush(context.Background())
@@ -42,7 +43,7 @@ func TestHotKeyShards(t *testing.T) {
 			t.Fatalf("delta to %q, want a's shard", d.CounterKey)
 		}
 	}
-	var d Decision
+	var d ratelimit.Decision
 	b.Check(context.Background(), req(0, "hot", "x"), &d) // creates b's entry
 	clk.ns.Add(int64(60 * time.Millisecond))
 	b.Refresh(context.Background())

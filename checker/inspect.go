@@ -9,6 +9,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // KeyState is one async counter as an operator sees it: this instance's
@@ -72,13 +73,13 @@ func (c *Checker) counterOf(domain string, entries []config.Entry) (*config.Rule
 	rs := c.rules.Load()
 	dom, ok := rs.Lookup(domain)
 	if !ok {
-		return nil, nil, "", &FieldError{"domain", fmt.Errorf("%w %q", ErrUnknownDomain, domain)}
+		return nil, nil, "", &ratelimit.FieldError{Field: "domain", Err: fmt.Errorf("%w %q", ratelimit.ErrUnknownDomain, domain)}
 	}
 	r := dom.Match(entries)
 	if r == nil {
-		return nil, nil, "", &FieldError{"descriptor", ErrNoRule}
+		return nil, nil, "", &ratelimit.FieldError{Field: "descriptor", Err: ErrNoRule}
 	}
-	req := c.applyHashing(&Request{Domain: domain, Descriptors: []Descriptor{{Entries: entries}}}, []*config.Rule{r})
+	req := c.applyHashing(&ratelimit.Request{Domain: domain, Descriptors: []ratelimit.Descriptor{{Entries: entries}}}, []*config.Rule{r})
 	es := req.Descriptors[0].Entries
 	return r, es, string(config.AppendCounterKey(nil, r, es)), nil
 }
@@ -225,7 +226,7 @@ func (c *Checker) Reset(ctx context.Context, domain string, entries []config.Ent
 	}
 	res := ResetResult{Rule: r.ID, CounterKey: key, Mode: r.Mode, Scope: "all checkers"}
 	if r.Unlimited || r.Limit == 0 {
-		return res, &FieldError{"descriptor", fmt.Errorf("rule %s keeps no counter (unlimited or blocking)", r.ID)}
+		return res, &ratelimit.FieldError{Field: "descriptor", Err: fmt.Errorf("rule %s keeps no counter (unlimited or blocking)", r.ID)}
 	}
 	if r.Mode == config.ModeLocal {
 		c.local.Reset(c.localKey(key), r.Limiter)

@@ -9,6 +9,7 @@ import (
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // TestCheckerDeltasThroughKafka: a checker emits to the real broker; a
@@ -33,7 +34,7 @@ func TestCheckerDeltasThroughKafka(t *testing.T) {
 	for i := range 600 {
 		clk.ns.Add(int64(3 * time.Millisecond))
 		key := []string{"fixed", "bucket", "envoy", "sliding", "gcra"}[i%5]
-		var d Decision
+		var d ratelimit.Decision
 		hits := int64(i%3 + 1)
 		if err := c.Check(ctx, req(hits, key, strconv.Itoa(i%7)), &d); err != nil {
 			t.Fatal(err)
@@ -98,11 +99,11 @@ func BenchmarkFlushToKafka(b *testing.B) {
 	clk := &clock{}
 	clk.ns.Store(t0)
 	c, _ := New(Config{InstanceName: "bench"}, ruleStore(b, asyncRules), counters.NewMemStore(), prod, clk)
-	reqs := make([]*Request, 1000)
+	reqs := make([]*ratelimit.Request, 1000)
 	for i := range reqs {
 		reqs[i] = req(1, "big", "k"+strconv.Itoa(i))
 	}
-	var d Decision
+	var d ratelimit.Decision
 	b.ReportAllocs()
 	b.ResetTimer()
 	var deltas uint64

@@ -12,6 +12,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 const bigKeyRules = `domain: api
@@ -47,7 +48,7 @@ type keyShape struct {
 	valueBytes int // 0: the per-IP key
 }
 
-func (k keyShape) request(i int) *Request {
+func (k keyShape) request(i int) *ratelimit.Request {
 	if k.valueBytes == 0 {
 		return req(1, "remote_address", "10."+strconv.Itoa(i>>16)+"."+strconv.Itoa(i>>8&255)+"."+strconv.Itoa(i&255))
 	}
@@ -56,7 +57,7 @@ func (k keyShape) request(i int) *Request {
 		v := strconv.Itoa(i) + "-" + strconv.Itoa(j) + "-"
 		es[j] = config.Entry{Key: "k" + strconv.Itoa(j+1), Value: v + strings.Repeat("v", k.valueBytes-len(v))}
 	}
-	return &Request{Domain: "api", Hits: 1, Descriptors: []Descriptor{{Entries: es}}}
+	return &ratelimit.Request{Domain: "api", Hits: 1, Descriptors: []ratelimit.Descriptor{{Entries: es}}}
 }
 
 // TestKeyBytesEstimateIsHonest (issue 19, item 8): the estimate the bound
@@ -96,14 +97,14 @@ func TestKeyBytesEstimateIsHonest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			reqs := make([]*Request, n)
+			reqs := make([]*ratelimit.Request, n)
 			for i := range reqs {
 				reqs[i] = shape.request(i)
 			}
 			var before, after runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
-			var d Decision
+			var d ratelimit.Decision
 			for _, r := range reqs {
 				if err := c.Check(context.Background(), r, &d); err != nil {
 					t.Fatal(err)
@@ -153,7 +154,7 @@ func TestMaxBytesBoundsTheTable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var d Decision
+			var d ratelimit.Decision
 			var largest int64
 			for i := range c.created {
 				clk.ns.Add(1000)
@@ -222,9 +223,9 @@ func TestLocalMaxKeysBoundsTheLimiter(t *testing.T) {
 	}
 }
 
-func r0v(t *testing.T, c *Checker, key, value string) Decision {
+func r0v(t *testing.T, c *Checker, key, value string) ratelimit.Decision {
 	t.Helper()
-	var d Decision
+	var d ratelimit.Decision
 	if err := c.Check(context.Background(), req(1, key, value), &d); err != nil {
 		t.Fatal(err)
 	}

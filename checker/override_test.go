@@ -7,6 +7,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // TestOverridesHashLikeTheirRule: issue 10, item 3. A per-request limit
@@ -32,8 +33,8 @@ func TestOverridesHashLikeTheirRule(t *testing.T) {
 		t.Fatalf("override label %q, want the base rule's", r.MetricID())
 	}
 	for i := range 4 {
-		var d Decision
-		if err := c.Check(context.Background(), &Request{Domain: "api", Hits: 1, Descriptors: []Descriptor{{Entries: es, Rule: r}}}, &d); err != nil {
+		var d ratelimit.Decision
+		if err := c.Check(context.Background(), &ratelimit.Request{Domain: "api", Hits: 1, Descriptors: []ratelimit.Descriptor{{Entries: es, Rule: r}}}, &d); err != nil {
 			t.Fatal(err)
 		}
 		if want := i < 3; d.Allowed() != want {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // Elastic throttling: a rule with `throttle: {type: elastic, pool: P,
@@ -23,7 +24,7 @@ import (
 
 // poolSlots appends, after the descriptors' slots, one slot per pool an
 // elastic rule of the request borrows from (slotBuf has room: check counted).
-func (c *Checker) poolSlots(slotBuf []slot, slots []slot, req *Request) []slot {
+func (c *Checker) poolSlots(slotBuf []slot, slots []slot, req *ratelimit.Request) []slot {
 	n := len(slots)
 	for i := range n {
 		s := &slots[i]
@@ -114,7 +115,7 @@ func deferring(slots []slot) bool {
 }
 
 // entriesOf is the entries s counts: the descriptor's, or its pool's.
-func (s *slot) entriesOf(req *Request) []config.Entry {
+func (s *slot) entriesOf(req *ratelimit.Request) []config.Entry {
 	if s.entries != nil {
 		return s.entries
 	}
@@ -157,10 +158,10 @@ func (c *Checker) SetPool(ctx context.Context, domain, name string, capacity int
 	pr := c.rules.Load().Pool(domain, name)
 	switch {
 	case pr == nil:
-		return &FieldError{"pool", fmt.Errorf("%w: no pool %q in domain %q", ErrNoPool, name, domain)}
+		return &ratelimit.FieldError{Field: "pool", Err: fmt.Errorf("%w: no pool %q in domain %q", ErrNoPool, name, domain)}
 	}
 	if err := config.CheckPoolCapacity(capacity); err != nil { // the bound of a rule file's pool
-		return &FieldError{"requests_per_unit", err}
+		return &ratelimit.FieldError{Field: "requests_per_unit", Err: err}
 	}
 	es := pr.Path
 	ct := counters.Control{ID: counters.ControlID(domain, es), Domain: domain, Entries: es, Action: counters.ActionPool,
@@ -176,7 +177,7 @@ func (c *Checker) SetPool(ctx context.Context, domain, name string, capacity int
 func (c *Checker) ResetPool(ctx context.Context, domain, name string) (bool, error) {
 	pr := c.rules.Load().Pool(domain, name)
 	if pr == nil {
-		return false, &FieldError{"pool", fmt.Errorf("%w: no pool %q in domain %q", ErrNoPool, name, domain)}
+		return false, &ratelimit.FieldError{Field: "pool", Err: fmt.Errorf("%w: no pool %q in domain %q", ErrNoPool, name, domain)}
 	}
 	return c.DeleteControl(ctx, counters.ControlID(domain, pr.Path))
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 const resetRules = `domain: api
@@ -68,14 +69,14 @@ func admitted(t *testing.T, c *Checker, n int, kv ...string) int {
 	t.Helper()
 	got := 0
 	for range n {
-		var d Decision
+		var d ratelimit.Decision
 		if err := c.Check(context.Background(), req(1, kv...), &d); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if d.Code != OK {
+		if d.Code != ratelimit.OK {
 			break
 		}
 		got++
@@ -99,7 +100,7 @@ func TestResetGivesTheLimitBack(t *testing.T) {
 				c.Refresh(ctx)
 			}
 			for _, c := range []*Checker{a, b} { // both hold the key, so reads cover its shards
-				var d Decision
+				var d ratelimit.Decision
 				if err := c.Check(ctx, req(0, key, "k"), &d); err != nil {
 					t.Fatal(err)
 				}
@@ -197,7 +198,7 @@ func TestResetLocalAndErrors(t *testing.T) {
 		{"api", []config.Entry{{Key: "free", Value: "k"}}, "descriptor"},
 	} {
 		_, err := a.Reset(ctx, tc.domain, tc.es)
-		var fe *FieldError
+		var fe *ratelimit.FieldError
 		if !errors.As(err, &fe) || fe.Field != tc.field {
 			t.Errorf("%s %v: %v, want a field error on %s", tc.domain, tc.es, err, tc.field)
 		}

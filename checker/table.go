@@ -12,6 +12,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // entry is the async state of one counter key. Every field is guarded by
@@ -286,12 +287,12 @@ func descText(es []config.Entry) string { return string(config.AppendDescriptorT
 // built on the request path; the table compares values on lookup), and
 // for local rules the key string in the pooled buffer as well (the
 // in-process limiter keys by it).
-func (c *Checker) keys(bufpp **[]byte, req *Request, rules []*config.Rule, slots []slot) {
+func (c *Checker) keys(bufpp **[]byte, req *ratelimit.Request, rules []*config.Rule, slots []slot) {
 	var buf []byte
 	if *bufpp != nil {
 		buf = (**bufpp)[:0]
 	}
-	var offs [MaxDescriptors + 1]int
+	var offs [ratelimit.MaxDescriptors + 1]int
 	for i, r := range rules {
 		s := &slots[i]
 		*s = slot{rule: r, sh: -1, idx: i, dupOf: -1, poolSlot: -1, cost: req.HitsOf(i)}
@@ -376,7 +377,7 @@ func (c *Checker) counterHash(r *config.Rule, es []config.Entry) uint64 {
 // create adds a key to sh (requires sh.mu held), evicting first when the
 // shard is full or the table is over its bytes, and starts it over its
 // limit if its tombstone says so.
-func (c *Checker) create(sh *shard, s *slot, req *Request, now int64) *entry {
+func (c *Checker) create(sh *shard, s *slot, req *ratelimit.Request, now int64) *entry {
 	if sh.len() >= c.perShard {
 		c.evict(sh, now, false)
 	}

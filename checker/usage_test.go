@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // TestMinuteUsageIsCumulative: every delta carries its stream's usage of
@@ -24,7 +25,7 @@ func TestMinuteUsageIsCumulative(t *testing.T) {
 	}
 	step := func(d time.Duration, hits int64, kv ...string) {
 		clk.ns.Add(int64(d))
-		var dec Decision
+		var dec ratelimit.Decision
 		if err := c.Check(ctx, req(hits, kv...), &dec); err != nil {
 			t.Fatal(err)
 		}

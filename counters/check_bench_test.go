@@ -13,6 +13,7 @@ import (
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 type nopProducer struct{}
@@ -42,8 +43,8 @@ func benchBand(b *testing.B, key string, cfg checker.Config) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	q := &checker.Request{Domain: "api", Hits: 1, Descriptors: []checker.Descriptor{{Entries: []config.Entry{{Key: key, Value: "x"}}}}}
-	var d checker.Decision
+	q := &ratelimit.Request{Domain: "api", Hits: 1, Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{{Key: key, Value: "x"}}}}}
+	var d ratelimit.Decision
 	ctx := context.Background()
 	for range 3 { // two store answers teach the key its rate
 		ch.Check(ctx, q, &d)

@@ -13,6 +13,7 @@ import (
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // The checker over the real stores: these tests live in the external test
@@ -55,8 +56,8 @@ func TestControlsAcrossCheckers(t *testing.T) {
 			}
 			a, b := mk(), mk()
 			es := []config.Entry{{Key: "ip", Value: "10.0.0.1"}}
-			q := &checker.Request{Domain: "api", Hits: 1, Descriptors: []checker.Descriptor{{Entries: es}}}
-			var d checker.Decision
+			q := &ratelimit.Request{Domain: "api", Hits: 1, Descriptors: []ratelimit.Descriptor{{Entries: es}}}
+			var d ratelimit.Decision
 			if err := b.Check(ctx, q, &d); err != nil || !d.Allowed() {
 				t.Fatalf("before: %v %v", d.Code, err)
 			}

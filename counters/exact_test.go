@@ -16,6 +16,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/local"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 type fakeClock struct{ ns atomic.Int64 }
@@ -102,9 +103,9 @@ func TestAsyncOverRedisIsExact(t *testing.T) {
 				ch.Refresh(ctx)
 			default:
 				key := rapid.SampledFrom(keys).Draw(rt, "key")
-				q := &checker.Request{Domain: "api", Hits: rapid.Int64Range(0, 8).Draw(rt, "hits"),
-					Descriptors: []checker.Descriptor{{Entries: []config.Entry{{Key: key, Value: strconv.Itoa(rapid.IntRange(0, 1).Draw(rt, "v"))}}}}}
-				var da, de checker.Decision
+				q := &ratelimit.Request{Domain: "api", Hits: rapid.Int64Range(0, 8).Draw(rt, "hits"),
+					Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{{Key: key, Value: strconv.Itoa(rapid.IntRange(0, 1).Draw(rt, "v"))}}}}}
+				var da, de ratelimit.Decision
 				if err := ch.Check(ctx, q, &da); err != nil {
 					rt.Fatal(err)
 				}

@@ -13,6 +13,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/breaker"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 const pausedRules = `domain: api
@@ -48,16 +49,16 @@ func TestPausedRedisCostsNoWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	check := func(key string) checker.Status {
+	check := func(key string) ratelimit.Status {
 		t.Helper()
-		var d checker.Decision
-		q := &checker.Request{Domain: "api", Hits: 1, Descriptors: []checker.Descriptor{{Entries: []config.Entry{{Key: key, Value: "u"}}}}}
+		var d ratelimit.Decision
+		q := &ratelimit.Request{Domain: "api", Hits: 1, Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{{Key: key, Value: "u"}}}}}
 		if err := ch.Check(ctx, q, &d); err != nil {
 			t.Fatal(err)
 		}
 		return d.Statuses[0]
 	}
-	if st := check("sync_closed"); st.Code != checker.OK || st.Degraded {
+	if st := check("sync_closed"); st.Code != ratelimit.OK || st.Degraded {
 		t.Fatalf("before the pause: %+v", st)
 	}
 	if err := admin.Do(ctx, "CLIENT", "PAUSE", "6000", "ALL").Err(); err != nil {
@@ -67,13 +68,13 @@ func TestPausedRedisCostsNoWaiting(t *testing.T) {
 	start := time.Now()
 	steps := []struct {
 		key  string
-		code checker.Code
+		code ratelimit.Code
 	}{
-		{"sync_closed", checker.OverLimit}, // failure: closed refuses
-		{"near_open", checker.OK},          // a young key is near: the store is needed; failure: open admits
-		{"sync_closed", checker.OverLimit}, // the third failure opens the breaker
-		{"sync_closed", checker.OverLimit}, // decided without a call
-		{"near_open", checker.OK},
+		{"sync_closed", ratelimit.OverLimit}, // failure: closed refuses
+		{"near_open", ratelimit.OK},          // a young key is near: the store is needed; failure: open admits
+		{"sync_closed", ratelimit.OverLimit}, // the third failure opens the breaker
+		{"sync_closed", ratelimit.OverLimit}, // decided without a call
+		{"near_open", ratelimit.OK},
 	}
 	for i, s := range steps {
 		st := check(s.key)

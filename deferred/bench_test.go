@@ -5,23 +5,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // benchDecision is one deferred decision of the shop rules, reused.
-func benchDecision(b *testing.B) (*rig, checker.Request, checker.Decision) {
+func benchDecision(b *testing.B) (*rig, ratelimit.Request, ratelimit.Decision) {
 	b.Helper()
 	r := newRig(b, "10m", 5)
 	for {
-		req := checker.Request{Domain: "shop", Hits: 1, Descriptors: []checker.Descriptor{{Entries: []config.Entry{{Key: "user_id", Value: "alice"}}}}}
-		var d checker.Decision
+		req := ratelimit.Request{Domain: "shop", Hits: 1, Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{{Key: "user_id", Value: "alice"}}}}}
+		var d ratelimit.Decision
 		if err := r.engine.Check(context.Background(), &req, &d); err != nil {
 			b.Fatal(err)
 		}
-		if d.Code == checker.Deferred {
+		if d.Code == ratelimit.Deferred {
 			return r, req, d
 		}
 	}

@@ -19,16 +19,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/logx"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // Checker decides a release; *checker.Checker and *local.Engine are ones.
 type Checker interface {
-	Check(ctx context.Context, req *checker.Request, d *checker.Decision) error
+	Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error
 }
 
 // DrainConfig configures a Drain. Zero values take the defaults named.
@@ -398,9 +398,9 @@ func (d *Drain) process(ctx context.Context, j *job) bool {
 			continue
 		}
 		req := it.Request(d.cfg.Rules())
-		var dec checker.Decision
+		var dec ratelimit.Decision
 		err := d.cfg.Checker.Check(ctx, &req, &dec)
-		var fe *checker.FieldError
+		var fe *ratelimit.FieldError
 		switch {
 		case ctx.Err() != nil:
 			return false
@@ -412,7 +412,7 @@ func (d *Drain) process(ctx context.Context, j *job) bool {
 			if !sleep(ctx, min(d.cfg.BackoffMin, time.Until(it.Deadline))) {
 				return false
 			}
-		case dec.Code == checker.OK:
+		case dec.Code == ratelimit.OK:
 			j.released = true
 			d.Releases.Add(1)
 		default:

@@ -13,12 +13,12 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/local"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 const shopRules = `
@@ -135,14 +135,14 @@ func (r *rig) drain(t *testing.T, mod func(*DrainConfig)) *Drain {
 
 // check decides one request for user and, when deferred, queues it with
 // payload; it returns the decision code and the ticket.
-func (r *rig) check(t *testing.T, user string, p *Payload) (checker.Code, string) {
+func (r *rig) check(t *testing.T, user string, p *Payload) (ratelimit.Code, string) {
 	t.Helper()
-	req := checker.Request{Domain: "shop", Hits: 1, Descriptors: []checker.Descriptor{{Entries: []config.Entry{{Key: "user_id", Value: user}}}}}
-	var d checker.Decision
+	req := ratelimit.Request{Domain: "shop", Hits: 1, Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{{Key: "user_id", Value: user}}}}}
+	var d ratelimit.Decision
 	if err := r.engine.Check(context.Background(), &req, &d); err != nil {
 		t.Fatal(err)
 	}
-	if d.Code != checker.Deferred {
+	if d.Code != ratelimit.Deferred {
 		return d.Code, ""
 	}
 	rc, err := r.queue.Enqueue(context.Background(), &req, &d, p)
@@ -188,9 +188,9 @@ func TestDrainReleasesAtTheLimit(t *testing.T) {
 			code, tk := r.check(t, "alice", &Payload{Method: "PUT", Path: fmt.Sprintf("/orders/%d?x=1", i),
 				Headers: map[string]string{"Content-Type": "application/json"}, Body: fmt.Sprintf(`{"n":%d}`, i)})
 			switch code {
-			case checker.OK:
+			case ratelimit.OK:
 				allowed++
-			case checker.Deferred:
+			case ratelimit.Deferred:
 				tickets = append(tickets, tk)
 			default:
 				t.Fatalf("request %d: %v", i, code)
@@ -245,7 +245,7 @@ func TestDrainReleasesAtTheLimit(t *testing.T) {
 			t.Fatalf("releases %d deliveries %d waits %d", d.Releases.Load(), d.Deliveries.Load(), d.Waits.Load())
 		}
 		// the releases were charged: the window after the last release is full
-		if code, _ := r.check(t, "bob", nil); code != checker.OK {
+		if code, _ := r.check(t, "bob", nil); code != ratelimit.OK {
 			t.Fatalf("another key: %v", code)
 		}
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // TestHashedValuesStayHashed: over a hash_values rule that defers, the
@@ -49,13 +50,13 @@ descriptors:
 		topic, _ := events.NewMemBus(2, 100)
 		dlq, _ := events.NewMemBus(1, 100)
 		q := NewQueue(topic, ms, nil, time.Hour).WithHasher(c)
-		check := func() checker.Code {
-			req := checker.Request{Domain: "shop", Hits: 1, Descriptors: []checker.Descriptor{{Entries: []config.Entry{{Key: "email", Value: "ann@example.com"}}}}}
-			var d checker.Decision
+		check := func() ratelimit.Code {
+			req := ratelimit.Request{Domain: "shop", Hits: 1, Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{{Key: "email", Value: "ann@example.com"}}}}}
+			var d ratelimit.Decision
 			if err := c.Check(context.Background(), &req, &d); err != nil {
 				t.Fatal(err)
 			}
-			if d.Code == checker.Deferred {
+			if d.Code == ratelimit.Deferred {
 				if _, err := q.Enqueue(context.Background(), &req, &d, nil); err != nil {
 					t.Fatal(err)
 				}
@@ -63,7 +64,7 @@ descriptors:
 			return d.Code
 		}
 		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 100*time.Millisecond)))
-		if a, b := check(), check(); a != checker.OK || b != checker.Deferred {
+		if a, b := check(), check(); a != ratelimit.OK || b != ratelimit.Deferred {
 			t.Fatalf("first %v, second %v", a, b)
 		}
 		m, err := topic.Fetch(context.Background())
@@ -93,7 +94,7 @@ descriptors:
 			t.Fatalf("deliveries %+v", got)
 		}
 		// the release took this second's budget of the same (hashed) counter
-		if code := check(); code != checker.Deferred {
+		if code := check(); code != ratelimit.Deferred {
 			t.Fatalf("a live request after the release: %v, want deferred", code)
 		}
 		cancel()

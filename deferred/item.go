@@ -20,8 +20,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // ItemVersion is the schema version of the records on the deferred topic.
@@ -97,9 +97,9 @@ func ValidTicket(s string) bool {
 // the same descriptors and hits, marked as a release (and, for a hashed
 // item, as hashed already, each descriptor decided by the rule it matched
 // when it was deferred, if rs still has it).
-func (it *Item) Request(rs *config.RuleSet) checker.Request {
-	req := checker.Request{Domain: it.Domain, Hits: it.Hits, Release: true, Prehashed: it.Hashed,
-		Descriptors: make([]checker.Descriptor, len(it.Descriptors))}
+func (it *Item) Request(rs *config.RuleSet) ratelimit.Request {
+	req := ratelimit.Request{Domain: it.Domain, Hits: it.Hits, Release: true, Prehashed: it.Hashed,
+		Descriptors: make([]ratelimit.Descriptor, len(it.Descriptors))}
 	for i, d := range it.Descriptors {
 		es := make([]config.Entry, len(d.Entries))
 		for j, e := range d.Entries {
@@ -159,18 +159,18 @@ func (it *Item) validate() error {
 		return errors.New("rule: empty")
 	case it.Key == "":
 		return errors.New("key: empty")
-	case len(it.Descriptors) == 0 || len(it.Descriptors) > checker.MaxDescriptors:
-		return fmt.Errorf("descriptors: %d, want 1 to %d", len(it.Descriptors), checker.MaxDescriptors)
-	case it.Hits < 0 || it.Hits > checker.MaxHits:
+	case len(it.Descriptors) == 0 || len(it.Descriptors) > ratelimit.MaxDescriptors:
+		return fmt.Errorf("descriptors: %d, want 1 to %d", len(it.Descriptors), ratelimit.MaxDescriptors)
+	case it.Hits < 0 || it.Hits > ratelimit.MaxHits:
 		return fmt.Errorf("hits: %d out of range", it.Hits)
 	case it.EnqueuedAt.IsZero() || it.Deadline.Before(it.EnqueuedAt):
 		return errors.New("enqueued_at, deadline: missing or out of order")
 	}
 	for i, d := range it.Descriptors {
-		if len(d.Entries) == 0 || len(d.Entries) > checker.MaxEntries {
-			return fmt.Errorf("descriptors[%d].entries: %d, want 1 to %d", i, len(d.Entries), checker.MaxEntries)
+		if len(d.Entries) == 0 || len(d.Entries) > ratelimit.MaxEntries {
+			return fmt.Errorf("descriptors[%d].entries: %d, want 1 to %d", i, len(d.Entries), ratelimit.MaxEntries)
 		}
-		if d.Hits != nil && (*d.Hits < 0 || *d.Hits > checker.MaxHits) {
+		if d.Hits != nil && (*d.Hits < 0 || *d.Hits > ratelimit.MaxHits) {
 			return fmt.Errorf("descriptors[%d].hits: %d out of range", i, *d.Hits)
 		}
 	}
@@ -183,11 +183,11 @@ func (it *Item) validate() error {
 }
 
 // Check validates a payload and its size against limit bytes (the body,
-// decoded, plus the headers): it returns a *checker.FieldError naming the
+// decoded, plus the headers): it returns a *ratelimit.FieldError naming the
 // payload field at fault.
 func (p *Payload) Check(limit int64) error {
 	bad := func(field, format string, args ...any) error {
-		return &checker.FieldError{Field: "payload." + field, Err: fmt.Errorf(format, args...)}
+		return &ratelimit.FieldError{Field: "payload." + field, Err: fmt.Errorf(format, args...)}
 	}
 	if p.Method != "" && !token(p.Method) {
 		return bad("method", "%q is not an HTTP method", p.Method)

@@ -8,9 +8,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/events"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 const boundedRules = `
@@ -25,15 +25,15 @@ descriptors:
 
 // deferOne decides one request for user (with request id id, if any)
 // and queues it when deferred with payload p.
-func (r *rig) deferOne(t *testing.T, q *Queue, user, id string, p *Payload) (checker.Code, Receipt, error) {
+func (r *rig) deferOne(t *testing.T, q *Queue, user, id string, p *Payload) (ratelimit.Code, Receipt, error) {
 	t.Helper()
-	req := checker.Request{Domain: "shop", Hits: 1, RequestID: id,
-		Descriptors: []checker.Descriptor{{Entries: []config.Entry{{Key: "user_id", Value: user}}}}}
-	var d checker.Decision
+	req := ratelimit.Request{Domain: "shop", Hits: 1, RequestID: id,
+		Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{{Key: "user_id", Value: user}}}}}
+	var d ratelimit.Decision
 	if err := r.engine.Check(context.Background(), &req, &d); err != nil {
 		t.Fatal(err)
 	}
-	if d.Code != checker.Deferred {
+	if d.Code != ratelimit.Deferred {
 		return d.Code, Receipt{}, nil
 	}
 	rc, err := q.Enqueue(context.Background(), &req, &d, p)
@@ -86,13 +86,13 @@ func TestEnqueueOncePerRequestID(t *testing.T) {
 	}
 	for _, c := range conflicts {
 		for n := 0; ; n++ { // over the limit
-			if code, _ := r.check(t, c.user, nil); code != checker.OK {
+			if code, _ := r.check(t, c.user, nil); code != ratelimit.OK {
 				break
 			}
 		}
 		_, rc, err := r.deferOne(t, other, c.user, "order-7", c.p)
-		var fe *checker.FieldError
-		if !errors.As(err, &fe) || fe.Field != "request_id" || !errors.Is(err, checker.ErrRequestIDConflict) || rc.Ticket != "" {
+		var fe *ratelimit.FieldError
+		if !errors.As(err, &fe) || fe.Field != "request_id" || !errors.Is(err, ratelimit.ErrRequestIDConflict) || rc.Ticket != "" {
 			t.Fatalf("%s under the id: %+v %v, want a request_id conflict", c.name, rc, err)
 		}
 	}

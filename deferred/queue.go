@@ -11,14 +11,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // ErrPayloadTooLarge is a payload above its rule's max_payload_bytes (HTTP
-// 413); it arrives in a *checker.FieldError naming the payload field.
+// 413); it arrives in a *ratelimit.FieldError naming the payload field.
 var ErrPayloadTooLarge = errors.New("payload too large")
 
 // ErrNotDeferred is Enqueue called with a decision that is not a defer.
@@ -30,7 +30,7 @@ var ErrQueueFull = errors.New("deferred queue full")
 
 // ErrRequestInFlight is a request whose request id is being queued by
 // another call that has not finished (HTTP 409): retrying soon gets its
-// ticket. It arrives in a *checker.FieldError naming request_id.
+// ticket. It arrives in a *ratelimit.FieldError naming request_id.
 var ErrRequestInFlight = errors.New("a request with this request id is being queued; retry to get its ticket")
 
 // Bounds of the queue, as FullError names them (and the metric's reason).
@@ -102,7 +102,7 @@ const maxStreaks = 1 << 16
 // Hasher replaces the values of hash_values rules by their keyed
 // hashes; *checker.Checker is one.
 type Hasher interface {
-	Hashed(req *checker.Request) *checker.Request
+	Hashed(req *ratelimit.Request) *ratelimit.Request
 }
 
 // WithHasher makes the queue write the values of hash_values rules as the
@@ -162,17 +162,17 @@ type Receipt struct {
 // store first (shared by every checker), and a request whose id was
 // deferred before gets that request's ticket (Receipt.Repeat) and is not
 // queued again; another request under the id is refused with
-// checker.ErrRequestIDConflict, and one whose first is still being queued
+// ratelimit.ErrRequestIDConflict, and one whose first is still being queued
 // with ErrRequestInFlight (both naming request_id). The item is then
 // admitted within the rule's defer.max_queued for its key and
 // deferred.max_bytes in all, or refused with a *FullError.
-func (q *Queue) Enqueue(ctx context.Context, req *checker.Request, d *checker.Decision, p *Payload) (Receipt, error) {
-	if d.Code != checker.Deferred {
+func (q *Queue) Enqueue(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision, p *Payload) (Receipt, error) {
+	if d.Code != ratelimit.Deferred {
 		return Receipt{}, ErrNotDeferred
 	}
 	idx := -1
 	for i := range d.Statuses {
-		if d.Statuses[i].Code == checker.Deferred && d.Statuses[i].Rule != nil {
+		if d.Statuses[i].Code == ratelimit.Deferred && d.Statuses[i].Rule != nil {
 			idx = i
 			break
 		}
@@ -185,9 +185,9 @@ func (q *Queue) Enqueue(ctx context.Context, req *checker.Request, d *checker.De
 	if p != nil {
 		if err := p.Check(r.Defer.MaxPayloadBytes); err != nil {
 			q.Refused.Add(1)
-			var fe *checker.FieldError
+			var fe *ratelimit.FieldError
 			if errors.As(err, &fe) && fe.Field == "payload.body" {
-				return Receipt{}, &checker.FieldError{Field: "payload", Err: fmt.Errorf("%w: %v", ErrPayloadTooLarge, fe.Err)}
+				return Receipt{}, &ratelimit.FieldError{Field: "payload", Err: fmt.Errorf("%w: %v", ErrPayloadTooLarge, fe.Err)}
 			}
 			return Receipt{}, err
 		}
@@ -240,10 +240,11 @@ func (q *Queue) Enqueue(ctx context.Context, req *checker.Request, d *checker.De
 			q.EnqueueErrors.Add(1)
 			return Receipt{}, fmt.Errorf("deferred: claim the request id: %w", err)
 		case !won && cur.Fingerprint != claim.Fingerprint:
-			return Receipt{}, &checker.FieldError{Field: "request_id", Err: fmt.Errorf("%w: it was deferred as ticket %s",
-				checker.ErrRequestIDConflict, cur.Ticket)}
+			return Receipt{}, &ratelimit.FieldError{Field: "request_id", Err: fmt.Errorf("%w: it was deferred as ticket %s",
+				ratelimit.ErrRequestIDConflict, cur.Ticket)}
+
 		case !won && cur.Pending:
-			return Receipt{}, &checker.FieldError{Field: "request_id", Err: ErrRequestInFlight}
+			return Receipt{}, &ratelimit.FieldError{Field: "request_id", Err: ErrRequestInFlight}
 		case !won:
 			q.Repeats.Add(1)
 			return Receipt{Ticket: cur.Ticket, Rule: r, Deadline: time.Unix(0, cur.Deadline).UTC(), ETA: max(st.RetryAfter, 0),

@@ -9,10 +9,10 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // failing is a publisher whose topic refuses everything.
@@ -21,15 +21,15 @@ type failing struct{}
 func (failing) Publish(context.Context, []events.Message) error { return errors.New("broker down") }
 func (failing) Close(context.Context) error                     { return nil }
 
-func deferredDecision(t *testing.T, r *rig) (checker.Request, checker.Decision) {
+func deferredDecision(t *testing.T, r *rig) (ratelimit.Request, ratelimit.Decision) {
 	t.Helper()
 	for {
-		req := checker.Request{Domain: "shop", Hits: 1, Descriptors: []checker.Descriptor{{Entries: []config.Entry{{Key: "user_id", Value: "alice"}}}}}
-		var d checker.Decision
+		req := ratelimit.Request{Domain: "shop", Hits: 1, Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{{Key: "user_id", Value: "alice"}}}}}
+		var d ratelimit.Decision
 		if err := r.engine.Check(context.Background(), &req, &d); err != nil {
 			t.Fatal(err)
 		}
-		if d.Code == checker.Deferred {
+		if d.Code == ratelimit.Deferred {
 			return req, d
 		}
 	}
@@ -78,7 +78,7 @@ func TestEnqueuePayloads(t *testing.T) {
 				}
 				return
 			}
-			var fe *checker.FieldError
+			var fe *ratelimit.FieldError
 			if !errors.As(err, &fe) || fe.Field != tc.field || errors.Is(err, ErrPayloadTooLarge) != tc.large {
 				t.Fatalf("got %v, want a refusal of %s (too large: %v)", err, tc.field, tc.large)
 			}
@@ -103,7 +103,7 @@ func TestEnqueueFailureIsNotQueued(t *testing.T) {
 		t.Fatalf("errors %d enqueued %d", q.EnqueueErrors.Load(), q.Enqueued.Load())
 	}
 	// a decision that is not a defer is not queued
-	d.Code = checker.OverLimit
+	d.Code = ratelimit.OverLimit
 	if _, err := q.Enqueue(context.Background(), &req, &d, nil); !errors.Is(err, ErrNotDeferred) {
 		t.Fatalf("got %v", err)
 	}

@@ -1,7 +1,7 @@
 // Package local is the single-process rate limit engine: every counter is
-// an exact in-process limiter, behind the same [checker.Request] and
-// [checker.Decision] as the async checker, which is property-tested
-// against it.
+// an exact in-process limiter, behind the same [ratelimit.Request] and
+// [ratelimit.Decision] as the async checker (package checker), which is
+// property-tested against it.
 package local
 
 import (
@@ -13,21 +13,21 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // Engine decides from exact in-process limiters: every counter lives in
 // this process, so its decisions are exact for one process and know
 // nothing of other instances. Requests are bounded by
-// [checker.DefaultBounds]. Safe for concurrent use.
+// [ratelimit.DefaultBounds]. Safe for concurrent use.
 type Engine struct {
 	rules *config.Store
 	keyed *limiter.Keyed
 	clock limiter.Clock
-	ids   *checker.RequestIDs // nil: no request-level idempotency
-	bufs  sync.Pool           // *[]byte scratch for counter keys
+	ids   *ratelimit.RequestIDs // nil: no request-level idempotency
+	bufs  sync.Pool             // *[]byte scratch for counter keys
 }
 
 // New returns an Engine deciding with the live rules of store, keeping
@@ -40,7 +40,7 @@ func New(store *config.Store, keyed *limiter.Keyed, clock limiter.Clock, idemTTL
 	}
 	l := &Engine{rules: store, keyed: keyed, clock: clock}
 	if idemTTL > 0 {
-		l.ids = checker.NewRequestIDs(idemTTL, 1<<16)
+		l.ids = ratelimit.NewRequestIDs(idemTTL, 1<<16)
 	}
 	l.bufs.New = func() any { b := make([]byte, 0, 256); return &b }
 	return l, nil
@@ -50,9 +50,9 @@ func New(store *config.Store, keyed *limiter.Keyed, clock limiter.Clock, idemTTL
 func (l *Engine) Rules() *config.RuleSet { return l.rules.Load() }
 
 // Check decides req into d, reusing d.Statuses' capacity. It returns an
-// error only for a malformed request (a *[checker.FieldError]) or an
+// error only for a malformed request (a *[ratelimit.FieldError]) or an
 // internal fault; a refusal is a Decision, not an error.
-func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decision) error {
+func (l *Engine) Check(_ context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
 	rs := l.rules.Load()
 	if err := req.Validate(rs); err != nil {
 		return err
@@ -66,7 +66,7 @@ func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decis
 	n := len(req.Descriptors)
 	d.Statuses = slices.Grow(d.Statuses[:0], n)[:n]
 
-	var matched [checker.MaxDescriptors]*config.Rule
+	var matched [ratelimit.MaxDescriptors]*config.Rule
 	for i := range req.Descriptors {
 		if matched[i] = req.Descriptors[i].Rule; matched[i] == nil {
 			matched[i] = dom.Match(req.Descriptors[i].Entries)
@@ -76,8 +76,8 @@ func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decis
 
 	// Descriptors naming the same counter are decided together: their hits
 	// add up, and each reports the counter after all of them.
-	var cost [checker.MaxDescriptors]int64
-	var dupOf [checker.MaxDescriptors]int
+	var cost [ratelimit.MaxDescriptors]int64
+	var dupOf [ratelimit.MaxDescriptors]int
 	for i := range n {
 		cost[i], dupOf[i] = req.HitsOf(i), -1
 		for j := range i {
@@ -94,11 +94,11 @@ func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decis
 	// Phase 1: Envoy-semantics rules are charged now (every call counts);
 	// algorithm rules are only peeked.
 	denied := false
-	var peeked [checker.MaxDescriptors]limiter.Decision // algorithm rules' peeks, by descriptor
-	var borrow [checker.MaxDescriptors]int64            // elastic rules: hits above their own limit, the pool's share
+	var peeked [ratelimit.MaxDescriptors]limiter.Decision // algorithm rules' peeks, by descriptor
+	var borrow [ratelimit.MaxDescriptors]int64            // elastic rules: hits above their own limit, the pool's share
 	for i := range n {
 		st := &d.Statuses[i]
-		*st = checker.Status{Code: checker.OK, Rule: matched[i]}
+		*st = ratelimit.Status{Code: ratelimit.OK, Rule: matched[i]}
 		r := matched[i]
 		if r == nil || r.Unlimited || dupOf[i] >= 0 {
 			continue
@@ -129,12 +129,12 @@ func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decis
 			}
 			if !pd.Allowed { // the pool has no room: refused as the pool refuses
 				borrow[i] = 0
-				st.Code, st.RetryAfter, st.RetryNever, st.Remaining = checker.OverLimit, max(pd.RetryAfter, 0), pd.RetryNever(), 0
+				st.Code, st.RetryAfter, st.RetryNever, st.Remaining = ratelimit.OverLimit, max(pd.RetryAfter, 0), pd.RetryNever(), 0
 				peeked[i] = limiter.Decision{}
 			}
 			st.Elastic = borrow[i] > 0
 		}
-		if st.Code == checker.OverLimit {
+		if st.Code == ratelimit.OverLimit {
 			denied = true
 		}
 	}
@@ -161,17 +161,17 @@ func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decis
 			st.Elastic = borrow[i] > 0 && ld.Allowed
 			if st.Elastic { // what it takes above its limit, the pool gives
 				if pd, _ := l.keyed.AllowAt(l.poolKey(bufp, r.Pool), r.Pool.Limiter, now, borrow[i], ""); !pd.Allowed {
-					st.Code, st.Elastic = checker.OverLimit, false
+					st.Code, st.Elastic = ratelimit.OverLimit, false
 				}
 			}
-			if st.Code == checker.OverLimit {
+			if st.Code == ratelimit.OverLimit {
 				denied = true
 			}
 		}
 	}
-	d.Code = checker.OK
+	d.Code = ratelimit.OK
 	if denied {
-		d.Code = checker.OverLimit
+		d.Code = ratelimit.OverLimit
 		// Nothing was charged to the algorithm rules that would have
 		// admitted: report what they really have left.
 		for i := range n {
@@ -181,10 +181,10 @@ func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decis
 			}
 		}
 		if deferring(req, d.Statuses[:n]) {
-			d.Code = checker.Deferred
+			d.Code = ratelimit.Deferred
 			for i := range n {
-				if d.Statuses[i].Code == checker.OverLimit {
-					d.Statuses[i].Code = checker.Deferred
+				if d.Statuses[i].Code == ratelimit.OverLimit {
+					d.Statuses[i].Code = ratelimit.Deferred
 				}
 			}
 		}
@@ -201,13 +201,13 @@ func (l *Engine) Check(_ context.Context, req *checker.Request, d *checker.Decis
 // deferring reports whether every refusing status is of an `on_exceed:
 // defer` rule that could still admit the request (not a release, nor a
 // request whose caller cannot queue it).
-func deferring(req *checker.Request, sts []checker.Status) bool {
+func deferring(req *ratelimit.Request, sts []ratelimit.Status) bool {
 	if req.Release || req.NoDefer {
 		return false
 	}
 	for i := range sts {
 		st := &sts[i]
-		if st.Code == checker.OverLimit && (st.Rule == nil || st.Rule.OnExceed != config.ExceedDefer || st.RetryNever) {
+		if st.Code == ratelimit.OverLimit && (st.Rule == nil || st.Rule.OnExceed != config.ExceedDefer || st.RetryNever) {
 			return false
 		}
 	}
@@ -224,7 +224,7 @@ func (l *Engine) poolKey(bufp *[]byte, pool *config.Rule) string {
 // key builds descriptor i's counter key in the pooled buffer and returns it
 // as a string that aliases the buffer. limiter.Keyed copies the key when it
 // keeps it, so the alias is never retained past the call.
-func (l *Engine) key(bufp *[]byte, r *config.Rule, req *checker.Request, i int) string {
+func (l *Engine) key(bufp *[]byte, r *config.Rule, req *ratelimit.Request, i int) string {
 	*bufp = config.AppendCounterKey((*bufp)[:0], r, req.Descriptors[i].Entries)
 	b := *bufp
 	return unsafe.String(unsafe.SliceData(b), len(b))
@@ -232,7 +232,7 @@ func (l *Engine) key(bufp *[]byte, r *config.Rule, req *checker.Request, i int) 
 
 // fill turns a limiter decision into a status under rule r, applying
 // shadow mode and the soft throttle's overage.
-func fill(st *checker.Status, r *config.Rule, ld limiter.Decision) {
+func fill(st *ratelimit.Status, r *config.Rule, ld limiter.Decision) {
 	st.Limit = r.Limit
 	over := r.Ceiling() - r.Limit // soft overage, 0 for hard rules
 	st.Remaining = max(ld.Remaining-over, 0)
@@ -243,11 +243,11 @@ func fill(st *checker.Status, r *config.Rule, ld limiter.Decision) {
 	}
 	switch {
 	case !ld.Allowed && r.Shadow:
-		st.Code, st.Shadowed, st.RetryAfter, st.RetryNever = checker.OK, true, 0, false
+		st.Code, st.Shadowed, st.RetryAfter, st.RetryNever = ratelimit.OK, true, 0, false
 	case !ld.Allowed:
-		st.Code = checker.OverLimit
+		st.Code = ratelimit.OverLimit
 	default:
-		st.Code = checker.OK
+		st.Code = ratelimit.OK
 		st.OverSoft = over > 0 && ld.Remaining < over && r.Pool == nil // elastic: Elastic, set by Check
 	}
 }

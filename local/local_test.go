@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 type clock struct{ ns atomic.Int64 }
@@ -76,24 +76,24 @@ func newLocal(t testing.TB) (*Engine, *clock) {
 	return l, clk
 }
 
-func req(hits int64, kv ...string) *checker.Request {
-	r := &checker.Request{Domain: "api", Hits: hits}
+func req(hits int64, kv ...string) *ratelimit.Request {
+	r := &ratelimit.Request{Domain: "api", Hits: hits}
 	for i := 0; i+1 < len(kv); i += 2 {
-		r.Descriptors = append(r.Descriptors, checker.Descriptor{Entries: []config.Entry{{Key: kv[i], Value: kv[i+1]}}})
+		r.Descriptors = append(r.Descriptors, ratelimit.Descriptor{Entries: []config.Entry{{Key: kv[i], Value: kv[i+1]}}})
 	}
 	return r
 }
 
-func check(t *testing.T, l *Engine, r *checker.Request) checker.Decision {
+func check(t *testing.T, l *Engine, r *ratelimit.Request) ratelimit.Decision {
 	t.Helper()
-	var d checker.Decision
+	var d ratelimit.Decision
 	if err := l.Check(context.Background(), r, &d); err != nil {
 		t.Fatal(err)
 	}
 	return d
 }
 
-func codes(d checker.Decision) string {
+func codes(d ratelimit.Decision) string {
 	s := d.Code.String() + ":"
 	for _, st := range d.Statuses {
 		s += " " + st.Code.String()
@@ -104,7 +104,7 @@ func codes(d checker.Decision) string {
 func TestEnvoySemanticsChargeEveryCall(t *testing.T) {
 	l, _ := newLocal(t)
 	steps := []struct {
-		r            *checker.Request
+		r            *ratelimit.Request
 		want         string
 		ipRemaining  int64
 		userRemained int64
@@ -140,7 +140,7 @@ func TestPerDescriptorHits(t *testing.T) {
 	}
 	r2 := req(1, "envoy_user", "z")
 	r2.Descriptors[0].Hits, r2.Descriptors[0].HasHits = 3, true
-	if d := check(t, l, r2); d.Code != checker.OverLimit {
+	if d := check(t, l, r2); d.Code != ratelimit.OverLimit {
 		t.Fatalf("3 hits on a limit of 2: got %s, want deny", codes(d))
 	}
 }
@@ -148,7 +148,7 @@ func TestPerDescriptorHits(t *testing.T) {
 func TestAlgorithmRulesChargeNothingWhenDenied(t *testing.T) {
 	l, _ := newLocal(t)
 	steps := []struct {
-		r         *checker.Request
+		r         *ratelimit.Request
 		want      string
 		tenantRem int64
 	}{
@@ -174,36 +174,36 @@ func TestStatusesOfSpecialRules(t *testing.T) {
 	l, clk := newLocal(t)
 	cases := []struct {
 		name string
-		r    *checker.Request
+		r    *ratelimit.Request
 		want string
-		chk  func(t *testing.T, d checker.Decision)
+		chk  func(t *testing.T, d ratelimit.Decision)
 	}{
-		{"no rule matches", req(1, "nothing", "x"), "allow: allow", func(t *testing.T, d checker.Decision) {
+		{"no rule matches", req(1, "nothing", "x"), "allow: allow", func(t *testing.T, d ratelimit.Decision) {
 			if d.Statuses[0].Rule != nil {
 				t.Fatal("status has a rule")
 			}
 		}},
-		{"unlimited", req(1000, "free", "x"), "allow: allow", func(t *testing.T, d checker.Decision) {
+		{"unlimited", req(1000, "free", "x"), "allow: allow", func(t *testing.T, d ratelimit.Decision) {
 			if !d.Statuses[0].Rule.Unlimited {
 				t.Fatal("not unlimited")
 			}
 		}},
-		{"blocked value", req(1, "banned", "x"), "deny: deny", func(t *testing.T, d checker.Decision) {
+		{"blocked value", req(1, "banned", "x"), "deny: deny", func(t *testing.T, d ratelimit.Decision) {
 			if !d.Statuses[0].RetryNever || d.Statuses[0].ResetAfter != time.Second {
 				t.Fatalf("block status: %+v", d.Statuses[0])
 			}
 		}},
-		{"shadow algorithm rule over its limit", req(2, "shadowed", "x"), "allow: allow", func(t *testing.T, d checker.Decision) {
+		{"shadow algorithm rule over its limit", req(2, "shadowed", "x"), "allow: allow", func(t *testing.T, d ratelimit.Decision) {
 			if !d.Statuses[0].Shadowed {
 				t.Fatal("not flagged shadowed")
 			}
 		}},
-		{"shadow envoy rule over its limit", req(2, "envoy_shadow", "x"), "allow: allow", func(t *testing.T, d checker.Decision) {
+		{"shadow envoy rule over its limit", req(2, "envoy_shadow", "x"), "allow: allow", func(t *testing.T, d ratelimit.Decision) {
 			if !d.Statuses[0].Shadowed {
 				t.Fatal("not flagged shadowed")
 			}
 		}},
-		{"hits above the limit never fit", req(3, "user_id", "big"), "deny: deny", func(t *testing.T, d checker.Decision) {
+		{"hits above the limit never fit", req(3, "user_id", "big"), "deny: deny", func(t *testing.T, d ratelimit.Decision) {
 			if !d.Statuses[0].RetryNever {
 				t.Fatal("want never")
 			}
@@ -211,12 +211,12 @@ func TestStatusesOfSpecialRules(t *testing.T) {
 				t.Fatal("decision retry must be never")
 			}
 		}},
-		{"probe", req(0, "user_id", "probe"), "allow: allow", func(t *testing.T, d checker.Decision) {
+		{"probe", req(0, "user_id", "probe"), "allow: allow", func(t *testing.T, d ratelimit.Decision) {
 			if d.Statuses[0].Remaining != 2 {
 				t.Fatalf("probe remaining %d, want 2", d.Statuses[0].Remaining)
 			}
 		}},
-		{"replaced rule is dropped", req(1, "old", "x", "new", "y"), "allow: allow allow", func(t *testing.T, d checker.Decision) {
+		{"replaced rule is dropped", req(1, "old", "x", "new", "y"), "allow: allow allow", func(t *testing.T, d ratelimit.Decision) {
 			if d.Statuses[0].Rule != nil || d.Statuses[1].Rule == nil || d.Statuses[1].Remaining != 4 {
 				t.Fatalf("replaces: %+v", d.Statuses)
 			}
@@ -277,31 +277,31 @@ func TestRequestIdempotency(t *testing.T) {
 
 func TestBadRequests(t *testing.T) {
 	l, _ := newLocal(t)
-	long := &checker.Request{Domain: "api", Hits: 1, Descriptors: make([]checker.Descriptor, checker.MaxDescriptors+1)}
+	long := &ratelimit.Request{Domain: "api", Hits: 1, Descriptors: make([]ratelimit.Descriptor, ratelimit.MaxDescriptors+1)}
 	cases := []struct {
 		name  string
-		r     *checker.Request
+		r     *ratelimit.Request
 		field string
 		is    error
 	}{
-		{"unknown domain", &checker.Request{Domain: "nope", Hits: 1, Descriptors: req(1, "a", "b").Descriptors}, "domain", checker.ErrUnknownDomain},
-		{"empty domain", &checker.Request{Hits: 1}, "domain", checker.ErrBadRequest},
-		{"no descriptors", &checker.Request{Domain: "api", Hits: 1}, "descriptors", checker.ErrNoDescriptors},
-		{"negative hits", req(-1, "a", "b"), "hits", checker.ErrNegativeHits},
-		{"empty entries", &checker.Request{Domain: "api", Hits: 1, Descriptors: []checker.Descriptor{{}}}, "descriptors[0].entries", checker.ErrBadRequest},
-		{"empty key", req(1, "", "b"), "descriptors[0].entries[0].key", checker.ErrBadRequest},
-		{"too many descriptors", long, "descriptors", checker.ErrBadRequest},
-		{"negative descriptor hits", &checker.Request{Domain: "api", Hits: 1, Descriptors: []checker.Descriptor{
+		{"unknown domain", &ratelimit.Request{Domain: "nope", Hits: 1, Descriptors: req(1, "a", "b").Descriptors}, "domain", ratelimit.ErrUnknownDomain},
+		{"empty domain", &ratelimit.Request{Hits: 1}, "domain", ratelimit.ErrBadRequest},
+		{"no descriptors", &ratelimit.Request{Domain: "api", Hits: 1}, "descriptors", ratelimit.ErrNoDescriptors},
+		{"negative hits", req(-1, "a", "b"), "hits", ratelimit.ErrNegativeHits},
+		{"empty entries", &ratelimit.Request{Domain: "api", Hits: 1, Descriptors: []ratelimit.Descriptor{{}}}, "descriptors[0].entries", ratelimit.ErrBadRequest},
+		{"empty key", req(1, "", "b"), "descriptors[0].entries[0].key", ratelimit.ErrBadRequest},
+		{"too many descriptors", long, "descriptors", ratelimit.ErrBadRequest},
+		{"negative descriptor hits", &ratelimit.Request{Domain: "api", Hits: 1, Descriptors: []ratelimit.Descriptor{
 			{Entries: []config.Entry{{Key: "a", Value: "b"}}}, {Entries: []config.Entry{{Key: "a", Value: "b"}}, Hits: -3, HasHits: true}}},
-			"descriptors[1].hits", checker.ErrBadRequest},
+			"descriptors[1].hits", ratelimit.ErrBadRequest},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var d checker.Decision
+			var d ratelimit.Decision
 			err := l.Check(context.Background(), c.r, &d)
-			var fe *checker.FieldError
+			var fe *ratelimit.FieldError
 			if !errors.As(err, &fe) || fe.Field != c.field || !errors.Is(err, c.is) {
-				t.Fatalf("got %v, want a checker.FieldError on %s wrapping %v", err, c.field, c.is)
+				t.Fatalf("got %v, want a ratelimit.FieldError on %s wrapping %v", err, c.field, c.is)
 			}
 		})
 	}
@@ -310,7 +310,7 @@ func TestBadRequests(t *testing.T) {
 func TestLocalCheckDoesNotAllocate(t *testing.T) {
 	l, _ := newLocal(t)
 	r := req(1, "envoy_ip", "1.2.3.4", "tenant", "acme")
-	var d checker.Decision
+	var d ratelimit.Decision
 	l.Check(context.Background(), r, &d) // creates the keys
 	allocs := testing.AllocsPerRun(200, func() {
 		if err := l.Check(context.Background(), r, &d); err != nil {

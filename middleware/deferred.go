@@ -10,9 +10,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/deferred"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // hopByHop are the headers of one connection, never of the request
@@ -37,7 +37,7 @@ func (l *Limiter) deferRequest(w http.ResponseWriter, r *http.Request, cl *call)
 		return true
 	}
 	rc, err := l.opts.Queue.Enqueue(r.Context(), &cl.req, &cl.d, p)
-	var fe *checker.FieldError
+	var fe *ratelimit.FieldError
 	switch {
 	case errors.Is(err, deferred.ErrPayloadTooLarge):
 		http.Error(w, "request too large to defer: "+err.Error(), http.StatusRequestEntityTooLarge)

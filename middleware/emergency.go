@@ -5,9 +5,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // Emergency is a per-descriptor token bucket decided in this process
@@ -63,7 +63,7 @@ func newEmergency(e Emergency) (*emergency, error) {
 // allow charges every descriptor of req; it admits only when each has
 // budget (a refused request charges nothing further: descriptors after
 // the refusing one are not charged).
-func (e *emergency) allow(req *checker.Request) bool {
+func (e *emergency) allow(req *ratelimit.Request) bool {
 	if e == nil || e.off {
 		return true
 	}

@@ -17,16 +17,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/logx"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // Checker decides a request: *checker.Checker, *local.Engine and Remote
 // implement it.
 type Checker interface {
-	Check(ctx context.Context, req *checker.Request, d *checker.Decision) error
+	Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error
 }
 
 // Options configure a Limiter.
@@ -53,7 +53,7 @@ type Options struct {
 	// Bounds limit what the sources may put in a request (zero fields: the
 	// checker's defaults); a request beyond them is answered 400 naming
 	// the attribute.
-	Bounds checker.Bounds
+	Bounds ratelimit.Bounds
 	// Logger receives decision failures, at most one line per second.
 	Logger *slog.Logger
 
@@ -95,8 +95,8 @@ type Limiter struct {
 }
 
 type call struct {
-	req     checker.Request
-	d       checker.Decision
+	req     ratelimit.Request
+	d       ratelimit.Decision
 	entries []config.Entry
 }
 
@@ -177,7 +177,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
 			return
 		}
-		if cl.d.Code == checker.Deferred && l.deferRequest(w, r, cl) {
+		if cl.d.Code == ratelimit.Deferred && l.deferRequest(w, r, cl) {
 			return
 		}
 		httpapi.SetHeaders(w.Header(), &cl.d)
@@ -202,7 +202,7 @@ func (l *Limiter) build(cl *call, r *http.Request) bool {
 	}
 	cl.req.Descriptors = cl.req.Descriptors[:0]
 	cl.entries = cl.entries[:0]
-	var lens [checker.MaxDescriptors]int
+	var lens [ratelimit.MaxDescriptors]int
 	n := 0
 	for _, srcs := range l.opts.Descriptors {
 		start := len(cl.entries)
@@ -222,7 +222,7 @@ func (l *Limiter) build(cl *call, r *http.Request) bool {
 	// Sliced only now: appending may have moved the entries.
 	off := 0
 	for _, ln := range lens[:n] {
-		cl.req.Descriptors = append(cl.req.Descriptors, checker.Descriptor{Entries: cl.entries[off : off+ln : off+ln]})
+		cl.req.Descriptors = append(cl.req.Descriptors, ratelimit.Descriptor{Entries: cl.entries[off : off+ln : off+ln]})
 		off += ln
 	}
 	return n > 0
@@ -230,13 +230,13 @@ func (l *Limiter) build(cl *call, r *http.Request) bool {
 
 // checkBounds returns why req is beyond the bounds, naming the request
 // attribute (the source's key), or "".
-func (l *Limiter) checkBounds(req *checker.Request) string {
+func (l *Limiter) checkBounds(req *ratelimit.Request) string {
 	for i := range req.Descriptors {
 		err := l.opts.Bounds.CheckEntries(i, req.Descriptors[i].Entries)
 		if err == nil {
 			continue
 		}
-		var fe *checker.FieldError
+		var fe *ratelimit.FieldError
 		var j int
 		if errors.As(err, &fe) && strings.Contains(fe.Field, ".entries[") {
 			if _, serr := fmt.Sscanf(fe.Field[strings.Index(fe.Field, ".entries[")+len(".entries["):], "%d]", &j); serr == nil &&

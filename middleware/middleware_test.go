@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/client"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/testrules"
 	"github.com/velvetrope/velvetrope/local"
+	"github.com/velvetrope/velvetrope/ratelimit"
 	"github.com/velvetrope/velvetrope/rls"
 )
 
@@ -320,8 +320,8 @@ func TestPerRequestAllocations(t *testing.T) {
 	w := &discard{h: http.Header{}}
 	total := testing.AllocsPerRun(200, func() { clear(w.h); h.ServeHTTP(w, r) })
 
-	var d checker.Decision
-	req := &checker.Request{Domain: "web", Hits: 1, Descriptors: []checker.Descriptor{
+	var d ratelimit.Decision
+	req := &ratelimit.Request{Domain: "web", Hits: 1, Descriptors: []ratelimit.Descriptor{
 		{Entries: []config.Entry{{Key: "remote_address", Value: "198.51.100.1"}}},
 		{Entries: []config.Entry{{Key: "tenant", Value: "acme"}, {Key: "method", Value: "GET"}}}}}
 	if err := c.Check(context.Background(), req, &d); err != nil {
@@ -427,19 +427,19 @@ func TestIPv6KeyedByPrefix(t *testing.T) {
 // the remote service as they would an in-process checker.
 func TestRemoteHits(t *testing.T) {
 	rm := remote(t)
-	ip := func(hits int64, own int64) *checker.Request {
-		d := checker.Descriptor{Entries: []config.Entry{{Key: "remote_address", Value: "192.0.2.1"}}}
+	ip := func(hits int64, own int64) *ratelimit.Request {
+		d := ratelimit.Descriptor{Entries: []config.Entry{{Key: "remote_address", Value: "192.0.2.1"}}}
 		if own >= 0 {
 			d.Hits, d.HasHits = own, true
 		}
-		return &checker.Request{Domain: "web", Hits: hits, Descriptors: []checker.Descriptor{d}}
+		return &ratelimit.Request{Domain: "web", Hits: hits, Descriptors: []ratelimit.Descriptor{d}}
 	}
 	steps := []struct {
-		req       *checker.Request
+		req       *ratelimit.Request
 		remaining int64
 	}{{ip(2, -1), 3}, {ip(1, 0), 3}, {ip(0, -1), 3}, {ip(1, 2), 1}}
 	for i, s := range steps {
-		var d checker.Decision
+		var d ratelimit.Decision
 		if err := rm.Check(context.Background(), s.req, &d); err != nil || d.Statuses[0].Remaining != s.remaining {
 			t.Fatalf("step %d: %v remaining %d, want %d", i, err, d.Statuses[0].Remaining, s.remaining)
 		}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"strings"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/client"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // Remote is a Checker that asks a velvetrope service over gRPC (Envoy's
@@ -26,7 +26,7 @@ var units = map[string]config.Unit{"second": config.Second, "minute": config.Min
 // rule is described by the rule's name, else the descriptor's keys, which
 // is what the RateLimit headers show. A refused status may retry when its
 // window resets, the only time the Envoy API reports.
-func (rm *Remote) Check(ctx context.Context, req *checker.Request, d *checker.Decision) error {
+func (rm *Remote) Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
 	in := client.Request{Domain: req.Domain, Descriptors: make([]client.Descriptor, len(req.Descriptors))}
 	// Hits travel per descriptor: the Envoy API reads a request-level 0 as
 	// one hit, and a descriptor may carry its own.
@@ -46,15 +46,15 @@ func (rm *Remote) Check(ctx context.Context, req *checker.Request, d *checker.De
 	if err != nil {
 		return err
 	}
-	d.Code = checker.OK
+	d.Code = ratelimit.OK
 	if resp.OverLimit {
-		d.Code = checker.OverLimit
+		d.Code = ratelimit.OverLimit
 	}
 	d.Statuses = d.Statuses[:0]
 	for i, s := range resp.Statuses {
-		st := checker.Status{Code: checker.OK, Limit: int64(s.Limit), Remaining: int64(s.Remaining), ResetAfter: s.ResetAfter}
+		st := ratelimit.Status{Code: ratelimit.OK, Limit: int64(s.Limit), Remaining: int64(s.Remaining), ResetAfter: s.ResetAfter}
 		if s.OverLimit {
-			st.Code, st.RetryAfter = checker.OverLimit, s.ResetAfter
+			st.Code, st.RetryAfter = ratelimit.OverLimit, s.ResetAfter
 		}
 		switch {
 		case s.Unlimited:

@@ -34,15 +34,15 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/logx"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // Checker decides requests; *checker.Checker and *local.Engine implement it.
 type Checker interface {
-	Check(ctx context.Context, req *checker.Request, d *checker.Decision) error
+	Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error
 	Rules() *config.RuleSet
 }
 
@@ -58,7 +58,7 @@ type Options struct {
 	Logger *slog.Logger
 	// Bounds limit the size of a request (zero fields: the checker's
 	// defaults); give the checker's own.
-	Bounds checker.Bounds
+	Bounds ratelimit.Bounds
 	// Decisions is told of every decision answered (nil: none).
 	Decisions httpapi.Observer
 	// MaxConcurrentStreams bounds the calls one gRPC connection carries at
@@ -103,8 +103,8 @@ type Stats struct {
 // work is one call's reusable memory: the converted request must not
 // outlive the call, the response does (gRPC marshals it after we return).
 type work struct {
-	req     checker.Request
-	d       checker.Decision
+	req     ratelimit.Request
+	d       ratelimit.Decision
 	entries []config.Entry
 	raw     []byte // the gRPC path: the call's request bytes (wire.go)
 	// held is gRPC's buffer raw aliases, freed by putWork; own is the
@@ -156,7 +156,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.markUnknown(ctx, rs)
 		return resp, nil
 	}
-	if w.d.Code != checker.OK { // a defer is OVER_LIMIT: Envoy has no such answer
+	if w.d.Code != ratelimit.OK { // a defer is OVER_LIMIT: Envoy has no such answer
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	limits := make([]rlsv3.RateLimitResponse_RateLimit, len(w.d.Statuses))
@@ -178,14 +178,14 @@ func (s *Server) decide(ctx context.Context, w *work, rs *config.RuleSet) (known
 		return false, nil
 	}
 	if err := s.c.Check(ctx, &w.req, &w.d); err != nil {
-		if errors.Is(err, checker.ErrUnknownDomain) {
+		if errors.Is(err, ratelimit.ErrUnknownDomain) {
 			s.Stats.OK.Add(1)
 			return false, nil // a reload removed the domain since the look-up above
 		}
-		var fe *checker.FieldError
+		var fe *ratelimit.FieldError
 		if errors.As(err, &fe) {
 			s.Stats.Invalid.Add(1)
-			if errors.Is(err, checker.ErrRequestIDConflict) {
+			if errors.Is(err, ratelimit.ErrRequestIDConflict) {
 				return false, status.Error(codes.FailedPrecondition, fe.Error())
 			}
 			return false, status.Error(codes.InvalidArgument, fe.Error())
@@ -200,7 +200,7 @@ func (s *Server) decide(ctx context.Context, w *work, rs *config.RuleSet) (known
 	if s.opts.Decisions != nil {
 		s.opts.Decisions.Observe(&w.d)
 	}
-	if w.d.Code != checker.OK {
+	if w.d.Code != ratelimit.OK {
 		s.Stats.OverLimit.Add(1)
 	} else {
 		s.Stats.OK.Add(1)
@@ -214,7 +214,7 @@ var (
 
 // convert validates req's shape against b and fills w.req, reusing w's
 // memory. Overrides apply only in domains rs knows, as in Envoy's service.
-func (w *work) convert(req *rlsv3.RateLimitRequest, o *overrides, rs *config.RuleSet, b *checker.Bounds) error {
+func (w *work) convert(req *rlsv3.RateLimitRequest, o *overrides, rs *config.RuleSet, b *ratelimit.Bounds) error {
 	// the bounds first, in the order the wire parser meets them
 	for i, d := range req.Descriptors {
 		if i == b.MaxDescriptors {
@@ -261,7 +261,7 @@ func (w *work) convert(req *rlsv3.RateLimitRequest, o *overrides, rs *config.Rul
 }
 
 // checkShape checks a request's domain and descriptor count.
-func checkShape(domain string, descriptors int, b *checker.Bounds) error {
+func checkShape(domain string, descriptors int, b *ratelimit.Bounds) error {
 	switch {
 	case domain == "":
 		return errors.New("domain: must not be empty")
@@ -276,11 +276,11 @@ func checkShape(domain string, descriptors int, b *checker.Bounds) error {
 // errTooManyDescriptors and errTooManyEntries are the bounds' errors,
 // the same from both decoders; they give the bound, not the count: a
 // decoder stops at the first descriptor or entry past it.
-func errTooManyDescriptors(b *checker.Bounds) error {
+func errTooManyDescriptors(b *ratelimit.Bounds) error {
 	return fieldf("descriptors", "more than %d descriptors", b.MaxDescriptors)
 }
 
-func errTooManyEntries(i int, b *checker.Bounds) error {
+func errTooManyEntries(i int, b *ratelimit.Bounds) error {
 	return fieldf(index("descriptors", i, "entries"), "more than %d entries", b.MaxEntries)
 }
 
@@ -291,13 +291,13 @@ func (w *work) start(domain string, hitsAddend uint32) {
 		hits = 1 // Envoy: an unset hits_addend means one hit
 	}
 	// NoDefer: Envoy's API has no defer answer, and nothing here queues
-	w.req = checker.Request{Domain: domain, Hits: hits, Descriptors: w.req.Descriptors[:0], NoDefer: true}
+	w.req = ratelimit.Request{Domain: domain, Hits: hits, Descriptors: w.req.Descriptors[:0], NoDefer: true}
 }
 
 // add validates descriptor i (its entries es, its limit override, its own
 // hits_addend when set) and appends it to w.req.
 func (w *work) add(i int, es []config.Entry, lim *ratelimitv3.RateLimitDescriptor_RateLimitOverride, hits *uint64,
-	negative bool, o *overrides, rs *config.RuleSet, known bool, b *checker.Bounds) error {
+	negative bool, o *overrides, rs *config.RuleSet, known bool, b *ratelimit.Bounds) error {
 	switch {
 	case len(es) == 0:
 		return fieldf(index("descriptors", i, "entries"), "must not be empty")
@@ -314,7 +314,7 @@ func (w *work) add(i int, es []config.Entry, lim *ratelimitv3.RateLimitDescripto
 	if err := b.CheckEntries(i, es); err != nil {
 		return err
 	}
-	cd := checker.Descriptor{Entries: es}
+	cd := ratelimit.Descriptor{Entries: es}
 	if lim != nil && known {
 		r, err := o.rule(w.req.Domain, es, lim, rs.Match(w.req.Domain, es), rs.HashedKeys(w.req.Domain, es))
 		if err != nil {
@@ -323,8 +323,8 @@ func (w *work) add(i int, es []config.Entry, lim *ratelimitv3.RateLimitDescripto
 		cd.Rule = r
 	}
 	if hits != nil {
-		if *hits > checker.MaxHits {
-			return fieldf(index("descriptors", i, "hits_addend"), "above %d (got %d)", int64(checker.MaxHits), *hits)
+		if *hits > ratelimit.MaxHits {
+			return fieldf(index("descriptors", i, "hits_addend"), "above %d (got %d)", int64(ratelimit.MaxHits), *hits)
 		}
 		cd.Hits, cd.HasHits = int64(*hits), true
 	}
@@ -333,7 +333,7 @@ func (w *work) add(i int, es []config.Entry, lim *ratelimitv3.RateLimitDescripto
 }
 
 // fill writes one descriptor's status the way Envoy shapes it.
-func fill(out *rlsv3.RateLimitResponse_DescriptorStatus, lim *rlsv3.RateLimitResponse_RateLimit, st *checker.Status) {
+func fill(out *rlsv3.RateLimitResponse_DescriptorStatus, lim *rlsv3.RateLimitResponse_RateLimit, st *ratelimit.Status) {
 	v := view(st)
 	out.Code = v.code
 	out.LimitRemaining = v.remaining
@@ -357,9 +357,9 @@ type statusView struct {
 	reset     time.Duration
 }
 
-func view(st *checker.Status) statusView {
+func view(st *ratelimit.Status) statusView {
 	v := statusView{code: rlsv3.RateLimitResponse_OK}
-	if st.Code != checker.OK {
+	if st.Code != ratelimit.OK {
 		v.code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	r := st.Rule
@@ -403,7 +403,7 @@ func unitOf(u config.Unit) rlsv3.RateLimitResponse_RateLimit_Unit {
 func clampUint32(v int64) uint32 { return uint32(min(max(v, 0), maxUint32)) }
 
 // headers renders the same rate limit headers the HTTP API sets.
-func headers(d *checker.Decision) []*corev3.HeaderValue {
+func headers(d *ratelimit.Decision) []*corev3.HeaderValue {
 	h := http.Header{}
 	httpapi.SetHeaders(h, d)
 	keys := slices.Sorted(maps.Keys(h)) // a stable order for Envoy and for tests

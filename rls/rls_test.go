@@ -24,11 +24,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/strictjson"
 	"github.com/velvetrope/velvetrope/internal/testrules"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 func newTestServer(t *testing.T, opts Options) *Server {
@@ -311,7 +311,7 @@ func TestOverrideCacheIsBounded(t *testing.T) {
 // failing is a Checker whose decisions fail for an internal reason.
 type failing struct{ Checker }
 
-func (f failing) Check(context.Context, *checker.Request, *checker.Decision) error {
+func (f failing) Check(context.Context, *ratelimit.Request, *ratelimit.Decision) error {
 	return errors.New("store exploded")
 }
 

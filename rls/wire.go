@@ -20,8 +20,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // The gRPC path reads RateLimitRequest and writes RateLimitResponse by
@@ -146,7 +146,7 @@ var (
 // checked as the first pass counts them: it stops at the first one past
 // them, before anything is reserved (a 1 MiB message of 500,000 empty
 // entries is refused at the ninth).
-func (w *work) parse(o *overrides, rs *config.RuleSet, b *checker.Bounds) error {
+func (w *work) parse(o *overrides, rs *config.RuleSet, b *ratelimit.Bounds) error {
 	var domain []byte
 	var hitsAddend uint64
 	descriptors := 0
@@ -369,7 +369,7 @@ func alias(b []byte) string {
 // every descriptor OK with no limit).
 func (w *work) appendAnswer(b []byte, known, withHeaders bool) []byte {
 	overall := rlsv3.RateLimitResponse_OK
-	if known && w.d.Code != checker.OK { // a defer is OVER_LIMIT: Envoy has no such answer
+	if known && w.d.Code != ratelimit.OK { // a defer is OVER_LIMIT: Envoy has no such answer
 		overall = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	b = protowire.AppendTag(b, 1, protowire.VarintType)

@@ -18,6 +18,7 @@ import (
 	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // t0 is a minute boundary.
@@ -81,8 +82,8 @@ func newMix(t *testing.T, n int, seed uint64) *mix {
 		clk.ns.Add(int64(rng.IntN(400)) * int64(time.Millisecond)) // ~3 minutes for 900 requests
 		key := []string{"user", "ip"}[rng.IntN(2)]
 		val := fmt.Sprintf("%c", 'a'+rng.IntN(4))
-		var d checker.Decision
-		req := &checker.Request{Domain: "api", Hits: int64(1 + rng.IntN(2)), Descriptors: []checker.Descriptor{
+		var d ratelimit.Decision
+		req := &ratelimit.Request{Domain: "api", Hits: int64(1 + rng.IntN(2)), Descriptors: []ratelimit.Descriptor{
 			{Entries: []config.Entry{{Key: key, Value: val}}}}}
 		if err := c.Check(ctx, req, &d); err != nil {
 			t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/metrics"
 	"github.com/velvetrope/velvetrope/internal/tlsconf"
+	"github.com/velvetrope/velvetrope/ratelimit"
 	"github.com/velvetrope/velvetrope/rls"
 )
 
@@ -115,8 +116,8 @@ func newHTTPServer(lc fx.Lifecycle, app config.App, mux http.Handler, writeTimeo
 }
 
 // bounds are the request bounds of app's limits section.
-func bounds(app config.App) checker.Bounds {
+func bounds(app config.App) ratelimit.Bounds {
 	l := app.Limits
-	return checker.Bounds{MaxDescriptors: l.MaxDescriptors, MaxEntries: l.MaxEntries, MaxKeyBytes: l.MaxKeyBytes,
+	return ratelimit.Bounds{MaxDescriptors: l.MaxDescriptors, MaxEntries: l.MaxEntries, MaxKeyBytes: l.MaxKeyBytes,
 		MaxValueBytes: l.MaxValueBytes, MaxRequestIDBytes: l.MaxRequestIDBytes}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/internal/strictjson"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // Keys is what the per-key operator endpoints act on; *checker.Checker
@@ -314,7 +315,7 @@ func refuse(w http.ResponseWriter, status int, err error) (string, int) {
 // refuseKey maps a checker error: field errors are the caller's, the rest
 // the store's.
 func refuseKey(w http.ResponseWriter, err error) (string, int) {
-	var fe *checker.FieldError
+	var fe *ratelimit.FieldError
 	switch {
 	case errors.As(err, &fe):
 		return refuse(w, http.StatusBadRequest, err)

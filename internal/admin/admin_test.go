@@ -17,6 +17,7 @@ import (
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 const good = `domain: api
@@ -154,8 +155,8 @@ func TestInspectKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d checker.Decision
-	if err := c.Check(context.Background(), &checker.Request{Domain: "rl", Hits: 1, Descriptors: []checker.Descriptor{
+	var d ratelimit.Decision
+	if err := c.Check(context.Background(), &ratelimit.Request{Domain: "rl", Hits: 1, Descriptors: []ratelimit.Descriptor{
 		{Entries: []config.Entry{{Key: "foo", Value: "a"}}}}}, &d); err != nil {
 		t.Fatal(err)
 	}
@@ -221,9 +222,9 @@ descriptors:
 	var log bytes.Buffer
 	mux := http.NewServeMux()
 	New(store, nil, "tok", 1<<12, slog.New(slog.NewTextHandler(&log, nil))).WithKeys(c).Register(mux)
-	decide := func(k, v string) checker.Code {
-		var d checker.Decision
-		if err := c.Check(context.Background(), &checker.Request{Domain: "api", Hits: 1, Descriptors: []checker.Descriptor{
+	decide := func(k, v string) ratelimit.Code {
+		var d ratelimit.Decision
+		if err := c.Check(context.Background(), &ratelimit.Request{Domain: "api", Hits: 1, Descriptors: []ratelimit.Descriptor{
 			{Entries: []config.Entry{{Key: k, Value: v}}}}}, &d); err != nil {
 			t.Fatal(err)
 		}
@@ -262,10 +263,10 @@ descriptors:
 			t.Fatalf("a hashed value came back raw: %s", rec.Body)
 		}
 	}
-	if decide("user", "priya") != checker.OverLimit || decide("user", "other") != checker.OK {
+	if decide("user", "priya") != ratelimit.OverLimit || decide("user", "other") != ratelimit.OK {
 		t.Fatal("the deny must refuse priya only")
 	}
-	if decide("api_key", "sk_live_SECRET") != checker.OverLimit {
+	if decide("api_key", "sk_live_SECRET") != ratelimit.OverLimit {
 		t.Fatal("the hashed deny must refuse the raw key")
 	}
 	var list ControlsJSON
@@ -278,13 +279,13 @@ descriptors:
 		}
 	}
 	// Exhaust, then reset.
-	for decide("user", "priya") == checker.OK {
+	for decide("user", "priya") == ratelimit.OK {
 	}
 	rec := send(mux, "POST", "/v1/keys/reset", "tok", `{"domain":"api","descriptor":"user=priya"}`)
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"scope":"all checkers"`) {
 		t.Fatalf("reset: %d %s", rec.Code, rec.Body)
 	}
-	if decide("user", "priya") != checker.OK {
+	if decide("user", "priya") != ratelimit.OK {
 		t.Fatal("a reset key must admit again")
 	}
 	for _, want := range []string{"action=controls.set", "action=controls.delete", "action=keys.reset", `reason=\"abuse\"`} {
@@ -330,8 +331,8 @@ descriptors:
 	admitted := func() int {
 		n := 0
 		for range 20 {
-			var d checker.Decision
-			if err := c.Check(context.Background(), &checker.Request{Domain: "shop", Hits: 1, Descriptors: []checker.Descriptor{
+			var d ratelimit.Decision
+			if err := c.Check(context.Background(), &ratelimit.Request{Domain: "shop", Hits: 1, Descriptors: []ratelimit.Descriptor{
 				{Entries: []config.Entry{{Key: "tenant", Value: "acme"}}}}}, &d); err != nil {
 				t.Fatal(err)
 			}

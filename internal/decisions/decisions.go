@@ -13,9 +13,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/metrics"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // Counter counts decisions per rule: allowed, denied, shadow-denied (a
@@ -43,11 +43,11 @@ var outcomes = []string{"allow", "deny", "shadow_deny", "degraded", "defer", "el
 
 const nOutcomes = 7
 
-func (n *counts) observe(st *checker.Status) {
+func (n *counts) observe(st *ratelimit.Status) {
 	switch {
-	case st.Code == checker.OverLimit:
+	case st.Code == ratelimit.OverLimit:
 		n.denied.Add(1)
-	case st.Code == checker.Deferred:
+	case st.Code == ratelimit.Deferred:
 		n.deferred.Add(1)
 	case st.Shadowed:
 		n.shadowed.Add(1)
@@ -75,7 +75,7 @@ func (n *counts) load() [nOutcomes]uint64 {
 func New(live func() *config.RuleSet) *Counter { return &Counter{live: live} }
 
 // Observe counts the statuses of one decision.
-func (c *Counter) Observe(d *checker.Decision) {
+func (c *Counter) Observe(d *ratelimit.Decision) {
 	for i := range d.Statuses {
 		st := &d.Statuses[i]
 		r := st.Rule

@@ -6,11 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/metrics"
 	"github.com/velvetrope/velvetrope/internal/testrules"
 	"github.com/velvetrope/velvetrope/local"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 const rules = `domain: api
@@ -29,14 +29,14 @@ func TestCountsPerRuleAndOutcome(t *testing.T) {
 	l := testrules.Local(t, store, testrules.NewClock(), 0)
 	n := New(store.Load)
 	c := observed{l, n}
-	one := func(kv ...string) *checker.Request {
-		r := &checker.Request{Domain: "api", Hits: 1}
+	one := func(kv ...string) *ratelimit.Request {
+		r := &ratelimit.Request{Domain: "api", Hits: 1}
 		for i := 0; i+1 < len(kv); i += 2 {
-			r.Descriptors = append(r.Descriptors, checker.Descriptor{Entries: []config.Entry{{Key: kv[i], Value: kv[i+1]}}})
+			r.Descriptors = append(r.Descriptors, ratelimit.Descriptor{Entries: []config.Entry{{Key: kv[i], Value: kv[i+1]}}})
 		}
 		return r
 	}
-	var d checker.Decision
+	var d ratelimit.Decision
 	for range 3 { // ip: allow, deny, deny; shadow: allow, shadow_deny, shadow_deny
 		if err := c.Check(context.Background(), one("ip", "1", "shadow", "x", "free", "y", "none", "z"), &d); err != nil {
 			t.Fatal(err)
@@ -47,7 +47,7 @@ func TestCountsPerRuleAndOutcome(t *testing.T) {
 	if err := c.Check(context.Background(), one("ip", "2"), &d); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Check(context.Background(), &checker.Request{Domain: "nope", Hits: 1, Descriptors: one("ip", "1").Descriptors}, &d); err == nil {
+	if err := c.Check(context.Background(), &ratelimit.Request{Domain: "nope", Hits: 1, Descriptors: one("ip", "1").Descriptors}, &d); err == nil {
 		t.Fatal("unknown domain accepted")
 	}
 	reg := metrics.New()
@@ -79,7 +79,7 @@ func TestSeriesBoundedWhateverTheInput(t *testing.T) {
 	l := testrules.Local(t, store, testrules.NewClock(), 0)
 	n := New(store.Load)
 	c := observed{l, n}
-	var d checker.Decision
+	var d ratelimit.Decision
 	for i := range 3000 {
 		es := []config.Entry{{Key: "ip", Value: "1.2.3.4"}}
 		base := store.Load().Match("api", es)
@@ -88,14 +88,14 @@ func TestSeriesBoundedWhateverTheInput(t *testing.T) {
 			t.Fatal(err)
 		}
 		noBase, _ := config.OverrideRule("api", []config.Entry{{Key: "other", Value: "v"}}, int64(i+1), config.Minute, 1, nil)
-		req := &checker.Request{Domain: "api", Hits: 1, Descriptors: []checker.Descriptor{
+		req := &ratelimit.Request{Domain: "api", Hits: 1, Descriptors: []ratelimit.Descriptor{
 			{Entries: es, Rule: r}, {Entries: []config.Entry{{Key: "other", Value: "v"}}, Rule: noBase}}}
 		if err := c.Check(context.Background(), req, &d); err != nil {
 			t.Fatal(err)
 		}
 		if i%60 == 0 { // a reload: new pointers for every rule
 			store.Swap(testrules.Store(t, rules).Load())
-			one := &checker.Request{Domain: "api", Hits: 1, Descriptors: []checker.Descriptor{{Entries: es}}}
+			one := &ratelimit.Request{Domain: "api", Hits: 1, Descriptors: []ratelimit.Descriptor{{Entries: es}}}
 			if err := c.Check(context.Background(), one, &d); err != nil {
 				t.Fatal(err)
 			}
@@ -138,7 +138,7 @@ type observed struct {
 	n *Counter
 }
 
-func (o observed) Check(ctx context.Context, req *checker.Request, d *checker.Decision) error {
+func (o observed) Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
 	err := o.l.Check(ctx, req, d)
 	if err == nil {
 		o.n.Observe(d)
@@ -174,8 +174,8 @@ descriptors:
 	c := observed{l, n}
 	for _, key := range []string{"user", "tenant", "plan"} {
 		for range 3 {
-			var d checker.Decision
-			req := &checker.Request{Domain: "shop", Hits: 1, Descriptors: []checker.Descriptor{{Entries: []config.Entry{{Key: key, Value: "a"}}}}}
+			var d ratelimit.Decision
+			req := &ratelimit.Request{Domain: "shop", Hits: 1, Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{{Key: key, Value: "a"}}}}}
 			if err := c.Check(context.Background(), req, &d); err != nil {
 				t.Fatal(err)
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/analytics"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
 	"github.com/velvetrope/velvetrope/sink"
 )
 
@@ -92,10 +93,10 @@ var kindPlan = map[string]sink.KeyUsage{
 func driveKinds(t *testing.T, c *checker.Checker) map[string]sink.KeyUsage {
 	t.Helper()
 	out := map[string]sink.KeyUsage{}
-	var d checker.Decision
+	var d ratelimit.Decision
 	for range kindCalls {
 		for _, k := range kindKeys {
-			q := &checker.Request{Domain: "kinds", Hits: 1, Descriptors: []checker.Descriptor{{Entries: []config.Entry{{Key: k, Value: "v"}}}}}
+			q := &ratelimit.Request{Domain: "kinds", Hits: 1, Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{{Key: k, Value: "v"}}}}}
 			if err := c.Check(context.Background(), q, &d); err != nil {
 				t.Fatalf("%s: %v", k, err)
 			}
@@ -103,7 +104,7 @@ func driveKinds(t *testing.T, c *checker.Checker) map[string]sink.KeyUsage {
 			switch {
 			case st.Shadowed:
 				u.ShadowDenied++
-			case d.Code == checker.OK:
+			case d.Code == ratelimit.OK:
 				u.Allowed++
 				if st.OverSoft {
 					u.OverSoft++
@@ -111,7 +112,7 @@ func driveKinds(t *testing.T, c *checker.Checker) map[string]sink.KeyUsage {
 				if st.Elastic {
 					u.Elastic++
 				}
-			case d.Code == checker.Deferred:
+			case d.Code == ratelimit.Deferred:
 				u.Deferred++
 			default:
 				u.Denied++

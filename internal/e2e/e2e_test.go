@@ -17,6 +17,7 @@ import (
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 type fleet struct {
@@ -115,9 +116,9 @@ func (fl *fleet) load(t *testing.T, key string, total, workers int, pace time.Du
 	for _, c := range fl.checkers {
 		for range workers {
 			wg.Go(func() {
-				var d checker.Decision
-				q := &checker.Request{Domain: "api", Hits: 1,
-					Descriptors: []checker.Descriptor{{Entries: []config.Entry{{Key: key, Value: "shared"}}}}}
+				var d ratelimit.Decision
+				q := &ratelimit.Request{Domain: "api", Hits: 1,
+					Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{{Key: key, Value: "shared"}}}}}
 				for sent.Add(1) <= int64(total) {
 					if err := c.Check(context.Background(), q, &d); err != nil {
 						t.Error(err)
@@ -350,9 +351,9 @@ func TestElasticPoolAcrossTwoCheckers(t *testing.T) {
 	loadOn := func(cs []*checker.Checker, tenant string, n int) int {
 		admitted := 0
 		for i := range n {
-			var d checker.Decision
-			q := &checker.Request{Domain: "api", Hits: 1,
-				Descriptors: []checker.Descriptor{{Entries: []config.Entry{{Key: "tenant", Value: tenant}}}}}
+			var d ratelimit.Decision
+			q := &ratelimit.Request{Domain: "api", Hits: 1,
+				Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{{Key: "tenant", Value: tenant}}}}}
 			if err := cs[i%len(cs)].Check(context.Background(), q, &d); err != nil {
 				t.Fatal(err)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
 	"github.com/velvetrope/velvetrope/sink"
 )
 
@@ -163,24 +164,24 @@ const matrixCalls = 8 // above the limit, and above a soft or elastic ceiling of
 func drive(t *testing.T, c *checker.Checker, combos []combo) []tally {
 	t.Helper()
 	out := make([]tally, len(combos))
-	var d checker.Decision
+	var d ratelimit.Decision
 	for round := range matrixCalls {
 		for i := range combos {
-			q := &checker.Request{Domain: "mx", Hits: 1, Descriptors: []checker.Descriptor{{Entries: []config.Entry{{Key: fmt.Sprintf("m%d", i), Value: "v"}}}}}
+			q := &ratelimit.Request{Domain: "mx", Hits: 1, Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{{Key: fmt.Sprintf("m%d", i), Value: "v"}}}}}
 			if err := c.Check(context.Background(), q, &d); err != nil {
 				t.Fatalf("%s, call %d: %v", combos[i], round, err)
 			}
 			st, tl := d.Statuses[0], &out[i]
 			tl.decisions++
 			switch {
-			case st.Code == checker.OK && st.Shadowed:
+			case st.Code == ratelimit.OK && st.Shadowed:
 				tl.shadowed++
-			case st.Code == checker.OK:
+			case st.Code == ratelimit.OK:
 				tl.allowed++
 				if st.Elastic {
 					tl.elastic++
 				}
-			case st.Code == checker.Deferred:
+			case st.Code == ratelimit.Deferred:
 				tl.deferred++
 			default:
 				tl.denied++

@@ -13,16 +13,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/deferred"
 	"github.com/velvetrope/velvetrope/internal/logx"
 	"github.com/velvetrope/velvetrope/internal/strictjson"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // Checker decides a request; *local.Engine implements it.
 type Checker interface {
-	Check(ctx context.Context, req *checker.Request, d *checker.Decision) error
+	Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error
 }
 
 // CheckRequest is the JSON body of POST /v1/check.
@@ -98,12 +98,12 @@ type ErrorResponse struct {
 // Observer is told of every decision an API answers (the metrics of
 // decisions per rule); nil observes nothing.
 type Observer interface {
-	Observe(d *checker.Decision)
+	Observe(d *ratelimit.Decision)
 }
 
 // Enqueuer queues deferred requests; *deferred.Queue is one.
 type Enqueuer interface {
-	Enqueue(ctx context.Context, req *checker.Request, d *checker.Decision, p *deferred.Payload) (deferred.Receipt, error)
+	Enqueue(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision, p *deferred.Payload) (deferred.Receipt, error)
 }
 
 // Option configures CheckHandler.
@@ -111,7 +111,7 @@ type Option func(*checkOptions)
 
 type checkOptions struct {
 	queue  Enqueuer
-	bounds checker.Bounds
+	bounds ratelimit.Bounds
 }
 
 // WithQueue queues the requests an `on_exceed: defer` rule defers;
@@ -120,14 +120,14 @@ func WithQueue(q Enqueuer) Option { return func(o *checkOptions) { o.queue = q }
 
 // WithBounds decodes requests within b (zero fields: the defaults): give
 // the checker's own, so that what the decoder lets through is what the
-// checker takes. Without it: [checker.DefaultBounds].
-func WithBounds(b checker.Bounds) Option { return func(o *checkOptions) { o.bounds = b } }
+// checker takes. Without it: [ratelimit.DefaultBounds].
+func WithBounds(b ratelimit.Bounds) Option { return func(o *checkOptions) { o.bounds = b } }
 
 // DescriptorBounds are b as bounds of a JSON body's descriptors (the
 // paths descriptors, descriptors.entries and their key and value), which
 // /v1/check and Envoy's /json share: the decoder stops at the first
 // descriptor, entry or byte past them, before anything is built.
-func DescriptorBounds(b checker.Bounds) []strictjson.Bound {
+func DescriptorBounds(b ratelimit.Bounds) []strictjson.Bound {
 	b = b.WithDefaults()
 	return []strictjson.Bound{
 		{Path: "descriptors", Max: b.MaxDescriptors, What: "descriptors"},
@@ -138,7 +138,7 @@ func DescriptorBounds(b checker.Bounds) []strictjson.Bound {
 }
 
 // checkSchema is the shape of a CheckRequest within b.
-func checkSchema(b checker.Bounds) *strictjson.Schema {
+func checkSchema(b ratelimit.Bounds) *strictjson.Schema {
 	return strictjson.MustFor[CheckRequest](append(DescriptorBounds(b),
 		strictjson.Bound{Path: "request_id", Max: b.WithDefaults().MaxRequestIDBytes, What: "bytes"})...)
 }
@@ -165,12 +165,12 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opt
 			return
 		}
 		req.NoDefer = o.queue == nil // refused, and counted so, where nothing queues
-		var d checker.Decision
+		var d ratelimit.Decision
 		if err := c.Check(r.Context(), &req, &d); err != nil {
-			var fe *checker.FieldError
+			var fe *ratelimit.FieldError
 			if errors.As(err, &fe) {
 				code := http.StatusBadRequest
-				if errors.Is(err, checker.ErrRequestIDConflict) {
+				if errors.Is(err, ratelimit.ErrRequestIDConflict) {
 					code = http.StatusConflict
 				}
 				writeError(w, code, fe.Field, fe.Error())
@@ -183,16 +183,16 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opt
 			return
 		}
 		out := toResponse(&d)
-		if d.Code == checker.Deferred {
+		if d.Code == ratelimit.Deferred {
 			rc, err := deferRequest(r.Context(), o.queue, &req, &d, in.Payload)
-			var fe *checker.FieldError
+			var fe *ratelimit.FieldError
 			switch {
 			case errors.As(err, &fe):
 				code := http.StatusBadRequest
 				switch {
 				case errors.Is(err, deferred.ErrPayloadTooLarge):
 					code = http.StatusRequestEntityTooLarge
-				case errors.Is(err, checker.ErrRequestIDConflict), errors.Is(err, deferred.ErrRequestInFlight):
+				case errors.Is(err, ratelimit.ErrRequestIDConflict), errors.Is(err, deferred.ErrRequestInFlight):
 					code = http.StatusConflict
 				}
 				writeError(w, code, fe.Field, fe.Error())
@@ -211,7 +211,7 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opt
 				out.Ticket, out.RetryAfterMS = rc.Ticket, max(ceilMS(rc.ETA), 1)
 			}
 		}
-		if o.queue == nil && d.Code == checker.OverLimit && refusedByDeferring(&d) {
+		if o.queue == nil && d.Code == ratelimit.OverLimit && refusedByDeferring(&d) {
 			out.DeferError = errNoQueue.Error() // why a deferring rule refused
 		}
 		if obs != nil {
@@ -225,7 +225,7 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opt
 // errNoQueue is a defer where no deferred queue is configured.
 var errNoQueue = errors.New("deferred: no deferred queue here; the request is refused")
 
-func deferRequest(ctx context.Context, q Enqueuer, req *checker.Request, d *checker.Decision, p *deferred.Payload) (deferred.Receipt, error) {
+func deferRequest(ctx context.Context, q Enqueuer, req *ratelimit.Request, d *ratelimit.Decision, p *deferred.Payload) (deferred.Receipt, error) {
 	if q == nil {
 		return deferred.Receipt{}, errNoQueue
 	}
@@ -233,9 +233,9 @@ func deferRequest(ctx context.Context, q Enqueuer, req *checker.Request, d *chec
 }
 
 // refusedByDeferring reports whether a rule that defers refused d.
-func refusedByDeferring(d *checker.Decision) bool {
+func refusedByDeferring(d *ratelimit.Decision) bool {
 	for i := range d.Statuses {
-		if st := &d.Statuses[i]; st.Code == checker.OverLimit && st.Rule != nil && st.Rule.OnExceed == config.ExceedDefer {
+		if st := &d.Statuses[i]; st.Code == ratelimit.OverLimit && st.Rule != nil && st.Rule.OnExceed == config.ExceedDefer {
 			return true
 		}
 	}
@@ -244,14 +244,14 @@ func refusedByDeferring(d *checker.Decision) bool {
 
 // Refuse turns a Deferred decision into the refusal it is when the
 // request cannot be queued.
-func Refuse(d *checker.Decision) {
-	if d.Code != checker.Deferred {
+func Refuse(d *ratelimit.Decision) {
+	if d.Code != ratelimit.Deferred {
 		return
 	}
-	d.Code = checker.OverLimit
+	d.Code = ratelimit.OverLimit
 	for i := range d.Statuses {
-		if d.Statuses[i].Code == checker.Deferred {
-			d.Statuses[i].Code = checker.OverLimit
+		if d.Statuses[i].Code == ratelimit.Deferred {
+			d.Statuses[i].Code = ratelimit.OverLimit
 		}
 	}
 }
@@ -259,19 +259,19 @@ func Refuse(d *checker.Decision) {
 // readCheck decodes the body of a POST /v1/check into in, strictly and
 // within the bounds of schema, and returns the checker request it asks
 // for.
-func readCheck(w http.ResponseWriter, r *http.Request, schema *strictjson.Schema, maxBody int64, in *CheckRequest) (checker.Request, *strictjson.Error) {
+func readCheck(w http.ResponseWriter, r *http.Request, schema *strictjson.Schema, maxBody int64, in *CheckRequest) (ratelimit.Request, *strictjson.Error) {
 	if err := schema.Read(w, r, maxBody, in); err != nil {
-		return checker.Request{}, err.(*strictjson.Error)
+		return ratelimit.Request{}, err.(*strictjson.Error)
 	}
 	return in.toRequest(), nil
 }
 
-func (in *CheckRequest) toRequest() checker.Request {
-	req := checker.Request{Domain: in.Domain, Hits: 1, RequestID: in.RequestID}
+func (in *CheckRequest) toRequest() ratelimit.Request {
+	req := ratelimit.Request{Domain: in.Domain, Hits: 1, RequestID: in.RequestID}
 	if in.Hits != nil {
 		req.Hits = *in.Hits
 	}
-	req.Descriptors = make([]checker.Descriptor, len(in.Descriptors))
+	req.Descriptors = make([]ratelimit.Descriptor, len(in.Descriptors))
 	for i, d := range in.Descriptors {
 		es := make([]config.Entry, len(d.Entries))
 		for j, e := range d.Entries {
@@ -285,7 +285,7 @@ func (in *CheckRequest) toRequest() checker.Request {
 	return req
 }
 
-func toResponse(d *checker.Decision) CheckResponse {
+func toResponse(d *ratelimit.Decision) CheckResponse {
 	out := CheckResponse{Decision: d.Code.String(), Statuses: make([]JSONStatus, len(d.Statuses))}
 	for i, st := range d.Statuses {
 		js := JSONStatus{Decision: st.Code.String(), Remaining: st.Remaining, ResetAfterMS: ceilMS(st.ResetAfter),
@@ -321,9 +321,9 @@ func writeError(w http.ResponseWriter, status int, field, msg string) {
 // waiting can help; RateLimit-Over-Soft and RateLimit-Elastic (the rule
 // ids) when a soft throttle admitted it over the base limit or an elastic
 // rule borrowed from its pool for it.
-func SetHeaders(h http.Header, d *checker.Decision) {
+func SetHeaders(h http.Header, d *ratelimit.Decision) {
 	var policies, soft, elastic []string
-	var tight *checker.Status
+	var tight *ratelimit.Status
 	for i := range d.Statuses {
 		st := &d.Statuses[i]
 		if st.Rule == nil || st.Rule.Unlimited {
@@ -338,7 +338,7 @@ func SetHeaders(h http.Header, d *checker.Decision) {
 		policies = append(policies, fmt.Sprintf("%s;q=%d;w=%d", sfString(st.Rule.ID), st.Limit, int64(st.Rule.Window/time.Second)))
 		switch {
 		case tight == nil,
-			st.Code != checker.OK && tight.Code == checker.OK,
+			st.Code != ratelimit.OK && tight.Code == ratelimit.OK,
 			st.Code == tight.Code && st.Remaining < tight.Remaining:
 			tight = st
 		}
@@ -358,7 +358,7 @@ func SetHeaders(h http.Header, d *checker.Decision) {
 	if len(elastic) > 0 {
 		h.Set("RateLimit-Elastic", strings.Join(elastic, ", "))
 	}
-	if d.Code != checker.OK {
+	if d.Code != ratelimit.OK {
 		if wait, never := d.RetryAfter(); !never {
 			h.Set("Retry-After", strconv.FormatInt(max(CeilSeconds(wait), 1), 10))
 		}

@@ -7,12 +7,12 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // benchSink keeps the decoded request alive so the compiler cannot drop
 // the work.
-var benchSink checker.Request
+var benchSink ratelimit.Request
 
 // BenchmarkDecodeCheck measures reading a /v1/check body into the checker
 // request: the JSON decoding every call pays before the checker runs.
@@ -28,7 +28,7 @@ func BenchmarkDecodeCheck(b *testing.B) {
 			rd := bytes.NewReader(body)
 			r := httptest.NewRequest(http.MethodPost, "/v1/check", nil)
 			w := httptest.NewRecorder()
-			schema := checkSchema(checker.Bounds{})
+			schema := checkSchema(ratelimit.Bounds{})
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
@@ -48,14 +48,14 @@ func BenchmarkDecodeCheck(b *testing.B) {
 // BenchmarkDecodeCheckParallel is BenchmarkDecodeCheck on every CPU.
 func BenchmarkDecodeCheckParallel(b *testing.B) {
 	body := []byte(`{"domain":"api","descriptors":[{"entries":[{"key":"tenant","value":"acme-corp"},{"key":"route","value":"/v1/export/reports"}]}],"hits":1}`)
-	schema := checkSchema(checker.Bounds{})
+	schema := checkSchema(ratelimit.Bounds{})
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	b.RunParallel(func(pb *testing.PB) {
 		rd := bytes.NewReader(body)
 		r := httptest.NewRequest(http.MethodPost, "/v1/check", nil)
 		w := httptest.NewRecorder()
-		var sink checker.Request
+		var sink ratelimit.Request
 		for pb.Next() {
 			rd.Reset(body)
 			r.Body = io.NopCloser(rd)

@@ -1,4 +1,4 @@
-package checker
+package ratelimit
 
 import (
 	"fmt"
@@ -9,8 +9,9 @@ import (
 )
 
 // Bounds limit the size of one request. Every surface (HTTP, gRPC, the
-// middleware) reaches an engine through [Checker.Check] or the exact
-// engine's Check (package local), which enforce them, so no accepted request can make a
+// middleware) reaches an engine through the async checker's Check
+// (package checker) or the exact engine's (package local), which enforce
+// them, so no accepted request can make a
 // delta larger than the pipeline carries ([events.MaxRecordBytes]) or a
 // decision arbitrarily expensive. Zero fields take [DefaultBounds].
 type Bounds struct {

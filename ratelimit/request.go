@@ -1,4 +1,4 @@
-package checker
+package ratelimit
 
 import (
 	"errors"
@@ -61,7 +61,7 @@ type Request struct {
 	// as denied, not deferred.
 	NoDefer bool
 	// Prehashed says the values of hash_values rules are hashed already
-	// ([Checker.Hashed]): they are not hashed again. Such a request names
+	// (the async checker's Hashed): they are not hashed again. Such a request names
 	// each descriptor's rule (Descriptor.Rule): a hash matches no value.
 	Prehashed bool
 }
@@ -162,12 +162,13 @@ func (e *FieldError) Unwrap() error { return e.Err }
 func (r *Request) Validate(rs *config.RuleSet) error {
 	_, known := rs.Lookup(r.Domain)
 	b := DefaultBounds()
-	return r.validate(known, &b)
+	return r.ValidateBounds(known, &b)
 }
 
-// validate checks r's shape against b; known says whether its domain has
-// rules.
-func (r *Request) validate(known bool, b *Bounds) error {
+// ValidateBounds checks r's shape against b, naming the field at fault;
+// known says whether r's domain has rules (an engine looks the domain up
+// anyway).
+func (r *Request) ValidateBounds(known bool, b *Bounds) error {
 	switch {
 	case r.Domain == "":
 		return &FieldError{"domain", fmt.Errorf("%w: must not be empty", ErrBadRequest)}

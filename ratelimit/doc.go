@@ -1,0 +1,13 @@
+// Package ratelimit holds what every layer of velvetrope shares: the
+// [Request] an engine decides and the [Decision] it answers (one [Status]
+// per descriptor, each with its [Code]), the errors a malformed request
+// gets (a [FieldError] naming the field), the request [Bounds], the
+// request-id memory both engines answer retries from ([RequestIDs]).
+//
+// It is a leaf: it imports nothing of velvetrope's but package config (the
+// rules a status names). The engines (package checker, the async one;
+// package local, the exact one it is property-tested against), the
+// surfaces (package rls, package middleware, the HTTP API) and the
+// deferred queue depend on it, not on each other, so the reference engine
+// never imports what it checks and a surface never imports an engine.
+package ratelimit
