@@ -87,8 +87,9 @@ type Config struct {
 	Heartbeat    time.Duration
 	InstanceTTL  time.Duration
 	MaxClockSkew time.Duration
-	// Bounds limit the size of a request (zero fields: DefaultBounds).
-	Bounds ratelimit.Bounds
+	// Bounds limit the size of a request (zero fields:
+	// config.DefaultLimits).
+	Bounds config.LimitsConfig
 	// StoreTimeout is the deadline of one decision's store calls, and of
 	// one refresh read (150 ms): past it the failure policy decides.
 	StoreTimeout time.Duration

@@ -13,23 +13,11 @@ import (
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
-func TestBoundsValidate(t *testing.T) {
-	cases := []struct {
-		b    ratelimit.Bounds
-		want string
-	}{
-		{ratelimit.DefaultBounds(), ""},
-		{ratelimit.Bounds{MaxDescriptors: 33, MaxEntries: 8, MaxKeyBytes: 1, MaxValueBytes: 1, MaxRequestIDBytes: 1}, "max_descriptors"},
-		{ratelimit.Bounds{MaxDescriptors: 1, MaxEntries: 16, MaxKeyBytes: 128, MaxValueBytes: 4096, MaxRequestIDBytes: 1}, "would not fit"},
-		{ratelimit.Bounds{MaxDescriptors: 1, MaxEntries: 1, MaxKeyBytes: 0, MaxValueBytes: 1, MaxRequestIDBytes: 1}, "max_key_bytes"},
-	}
-	for i, c := range cases {
-		err := c.b.Validate()
-		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
-			t.Fatalf("step %d: got %v, want %q", i, err, c.want)
-		}
-	}
-	if _, err := New(Config{Bounds: ratelimit.Bounds{MaxEntries: 16, MaxValueBytes: 8192}}, ruleStore(t, asyncRules), counters.NewMemStore(),
+// TestNewValidatesBounds: the checker refuses bounds that would let a
+// request make a delta larger than the pipeline carries (the rule is
+// config's, LimitsConfig.Validate).
+func TestNewValidatesBounds(t *testing.T) {
+	if _, err := New(Config{Bounds: config.LimitsConfig{MaxEntries: 16, MaxValueBytes: 8192}}, ruleStore(t, asyncRules), counters.NewMemStore(),
 		&applyProducer{store: counters.NewMemStore()}, &clock{}); err == nil || !strings.Contains(err.Error(), "bounds") {
 		t.Fatalf("New accepted bounds that make oversized deltas: %v", err)
 	}
@@ -42,9 +30,9 @@ func TestBoundsValidate(t *testing.T) {
 // texts are as long as they get, produces deltas that encode within
 // events.MaxRecordBytes, so the aggregator and the broker take them.
 func TestLargestValidRequestMakesDeliverableDeltas(t *testing.T) {
-	widest := ratelimit.Bounds{MaxDescriptors: ratelimit.MaxDescriptors, MaxEntries: ratelimit.MaxEntries, MaxKeyBytes: 128, MaxRequestIDBytes: 128}
+	widest := config.LimitsConfig{MaxDescriptors: config.MaxDescriptors, MaxEntries: config.MaxEntries, MaxKeyBytes: 128, MaxRequestIDBytes: 128}
 	widest.MaxValueBytes = config.MaxDescriptorBytes/widest.MaxEntries - widest.MaxKeyBytes - 2
-	for _, b := range []ratelimit.Bounds{ratelimit.DefaultBounds(), widest} {
+	for _, b := range []config.LimitsConfig{config.DefaultLimits(), widest} {
 		if err := b.Validate(); err != nil {
 			t.Fatalf("bounds %+v: %v", b, err)
 		}

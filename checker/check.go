@@ -497,9 +497,9 @@ func (c *Checker) status(st *ratelimit.Status, s *slot, denied bool, now int64) 
 // scratch is the per-Check working memory, pooled.
 type scratch struct {
 	buf     []byte
-	slots   [2 * ratelimit.MaxDescriptors]slot // a descriptor's slot, and its pool's
-	locks   [2 * ratelimit.MaxDescriptors]int
-	matched [ratelimit.MaxDescriptors]*config.Rule
+	slots   [2 * config.MaxDescriptors]slot // a descriptor's slot, and its pool's
+	locks   [2 * config.MaxDescriptors]int
+	matched [config.MaxDescriptors]*config.Rule
 }
 
 // need says how a descriptor is decided.

@@ -51,8 +51,8 @@ func (c *Checker) SetControl(ctx context.Context, spec ControlSpec) (counters.Co
 		return counters.Control{}, &ratelimit.FieldError{Field: "domain", Err: errors.New("must not be empty")}
 	case !known:
 		return counters.Control{}, &ratelimit.FieldError{Field: "domain", Err: fmt.Errorf("%w %q", ratelimit.ErrUnknownDomain, spec.Domain)}
-	case len(spec.Entries) == 0 || len(spec.Entries) > ratelimit.MaxEntries:
-		return counters.Control{}, &ratelimit.FieldError{Field: "descriptor", Err: fmt.Errorf("want 1 to %d entries, got %d", ratelimit.MaxEntries, len(spec.Entries))}
+	case len(spec.Entries) == 0 || len(spec.Entries) > config.MaxEntries:
+		return counters.Control{}, &ratelimit.FieldError{Field: "descriptor", Err: fmt.Errorf("want 1 to %d entries, got %d", config.MaxEntries, len(spec.Entries))}
 	case spec.TTL < 0 || spec.TTL > MaxControlTTL:
 		return counters.Control{}, &ratelimit.FieldError{Field: "ttl", Err: fmt.Errorf("want 0 (until deleted) to %v, got %v", MaxControlTTL, spec.TTL)}
 	case len(spec.Reason) > 512:

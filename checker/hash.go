@@ -60,10 +60,10 @@ func (h *hashing) value(domain, key, value string) string {
 // left as they are.
 func (c *Checker) Hashed(req *ratelimit.Request) *ratelimit.Request {
 	dom, known := c.rules.Load().Lookup(req.Domain)
-	if !known || req.Prehashed || len(req.Descriptors) > ratelimit.MaxDescriptors {
+	if !known || req.Prehashed || len(req.Descriptors) > config.MaxDescriptors {
 		return req
 	}
-	var buf [ratelimit.MaxDescriptors]*config.Rule
+	var buf [config.MaxDescriptors]*config.Rule
 	matched := matchRules(dom, req, buf[:len(req.Descriptors)])
 	// (replaced rules too: a value its own rule hashes never leaves raw)
 	return c.applyHashing(req, matched)

@@ -292,7 +292,7 @@ func (c *Checker) keys(bufpp **[]byte, req *ratelimit.Request, rules []*config.R
 	if *bufpp != nil {
 		buf = (**bufpp)[:0]
 	}
-	var offs [ratelimit.MaxDescriptors + 1]int
+	var offs [config.MaxDescriptors + 1]int
 	for i, r := range rules {
 		s := &slots[i]
 		*s = slot{rule: r, sh: -1, idx: i, dupOf: -1, poolSlot: -1, cost: req.HitsOf(i)}

@@ -61,13 +61,15 @@ type AnalyticsConfig struct {
 }
 
 // LimitsConfig bounds the size of one request on every surface (HTTP,
-// gRPC, middleware): a request outside them is refused naming the field.
-// The checker also refuses bounds that would let a request make a delta
-// larger than the pipeline's record bound (max_entries × (max_key_bytes +
-// max_value_bytes) at most 12 KiB, [MaxDescriptorBytes]).
+// gRPC, middleware) and in both engines, which take it as their Bounds: a
+// request outside them is refused naming the field. [LimitsConfig.Validate]
+// also refuses bounds that would let a request make a delta larger than
+// the pipeline's record bound (max_entries × (max_key_bytes +
+// max_value_bytes + 2) at most 12 KiB, [MaxDescriptorBytes]). Defaults:
+// [DefaultLimits]; zero fields take them ([LimitsConfig.WithDefaults]).
 type LimitsConfig struct {
-	MaxDescriptors    int `yaml:"max_descriptors"`      // per request (16, at most 32)
-	MaxEntries        int `yaml:"max_entries"`          // per descriptor (8, at most 16)
+	MaxDescriptors    int `yaml:"max_descriptors"`      // per request (16, at most MaxDescriptors)
+	MaxEntries        int `yaml:"max_entries"`          // per descriptor (8, at most MaxEntries)
 	MaxKeyBytes       int `yaml:"max_key_bytes"`        // one entry's key (128)
 	MaxValueBytes     int `yaml:"max_value_bytes"`      // one entry's value (1024)
 	MaxRequestIDBytes int `yaml:"max_request_id_bytes"` // request_id (128)
@@ -315,7 +317,7 @@ func DefaultApp() App {
 			Heartbeat: time.Second, InstanceTTL: 3 * time.Second, MaxClockSkew: 100 * time.Millisecond, SpillMaxBytes: 256 << 20, TopicPartitions: 16,
 			StoreTimeout: 150 * time.Millisecond, BreakerFailures: 5, BreakerOpenFor: time.Second},
 		Analytics: AnalyticsConfig{MaxWindow: 7 * 24 * time.Hour, MaxConcurrent: 8, MemoryMaxBytes: 64 << 20},
-		Limits:    LimitsConfig{MaxDescriptors: 16, MaxEntries: 8, MaxKeyBytes: 128, MaxValueBytes: 1024, MaxRequestIDBytes: 128},
+		Limits:    DefaultLimits(),
 		Aggregator: AggregatorConfig{Group: "velvetrope-aggregator", BatchSize: 1000, BatchWait: 20 * time.Millisecond,
 			SessionTimeout: 6 * time.Second, HeartbeatInterval: time.Second, RebalanceTimeout: 6 * time.Second,
 			RedisTimeout: 5 * time.Second},
@@ -507,21 +509,8 @@ func (a App) problems() []problem {
 	if a.InstanceID == "" || len(a.InstanceID) > 200 || strings.ContainsAny(a.InstanceID, " \t\n/|") {
 		bad("instance_id", "must be 1 to 200 bytes without spaces, '/' or '|', got %q", a.InstanceID)
 	}
-	switch l := a.Limits; {
-	case l.MaxDescriptors < 1 || l.MaxDescriptors > 32:
-		bad("limits.max_descriptors", "must be between 1 and 32, got %d", l.MaxDescriptors)
-	case l.MaxEntries < 1 || l.MaxEntries > 16:
-		bad("limits.max_entries", "must be between 1 and 16, got %d", l.MaxEntries)
-	case l.MaxKeyBytes < 1:
-		bad("limits.max_key_bytes", "must be > 0, got %d", l.MaxKeyBytes)
-	case l.MaxValueBytes < 1:
-		bad("limits.max_value_bytes", "must be > 0, got %d", l.MaxValueBytes)
-	case l.MaxRequestIDBytes < 1 || l.MaxRequestIDBytes > 1024:
-		bad("limits.max_request_id_bytes", "must be between 1 and 1024, got %d", l.MaxRequestIDBytes)
-	default:
-		if n := l.MaxEntries * (l.MaxKeyBytes + l.MaxValueBytes + 2); n > MaxDescriptorBytes {
-			bad("limits.max_entries/max_key_bytes/max_value_bytes", "max_entries × (max_key_bytes + max_value_bytes + 2) = %d: above %d, a delta would exceed the record bound", n, MaxDescriptorBytes)
-		}
+	if p, ok := a.Limits.problem(); ok {
+		bad("limits."+p.field, "%s", p.msg)
 	}
 	if a.RulesReload <= 0 {
 		bad("rules_reload", "must be > 0, got %v", a.RulesReload)

@@ -159,16 +159,16 @@ func (it *Item) validate() error {
 		return errors.New("rule: empty")
 	case it.Key == "":
 		return errors.New("key: empty")
-	case len(it.Descriptors) == 0 || len(it.Descriptors) > ratelimit.MaxDescriptors:
-		return fmt.Errorf("descriptors: %d, want 1 to %d", len(it.Descriptors), ratelimit.MaxDescriptors)
+	case len(it.Descriptors) == 0 || len(it.Descriptors) > config.MaxDescriptors:
+		return fmt.Errorf("descriptors: %d, want 1 to %d", len(it.Descriptors), config.MaxDescriptors)
 	case it.Hits < 0 || it.Hits > ratelimit.MaxHits:
 		return fmt.Errorf("hits: %d out of range", it.Hits)
 	case it.EnqueuedAt.IsZero() || it.Deadline.Before(it.EnqueuedAt):
 		return errors.New("enqueued_at, deadline: missing or out of order")
 	}
 	for i, d := range it.Descriptors {
-		if len(d.Entries) == 0 || len(d.Entries) > ratelimit.MaxEntries {
-			return fmt.Errorf("descriptors[%d].entries: %d, want 1 to %d", i, len(d.Entries), ratelimit.MaxEntries)
+		if len(d.Entries) == 0 || len(d.Entries) > config.MaxEntries {
+			return fmt.Errorf("descriptors[%d].entries: %d, want 1 to %d", i, len(d.Entries), config.MaxEntries)
 		}
 		if d.Hits != nil && (*d.Hits < 0 || *d.Hits > ratelimit.MaxHits) {
 			return fmt.Errorf("descriptors[%d].hits: %d out of range", i, *d.Hits)

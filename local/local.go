@@ -21,7 +21,7 @@ import (
 // Engine decides from exact in-process limiters: every counter lives in
 // this process, so its decisions are exact for one process and know
 // nothing of other instances. Requests are bounded by
-// [ratelimit.DefaultBounds]. Safe for concurrent use.
+// [config.DefaultLimits]. Safe for concurrent use.
 type Engine struct {
 	rules *config.Store
 	keyed *limiter.Keyed
@@ -66,7 +66,7 @@ func (l *Engine) Check(_ context.Context, req *ratelimit.Request, d *ratelimit.D
 	n := len(req.Descriptors)
 	d.Statuses = slices.Grow(d.Statuses[:0], n)[:n]
 
-	var matched [ratelimit.MaxDescriptors]*config.Rule
+	var matched [config.MaxDescriptors]*config.Rule
 	for i := range req.Descriptors {
 		if matched[i] = req.Descriptors[i].Rule; matched[i] == nil {
 			matched[i] = dom.Match(req.Descriptors[i].Entries)
@@ -76,8 +76,8 @@ func (l *Engine) Check(_ context.Context, req *ratelimit.Request, d *ratelimit.D
 
 	// Descriptors naming the same counter are decided together: their hits
 	// add up, and each reports the counter after all of them.
-	var cost [ratelimit.MaxDescriptors]int64
-	var dupOf [ratelimit.MaxDescriptors]int
+	var cost [config.MaxDescriptors]int64
+	var dupOf [config.MaxDescriptors]int
 	for i := range n {
 		cost[i], dupOf[i] = req.HitsOf(i), -1
 		for j := range i {
@@ -94,8 +94,8 @@ func (l *Engine) Check(_ context.Context, req *ratelimit.Request, d *ratelimit.D
 	// Phase 1: Envoy-semantics rules are charged now (every call counts);
 	// algorithm rules are only peeked.
 	denied := false
-	var peeked [ratelimit.MaxDescriptors]limiter.Decision // algorithm rules' peeks, by descriptor
-	var borrow [ratelimit.MaxDescriptors]int64            // elastic rules: hits above their own limit, the pool's share
+	var peeked [config.MaxDescriptors]limiter.Decision // algorithm rules' peeks, by descriptor
+	var borrow [config.MaxDescriptors]int64            // elastic rules: hits above their own limit, the pool's share
 	for i := range n {
 		st := &d.Statuses[i]
 		*st = ratelimit.Status{Code: ratelimit.OK, Rule: matched[i]}

@@ -277,7 +277,7 @@ func TestRequestIdempotency(t *testing.T) {
 
 func TestBadRequests(t *testing.T) {
 	l, _ := newLocal(t)
-	long := &ratelimit.Request{Domain: "api", Hits: 1, Descriptors: make([]ratelimit.Descriptor, ratelimit.MaxDescriptors+1)}
+	long := &ratelimit.Request{Domain: "api", Hits: 1, Descriptors: make([]ratelimit.Descriptor, config.MaxDescriptors+1)}
 	cases := []struct {
 		name  string
 		r     *ratelimit.Request

@@ -50,10 +50,10 @@ type Options struct {
 	// per second per descriptor, bursts of 20; Limit < 0: no budget, every
 	// request passes). It keeps a dead limiter from opening the gates.
 	Emergency Emergency
-	// Bounds limit what the sources may put in a request (zero fields: the
-	// checker's defaults); a request beyond them is answered 400 naming
+	// Bounds limit what the sources may put in a request (zero fields:
+	// config.DefaultLimits); a request beyond them is answered 400 naming
 	// the attribute.
-	Bounds ratelimit.Bounds
+	Bounds config.LimitsConfig
 	// Logger receives decision failures, at most one line per second.
 	Logger *slog.Logger
 
@@ -202,7 +202,7 @@ func (l *Limiter) build(cl *call, r *http.Request) bool {
 	}
 	cl.req.Descriptors = cl.req.Descriptors[:0]
 	cl.entries = cl.entries[:0]
-	var lens [ratelimit.MaxDescriptors]int
+	var lens [config.MaxDescriptors]int
 	n := 0
 	for _, srcs := range l.opts.Descriptors {
 		start := len(cl.entries)
@@ -232,7 +232,7 @@ func (l *Limiter) build(cl *call, r *http.Request) bool {
 // attribute (the source's key), or "".
 func (l *Limiter) checkBounds(req *ratelimit.Request) string {
 	for i := range req.Descriptors {
-		err := l.opts.Bounds.CheckEntries(i, req.Descriptors[i].Entries)
+		err := ratelimit.CheckEntries(&l.opts.Bounds, i, req.Descriptors[i].Entries)
 		if err == nil {
 			continue
 		}

@@ -5,77 +5,14 @@ import (
 	"unicode/utf8"
 
 	"github.com/velvetrope/velvetrope/config"
-	"github.com/velvetrope/velvetrope/events"
 )
-
-// Bounds limit the size of one request. Every surface (HTTP, gRPC, the
-// middleware) reaches an engine through the async checker's Check
-// (package checker) or the exact engine's (package local), which enforce
-// them, so no accepted request can make a
-// delta larger than the pipeline carries ([events.MaxRecordBytes]) or a
-// decision arbitrarily expensive. Zero fields take [DefaultBounds].
-type Bounds struct {
-	MaxDescriptors    int // descriptors per request (16; at most MaxDescriptors)
-	MaxEntries        int // entries per descriptor (8; at most MaxEntries)
-	MaxKeyBytes       int // bytes of one entry's key (128)
-	MaxValueBytes     int // bytes of one entry's value (1024)
-	MaxRequestIDBytes int // bytes of a request id (128)
-}
-
-// DefaultBounds are generous for real traffic (an IPv6 address is 39
-// bytes, a JWT subject rarely above 100, a route path rarely above 500)
-// and keep the largest delta near 19 KiB.
-func DefaultBounds() Bounds {
-	return Bounds{MaxDescriptors: 16, MaxEntries: 8, MaxKeyBytes: 128, MaxValueBytes: 1024, MaxRequestIDBytes: 128}
-}
-
-// maxDescriptorBytes is the most the entries of one descriptor may take
-// in total ([config.MaxDescriptorBytes]).
-const maxDescriptorBytes = config.MaxDescriptorBytes
-
-// WithDefaults returns b with zero fields set to the defaults.
-func (b Bounds) WithDefaults() Bounds {
-	d := DefaultBounds()
-	set := func(v *int, def int) {
-		if *v == 0 {
-			*v = def
-		}
-	}
-	set(&b.MaxDescriptors, d.MaxDescriptors)
-	set(&b.MaxEntries, d.MaxEntries)
-	set(&b.MaxKeyBytes, d.MaxKeyBytes)
-	set(&b.MaxValueBytes, d.MaxValueBytes)
-	set(&b.MaxRequestIDBytes, d.MaxRequestIDBytes)
-	return b
-}
-
-// Validate reports bounds that are out of range or that would let a
-// request produce a delta the pipeline refuses.
-func (b Bounds) Validate() error {
-	switch {
-	case b.MaxDescriptors < 1 || b.MaxDescriptors > MaxDescriptors:
-		return fmt.Errorf("max_descriptors: must be within 1..%d, got %d", MaxDescriptors, b.MaxDescriptors)
-	case b.MaxEntries < 1 || b.MaxEntries > MaxEntries:
-		return fmt.Errorf("max_entries: must be within 1..%d, got %d", MaxEntries, b.MaxEntries)
-	case b.MaxKeyBytes < 1:
-		return fmt.Errorf("max_key_bytes: must be > 0, got %d", b.MaxKeyBytes)
-	case b.MaxValueBytes < 1:
-		return fmt.Errorf("max_value_bytes: must be > 0, got %d", b.MaxValueBytes)
-	case b.MaxRequestIDBytes < 1 || b.MaxRequestIDBytes > 1024:
-		return fmt.Errorf("max_request_id_bytes: must be within 1..1024, got %d", b.MaxRequestIDBytes)
-	case b.MaxEntries*(b.MaxKeyBytes+b.MaxValueBytes+2) > maxDescriptorBytes:
-		return fmt.Errorf("max_entries × (max_key_bytes + max_value_bytes) = %d bytes: above %d, a delta would not fit the %d-byte record bound",
-			b.MaxEntries*(b.MaxKeyBytes+b.MaxValueBytes), maxDescriptorBytes, events.MaxRecordBytes)
-	}
-	return nil
-}
 
 // CheckEntries reports the first entry of descriptor i outside b (too
 // many entries, an empty key, a key or value too long or not UTF-8), as a
-// *FieldError
-// naming it. API layers call it before they build anything from the
-// entries; the checker calls it on every request.
-func (b *Bounds) CheckEntries(i int, es []config.Entry) error {
+// *[FieldError] naming it. API layers call it before they build anything
+// from the entries; both engines call it on every request
+// ([Request.ValidateBounds]).
+func CheckEntries(b *config.LimitsConfig, i int, es []config.Entry) error {
 	if len(es) > b.MaxEntries {
 		return &FieldError{fieldName(i, -1, "entries"), fmt.Errorf("%w: more than %d entries (got %d)", ErrBadRequest, b.MaxEntries, len(es))}
 	}

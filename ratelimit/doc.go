@@ -1,8 +1,11 @@
 // Package ratelimit holds what every layer of velvetrope shares: the
 // [Request] an engine decides and the [Decision] it answers (one [Status]
 // per descriptor, each with its [Code]), the errors a malformed request
-// gets (a [FieldError] naming the field), the request [Bounds], the
-// request-id memory both engines answer retries from ([RequestIDs]).
+// gets (a [FieldError] naming the field), the checks of a request against
+// its bounds ([Request.ValidateBounds], [CheckEntries]; the bounds and
+// their defaults are config's, [config.LimitsConfig]), the
+// and the request-id memory both engines answer retries from
+// ([RequestIDs]).
 //
 // It is a leaf: it imports nothing of velvetrope's but package config (the
 // rules a status names). The engines (package checker, the async one;

@@ -8,15 +8,9 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 )
 
-// MaxDescriptors bounds the descriptors of one request, and MaxEntries the
-// entries of one descriptor: enough for any real hierarchy, small enough
-// that a hostile request cannot make a decision expensive.
-const (
-	MaxDescriptors = 32
-	MaxEntries     = 16
-	// MaxHits bounds the cost of one request.
-	MaxHits = 1 << 32
-)
+// MaxHits bounds the cost of one request (and of one descriptor). The
+// bounds of its shape are config's ([config.LimitsConfig]).
+const MaxHits = 1 << 32
 
 // Descriptor is one aspect of a request, such as [remote_address=1.2.3.4]
 // or [tenant=acme, route=/export].
@@ -157,18 +151,18 @@ type FieldError struct {
 func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
 func (e *FieldError) Unwrap() error { return e.Err }
 
-// Validate checks the shape of r against rs and [DefaultBounds], naming
-// the field at fault.
+// Validate checks the shape of r against rs and [config.DefaultLimits],
+// naming the field at fault.
 func (r *Request) Validate(rs *config.RuleSet) error {
 	_, known := rs.Lookup(r.Domain)
-	b := DefaultBounds()
+	b := config.DefaultLimits()
 	return r.ValidateBounds(known, &b)
 }
 
 // ValidateBounds checks r's shape against b, naming the field at fault;
 // known says whether r's domain has rules (an engine looks the domain up
 // anyway).
-func (r *Request) ValidateBounds(known bool, b *Bounds) error {
+func (r *Request) ValidateBounds(known bool, b *config.LimitsConfig) error {
 	switch {
 	case r.Domain == "":
 		return &FieldError{"domain", fmt.Errorf("%w: must not be empty", ErrBadRequest)}
@@ -193,7 +187,7 @@ func (r *Request) ValidateBounds(known bool, b *Bounds) error {
 		if d.HasHits && (d.Hits < 0 || d.Hits > MaxHits) {
 			return &FieldError{fmt.Sprintf("descriptors[%d].hits", i), fmt.Errorf("%w: must be within 0..%d, got %d", ErrBadRequest, int64(MaxHits), d.Hits)}
 		}
-		if err := b.CheckEntries(i, d.Entries); err != nil {
+		if err := CheckEntries(b, i, d.Entries); err != nil {
 			return err
 		}
 	}

@@ -56,9 +56,9 @@ type Options struct {
 	// request (answered Internal), at most one line per 10 s (nil: the
 	// default logger).
 	Logger *slog.Logger
-	// Bounds limit the size of a request (zero fields: the checker's
-	// defaults); give the checker's own.
-	Bounds ratelimit.Bounds
+	// Bounds limit the size of a request (zero fields:
+	// config.DefaultLimits); give the checker's own.
+	Bounds config.LimitsConfig
 	// Decisions is told of every decision answered (nil: none).
 	Decisions httpapi.Observer
 	// MaxConcurrentStreams bounds the calls one gRPC connection carries at
@@ -214,7 +214,7 @@ var (
 
 // convert validates req's shape against b and fills w.req, reusing w's
 // memory. Overrides apply only in domains rs knows, as in Envoy's service.
-func (w *work) convert(req *rlsv3.RateLimitRequest, o *overrides, rs *config.RuleSet, b *ratelimit.Bounds) error {
+func (w *work) convert(req *rlsv3.RateLimitRequest, o *overrides, rs *config.RuleSet, b *config.LimitsConfig) error {
 	// the bounds first, in the order the wire parser meets them
 	for i, d := range req.Descriptors {
 		if i == b.MaxDescriptors {
@@ -261,7 +261,7 @@ func (w *work) convert(req *rlsv3.RateLimitRequest, o *overrides, rs *config.Rul
 }
 
 // checkShape checks a request's domain and descriptor count.
-func checkShape(domain string, descriptors int, b *ratelimit.Bounds) error {
+func checkShape(domain string, descriptors int, b *config.LimitsConfig) error {
 	switch {
 	case domain == "":
 		return errors.New("domain: must not be empty")
@@ -276,11 +276,11 @@ func checkShape(domain string, descriptors int, b *ratelimit.Bounds) error {
 // errTooManyDescriptors and errTooManyEntries are the bounds' errors,
 // the same from both decoders; they give the bound, not the count: a
 // decoder stops at the first descriptor or entry past it.
-func errTooManyDescriptors(b *ratelimit.Bounds) error {
+func errTooManyDescriptors(b *config.LimitsConfig) error {
 	return fieldf("descriptors", "more than %d descriptors", b.MaxDescriptors)
 }
 
-func errTooManyEntries(i int, b *ratelimit.Bounds) error {
+func errTooManyEntries(i int, b *config.LimitsConfig) error {
 	return fieldf(index("descriptors", i, "entries"), "more than %d entries", b.MaxEntries)
 }
 
@@ -297,7 +297,7 @@ func (w *work) start(domain string, hitsAddend uint32) {
 // add validates descriptor i (its entries es, its limit override, its own
 // hits_addend when set) and appends it to w.req.
 func (w *work) add(i int, es []config.Entry, lim *ratelimitv3.RateLimitDescriptor_RateLimitOverride, hits *uint64,
-	negative bool, o *overrides, rs *config.RuleSet, known bool, b *ratelimit.Bounds) error {
+	negative bool, o *overrides, rs *config.RuleSet, known bool, b *config.LimitsConfig) error {
 	switch {
 	case len(es) == 0:
 		return fieldf(index("descriptors", i, "entries"), "must not be empty")
@@ -311,7 +311,7 @@ func (w *work) add(i int, es []config.Entry, lim *ratelimitv3.RateLimitDescripto
 			return fieldf(index("descriptors", i, "entries")+index("", j, "key"), "must not be empty")
 		}
 	}
-	if err := b.CheckEntries(i, es); err != nil {
+	if err := ratelimit.CheckEntries(b, i, es); err != nil {
 		return err
 	}
 	cd := ratelimit.Descriptor{Entries: es}

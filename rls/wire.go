@@ -146,7 +146,7 @@ var (
 // checked as the first pass counts them: it stops at the first one past
 // them, before anything is reserved (a 1 MiB message of 500,000 empty
 // entries is refused at the ninth).
-func (w *work) parse(o *overrides, rs *config.RuleSet, b *ratelimit.Bounds) error {
+func (w *work) parse(o *overrides, rs *config.RuleSet, b *config.LimitsConfig) error {
 	var domain []byte
 	var hitsAddend uint64
 	descriptors := 0

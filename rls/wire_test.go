@@ -16,6 +16,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/velvetrope/velvetrope/internal/testrules"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // randomRequest draws a RateLimitRequest over the Envoy example rules:
@@ -129,7 +130,7 @@ func FuzzWireParse(f *testing.F) {
 				if len(d.Entries) == 0 || len(d.Entries) > b.MaxEntries {
 					t.Fatalf("parse accepted %d entries in descriptor %d", len(d.Entries), i)
 				}
-				if err := b.CheckEntries(i, d.Entries); err != nil {
+				if err := ratelimit.CheckEntries(b, i, d.Entries); err != nil {
 					t.Fatalf("parse accepted entries outside the bounds: %v", err)
 				}
 			}

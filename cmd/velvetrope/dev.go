@@ -184,7 +184,7 @@ func checkerConfig(app config.App, logger *slog.Logger) checker.Config {
 		MinRefresh: ck.MinRefresh, MaxRefresh: ck.MaxRefresh, PipelineLag: ck.PipelineLag,
 		SafetyPercent: ck.SafetyPercent, NearFloor: ck.NearFloor, NearFloorPercent: ck.NearFloorPct,
 		IdleAfter: ck.IdleAfter, ControlPoll: ck.ControlPoll, IdempotencyTTL: app.Limiter.IdempotencyTTL, HashKey: []byte(ck.HashKey),
-		Bounds: bounds(app), StoreTimeout: ck.StoreTimeout, BreakerFailures: ck.BreakerFailures, BreakerOpenFor: ck.BreakerOpenFor,
+		Bounds: app.Limits, StoreTimeout: ck.StoreTimeout, BreakerFailures: ck.BreakerFailures, BreakerOpenFor: ck.BreakerOpenFor,
 		Logger: logger}
 }
 
@@ -329,7 +329,7 @@ func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *deci
 		MaxConcurrent: app.Analytics.MaxConcurrent}).Register(mux)
 	dashboard.Register(mux)
 	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes, logx.New(logger, 10*time.Second), n, httpapi.WithQueue(q),
-		httpapi.WithBounds(bounds(app))))
+		httpapi.WithBounds(app.Limits)))
 	mux.Handle("GET /v1/deferred/{ticket}", httpapi.TicketHandler(tickets))
 	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
 	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).WithKeys(c).Register(mux)

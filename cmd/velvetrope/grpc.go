@@ -18,7 +18,6 @@ import (
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/metrics"
 	"github.com/velvetrope/velvetrope/internal/tlsconf"
-	"github.com/velvetrope/velvetrope/ratelimit"
 	"github.com/velvetrope/velvetrope/rls"
 )
 
@@ -44,7 +43,7 @@ func (g *grpcListener) Addr() string {
 func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter,
 	logger *slog.Logger) (*rls.Server, *grpcListener, error) {
 	s := rls.New(c, rls.Options{ResponseHeaders: app.GRPC.ResponseHeaders, Logger: logger,
-		Bounds: bounds(app), Decisions: n, MaxConcurrentStreams: uint32(app.GRPC.MaxConcurrentStreams),
+		Bounds: app.Limits, Decisions: n, MaxConcurrentStreams: uint32(app.GRPC.MaxConcurrentStreams),
 		CallTimeout: app.GRPC.CallTimeout})
 	gl := &grpcListener{}
 	if app.GRPC.Addr == "" {
@@ -113,11 +112,4 @@ func newHTTPServer(lc fx.Lifecycle, app config.App, mux http.Handler, writeTimeo
 		func() float64 { return float64(srv.Busy()) })
 	lc.Append(stagedHook("http", srv.Start, srv.Stop))
 	return srv, nil
-}
-
-// bounds are the request bounds of app's limits section.
-func bounds(app config.App) ratelimit.Bounds {
-	l := app.Limits
-	return ratelimit.Bounds{MaxDescriptors: l.MaxDescriptors, MaxEntries: l.MaxEntries, MaxKeyBytes: l.MaxKeyBytes,
-		MaxValueBytes: l.MaxValueBytes, MaxRequestIDBytes: l.MaxRequestIDBytes}
 }

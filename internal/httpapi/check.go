@@ -111,7 +111,7 @@ type Option func(*checkOptions)
 
 type checkOptions struct {
 	queue  Enqueuer
-	bounds ratelimit.Bounds
+	bounds config.LimitsConfig
 }
 
 // WithQueue queues the requests an `on_exceed: defer` rule defers;
@@ -120,14 +120,14 @@ func WithQueue(q Enqueuer) Option { return func(o *checkOptions) { o.queue = q }
 
 // WithBounds decodes requests within b (zero fields: the defaults): give
 // the checker's own, so that what the decoder lets through is what the
-// checker takes. Without it: [ratelimit.DefaultBounds].
-func WithBounds(b ratelimit.Bounds) Option { return func(o *checkOptions) { o.bounds = b } }
+// checker takes. Without it: [config.DefaultLimits].
+func WithBounds(b config.LimitsConfig) Option { return func(o *checkOptions) { o.bounds = b } }
 
 // DescriptorBounds are b as bounds of a JSON body's descriptors (the
 // paths descriptors, descriptors.entries and their key and value), which
 // /v1/check and Envoy's /json share: the decoder stops at the first
 // descriptor, entry or byte past them, before anything is built.
-func DescriptorBounds(b ratelimit.Bounds) []strictjson.Bound {
+func DescriptorBounds(b config.LimitsConfig) []strictjson.Bound {
 	b = b.WithDefaults()
 	return []strictjson.Bound{
 		{Path: "descriptors", Max: b.MaxDescriptors, What: "descriptors"},
@@ -138,7 +138,7 @@ func DescriptorBounds(b ratelimit.Bounds) []strictjson.Bound {
 }
 
 // checkSchema is the shape of a CheckRequest within b.
-func checkSchema(b ratelimit.Bounds) *strictjson.Schema {
+func checkSchema(b config.LimitsConfig) *strictjson.Schema {
 	return strictjson.MustFor[CheckRequest](append(DescriptorBounds(b),
 		strictjson.Bound{Path: "request_id", Max: b.WithDefaults().MaxRequestIDBytes, What: "bytes"})...)
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/local"
-	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 type fixedClock int64
@@ -193,7 +192,7 @@ func TestCheckBoundsFollowTheChecker(t *testing.T) {
 	rs, _ := config.ExampleRules()
 	k, _ := limiter.NewKeyed()
 	l, _ := local.New(config.NewStore(rs), k, fixedClock(t0), time.Minute)
-	h := CheckHandler(l, 1<<20, nil, nil, WithBounds(ratelimit.Bounds{MaxEntries: 2}))
+	h := CheckHandler(l, 1<<20, nil, nil, WithBounds(config.LimitsConfig{MaxEntries: 2}))
 	body := `{"domain":"api","descriptors":[{"entries":[{"key":"tenant","value":"a"},{"key":"route","value":"b"},{"key":"x","value":"c"}]}]}`
 	rec := post(t, h, body)
 	var e ErrorResponse
@@ -228,8 +227,8 @@ func FuzzCheckHandler(f *testing.F) {
 	f.Add(`{"domain":"api","descriptors":[{"entries":[` + strings.Repeat(`{},`, 2000) + `{}]}]}`)
 	f.Add(`{"domain":"api","descriptors":[{"entries":[{"key":"k","value":"v"}],"hits":2}],"request_id":"r","payload":{"method":"PUT","path":"/x","headers":{"A":"1"},"body":"b"}}`)
 	h := newHandler(f)
-	schema := checkSchema(ratelimit.Bounds{})
-	b := ratelimit.DefaultBounds()
+	schema := checkSchema(config.LimitsConfig{})
+	b := config.DefaultLimits()
 	f.Fuzz(func(t *testing.T, body string) {
 		rec := post(t, h, body)
 		switch rec.Code {

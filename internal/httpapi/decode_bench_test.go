@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -28,7 +29,7 @@ func BenchmarkDecodeCheck(b *testing.B) {
 			rd := bytes.NewReader(body)
 			r := httptest.NewRequest(http.MethodPost, "/v1/check", nil)
 			w := httptest.NewRecorder()
-			schema := checkSchema(ratelimit.Bounds{})
+			schema := checkSchema(config.LimitsConfig{})
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
@@ -48,7 +49,7 @@ func BenchmarkDecodeCheck(b *testing.B) {
 // BenchmarkDecodeCheckParallel is BenchmarkDecodeCheck on every CPU.
 func BenchmarkDecodeCheckParallel(b *testing.B) {
 	body := []byte(`{"domain":"api","descriptors":[{"entries":[{"key":"tenant","value":"acme-corp"},{"key":"route","value":"/v1/export/reports"}]}],"hits":1}`)
-	schema := checkSchema(ratelimit.Bounds{})
+	schema := checkSchema(config.LimitsConfig{})
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	b.RunParallel(func(pb *testing.PB) {
