@@ -26,16 +26,11 @@ import (
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
-// Checker decides a release; *checker.Checker and *local.Engine are ones.
-type Checker interface {
-	Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error
-}
-
 // DrainConfig configures a Drain. Zero values take the defaults named.
 type DrainConfig struct {
-	Consumer    events.Consumer  // the deferred topic, under the drains' group
-	DeadLetters events.Publisher // the dead-letter topic
-	Checker     Checker          // decides every release, on the counters live traffic uses
+	Consumer    events.Consumer   // the deferred topic, under the drains' group
+	DeadLetters events.Publisher  // the dead-letter topic
+	Checker     ratelimit.Checker // decides every release, on the counters live traffic uses
 	Rules       func() *config.RuleSet
 	// Tickets keeps ticket states and the count of queued items, which
 	// the drain takes each finished item out of.

@@ -152,6 +152,13 @@ type Receipt struct {
 	Repeat bool
 }
 
+// Enqueuer queues deferred requests: what an API that answers defer takes
+// (the HTTP API, package middleware); [*Queue] is one. An error means the
+// request is not queued and must be refused ([ratelimit.Decision.Refuse]).
+type Enqueuer interface {
+	Enqueue(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision, p *Payload) (Receipt, error)
+}
+
 // Enqueue turns a Deferred decision on req into an item carrying p (nil:
 // no payload) and appends it to the topic. The ticket's state is written
 // before the record, so that a ticket an API returns is always readable;

@@ -11,7 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/velvetrope/velvetrope/deferred"
-	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -28,7 +27,7 @@ var hopByHop = map[string]bool{"Connection": true, "Keep-Alive": true, "Proxy-Co
 // refused it.
 func (l *Limiter) deferRequest(w http.ResponseWriter, r *http.Request, cl *call) bool {
 	if l.opts.Queue == nil {
-		httpapi.Refuse(&cl.d)
+		cl.d.Refuse()
 		return false
 	}
 	p, err := l.payload(r)
@@ -49,12 +48,12 @@ func (l *Limiter) deferRequest(w http.ResponseWriter, r *http.Request, cl *call)
 		return true
 	case err != nil:
 		l.logFailure(err)
-		httpapi.Refuse(&cl.d)
+		cl.d.Refuse()
 		return false
 	}
-	httpapi.SetHeaders(w.Header(), &cl.d)
+	ratelimit.SetHeaders(w.Header(), &cl.d)
 	w.Header().Set("Location", l.opts.DeferredPath+rc.Ticket)
-	w.Header().Set("Retry-After", strconv.FormatInt(max(httpapi.CeilSeconds(rc.ETA), 1), 10))
+	w.Header().Set("Retry-After", strconv.FormatInt(max(ratelimit.CeilSeconds(rc.ETA), 1), 10))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusAccepted)
 	_ = json.NewEncoder(w).Encode(struct {

@@ -18,6 +18,7 @@ import (
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/testrules"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
 	"github.com/velvetrope/velvetrope/rls"
 )
 
@@ -43,7 +44,7 @@ func TestMiddlewareDefers(t *testing.T) {
 	q := deferred.NewQueue(bus, counters.NewMemStore(), nil, 0)
 	ran := 0
 	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { ran++ })
-	mk := func(c Checker, q *deferred.Queue, maxBody int64) http.Handler {
+	mk := func(c ratelimit.Checker, q *deferred.Queue, maxBody int64) http.Handler {
 		opts := Options{Domain: "web", Descriptors: [][]Source{{Header("X-User", "user")}}, MaxDeferBody: maxBody}
 		if q != nil {
 			opts.Queue = q

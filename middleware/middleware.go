@@ -1,7 +1,8 @@
 // Package middleware limits net/http handlers with velvetrope: it builds
 // descriptors from the request (client address behind trusted proxies, a
 // header, a hashed API key, the authenticated user, method and route),
-// asks a Checker — in-process, or a remote velvetrope over gRPC — in one
+// asks a [ratelimit.Checker] — in-process (*checker.Checker,
+// *local.Engine), or a remote velvetrope over gRPC ([Remote]) — in one
 // call for every limit, and answers 429 with Retry-After and the RateLimit
 // headers when any limit refuses.
 package middleware
@@ -18,16 +19,10 @@ import (
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
-	"github.com/velvetrope/velvetrope/internal/httpapi"
+	"github.com/velvetrope/velvetrope/deferred"
 	"github.com/velvetrope/velvetrope/internal/logx"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
-
-// Checker decides a request: *checker.Checker, *local.Engine and Remote
-// implement it.
-type Checker interface {
-	Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error
-}
 
 // Options configure a Limiter.
 type Options struct {
@@ -64,7 +59,7 @@ type Options struct {
 	// with Location: DeferredPath + ticket. Without it a deferred request
 	// is 429, as it always is over a Remote velvetrope (Envoy's API has no
 	// defer: it answers OVER_LIMIT).
-	Queue httpapi.Enqueuer
+	Queue deferred.Enqueuer
 	// SensitiveHeaders are left out of a deferred request besides the
 	// hop-by-hop ones (nil: DefaultSensitiveHeaders; empty: none).
 	SensitiveHeaders []string
@@ -82,7 +77,7 @@ var DefaultSensitiveHeaders = []string{"Authorization", "Cookie", "Proxy-Authori
 
 // Limiter is the middleware.
 type Limiter struct {
-	c         Checker
+	c         ratelimit.Checker
 	opts      Options
 	pool      sync.Pool // *call
 	emergency *emergency
@@ -101,7 +96,7 @@ type call struct {
 }
 
 // New returns a Limiter deciding with c.
-func New(c Checker, opts Options) (*Limiter, error) {
+func New(c ratelimit.Checker, opts Options) (*Limiter, error) {
 	if opts.Domain == "" {
 		return nil, errors.New("middleware: Options.Domain must not be empty")
 	}
@@ -180,7 +175,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		if cl.d.Code == ratelimit.Deferred && l.deferRequest(w, r, cl) {
 			return
 		}
-		httpapi.SetHeaders(w.Header(), &cl.d)
+		ratelimit.SetHeaders(w.Header(), &cl.d)
 		if !cl.d.Allowed() {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(http.StatusTooManyRequests)

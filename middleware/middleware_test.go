@@ -15,7 +15,6 @@ import (
 
 	"github.com/velvetrope/velvetrope/client"
 	"github.com/velvetrope/velvetrope/config"
-	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/testrules"
 	"github.com/velvetrope/velvetrope/local"
 	"github.com/velvetrope/velvetrope/ratelimit"
@@ -68,7 +67,7 @@ func userOf(ctx context.Context) (string, bool) {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func handler(t *testing.T, c Checker, opts Options) http.Handler {
+func handler(t *testing.T, c ratelimit.Checker, opts Options) http.Handler {
 	t.Helper()
 	if opts.Domain == "" {
 		opts.Domain = "web"
@@ -328,7 +327,7 @@ func TestPerRequestAllocations(t *testing.T) {
 		t.Fatal(err)
 	}
 	hdr := http.Header{}
-	headers := testing.AllocsPerRun(200, func() { clear(hdr); httpapi.SetHeaders(hdr, &d) })
+	headers := testing.AllocsPerRun(200, func() { clear(hdr); ratelimit.SetHeaders(hdr, &d) })
 	if total > headers+6 {
 		t.Fatalf("%.0f allocations per request, %.0f of them the headers", total, headers)
 	}

@@ -9,9 +9,9 @@ import (
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
-// Remote is a Checker that asks a velvetrope service over gRPC (Envoy's
-// rate limit API). Its errors — timeouts, an unreachable service — are the
-// Limiter's failures, handled by Options.FailOpen.
+// Remote is a [ratelimit.Checker] that asks a velvetrope service over
+// gRPC (Envoy's rate limit API). Its errors — timeouts, an unreachable
+// service — are the Limiter's failures, handled by Options.FailOpen.
 type Remote struct {
 	c *client.GRPC
 }

@@ -3,9 +3,10 @@
 // per descriptor, each with its [Code]), the errors a malformed request
 // gets (a [FieldError] naming the field), the checks of a request against
 // its bounds ([Request.ValidateBounds], [CheckEntries]; the bounds and
-// their defaults are config's, [config.LimitsConfig]), the
-// and the request-id memory both engines answer retries from
-// ([RequestIDs]).
+// their defaults are config's, [config.LimitsConfig]), the request-id
+// memory both engines answer retries from ([RequestIDs]), the rate limit
+// response headers every surface writes ([SetHeaders]) and the small
+// interfaces the API layers take ([Checker], [Observer]).
 //
 // It is a leaf: it imports nothing of velvetrope's but package config (the
 // rules a status names). The engines (package checker, the async one;

@@ -210,3 +210,19 @@ func (d *Decision) RetryAfter() (wait time.Duration, never bool) {
 	}
 	return wait, false
 }
+
+// Refuse turns a Deferred decision into the refusal it is when the request
+// cannot be queued (no queue, or the queue did not take it): every
+// deferring status and the decision become OverLimit. Any other decision
+// is left as it is.
+func (d *Decision) Refuse() {
+	if d.Code != Deferred {
+		return
+	}
+	d.Code = OverLimit
+	for i := range d.Statuses {
+		if d.Statuses[i].Code == Deferred {
+			d.Statuses[i].Code = OverLimit
+		}
+	}
+}

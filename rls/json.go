@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/strictjson"
 )
 
@@ -23,7 +22,7 @@ import (
 // within the server's bounds, checked as the body is scanned, before
 // protojson builds a message of it.
 func JSONHandler(s *Server, maxBody int64) http.Handler {
-	schema := strictjson.MustForProto(&rlsv3.RateLimitRequest{}, httpapi.DescriptorBounds(s.opts.Bounds)...)
+	schema := strictjson.MustForProto(&rlsv3.RateLimitRequest{}, strictjson.DescriptorBounds(s.opts.Bounds)...)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)

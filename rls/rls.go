@@ -35,14 +35,14 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/velvetrope/velvetrope/config"
-	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/logx"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
-// Checker decides requests; *checker.Checker and *local.Engine implement it.
+// Checker decides requests and tells the live rules (the service answers
+// the domains they know); *checker.Checker and *local.Engine implement it.
 type Checker interface {
-	Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error
+	ratelimit.Checker
 	Rules() *config.RuleSet
 }
 
@@ -60,7 +60,7 @@ type Options struct {
 	// config.DefaultLimits); give the checker's own.
 	Bounds config.LimitsConfig
 	// Decisions is told of every decision answered (nil: none).
-	Decisions httpapi.Observer
+	Decisions ratelimit.Observer
 	// MaxConcurrentStreams bounds the calls one gRPC connection carries at
 	// once (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS; 0:
 	// DefaultMaxConcurrentStreams): a client's further streams are refused,
@@ -196,7 +196,7 @@ func (s *Server) decide(ctx context.Context, w *work, rs *config.RuleSet) (known
 	}
 	// an engine that defers whatever the request says is refused here:
 	// nothing queues it, so no metric may count it deferred
-	httpapi.Refuse(&w.d)
+	w.d.Refuse()
 	if s.opts.Decisions != nil {
 		s.opts.Decisions.Observe(&w.d)
 	}
@@ -375,7 +375,7 @@ func view(st *ratelimit.Status) statusView {
 	v.reset = st.ResetAfter
 	if r.Algorithm == config.AlgEnvoy {
 		// Envoy counts whole seconds: the reset is unit - now%unit, never 0.
-		v.reset = time.Duration(max(httpapi.CeilSeconds(v.reset), 1)) * time.Second
+		v.reset = time.Duration(max(ratelimit.CeilSeconds(v.reset), 1)) * time.Second
 	}
 	return v
 }
@@ -405,7 +405,7 @@ func clampUint32(v int64) uint32 { return uint32(min(max(v, 0), maxUint32)) }
 // headers renders the same rate limit headers the HTTP API sets.
 func headers(d *ratelimit.Decision) []*corev3.HeaderValue {
 	h := http.Header{}
-	httpapi.SetHeaders(h, d)
+	ratelimit.SetHeaders(h, d)
 	keys := slices.Sorted(maps.Keys(h)) // a stable order for Envoy and for tests
 	out := make([]*corev3.HeaderValue, 0, len(keys))
 	for _, k := range keys {

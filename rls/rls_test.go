@@ -25,7 +25,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/velvetrope/velvetrope/config"
-	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/strictjson"
 	"github.com/velvetrope/velvetrope/internal/testrules"
 	"github.com/velvetrope/velvetrope/ratelimit"
@@ -219,7 +218,7 @@ func FuzzJSONHandler(f *testing.F) {
 	clk := testrules.NewClock()
 	s := New(testrules.Local(f, loadEnvoyRules(f), clk, 0), Options{ResponseHeaders: true})
 	h := JSONHandler(s, 1<<16)
-	schema := strictjson.MustForProto(&rlsv3.RateLimitRequest{}, httpapi.DescriptorBounds(s.opts.Bounds)...)
+	schema := strictjson.MustForProto(&rlsv3.RateLimitRequest{}, strictjson.DescriptorBounds(s.opts.Bounds)...)
 	b := s.opts.Bounds
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := httptest.NewRecorder()

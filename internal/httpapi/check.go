@@ -6,11 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"math"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
@@ -19,11 +15,6 @@ import (
 	"github.com/velvetrope/velvetrope/internal/strictjson"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
-
-// Checker decides a request; *local.Engine implements it.
-type Checker interface {
-	Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error
-}
 
 // CheckRequest is the JSON body of POST /v1/check.
 type CheckRequest struct {
@@ -95,58 +86,33 @@ type ErrorResponse struct {
 	Field string `json:"field,omitempty"`
 }
 
-// Observer is told of every decision an API answers (the metrics of
-// decisions per rule); nil observes nothing.
-type Observer interface {
-	Observe(d *ratelimit.Decision)
-}
-
-// Enqueuer queues deferred requests; *deferred.Queue is one.
-type Enqueuer interface {
-	Enqueue(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision, p *deferred.Payload) (deferred.Receipt, error)
-}
-
 // Option configures CheckHandler.
 type Option func(*checkOptions)
 
 type checkOptions struct {
-	queue  Enqueuer
+	queue  deferred.Enqueuer
 	bounds config.LimitsConfig
 }
 
 // WithQueue queues the requests an `on_exceed: defer` rule defers;
 // without it such a request is refused (decision deny, with defer_error).
-func WithQueue(q Enqueuer) Option { return func(o *checkOptions) { o.queue = q } }
+func WithQueue(q deferred.Enqueuer) Option { return func(o *checkOptions) { o.queue = q } }
 
 // WithBounds decodes requests within b (zero fields: the defaults): give
 // the checker's own, so that what the decoder lets through is what the
 // checker takes. Without it: [config.DefaultLimits].
 func WithBounds(b config.LimitsConfig) Option { return func(o *checkOptions) { o.bounds = b } }
 
-// DescriptorBounds are b as bounds of a JSON body's descriptors (the
-// paths descriptors, descriptors.entries and their key and value), which
-// /v1/check and Envoy's /json share: the decoder stops at the first
-// descriptor, entry or byte past them, before anything is built.
-func DescriptorBounds(b config.LimitsConfig) []strictjson.Bound {
-	b = b.WithDefaults()
-	return []strictjson.Bound{
-		{Path: "descriptors", Max: b.MaxDescriptors, What: "descriptors"},
-		{Path: "descriptors.entries", Max: b.MaxEntries, What: "entries"},
-		{Path: "descriptors.entries.key", Max: b.MaxKeyBytes, What: "bytes"},
-		{Path: "descriptors.entries.value", Max: b.MaxValueBytes, What: "bytes"},
-	}
-}
-
 // checkSchema is the shape of a CheckRequest within b.
 func checkSchema(b config.LimitsConfig) *strictjson.Schema {
-	return strictjson.MustFor[CheckRequest](append(DescriptorBounds(b),
+	return strictjson.MustFor[CheckRequest](append(strictjson.DescriptorBounds(b),
 		strictjson.Bound{Path: "request_id", Max: b.WithDefaults().MaxRequestIDBytes, What: "bytes"})...)
 }
 
 // CheckHandler serves POST /v1/check over c, reading at most maxBody
 // bytes. Decisions that fail for another reason than the request (500)
 // are logged through log (rate-limited; nil: not logged).
-func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opts ...Option) http.Handler {
+func CheckHandler(c ratelimit.Checker, maxBody int64, log *logx.Limited, obs ratelimit.Observer, opts ...Option) http.Handler {
 	var o checkOptions
 	for _, f := range opts {
 		f(&o)
@@ -204,7 +170,7 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opt
 					log.Warn("deferred request refused: not queued", "domain", in.Domain, "error", err)
 				}
 				// nothing was charged and nothing queued: a refusal
-				Refuse(&d)
+				d.Refuse()
 				out = toResponse(&d)
 				out.DeferError = err.Error()
 			default:
@@ -217,7 +183,7 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opt
 		if obs != nil {
 			obs.Observe(&d)
 		}
-		SetHeaders(w.Header(), &d)
+		ratelimit.SetHeaders(w.Header(), &d)
 		writeJSON(w, http.StatusOK, out)
 	})
 }
@@ -225,7 +191,7 @@ func CheckHandler(c Checker, maxBody int64, log *logx.Limited, obs Observer, opt
 // errNoQueue is a defer where no deferred queue is configured.
 var errNoQueue = errors.New("deferred: no deferred queue here; the request is refused")
 
-func deferRequest(ctx context.Context, q Enqueuer, req *ratelimit.Request, d *ratelimit.Decision, p *deferred.Payload) (deferred.Receipt, error) {
+func deferRequest(ctx context.Context, q deferred.Enqueuer, req *ratelimit.Request, d *ratelimit.Decision, p *deferred.Payload) (deferred.Receipt, error) {
 	if q == nil {
 		return deferred.Receipt{}, errNoQueue
 	}
@@ -240,20 +206,6 @@ func refusedByDeferring(d *ratelimit.Decision) bool {
 		}
 	}
 	return false
-}
-
-// Refuse turns a Deferred decision into the refusal it is when the
-// request cannot be queued.
-func Refuse(d *ratelimit.Decision) {
-	if d.Code != ratelimit.Deferred {
-		return
-	}
-	d.Code = ratelimit.OverLimit
-	for i := range d.Statuses {
-		if d.Statuses[i].Code == ratelimit.Deferred {
-			d.Statuses[i].Code = ratelimit.OverLimit
-		}
-	}
 }
 
 // readCheck decodes the body of a POST /v1/check into in, strictly and
@@ -312,85 +264,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, field, msg string) {
 	writeJSON(w, status, ErrorResponse{Error: msg, Field: field})
-}
-
-// SetHeaders writes the rate limit response fields for d: the IETF
-// RateLimit-Policy (every limited descriptor) and RateLimit (the most
-// restrictive one), the common X-RateLimit-Limit/Remaining/Reset, and
-// Retry-After (whole seconds, rounded up) when the request is refused and
-// waiting can help; RateLimit-Over-Soft and RateLimit-Elastic (the rule
-// ids) when a soft throttle admitted it over the base limit or an elastic
-// rule borrowed from its pool for it.
-func SetHeaders(h http.Header, d *ratelimit.Decision) {
-	var policies, soft, elastic []string
-	var tight *ratelimit.Status
-	for i := range d.Statuses {
-		st := &d.Statuses[i]
-		if st.Rule == nil || st.Rule.Unlimited {
-			continue
-		}
-		if st.OverSoft {
-			soft = append(soft, sfString(st.Rule.ID))
-		}
-		if st.Elastic {
-			elastic = append(elastic, sfString(st.Rule.ID))
-		}
-		policies = append(policies, fmt.Sprintf("%s;q=%d;w=%d", sfString(st.Rule.ID), st.Limit, int64(st.Rule.Window/time.Second)))
-		switch {
-		case tight == nil,
-			st.Code != ratelimit.OK && tight.Code == ratelimit.OK,
-			st.Code == tight.Code && st.Remaining < tight.Remaining:
-			tight = st
-		}
-	}
-	if tight == nil {
-		return
-	}
-	reset := CeilSeconds(tight.ResetAfter)
-	h.Set("RateLimit-Policy", strings.Join(policies, ", "))
-	h.Set("RateLimit", fmt.Sprintf("%s;r=%d;t=%d", sfString(tight.Rule.ID), tight.Remaining, reset))
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(tight.Limit, 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(tight.Remaining, 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
-	if len(soft) > 0 {
-		h.Set("RateLimit-Over-Soft", strings.Join(soft, ", "))
-	}
-	if len(elastic) > 0 {
-		h.Set("RateLimit-Elastic", strings.Join(elastic, ", "))
-	}
-	if d.Code != ratelimit.OK {
-		if wait, never := d.RetryAfter(); !never {
-			h.Set("Retry-After", strconv.FormatInt(max(CeilSeconds(wait), 1), 10))
-		}
-	}
-}
-
-// CeilSeconds is d in whole seconds, rounded up (0 for d <= 0): what the
-// rate limit headers and Envoy's whole-second resets show.
-func CeilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64(math.Ceil(d.Seconds()))
-}
-
-// sfString quotes s as an RFC 8941 structured-field string: printable
-// ASCII only, with '"' and '\' escaped.
-func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?')
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
 }

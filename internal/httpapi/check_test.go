@@ -201,14 +201,6 @@ func TestCheckBoundsFollowTheChecker(t *testing.T) {
 	}
 }
 
-func TestSFString(t *testing.T) {
-	for in, want := range map[string]string{`api:user_id`: `"api:user_id"`, `a"b\c`: `"a\"b\\c"`, "ü\n": `"???"`} {
-		if got := sfString(in); got != want {
-			t.Fatalf("sfString(%q) = %s, want %s", in, got, want)
-		}
-	}
-}
-
 // FuzzCheckHandler feeds arbitrary bodies: the handler must answer 200,
 // 400, 409 or 413 with a JSON body, never panic or 500. A body the decoder
 // takes is within every bound, UTF-8 throughout, and survives a round
