@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/velvetrope/velvetrope/internal/idem"
 )
 
 // Clock returns the current time in Unix nanoseconds. Tests inject a fake;
@@ -57,15 +59,18 @@ const (
 // Idempotency. A call with a non-empty request id whose (key, id) was seen
 // within IdempotencyTTL returns the first answer again and charges nothing.
 // At most MaxRequestIDs ids are remembered; when full, expired ids are swept
-// and, if still full, arbitrary ids are forgotten first.
+// and, if still full, arbitrary ids are forgotten first. The ids live in the
+// one request-id memory of the project (internal/idem, the engines' too),
+// looked up and stored under the key's shard lock, so a retry racing its
+// first call still waits for that call's answer; such a call also takes
+// one of the memory's own shard locks, chosen by the id.
 type Keyed struct {
 	clock     Clock
 	seed      maphash.Seed
 	mask      uint64
 	shards    []shard
 	perShard  int
-	idemTTL   int64
-	idemMax   int
+	ids       *idem.Cache[answer] // nil: request ids are not remembered
 	evictions atomic.Uint64
 }
 
@@ -76,9 +81,8 @@ type shard struct {
 	// same hash lives in spill.
 	keys  map[uint64]*entry
 	spill map[string]*entry
-	idem  map[idemKey]idemEntry
 	tombs []int64 // "fresh again at" per slot; allocated on first eviction
-	_     [40]byte
+	_     [48]byte
 }
 
 type entry struct {
@@ -88,12 +92,10 @@ type entry struct {
 	used int64
 }
 
-type idemKey struct{ key, id string }
-
-type idemEntry struct {
-	d       Decision
-	err     error
-	expires int64
+// answer is a decision remembered for a (key, request id).
+type answer struct {
+	d   Decision
+	err error
 }
 
 // Option configures [NewKeyed].
@@ -144,8 +146,10 @@ func NewKeyed(opts ...Option) (*Keyed, error) {
 		return nil, errors.New("limiter: nil clock")
 	}
 	k := &Keyed{clock: c.clock, seed: maphash.MakeSeed(), mask: uint64(c.shards - 1),
-		shards: make([]shard, c.shards), perShard: c.maxKeys / c.shards,
-		idemTTL: int64(c.idemTTL), idemMax: max(c.maxIDs/c.shards, 1)}
+		shards: make([]shard, c.shards), perShard: c.maxKeys / c.shards}
+	if c.idemTTL > 0 {
+		k.ids = idem.New[answer](int64(c.idemTTL), c.maxIDs)
+	}
 	for i := range k.shards {
 		k.shards[i].keys = make(map[uint64]*entry)
 	}
@@ -165,10 +169,11 @@ func (k *Keyed) AllowAt(key string, alg Algorithm, now, cost int64, requestID st
 	h := maphash.String(k.seed, key)
 	sh := &k.shards[h&k.mask]
 	sh.mu.Lock()
-	if requestID != "" && sh.idem != nil {
-		if r, ok := sh.idem[idemKey{key, requestID}]; ok && r.expires > now {
+	if requestID != "" && k.ids != nil {
+		// no fingerprint: an id is bound to its key only
+		if a, found, _ := k.ids.Get(key, requestID, 0, now); found {
 			sh.mu.Unlock()
-			return r.d, r.err
+			return a.d, a.err
 		}
 	}
 	e := sh.keys[h]
@@ -193,8 +198,9 @@ func (k *Keyed) AllowAt(key string, alg Algorithm, now, cost int64, requestID st
 	if now > e.used {
 		e.used = now
 	}
-	if requestID != "" && k.idemTTL > 0 {
-		k.remember(sh, idemKey{key, requestID}, idemEntry{d: d, err: err, expires: now + k.idemTTL}, now)
+	if requestID != "" && k.ids != nil {
+		// key may alias the caller's buffer: the memory keeps copies
+		k.ids.Put(strings.Clone(key), strings.Clone(requestID), 0, now, answer{d, err})
 	}
 	sh.mu.Unlock()
 	return d, err
@@ -322,27 +328,6 @@ func tombSlots(h uint64, n int) (int, int) {
 	return int((h >> 17) & m), int((h >> 41) & m)
 }
 
-// remember stores a request id's answer (requires sh.mu held).
-func (k *Keyed) remember(sh *shard, key idemKey, r idemEntry, now int64) {
-	if sh.idem == nil {
-		sh.idem = make(map[idemKey]idemEntry)
-	}
-	if len(sh.idem) >= k.idemMax {
-		for ik, v := range sh.idem {
-			if v.expires <= now {
-				delete(sh.idem, ik)
-			}
-		}
-		for ik := range sh.idem {
-			if len(sh.idem) < k.idemMax {
-				break
-			}
-			delete(sh.idem, ik)
-		}
-	}
-	sh.idem[idemKey{strings.Clone(key.key), strings.Clone(key.id)}] = r
-}
-
 // Sweep removes every key that is back to fresh at now (it holds no
 // information) and expired request ids, one shard at a time. Run it
 // periodically to return the memory of idle keys early.
@@ -362,12 +347,10 @@ func (k *Keyed) Sweep(now int64) (removed int) {
 				removed++
 			}
 		}
-		for ik, v := range sh.idem {
-			if v.expires <= now {
-				delete(sh.idem, ik)
-			}
-		}
 		sh.mu.Unlock()
+	}
+	if k.ids != nil {
+		k.ids.Sweep(now)
 	}
 	return removed
 }

@@ -118,7 +118,7 @@ func TestKeyedIdempotencyBounded(t *testing.T) {
 	for i := range 10_000 {
 		k.AllowAt("a", alg, t0, 1, "id-"+strconv.Itoa(i))
 	}
-	if n := len(k.shards[0].idem); n > 64 {
+	if n := k.ids.Len(); n > 64 {
 		t.Fatalf("request ids kept: got %d, want <= 64", n)
 	}
 }
@@ -130,6 +130,30 @@ func TestKeyedSweep(t *testing.T) {
 	k.AllowAt("busy", alg, t0+10e9, 2, "")
 	if got := k.Sweep(t0 + 10e9); got != 1 || k.Len() != 1 {
 		t.Fatalf("sweep removed %d, left %d; want 1 and 1", got, k.Len())
+	}
+}
+
+// TestKeyedSweepForgetsExpiredIDs: Sweep also returns the memory of
+// request ids past their TTL, and only theirs.
+func TestKeyedSweepForgetsExpiredIDs(t *testing.T) {
+	k, _ := NewKeyed(WithIdempotency(time.Second, 1024))
+	var alg Algorithm = TokenBucket{Capacity: 1 << 20, Refill: PerSecond(1)}
+	for i := range 10 {
+		k.AllowAt("a", alg, t0+int64(i)*1e8, 1, "id-"+strconv.Itoa(i)) // expire at t0 + 1 s + i×100 ms
+	}
+	steps := []struct {
+		now  int64
+		want int
+	}{
+		{t0 + 1e9 - 1, 10},
+		{t0 + 1e9 + 45e7, 5},
+		{t0 + 2e9, 0},
+	}
+	for i, s := range steps {
+		k.Sweep(s.now)
+		if got := k.ids.Len(); got != s.want {
+			t.Fatalf("step %d: after Sweep got %d request ids, want %d", i, got, s.want)
+		}
 	}
 }
 

@@ -1,6 +1,8 @@
 // Package idem remembers answers by (scope, id) for a time, each bound to
-// the fingerprint of the request that produced it: the memory behind
-// request-id idempotency.
+// the fingerprint of the request that produced it: the one memory behind
+// request-id idempotency, of the engines (ratelimit.RequestIDs, scoped by
+// domain) and of limiter.Keyed (scoped by counter key, without
+// fingerprints).
 package idem
 
 import (
@@ -86,4 +88,32 @@ func (c *Cache[V]) Put(scope, id string, fp uint64, now int64, v V) {
 		}
 	}
 	sh.m[key{scope, id}] = entry[V]{fp: fp, v: v, expires: now + c.ttl}
+}
+
+// Sweep removes every id expired by now, one shard at a time: the memory
+// of ids nobody retries comes back before the bound forces it.
+func (c *Cache[V]) Sweep(now int64) {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.expires <= now {
+				delete(sh.m, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// Len returns the number of ids held, expired ones not yet removed
+// included.
+func (c *Cache[V]) Len() int {
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
 }

@@ -42,3 +42,27 @@ func TestCache(t *testing.T) {
 		t.Fatalf("%d ids kept, bound 32", n)
 	}
 }
+
+// TestCacheSweep: Sweep removes exactly the ids expired by now, and Len
+// counts what is held.
+func TestCacheSweep(t *testing.T) {
+	c := New[int](100, 1024)
+	for i := range 40 {
+		c.Put("api", string(rune('a'+i)), 1, int64(i), i) // expires at i+100
+	}
+	steps := []struct {
+		now  int64
+		want int
+	}{
+		{99, 40},  // none expired yet
+		{100, 39}, // the first expires at its ttl
+		{120, 19},
+		{139, 0},
+	}
+	for i, s := range steps {
+		c.Sweep(s.now)
+		if got := c.Len(); got != s.want {
+			t.Fatalf("step %d: after Sweep(%d) got %d ids, want %d", i, s.now, got, s.want)
+		}
+	}
+}
