@@ -74,6 +74,7 @@ const (
 	Deferred
 )
 
+// String is the code as the APIs write it: allow, deny or defer.
 func (c Code) String() string {
 	switch c {
 	case OK:
@@ -148,7 +149,10 @@ type FieldError struct {
 	Err   error
 }
 
+// Error is "field: what is wrong".
 func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
+
+// Unwrap returns the error the field has, for [errors.Is].
 func (e *FieldError) Unwrap() error { return e.Err }
 
 // Validate checks the shape of r against rs and [config.DefaultLimits],
