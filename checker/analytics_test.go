@@ -164,3 +164,74 @@ func TestDegradedSyncDecisionsAreAnalyticsOnly(t *testing.T) {
 		t.Fatalf("analytics carry %d admissions, want 4", allowed)
 	}
 }
+
+// TestReleasesAreNoNewDecisions: the drain's release of a deferred
+// request is that request's delivery, not another decision: the analytics
+// count it once (deferred, when queued); its hits reach allowed_cost once
+// admitted. Releases were counted allowed, so the README's 11 requests to
+// a 10/s rule showed 11 allowed and 1 deferred. A release of every rule
+// the request named is the same (a second rule gained an allowed too).
+func TestReleasesAreNoNewDecisions(t *testing.T) {
+	const rules = `domain: shop
+descriptors:
+  - key: user_id
+    algorithm: fixed_window
+    on_exceed: defer
+    defer: {target: "http://127.0.0.1:9"}
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: tier
+    algorithm: token_bucket
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`
+	ms := counters.NewMemStore()
+	prod := &applyProducer{store: ms}
+	clk := &clock{}
+	clk.ns.Store(t0)
+	ms.SetClock(clk)
+	c, err := New(Config{}, ruleStore(t, rules), ms, prod, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(release bool) ratelimit.Code {
+		q := req(3, "user_id", "42", "tier", "gold")
+		q.Domain, q.Release = "shop", release
+		q.Hits = 1
+		var d ratelimit.Decision
+		if err := c.Check(context.Background(), q, &d); err != nil {
+			t.Fatal(err)
+		}
+		return d.Code
+	}
+	var codes []string
+	for range 3 {
+		codes = append(codes, ask(false).String())
+	}
+	codes = append(codes, ask(true).String()) // "not yet": the window is spent
+	clk.ns.Add(int64(time.Second))
+	codes = append(codes, ask(true).String()) // released in the next window
+	if got := strings.Join(codes, " "); got != "allow allow defer deny allow" {
+		t.Fatalf("decisions %s", got)
+	}
+	if err := c.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	type sum struct{ allowed, deferred, denied, allowedCost uint64 }
+	got := map[string]sum{}
+	for _, d := range prod.all {
+		if err := events.Validate(d); err != nil {
+			t.Fatalf("delta of %s: %v", d.RuleId, err)
+		}
+		s := got[d.RuleId]
+		s.allowed += d.AllowedCount
+		s.deferred += d.DeferredCount
+		s.denied += d.DeniedCount
+		s.allowedCost += d.AllowedCost
+		got[d.RuleId] = s
+	}
+	want := sum{allowed: 2, deferred: 1, allowedCost: 3}
+	for _, id := range []string{"shop:user_id", "shop:tier"} {
+		if got[id] != want {
+			t.Errorf("%s: %+v, want %+v (the release is the deferred request's delivery)", id, got[id], want)
+		}
+	}
+}

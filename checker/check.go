@@ -488,7 +488,7 @@ func (c *Checker) status(st *ratelimit.Status, s *slot, denied bool, now int64) 
 			st.RetryAfter = max(s.retryAfter, 0)
 		}
 	case r.Pool != nil:
-		st.Elastic = s.borrow
+		st.Elastic = s.borrow && !denied // a refused request borrowed nothing
 	default:
 		st.OverSoft = overSoft(r, rem)
 	}

@@ -567,3 +567,63 @@ func TestPoolPaysOnlyWhatIsAboveTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedRequestsBorrowNothing: an elastic rule over its own limit in
+// a request another rule refuses borrowed nothing (the pool is not
+// charged), so its status must not say elastic — it did on both engines,
+// and with it the RateLimit-Elastic header and decision="elastic".
+func TestRefusedRequestsBorrowNothing(t *testing.T) {
+	f, err := config.ParseRules("shop.yaml", []byte(elasticRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := config.Compile([]*config.File{f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, engine := range []string{"async", "local"} {
+		t.Run(engine, func(t *testing.T) {
+			clk := &clock{}
+			clk.ns.Store(t0)
+			var check func(*ratelimit.Request, *ratelimit.Decision) error
+			if engine == "async" {
+				ms := counters.NewMemStore()
+				ms.SetClock(clk)
+				c, err := checker.New(checker.Config{}, config.NewStore(rs), ms, &applyProducer{store: ms}, clk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				check = func(q *ratelimit.Request, d *ratelimit.Decision) error { return c.Check(context.Background(), q, d) }
+			} else {
+				k, _ := limiter.NewKeyed(limiter.WithClock(clk))
+				l, err := local.New(config.NewStore(rs), k, clk, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				check = func(q *ratelimit.Request, d *ratelimit.Decision) error { return l.Check(context.Background(), q, d) }
+			}
+			ask := func(kv ...string) ratelimit.Decision {
+				q := req(1, kv...)
+				q.Domain, q.NoDefer = "shop", true
+				var d ratelimit.Decision
+				if err := check(q, &d); err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}
+			for range 5 {
+				ask("tenant", "a") // its own limit spent
+			}
+			for range 2 {
+				ask("user_id", "u")
+			}
+			d := ask("tenant", "a", "user_id", "u")
+			if d.Code != ratelimit.OverLimit || d.Statuses[0].Elastic {
+				t.Fatalf("refused by user_id: %v, tenant's status %+v; want refused, not elastic", d.Code, d.Statuses[0])
+			}
+			if d := ask("tenant", "a"); !d.Allowed() || !d.Statuses[0].Elastic {
+				t.Fatalf("alone: %v %+v; want admitted by borrowing", d.Code, d.Statuses[0])
+			}
+		})
+	}
+}

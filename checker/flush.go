@@ -332,6 +332,7 @@ const (
 // say the same (Status.Elastic, Status.OverSoft).
 func (p *pending) above(s *slot) {
 	switch {
+	case s.release: // no decision counted (tally), so none above the limit either
 	case s.rule.Pool != nil:
 		if s.borrow {
 			p.elastic++
@@ -406,8 +407,20 @@ func (p *pending) add(now int64) {
 // denied cost (events.Validate), and a release is then a denial as any
 // refused call that counts.
 func (p *pending) tally(now, cost int64, allowed bool, why refusal, charged bool) {
-	if !allowed && why == refusedRelease && !charged {
-		return // nobody's refusal: the request was counted deferred when it was queued
+	if why == refusedRelease {
+		// the drain's decision on a request counted deferred when it was
+		// queued: no decision of anyone's (counted again, one deferred
+		// request was two), only its hits once admitted — or charged
+		// all the same (Envoy's semantics) — which the cost columns carry
+		switch {
+		case allowed:
+			p.add(now)
+			p.allowedCost += uint64(cost)
+		case charged:
+			p.add(now)
+			p.deniedCost += uint64(cost)
+		}
+		return
 	}
 	p.add(now)
 	switch {

@@ -175,6 +175,7 @@ func (l *Engine) Check(_ context.Context, req *ratelimit.Request, d *ratelimit.D
 		// Nothing was charged to the algorithm rules that would have
 		// admitted: report what they really have left.
 		for i := range n {
+			d.Statuses[i].Elastic = false // a refused request borrowed nothing
 			if r := matched[i]; r != nil && r.Algorithm != config.AlgEnvoy && peeked[i].Allowed {
 				peeked[i].Remaining += cost[i]
 				fill(&d.Statuses[i], r, peeked[i])
