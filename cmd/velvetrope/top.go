@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/velvetrope/velvetrope/client"
@@ -38,6 +39,12 @@ func runTop(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "velvetrope top: unexpected argument %q\n", fs.Arg(0))
 		return 1
 	}
+	if *limit < 1 || *limit > 1000 {
+		fmt.Fprintf(stderr, "velvetrope top: --limit: want a whole number from 1 to 1000, got %d\n", *limit)
+		return 1
+	}
+	limitSet := false
+	fs.Visit(func(f *flag.Flag) { limitSet = limitSet || f.Name == "limit" })
 	if *pools && *rule != "" {
 		fmt.Fprintln(stderr, "velvetrope top: --rule selects keys; --pools lists pools (by --domain)")
 		return 1
@@ -54,6 +61,9 @@ func runTop(args []string, stdout, stderr io.Writer) int {
 	if *pools {
 		var p client.Pools
 		p, err = hc.Pools(ctx, client.PoolsQuery{Window: *window, Domain: *domain, Token: *token})
+		if limitSet && len(p.Pools) > *limit { // (the service lists every pool; they are few)
+			p.Pools = p.Pools[:*limit]
+		}
 		answer = p
 		if err == nil && !*asJSON {
 			printPools(stdout, p)
@@ -117,7 +127,8 @@ func printTable(w io.Writer, rows [][]string, counts int) {
 	width := make([]int, len(rows[0]))
 	for _, r := range rows {
 		for i, c := range r {
-			width[i] = max(width[i], utf8.RuneCountInString(c))
+			r[i] = printable(c)
+			width[i] = max(width[i], utf8.RuneCountInString(r[i]))
 		}
 	}
 	for _, r := range rows {
@@ -135,4 +146,38 @@ func printTable(w io.Writer, rows [][]string, counts int) {
 		}
 		fmt.Fprintln(w, b.String())
 	}
+}
+
+// printable is s as a terminal may show it: names and values come from
+// clients (a descriptor's value is whatever a request sent), so control
+// characters, invisible format characters (bidirectional overrides) and
+// invalid UTF-8 are written as escapes (\x1b, \u202e) — raw, they could
+// move the cursor, recolour the screen or fake a row of the table.
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsGraphic(r) || unicode.Is(unicode.Cf, r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r < 0x80 && (!unicode.IsGraphic(r)):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case !unicode.IsGraphic(r) || unicode.Is(unicode.Cf, r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }

@@ -73,3 +73,63 @@ func TestTopShowsEveryCountAndPoolsApart(t *testing.T) {
 		t.Errorf("--pools with --rule: exit %d, %q", code, errs.String())
 	}
 }
+
+// TestTopEscapesWhatClientsSent: a descriptor's value is whatever a
+// request sent, so `top` writes control characters, format characters
+// and invalid UTF-8 as escapes: raw, an escape sequence recoloured the
+// operator's terminal and a newline faked a row of the table. --limit
+// outside 1..1000 is refused (0 quietly listed 10), and --pools takes it.
+func TestTopEscapesWhatClientsSent(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"user_id=priya", "user_id=priya"},
+		{"tb=esc\x1b[31mRED", `tb=esc\x1b[31mRED`},
+		{"nl\nline2", `nl\x0aline2`},
+		{"tab\there", `tab\x09here`},
+		{"rtl\u202eevil", `rtl\u202eevil`},
+		{"bad\xffbyte", `bad\xffbyte`},
+		{"ünïcode ok", "ünïcode ok"},
+		{"del\x7f", `del\x7f`},
+		{"c1\u0085", `c1\u0085`},
+	} {
+		if got := printable(tt.in); got != tt.want {
+			t.Errorf("printable(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	mem := sink.NewMemory(0)
+	now := time.Now().UTC().Truncate(time.Minute)
+	mem.SetClock(func() time.Time { return now })
+	m := now.Add(-2 * time.Minute).Unix()
+	rows := []sink.Row{
+		{Minute: m, Domain: "api", Rule: "api:tb", Descriptor: "tb=x\x1b[2J\nFAKE  ROW", Instance: "c/1", Stream: 1, Version: 1, Denied: 3},
+		{Minute: m, Domain: "api", Rule: "api:#pool:a\nb", Descriptor: "#pool=a\nb", Instance: "c/1", Stream: 2, Version: 2, Allowed: 1, Pool: true},
+		{Minute: m, Domain: "api", Rule: "api:#pool:c", Descriptor: "#pool=c", Instance: "c/1", Stream: 3, Version: 3, Allowed: 1, Pool: true},
+	}
+	if err := mem.Insert(context.Background(), rows); err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	analytics.New(mem, "", nil).Register(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	run := func(args ...string) (string, string, int) {
+		var out, errs bytes.Buffer
+		code := runTop(append([]string{"--addr", srv.URL}, args...), &out, &errs)
+		return out.String(), errs.String(), code
+	}
+	out, errs, code := run("--window", "15m")
+	if code != 0 || strings.ContainsAny(out, "\x1b") || strings.Count(out, "\n") != 3 || !strings.Contains(out, `tb=x\x1b[2J\x0aFAKE  ROW`) {
+		t.Errorf("top: exit %d %s\n%q", code, errs, out)
+	}
+	out, _, code = run("--pools", "--window", "15m")
+	if code != 0 || strings.Count(out, "\n") != 4 || !strings.Contains(out, `a\x0ab`) {
+		t.Errorf("top --pools:\n%q", out)
+	}
+	if out, _, _ = run("--pools", "--window", "15m", "--limit", "1"); strings.Count(out, "\n") != 3 {
+		t.Errorf("top --pools --limit 1:\n%s", out)
+	}
+	for _, l := range []string{"0", "1001", "-1"} {
+		if _, errs, code := run("--limit", l); code != 1 || !strings.Contains(errs, "--limit: want a whole number from 1 to 1000, got "+l) {
+			t.Errorf("--limit %s: exit %d %q", l, code, errs)
+		}
+	}
+}
