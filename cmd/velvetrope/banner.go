@@ -2,9 +2,12 @@ package main
 
 import (
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"strings"
 
 	"github.com/velvetrope/velvetrope/config"
 )
@@ -18,6 +21,57 @@ type devBanner struct {
 	generated bool
 	// reflection is grpc.reflection: the grpcurl hint needs it.
 	reflection bool
+	// example is the request the hints send, as JSON without hits: one a
+	// rule of the loaded files limits (exampleRequest).
+	example string
+}
+
+// builtinExample is the hints' request over the built-in rules (and the
+// README's).
+const builtinExample = `{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}]}`
+
+// exampleRequest is a request some rule of rs limits, for the banner's
+// hints to work as printed over any rule files: the built-in example when
+// its rule is loaded, else the first limited rule's path (by id) with a
+// value for each key-only entry and each wildcard, checked by matching it.
+// "" when no rule limits anything.
+func exampleRequest(rs *config.RuleSet) string {
+	if r := rs.Match("api", []config.Entry{{Key: "user_id", Value: "priya"}}); r != nil && r.ID == "api:user_id" {
+		return builtinExample
+	}
+	rules := slices.Clone(rs.Rules())
+	slices.SortFunc(rules, func(a, b *config.Rule) int { return strings.Compare(a.ID, b.ID) })
+	for _, r := range rules {
+		if r.Unlimited || r.Limit == 0 || len(r.Path) == 0 {
+			continue
+		}
+		es := make([]config.Entry, len(r.Path))
+		for i, e := range r.Path {
+			es[i] = e
+			switch {
+			case e.Value == "":
+				es[i].Value = "example"
+			case strings.Contains(e.Value, "*"):
+				es[i].Value = strings.ReplaceAll(e.Value, "*", "x")
+			}
+		}
+		if rs.Match(r.Domain, es) != r {
+			continue
+		}
+		q := struct {
+			Domain      string `json:"domain"`
+			Descriptors []struct {
+				Entries []config.Entry `json:"entries"`
+			} `json:"descriptors"`
+		}{Domain: r.Domain}
+		q.Descriptors = append(q.Descriptors, struct {
+			Entries []config.Entry `json:"entries"`
+		}{es})
+		if j, err := json.Marshal(q); err == nil {
+			return string(j)
+		}
+	}
+	return ""
 }
 
 // newDevBanner gives app an admin token when it has none: dev is for
@@ -54,17 +108,23 @@ func printBanner(w io.Writer, httpAddr, grpcAddr string, b devBanner) {
 	} else {
 		fmt.Fprintln(w, "  admin token  yours (admin.token, VELVETROPE_ADMIN_TOKEN)")
 	}
+	ex := b.example
+	if ex == "" {
+		ex = builtinExample
+	}
+	// (the JSON goes inside single quotes: a value's own quote closes them)
+	ex = strings.ReplaceAll(ex, "'", `'\''`)
 	fmt.Fprintf(w, `try:
-  curl -s -X POST http://%s/v1/check -d '{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}],"hits":1}'
+  curl -s -X POST http://%s/v1/check -d '%s'
   curl -s -H "Authorization: Bearer %s" http://%s/v1/controls
-`, shown, b.bearer, shown)
+`, shown, strings.TrimSuffix(ex, "}")+`,"hits":1}`, b.bearer, shown)
 	if grpcAddr != "" {
 		if b.reflection {
-			fmt.Fprintf(w, `  grpcurl -plaintext -d '{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}]}' %s envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
-`, grpcShown)
+			fmt.Fprintf(w, `  grpcurl -plaintext -d '%s' %s envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+`, ex, grpcShown)
 		}
-		fmt.Fprintf(w, `  curl -s -X POST http://%s/json -d '{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}]}'
-`, shown)
+		fmt.Fprintf(w, `  curl -s -X POST http://%s/json -d '%s'
+`, shown, ex)
 	}
 	if b.generated {
 		fmt.Fprintf(w, "  export VELVETROPE_ADMIN_TOKEN=%s   # the docs' admin examples read it; a dev started with it keeps it\n", b.bearer)

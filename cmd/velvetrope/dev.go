@@ -43,7 +43,9 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	var b devBanner
 	module := func(app config.App, logger *slog.Logger) fx.Option {
 		b = newDevBanner(&app, os.LookupEnv)
-		return devModule(app, logger)
+		return fx.Options(devModule(app, logger), fx.Invoke(func(rules *config.Store) {
+			b.example = exampleRequest(rules.Load()) // the hints over the rules loaded
+		}))
 	}
 	return runProcess("dev", args, stdout, stderr, module, func(w io.Writer, httpAddr, grpcAddr string) {
 		printBanner(w, httpAddr, grpcAddr, b)

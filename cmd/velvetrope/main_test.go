@@ -387,3 +387,62 @@ func TestOverridesKeepMetricsBounded(t *testing.T) {
 		t.Fatalf("%d series after 3,000 distinct overrides:\n%s", len(series), strings.Join(series, "\n"))
 	}
 }
+
+// TestBannerExampleFollowsTheRules: the banner's hints send a request a
+// loaded rule limits, so they work as printed over any rule files (they
+// always named domain "api": 400 unknown domain over the user's own).
+func TestBannerExampleFollowsTheRules(t *testing.T) {
+	tests := []struct {
+		name, rules, want string
+	}{
+		{"built-in", builtinRulesForTest(t), builtinExample},
+		{"key-only", "domain: shop\ndescriptors:\n  - key: user_id\n    rate_limit: {unit: second, requests_per_unit: 10}\n",
+			`{"domain":"shop","descriptors":[{"entries":[{"key":"user_id","value":"example"}]}]}`},
+		{"nested, wildcard, unlimited first", `domain: web
+descriptors:
+  - key: a
+    rate_limit: {unlimited: true}
+  - key: b
+    value: "pre*"
+    descriptors:
+      - key: c
+        rate_limit: {unit: minute, requests_per_unit: 5}
+`, `{"domain":"web","descriptors":[{"entries":[{"key":"b","value":"prex"},{"key":"c","value":"example"}]}]}`},
+		{"a quote in a value", "domain: q\ndescriptors:\n  - key: k\n    value: \"it's\"\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`{"domain":"q","descriptors":[{"entries":[{"key":"k","value":"it's"}]}]}`},
+		{"nothing limited", "domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true}\n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := config.ParseRules("r.yaml", []byte(tt.rules))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs, err := config.Compile([]*config.File{f})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := exampleRequest(rs); got != tt.want {
+				t.Fatalf("got %s\nwant %s", got, tt.want)
+			}
+			if tt.want == "" {
+				return
+			}
+			var b bytes.Buffer
+			printBanner(&b, "127.0.0.1:8080", "127.0.0.1:8081", devBanner{bearer: "T", generated: true, reflection: true, example: tt.want})
+			quoted := "'" + strings.ReplaceAll(tt.want, "'", `'\''`) + "'"
+			if !strings.Contains(b.String(), "grpcurl -plaintext -d "+quoted) || !strings.Contains(b.String(), "/json -d "+quoted) {
+				t.Fatalf("banner:\n%s\nwant the hints to send %s", b.String(), quoted)
+			}
+		})
+	}
+}
+
+func builtinRulesForTest(t *testing.T) string {
+	t.Helper()
+	src, err := os.ReadFile("../../config/example/api.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(src)
+}
