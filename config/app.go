@@ -515,6 +515,18 @@ func (a App) problems() []problem {
 	if a.RulesReload <= 0 {
 		bad("rules_reload", "must be > 0, got %v", a.RulesReload)
 	}
+	// A bearer token travels in a header: HTTP clients and servers trim
+	// the blanks around it and cannot carry control characters, so such
+	// a token can never match and would lock the endpoints out in
+	// silence. (Tokens are never echoed, not even here.)
+	for _, tok := range []struct{ field, v string }{{"admin.token", a.Admin.Token}, {"analytics.token", a.Analytics.Token}} {
+		if tok.v == "" {
+			continue
+		}
+		if strings.TrimSpace(tok.v) != tok.v || strings.ContainsFunc(tok.v, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
+			bad(tok.field, "must be printable ASCII without spaces (a bearer token in an HTTP header), got %d bytes that are not", len(tok.v))
+		}
+	}
 	checkAddr := func(field, addr string, allowEmpty bool) {
 		if addr == "" && allowEmpty {
 			return

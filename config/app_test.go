@@ -93,6 +93,13 @@ func TestLoadAppErrors(t *testing.T) {
 			`VELVETROPE_HTTP_ADDR: http.addr: want host:port, got "8080" (address 8080: missing port in address)`},
 		{"a list item from the environment", "redis:\n  addrs: [127.0.0.1:1]\n", map[string]string{"VELVETROPE_REDIS_ADDRS": "127.0.0.1:6379, localhost"},
 			`VELVETROPE_REDIS_ADDRS: redis.addrs[1]: want host:port, got "localhost" (address localhost: missing port in address)`},
+		// a token no HTTP header can carry locked the endpoints out in silence
+		{"an admin token with a blank", "", map[string]string{"VELVETROPE_ADMIN_TOKEN": "abc "},
+			"VELVETROPE_ADMIN_TOKEN: admin.token: must be printable ASCII without spaces (a bearer token in an HTTP header), got 4 bytes that are not"},
+		{"an analytics token with a newline", "analytics:\n  token: \"a\\nb\"\n", nil,
+			"c.yaml:2:3: analytics.token: must be printable ASCII without spaces (a bearer token in an HTTP header), got 3 bytes that are not"},
+		{"a blank admin token", "admin:\n  token: \" \"\n", nil,
+			"c.yaml:2:3: admin.token: must be printable ASCII without spaces (a bearer token in an HTTP header), got 1 bytes that are not"},
 		{"bad port", "", map[string]string{"VELVETROPE_KAFKA_BROKERS": "h:99999"}, `VELVETROPE_KAFKA_BROKERS: kafka.brokers[0]: want host:port with a port from 0 to 65535, got "h:99999"`},
 		{"bad instance", "", map[string]string{"VELVETROPE_INSTANCE_ID": "a b"}, `VELVETROPE_INSTANCE_ID: instance_id: must be 1 to 200 bytes without spaces, '/' or '|', got "a b"`},
 		{"zero max keys", "limiter:\n  max_keys: 0\n", nil, "c.yaml:2:3: limiter.max_keys: must be at least 64, got 0"},
