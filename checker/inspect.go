@@ -194,6 +194,9 @@ func (c *Checker) probe(ctx context.Context, st KeyState, r *config.Rule, key st
 	}
 	if !p.Unlimited {
 		p.Allowed = p.Remaining >= 1
+		if p.ResetAfterMs == 0 && r.Limit > 0 { // fresh: when it would reset, as a check's status says
+			p.ResetAfterMs = freshReset(r, now).Milliseconds()
+		}
 	}
 	st.Probe = p
 	return st, nil

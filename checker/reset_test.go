@@ -242,3 +242,18 @@ func TestInspectProbes(t *testing.T) {
 		t.Fatalf("inspecting counted %d decisions", after-before)
 	}
 }
+
+// TestInspectProbeOfAFreshKeySaysWhenItResets: a probe of a counter
+// nobody used (a bucket no checker holds, a local and a sync counter)
+// reports when it would reset, as a check's status does, never 0 for a
+// rule with a limit (the docs promise so; the probe said 0).
+func TestInspectProbeOfAFreshKeySaysWhenItResets(t *testing.T) {
+	ctx := context.Background()
+	a, _, _, _ := resetPair(t)
+	for _, key := range []string{"local", "syncd", "bucket"} {
+		st, err := a.Inspect(ctx, "api", []config.Entry{{Key: key, Value: "fresh"}})
+		if err != nil || st.Probe == nil || st.Probe.ResetAfterMs <= 0 || !st.Probe.Allowed {
+			t.Errorf("%s: %+v %v; want a reset after > 0", key, st.Probe, err)
+		}
+	}
+}

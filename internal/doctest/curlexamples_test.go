@@ -82,8 +82,8 @@ func curlExamples(t *testing.T, file string) (examples []curlExample, skipped []
 }
 
 // readerDir makes the working directory a reader of the docs runs the
-// examples in: the built-in rules as config/example/api.yaml and a copy
-// in rules/api.yaml (the admin examples post it), and README.md's shop
+// examples in: the built-in rules as config/example/api.yaml (the admin
+// examples post it, as a reader in the repository does), and README.md's shop
 // rule file as shop.yaml with its defer target turned into target. It
 // returns the directory and dev's --rules.
 func readerDir(t *testing.T, target string) (dir, rules string) {
@@ -112,7 +112,7 @@ func readerDir(t *testing.T, target string) (dir, rules string) {
 	for _, m := range targets {
 		shop = strings.ReplaceAll(shop, m[1], target)
 	}
-	for name, body := range map[string]string{"config/example/api.yaml": string(api), "rules/api.yaml": string(api), "shop.yaml": shop} {
+	for name, body := range map[string]string{"config/example/api.yaml": string(api), "shop.yaml": shop} {
 		path := filepath.Join(dir, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
