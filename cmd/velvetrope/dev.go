@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -151,7 +152,16 @@ func processConfig(name string, args []string, stdout io.Writer) (app config.App
 	if *grpcAddr != "" {
 		overrides = append(overrides, config.Override{Key: "grpc.addr", From: "--grpc", Set: func(a *config.App) { a.GRPC.Addr = *grpcAddr }})
 	}
-	app, err = config.LoadApp(*file, os.LookupEnv, overrides...)
+	// Only the variables the process reads (its --help lists them): one
+	// environment file shared by every process must not stop the
+	// aggregator over a bad VELVETROPE_GRPC_ADDR it never uses.
+	getenv := func(k string) (string, bool) {
+		if !slices.Contains(p.env, k) {
+			return "", false
+		}
+		return os.LookupEnv(k)
+	}
+	app, err = config.LoadApp(*file, getenv, overrides...)
 	return app, debug, staged("config", err)
 }
 

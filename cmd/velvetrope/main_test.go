@@ -446,3 +446,33 @@ func builtinRulesForTest(t *testing.T) string {
 	}
 	return string(src)
 }
+
+// TestProcessesReadOnlyTheirVariables: a process reads the variables its
+// --help lists and no other, so one environment file can serve every
+// process: a bad VELVETROPE_GRPC_ADDR stopped the aggregator and the
+// drain, which serve no gRPC, and a bad VELVETROPE_REDIS_ADDRS stopped dev.
+func TestProcessesReadOnlyTheirVariables(t *testing.T) {
+	for _, tt := range []struct {
+		process, variable, value string
+		fails                    bool
+	}{
+		{"aggregator", "VELVETROPE_GRPC_ADDR", "bad", false},
+		{"drain", "VELVETROPE_GRPC_ADDR", "bad", false},
+		{"dev", "VELVETROPE_REDIS_ADDRS", "no-port", false},
+		{"dev", "VELVETROPE_KAFKA_BROKERS", "no-port", false},
+		{"checker", "VELVETROPE_GRPC_ADDR", "bad", true},
+		{"aggregator", "VELVETROPE_REDIS_ADDRS", "no-port", true},
+		{"dev", "VELVETROPE_HTTP_ADDR", "8080", true},
+	} {
+		t.Run(tt.process+"/"+tt.variable, func(t *testing.T) {
+			t.Setenv(tt.variable, tt.value)
+			_, _, err := processConfig(tt.process, nil, io.Discard)
+			switch {
+			case tt.fails && (err == nil || !strings.Contains(err.Error(), tt.variable)):
+				t.Fatalf("%s with %s=%s: %v, want an error naming the variable", tt.process, tt.variable, tt.value, err)
+			case !tt.fails && err != nil:
+				t.Fatalf("%s with %s=%s, a variable it does not read: %v", tt.process, tt.variable, tt.value, err)
+			}
+		})
+	}
+}
