@@ -35,9 +35,10 @@ func WindowStart(now, w int64) int64 {
 type SlidingCounts struct {
 	Prev, Cur int64 // the previous and the current window's counts, >= 0
 	// Elapsed is the time from the current window's start to the instant.
-	// The previous window's weight reads it clamped to [0, Window] (a clock
-	// behind the window weighs the previous window fully); the times
-	// returned count from the instant itself.
+	// The previous window's weight reads it clamped to [0, Window]: a clock
+	// behind the window (Elapsed < 0) weighs the previous window fully, and
+	// waits for that weight to decay as if at the window's start, while the
+	// waits to a window's end count from the instant itself.
 	Elapsed int64
 	Window  int64 // the window length, > 0
 }
@@ -74,7 +75,11 @@ func (c SlidingCounts) Remaining(limit int64) int64 {
 // is counted meanwhile: later in the current window, as the previous
 // window's weight decays, or in the next window, where Cur becomes the
 // decaying previous count. It is meant for a cost that does not fit now
-// and is at most limit (a larger cost never fits).
+// and is at most limit (a larger cost never fits); for a cost that fits
+// now it lies within the current window, −Elapsed <= RetryAfter <=
+// Window − Elapsed (an engine refusing such a cost for a reason of its own,
+// as the checker does when its slice of the limit is spent, waits its own
+// time on top).
 func (c SlidingCounts) RetryAfter(limit, cost int64) int64 {
 	W := c.Window
 	if c.Cur <= limit-cost && c.Prev > 0 {
