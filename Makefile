@@ -25,9 +25,12 @@ test: compose-check
 		scripts/services.sh down; [ $$status -eq 0 ] || exit $$status
 	@$(MAKE) --no-print-directory fuzz-short
 
-# The fuzz targets of the decoders clients reach: /v1/check, Envoy's /json, the gRPC wire parser, and the strict
-# JSON scanner under the first two (package:target).
-FUZZ_TARGETS := ./internal/httpapi:FuzzCheckHandler ./rls:FuzzJSONHandler ./rls:FuzzWireParse ./internal/strictjson:FuzzDecode
+# The fuzz targets of the parsers every client's request reaches on the decision path (package:target): /v1/check,
+# Envoy's /json, the gRPC wire parser, the strict JSON scanner under the first two, a deferred request's path (checked
+# on /v1/check and in the middleware) and the client address headers the middleware reads. The other targets
+# (docs/testing.md) run their seeds in every go test and are fuzzed by hand.
+FUZZ_TARGETS := ./internal/httpapi:FuzzCheckHandler ./rls:FuzzJSONHandler ./rls:FuzzWireParse ./internal/strictjson:FuzzDecode \
+	./deferred:FuzzCheckPath ./middleware:FuzzClientIP
 FUZZTIME ?= 10s
 
 ## fuzz-short: each of FUZZ_TARGETS for FUZZTIME (10s); a failing input is written under the package's testdata/fuzz/

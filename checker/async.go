@@ -23,7 +23,9 @@ import (
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
-// Config tunes the async Checker. Zero values take the defaults shown.
+// Config tunes the async Checker. Zero values take the defaults shown:
+// config.DefaultChecker's, a process's defaults, for every setting a
+// process has too (MaxBytes apart: zero means no bound in bytes).
 type Config struct {
 	// InstanceName is this checker's configured name; the instance id is
 	// the name, "/", and a nonce drawn at every start.
@@ -104,17 +106,26 @@ type Config struct {
 	Logger  *slog.Logger
 }
 
+// defaults fills the zero fields: with the process's defaults
+// (config.DefaultChecker, their one home) where a process sets them too,
+// with the library's own where only it has the setting.
 func (c *Config) defaults() error {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v
 		}
 	}
+	num := func(d *int64, v int64) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	app := config.DefaultChecker()
 	if c.InstanceName == "" {
 		c.InstanceName = "checker"
 	}
 	if c.MaxKeys == 0 {
-		c.MaxKeys = 1 << 20
+		c.MaxKeys = app.MaxKeys
 	}
 	if c.LocalMaxKeys == 0 {
 		c.LocalMaxKeys = limiter.DefaultMaxKeys
@@ -128,37 +139,25 @@ func (c *Config) defaults() error {
 	if c.MaxBuffered == 0 {
 		c.MaxBuffered = 1 << 20
 	}
-	if c.MaxHeldHits == 0 {
-		c.MaxHeldHits = DefaultMaxHeldHits
-	}
-	if c.MaxHeldTotal == 0 {
-		c.MaxHeldTotal = DefaultMaxHeldTotal
-	}
-	def(&c.FlushInterval, 50*time.Millisecond)
-	def(&c.MaxEmitInterval, time.Second)
+	num(&c.MaxHeldHits, app.MaxHeldHits)
+	num(&c.MaxHeldTotal, app.MaxHeldTotal)
+	def(&c.FlushInterval, app.FlushInterval)
+	def(&c.MaxEmitInterval, app.MaxEmitInterval)
 	def(&c.RefreshTick, 10*time.Millisecond)
-	def(&c.MinRefresh, 50*time.Millisecond)
-	def(&c.MaxRefresh, 5*time.Second)
-	def(&c.PipelineLag, 250*time.Millisecond)
-	def(&c.IdleAfter, 2*time.Minute)
-	def(&c.ControlPoll, time.Second)
-	def(&c.Heartbeat, time.Second)
-	def(&c.InstanceTTL, 3*c.Heartbeat)
-	def(&c.MaxClockSkew, 100*time.Millisecond)
-	def(&c.StoreTimeout, 150*time.Millisecond)
-	def(&c.BreakerOpenFor, time.Second)
-	if c.BreakerFailures == 0 {
-		c.BreakerFailures = 5
-	}
-	if c.SafetyPercent == 0 {
-		c.SafetyPercent = 200
-	}
-	if c.NearFloor == 0 {
-		c.NearFloor = 2
-	}
-	if c.NearFloorPercent == 0 {
-		c.NearFloorPercent = 1
-	}
+	def(&c.MinRefresh, app.MinRefresh)
+	def(&c.MaxRefresh, app.MaxRefresh)
+	def(&c.PipelineLag, app.PipelineLag)
+	def(&c.IdleAfter, app.IdleAfter)
+	def(&c.ControlPoll, app.ControlPoll)
+	def(&c.Heartbeat, app.Heartbeat)
+	def(&c.InstanceTTL, config.InstanceTTLBeats*c.Heartbeat)
+	def(&c.MaxClockSkew, app.MaxClockSkew)
+	def(&c.StoreTimeout, app.StoreTimeout)
+	def(&c.BreakerOpenFor, app.BreakerOpenFor)
+	num(&c.BreakerFailures, app.BreakerFailures)
+	num(&c.SafetyPercent, app.SafetyPercent)
+	num(&c.NearFloor, app.NearFloor)
+	num(&c.NearFloorPercent, app.NearFloorPct)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -374,15 +373,6 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	c.keyBufs.New = func() any { b := make([]byte, 0, 512); return &b }
 	return c, nil
 }
-
-// Defaults of what emission in proportion to need may hold back
-// (Config.MaxHeldHits, MaxHeldTotal): a kill -9 loses at most this much
-// beside what it admitted within one emit (a flush interval and the
-// producer's write).
-const (
-	DefaultMaxHeldHits  = 256
-	DefaultMaxHeldTotal = 1 << 20
-)
 
 // storeLanes is how many batches of store charges are in flight at once:
 // enough to keep the store's connection busy while a batch is answered,

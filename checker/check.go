@@ -200,7 +200,7 @@ func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 		return
 	case r.Limit == 0: // Envoy's block, or an operator's deny control
 		s.need, s.never = needMemory, true
-		s.resetAfter = time.Duration(int64(r.Window) - now%int64(r.Window))
+		s.resetAfter = time.Duration(limiter.WindowStart(now, int64(r.Window)) + int64(r.Window) - now)
 		s.shadowed = r.Shadow
 		c.blockedEntry(s, req, now)
 		return

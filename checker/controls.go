@@ -272,7 +272,7 @@ func (c *Checker) compileControls(rs *config.RuleSet, list []counters.Control, n
 			continue
 		}
 		lc := &liveControl{ctl: ct, entries: ct.Entries, expires: ct.ExpiresAt}
-		base := ruleByID(rs, ct.Rule)
+		base := rs.RuleByID(ct.Rule)
 		switch ct.Action {
 		case counters.ActionAllow:
 			if base != nil {
@@ -308,18 +308,6 @@ func (c *Checker) compileControls(rs *config.RuleSet, list []counters.Control, n
 		s.n++
 	}
 	return s
-}
-
-func ruleByID(rs *config.RuleSet, id string) *config.Rule {
-	if id == "" {
-		return nil
-	}
-	for _, r := range rs.Rules() {
-		if r.ID == id {
-			return r
-		}
-	}
-	return nil
 }
 
 // entriesHash hashes a descriptor's keys and values (controls match the

@@ -53,7 +53,10 @@
 // (rate: this key's global hits per second, own and others'):
 //
 //   - far (remaining − cost ≥ threshold): decided from memory; no network
-//     call, no allocation, no lock shared across keys;
+//     call, no allocation, no global lock: only the locks of the key
+//     table's shards its keys hash to (Config.Shards, a mutex each, shared
+//     by every key of that shard; taken in shard order when the
+//     descriptors' keys lie in several);
 //   - near (remaining − cost < threshold, or a key younger than
 //     min_refresh + pipeline_lag, or fewer than two store answers so far):
 //     with `near_limit: sync` (default)

@@ -8,6 +8,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -81,7 +82,7 @@ func TestSkewedClockOpensNoEarlyWindow(t *testing.T) {
 			}
 			if tc.wantEarly {
 				// the unclamped checker decides in its own future window
-				if got := windowStart(c.clock.Now(), int64(time.Second)); got == t0 {
+				if got := limiter.WindowStart(c.clock.Now(), int64(time.Second)); got == t0 {
 					t.Fatal("the unclamped clock is in the store's window")
 				}
 				return

@@ -5,6 +5,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/limiter"
 )
 
 // freshReset is the reset a counter of r reports while it is fresh (empty
@@ -26,10 +27,7 @@ func freshReset(r *config.Rule, now int64) time.Duration {
 	if W <= 0 || r.Unlimited {
 		return 0
 	}
-	into := now % W
-	if into < 0 {
-		into += W
-	}
+	into := now - limiter.WindowStart(now, W)
 	switch {
 	case r.Algorithm == config.AlgSlidingWindow:
 		return time.Duration(2*W - into)

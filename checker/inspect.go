@@ -96,7 +96,7 @@ func (c *Checker) Inspect(ctx context.Context, domain string, entries []config.E
 	if r.Unlimited || r.Limit == 0 || r.Mode == config.ModeLocal || r.Mode == config.ModeSync || kindOf(r) != counters.KindWindow {
 		return c.probe(ctx, st, r, key, es)
 	}
-	st.WindowStart = windowStart(now, int64(r.Window))
+	st.WindowStart = limiter.WindowStart(now, int64(r.Window))
 
 	h := c.counterHash(r, es)
 	sh := &c.shards[h&c.mask]
@@ -148,7 +148,7 @@ func (c *Checker) probe(ctx context.Context, st KeyState, r *config.Rule, key st
 	case r.Unlimited:
 		p.Allowed, p.Unlimited = true, true
 	case r.Limit == 0: // blocks everything
-		p.ResetAfterMs = (int64(r.Window) - now%int64(r.Window)) / 1e6
+		p.ResetAfterMs = (limiter.WindowStart(now, int64(r.Window)) + int64(r.Window) - now) / 1e6
 	case r.Mode == config.ModeLocal:
 		d, err := c.local.PeekAt(c.localKey(key), r.Limiter, now, 0)
 		if err != nil {
@@ -263,7 +263,7 @@ func (c *Checker) Reset(ctx context.Context, domain string, entries []config.Ent
 			items = append(items, counters.ResetItem{Key: k, Kind: counters.KindTAT})
 			continue
 		}
-		ws := windowStart(now, int64(r.Window))
+		ws := limiter.WindowStart(now, int64(r.Window))
 		items = append(items, counters.ResetItem{Key: k, Kind: counters.KindWindow, Window: ws},
 			counters.ResetItem{Key: k, Kind: counters.KindWindow, Window: ws - int64(r.Window)})
 	}

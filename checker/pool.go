@@ -7,6 +7,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -195,7 +196,7 @@ func (c *Checker) Pools(ctx context.Context) []PoolState {
 		st := PoolState{Domain: pr.Domain, Name: pr.Name, Unit: pr.Unit.String(), Capacity: r.Limit, FileCapacity: pr.Limit,
 			Override: r != pr, Used: -1}
 		key := string(config.AppendCounterKey(nil, pr, pr.Path))
-		items := []counters.ReadItem{{Key: key, Kind: counters.KindWindow, Window: windowStart(now, int64(pr.Window))}}
+		items := []counters.ReadItem{{Key: key, Kind: counters.KindWindow, Window: limiter.WindowStart(now, int64(pr.Window))}}
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
 		if err := c.store.Read(rctx, c.instance, items); err == nil {
 			st.Used = items[0].Total

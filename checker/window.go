@@ -1,10 +1,10 @@
 package checker
 
 import (
-	"math/bits"
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/limiter"
 )
 
 // windowCounter is a window-kind key's state: the current and previous
@@ -46,21 +46,12 @@ func (w *winState) others() int64 { return max(0, w.total-w.own) + w.shards }
 // mine is everything this instance counted in w.
 func (w *winState) mine() int64 { return w.emitted + w.charged - w.base }
 
-// windowStart aligns now down to a multiple of w.
-func windowStart(now, w int64) int64 {
-	m := now % w
-	if m < 0 {
-		m += w
-	}
-	return now - m
-}
-
 // roll moves e's windows to the one containing now (requires the shard
 // lock); consumption pending for the window left behind leaves at once,
 // as an orphan delta, so each window's consumption goes in one delta.
 func (c *Checker) roll(sh *shard, e *entry, now int64) {
 	W := int64(e.rule.Window)
-	ws := windowStart(now, W)
+	ws := limiter.WindowStart(now, W)
 	if ws <= e.cur.start {
 		return // same window, or a clock behind it: stay
 	}
@@ -112,28 +103,27 @@ func (c *Checker) windowView(e *entry, now int64) view {
 	if !e.cur.known {
 		v.pred += e.othersRate * min(now-e.cur.start, W) / int64(time.Second)
 	}
-	cur := e.curMine() + e.curOthers()
 	if r.Algorithm != config.AlgSlidingWindow {
+		cur := e.curMine() + e.curOthers()
 		v.used = cur
 		v.remaining = max(0, v.ceiling-cur)
 		return v
 	}
-	prev := int64(0)
-	if e.prev.start == e.cur.start-W {
-		prev = e.prev.mine() + e.prev.others()
-	}
-	el := min(max(now-e.cur.start, 0), W)
-	// remaining = floor((C·W − prev·(W−el) − cur·W) / W)
-	hi, lo := bits.Mul64(uint64(prev), uint64(W-el))
-	ch, cl := bits.Mul64(uint64(max(v.ceiling-cur, 0)), uint64(W))
-	if ch > hi || ch == hi && cl > lo {
-		dl, b := bits.Sub64(cl, lo, 0)
-		dh := ch - hi - b
-		q, _ := bits.Div64(dh, dl, uint64(W))
-		v.remaining = int64(q)
-	}
-	v.used = cur
+	sc := e.slidingCounts(now)
+	v.used, v.remaining = sc.Cur, sc.Remaining(v.ceiling)
 	return v
+}
+
+// slidingCounts is a sliding window key's counts at now, everything known
+// to have happened (requires the lock): the previous window counts only
+// when it is the one just before the current.
+func (e *entry) slidingCounts(now int64) limiter.SlidingCounts {
+	W := int64(e.rule.Window)
+	sc := limiter.SlidingCounts{Cur: e.curMine() + e.curOthers(), Elapsed: now - e.cur.start, Window: W}
+	if e.prev.start == e.cur.start-W {
+		sc.Prev = e.prev.mine() + e.prev.others()
+	}
+	return sc
 }
 
 // decideWindow decides s from memory for a window key (requires the lock).
@@ -142,10 +132,10 @@ func (c *Checker) decideWindow(s *slot, v view, now, cost int64) {
 	e, r := s.e, s.rule
 	W := int64(r.Window)
 	fits := cost <= v.ceiling
-	// cost <= floor(x) exactly when cost <= x: the floored remaining of the
-	// sliding window decides as the exact weighted comparison does. The
-	// prediction chose the band; a decision counts only consumption known
-	// to have happened, so no rule refuses below its limit on a guess.
+	// A floored remaining decides as the exact weighted comparison does
+	// (limiter.SlidingCounts.Remaining). The prediction chose the band; a
+	// decision counts only consumption known to have happened, so no rule
+	// refuses below its limit on a guess.
 	s.allowed = fits && cost <= v.remaining && !s.capped
 	s.remaining = v.remaining
 	if s.allowed {
@@ -177,60 +167,28 @@ func (c *Checker) decideWindow(s *slot, v view, now, cost int64) {
 }
 
 func (c *Checker) windowReset(e *entry, now int64, charged bool, cost int64) time.Duration {
-	W := int64(e.rule.Window)
+	if e.rule.Algorithm == config.AlgSlidingWindow {
+		sc := e.slidingCounts(now)
+		if charged {
+			sc.Cur += cost
+		}
+		return time.Duration(sc.ResetAfter())
+	}
 	cur := e.curMine() + e.curOthers()
 	if charged {
 		cur += cost
 	}
-	if e.rule.Algorithm == config.AlgSlidingWindow {
-		switch {
-		case cur > 0:
-			return time.Duration(e.cur.start + 2*W - now)
-		case e.prev.start == e.cur.start-W && e.prev.mine()+e.prev.others() > 0:
-			return time.Duration(e.cur.start + W - now)
-		}
-		return 0
-	}
 	if cur == 0 {
 		return 0
 	}
-	return time.Duration(e.cur.start + W - now)
+	return time.Duration(e.cur.start + int64(e.rule.Window) - now)
 }
 
-// windowRetry: when cost fits again if nothing else arrives (the same
-// formulas as limiter.FixedWindow and limiter.SlidingWindow).
+// windowRetry: when cost fits again if nothing else arrives (as
+// limiter.FixedWindow and limiter.SlidingWindow compute it).
 func (c *Checker) windowRetry(e *entry, v view, now, cost int64) time.Duration {
-	W := int64(e.rule.Window)
-	end := e.cur.start + W
 	if e.rule.Algorithm != config.AlgSlidingWindow {
-		return time.Duration(end - now)
+		return time.Duration(e.cur.start + int64(e.rule.Window) - now)
 	}
-	cur := e.curMine() + e.curOthers()
-	prev := int64(0)
-	if e.prev.start == e.cur.start-W {
-		prev = e.prev.mine() + e.prev.others()
-	}
-	el := min(max(now-e.cur.start, 0), W)
-	if cur <= v.ceiling-cost && prev > 0 {
-		// smallest el' with prev·(W−el') <= (C−cur−cost)·W
-		hi, lo := bits.Mul64(uint64(v.ceiling-cur-cost), uint64(W))
-		q := uint64(W)
-		if hi < uint64(prev) {
-			q, _ = bits.Div64(hi, lo, uint64(prev))
-		}
-		return time.Duration(W - int64(min(q, uint64(W))) - el)
-	}
-	if cur == 0 {
-		return time.Duration(end - now)
-	}
-	hi, lo := bits.Mul64(uint64(v.ceiling-cost), uint64(W))
-	q := uint64(W)
-	if hi < uint64(cur) {
-		q, _ = bits.Div64(hi, lo, uint64(cur))
-	}
-	wait := end - now
-	if q < uint64(W) {
-		wait += W - int64(q)
-	}
-	return time.Duration(wait)
+	return time.Duration(e.slidingCounts(now).RetryAfter(v.ceiling, cost))
 }

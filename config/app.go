@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/velvetrope/velvetrope/limiter"
 )
 
 // App is the process configuration: listeners, backends, rule paths and
@@ -292,6 +294,25 @@ type LimiterConfig struct {
 	IdempotencyTTL time.Duration `yaml:"idempotency_ttl"`
 }
 
+// InstanceTTLBeats is how many heartbeats a checker stays listed in the
+// registry of live checkers when its instance_ttl is not set.
+const InstanceTTLBeats = 3
+
+// DefaultChecker returns the checker settings a process starts from. The
+// checker library (checker.Config) takes the same values for the fields
+// its user leaves zero, but for MaxBytes, whose zero there means no bound
+// in bytes (a process bounds its key table to 1 GiB).
+func DefaultChecker() CheckerConfig {
+	heartbeat := time.Second
+	return CheckerConfig{MaxKeys: 1 << 20, MaxBytes: 1 << 30, FlushInterval: 50 * time.Millisecond, MaxEmitInterval: time.Second,
+		MaxHeldHits: 256, MaxHeldTotal: 1 << 20, MinRefresh: 50 * time.Millisecond,
+		MaxRefresh: 5 * time.Second, PipelineLag: 250 * time.Millisecond, SafetyPercent: 200, NearFloor: 2,
+		NearFloorPct: 1, IdleAfter: 2 * time.Minute, ControlPoll: time.Second,
+		Heartbeat: heartbeat, InstanceTTL: InstanceTTLBeats * heartbeat, MaxClockSkew: 100 * time.Millisecond,
+		SpillMaxBytes: 256 << 20, TopicPartitions: 16,
+		StoreTimeout: 150 * time.Millisecond, BreakerFailures: 5, BreakerOpenFor: time.Second}
+}
+
 // DefaultApp returns the defaults every process starts from.
 func DefaultApp() App {
 	host, _ := os.Hostname()
@@ -309,13 +330,8 @@ func DefaultApp() App {
 		Kafka: KafkaConfig{Topic: "velvetrope.deltas", DeferredTopic: "velvetrope.deferred", Compression: "lz4"},
 		ClickHouse: ClickHouseConfig{Database: "velvetrope", Username: "default", RetentionDays: 30,
 			FlushInterval: 2 * time.Second, MaxRows: 1_000_000},
-		Limiter: LimiterConfig{MaxKeys: 1 << 20, IdempotencyTTL: time.Minute},
-		Checker: CheckerConfig{MaxKeys: 1 << 20, MaxBytes: 1 << 30, FlushInterval: 50 * time.Millisecond, MaxEmitInterval: time.Second,
-			MaxHeldHits: 256, MaxHeldTotal: 1 << 20, MinRefresh: 50 * time.Millisecond,
-			MaxRefresh: 5 * time.Second, PipelineLag: 250 * time.Millisecond, SafetyPercent: 200, NearFloor: 2,
-			NearFloorPct: 1, IdleAfter: 2 * time.Minute, ControlPoll: time.Second,
-			Heartbeat: time.Second, InstanceTTL: 3 * time.Second, MaxClockSkew: 100 * time.Millisecond, SpillMaxBytes: 256 << 20, TopicPartitions: 16,
-			StoreTimeout: 150 * time.Millisecond, BreakerFailures: 5, BreakerOpenFor: time.Second},
+		Limiter: LimiterConfig{MaxKeys: limiter.DefaultMaxKeys, IdempotencyTTL: time.Minute},
+		Checker: DefaultChecker(),
 		Analytics: AnalyticsConfig{MaxWindow: 7 * 24 * time.Hour, MaxConcurrent: 8, MemoryMaxBytes: 64 << 20},
 		Limits:    DefaultLimits(),
 		Aggregator: AggregatorConfig{Group: "velvetrope-aggregator", BatchSize: 1000, BatchWait: 20 * time.Millisecond,

@@ -1,9 +1,26 @@
-// Package counters keeps the shared counters: the contract a checker
-// needs of a counter store ([Store]: read, charge, refund, `mode: sync`
-// decisions, resets and operator controls), and its two implementations,
-// [Redis] for deployments and [MemStore] for `velvetrope dev` and the
-// tests. The aggregator applies deltas to either. One conformance suite
-// runs against both.
+// Package counters keeps what the checkers, aggregators and drains of one
+// deployment share: the counter store, in two implementations with the
+// same semantics — [Redis] for deployments (standalone, Sentinel or
+// Cluster) and [MemStore] for `velvetrope dev` and the tests — held equal
+// by one conformance suite. It holds:
+//
+//   - the shared counters, as the checker needs them ([Store]): batch
+//     reads of applied state ([ReadItem]), atomic near-limit charges and
+//     their refunds ([ChargeRequest]), batches of both in one round trip
+//     ([Op]), `mode: sync` decisions run inside the store on its clock
+//     ([SyncStore], [SyncRequest]), and the registry of live checkers with
+//     the store's time ([Registry], [Beat]);
+//   - the aggregator's side: deltas applied at most once each
+//     ([Redis.ApplyBatch], [MemStore.Apply], [ApplyAmount]);
+//   - operator work: resets ([Resetter]) and the controls every checker
+//     applies ([ControlStore], [Control], [ControlID]);
+//   - the deferred queue's shared state: ticket states ([Tickets]),
+//     request-id claims and the counts of queued items ([Deferrals]), in
+//     tables the memory store bounds ([MaxMemEntries]);
+//   - the arithmetic the stores and the checker agree on: a bucket's span
+//     ([Span]) and a hot key's shard keys ([ShardKey]); the sliding
+//     window's is limiter.SlidingCounts, which the memory store uses and
+//     the Redis scripts mirror (a test holds them equal).
 //
 // # Key layout
 //

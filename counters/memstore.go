@@ -193,10 +193,10 @@ func (s *MemStore) chargeWindow(r *ChargeRequest) ChargeResult {
 		prevOwn, prevBase = p.parts(r.Instance)
 		elapsed = min(max(r.Now-r.Window, 0), W)
 	}
-	// prev·(W−e) + (total+cost)·W <= ceiling·W, exactly (no rounding in
-	// anyone's favour); for a fixed window prev is 0.
-	res := ChargeResult{Allowed: WeightedLE(prevTotal+r.PrevOtherShards, W-elapsed, c.total+r.OtherShards+r.Cost, W, r.Ceiling, W),
-		PrevTotal: prevTotal, PrevOwn: prevOwn, PrevBase: prevBase}
+	// exactly as the limiter decides (no rounding in anyone's favour); for
+	// a fixed window prev is 0
+	sc := limiter.SlidingCounts{Prev: prevTotal + r.PrevOtherShards, Cur: c.total + r.OtherShards, Elapsed: elapsed, Window: W}
+	res := ChargeResult{Allowed: sc.Fits(r.Ceiling, r.Cost), PrevTotal: prevTotal, PrevOwn: prevOwn, PrevBase: prevBase}
 	if res.Allowed || r.ChargeDenied {
 		c.total += r.Cost
 		c.synced[r.Instance] += r.Cost

@@ -10,6 +10,9 @@ import "github.com/redis/go-redis/v9"
 
 // chargeWindow folds the caller's unapplied consumption into the window
 // (and, for a sliding window, the previous one), then checks and charges.
+// The check mirrors limiter.SlidingCounts.Fits, in milliseconds
+// (TestChargeScriptMatchesSlidingCounts holds them equal): exact while
+// both products stay below 2^53, compared in doubles beyond.
 //
 // KEYS[1] current window, KEYS[2] previous window
 // ARGV: instance, cost, ceiling, own emitted, sliding (0/1), own emitted in

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/bits"
 	"strconv"
 	"time"
 
@@ -282,19 +281,6 @@ type ControlStore interface {
 	// Controls returns the store's version and, when it differs from
 	// since, every control not expired at now (else nil).
 	Controls(ctx context.Context, since, now int64) (version int64, cs []Control, err error)
-}
-
-// WeightedLE reports a·b + c·d <= e·f for non-negative values, in 128 bits
-// (no overflow): the sliding window's test, previous count × its remaining
-// weight plus the current count × the window, against the limit × the
-// window, shared by the checker and the in-memory store.
-func WeightedLE(a, b, c, d, e, f int64) bool {
-	h1, l1 := bits.Mul64(uint64(a), uint64(b))
-	h2, l2 := bits.Mul64(uint64(c), uint64(d))
-	l, carry := bits.Add64(l1, l2, 0)
-	h := h1 + h2 + carry
-	h3, l3 := bits.Mul64(uint64(e), uint64(f))
-	return h < h3 || h == h3 && l <= l3
 }
 
 // ShardKey names shard i of a counter key spread over shards (a rule's

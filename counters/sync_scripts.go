@@ -31,7 +31,10 @@ end
 
 // syncWindow: fixed window ('f'), Envoy's fixed window charging every call
 // ('e'), sliding window counter ('s'). KEYS[1] counter stem, KEYS[2] request
-// id. ARGV: now µs or 0, id TTL ms, kind, limit, window µs, cost.
+// id. ARGV: now µs or 0, id TTL ms, kind, limit, window µs, cost. The
+// sliding window mirrors limiter.SlidingCounts in microseconds
+// (TestSyncScriptMatchesSlidingCounts holds them equal); its Lua numbers
+// are exact while the products stay below 2^53.
 var syncWindow = redis.NewScript(syncPrologue + `
 local kind, limit, W, cost = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local ws = now - now % W

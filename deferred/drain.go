@@ -23,6 +23,7 @@ import (
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/logx"
+	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -485,7 +486,8 @@ func (d *Drain) windowLeft(r *config.Rule, now time.Time) time.Duration {
 	if r.Algorithm != config.AlgFixedWindow || r.Window <= 0 {
 		return 0
 	}
-	left := r.Window - time.Duration(now.UnixNano()%int64(r.Window))
+	n, w := now.UnixNano(), int64(r.Window)
+	left := time.Duration(limiter.WindowStart(n, w) + w - n)
 	guard := 2*time.Duration(d.latency.Load()) + 5*time.Millisecond
 	if left < guard && guard < r.Window/2 {
 		return left

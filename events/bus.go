@@ -72,8 +72,8 @@ var ErrBusFull = errors.New("events: in-memory bus full")
 var ErrClosed = errors.New("events: closed")
 
 // MemBus is an in-memory topic with a fixed number of partitions and one
-// consumer group: a Producer and a Consumer in one value, for `velvetrope
-// dev` and tests. Messages are partitioned by key hash, like Kafka; they
+// consumer group: a Producer, a Publisher and a Consumer in one value, for
+// `velvetrope dev` and tests. Messages are partitioned by key hash, like Kafka; they
 // are encoded and decoded exactly as on Kafka, so the codec is exercised.
 // Memory is bounded: at most maxPending uncommitted messages, and at most
 // LimitBytes of their keys and values when set. A delta that can never be

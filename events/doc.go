@@ -1,13 +1,39 @@
-// Package events carries consumption deltas from checkers to aggregators.
+// Package events is velvetrope's event bus: the consumption deltas that
+// checkers send to aggregators, and the raw records of the deferred queue
+// (deferred requests and their dead letters) that checkers publish and
+// drains consume.
+//
+// # Deltas
 //
 // The schema is events/v1/delta.proto (package eventsv1, generated code
-// committed; `make proto` regenerates it). A [Producer] sends deltas; a
-// [Consumer] receives raw records and [Decode] turns them back into deltas,
-// rejecting malformed ones with a *[DecodeError].
+// committed; `make proto` regenerates it). [Encode] and [AppendEncode]
+// write a delta's wire form; [Decode] reads it back and [Validate] checks
+// the invariants every delta keeps, rejecting a malformed or foreign
+// record (or one above [MaxRecordBytes]) with a *[DecodeError], which
+// matches [ErrBadRecord]; [SchemaHeader] names a Kafka record's schema.
 //
-// Implementations: [KafkaProducer] (github.com/segmentio/kafka-go; keyed by
-// counter key, lz4-compressed (configurable), acks from all in-sync replicas, with a local
-// [Spill] file that holds deltas in order while Kafka is unreachable and
-// replays them when it returns) and [MemBus] (in-memory, for `velvetrope
-// dev` and unit tests), which is both a Producer and a Consumer.
+// A [Producer] sends deltas. One that can never be delivered is set aside
+// — counted ([DropCounter]) and logged at a bounded rate — never returned
+// as an error, so it cannot hold up the deltas behind it. [KafkaProducer]
+// (github.com/segmentio/kafka-go; keyed by counter key, lz4-compressed
+// (configurable), acks from all in-sync replicas) keeps a local [Spill]
+// file: while Kafka is unreachable deltas go there, in order, and are
+// replayed when it returns.
+//
+// # Raw records
+//
+// A [Publisher] appends records partitioned by key and returns once every
+// one is acknowledged, with no spill file in between (a caller must hear
+// of a lost deferred request at once): [KafkaWriter], records of at most
+// [MaxPublishBytes]. A [Consumer] receives the records ([Message]) of one topic for
+// one consumer group and commits them: [KafkaConsumer]. [Reader] turns a
+// Consumer's records into deltas, counting, logging and skipping the ones
+// that do not decode.
+//
+// # Both
+//
+// [MemBus] (in memory, for `velvetrope dev` and the tests) is a Producer,
+// a Publisher and a Consumer at once, encoding and decoding as Kafka does.
+// [Security] (TLS and a [SASLMechanism]) is how every Kafka client of the
+// package reaches the brokers; [EnsureTopic] creates a topic.
 package events

@@ -141,7 +141,7 @@ func checkBound(t *rapid.T, alg Algorithm, log []admitted) {
 		}
 		per := map[int64]int64{}
 		for _, e := range log {
-			per[windowStart(e.at, w)] += e.cost
+			per[WindowStart(e.at, w)] += e.cost
 		}
 		for start, sum := range per {
 			if sum > limit {

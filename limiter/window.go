@@ -5,16 +5,6 @@ import (
 	"time"
 )
 
-// windowStart returns the start of the window of length w containing now,
-// aligned to the Unix epoch (as Envoy's ratelimit service aligns to the unit).
-func windowStart(now, w int64) int64 {
-	m := now % w
-	if m < 0 {
-		m += w
-	}
-	return now - m
-}
-
 func validateWindow(name string, limit int64, w time.Duration) error {
 	if limit <= 0 {
 		return &ParamError{Algorithm: name, Field: "Limit", Reason: "must be > 0"}
@@ -49,7 +39,7 @@ func (f FixedWindow) Max() int64 { return f.Limit }
 // current returns the window start and count of s at now; a clock behind
 // the state's window stays in that window.
 func (f FixedWindow) current(s *State, now int64) (start, count int64) {
-	ws := windowStart(now, int64(f.Window))
+	ws := WindowStart(now, int64(f.Window))
 	if !s.set || ws > s.at {
 		return ws, 0
 	}
@@ -111,7 +101,7 @@ func (f FixedWindow) settle(s *State, now int64) {
 // window containing the old one's start.
 func (f FixedWindow) adopt(s *State, _ Algorithm, _ int64) {
 	if s.set {
-		s.at = windowStart(s.at, int64(f.Window))
+		s.at = WindowStart(s.at, int64(f.Window))
 	}
 }
 
@@ -127,7 +117,7 @@ func (f FixedWindow) restore(s *State, idleAt, now int64) {
 	if idleAt <= now {
 		return
 	}
-	start := windowStart(now, int64(f.Window))
+	start := WindowStart(now, int64(f.Window))
 	s.set, s.at, s.v = true, start, f.Limit
 }
 
@@ -153,7 +143,7 @@ func (w SlidingWindow) Max() int64 { return w.Limit }
 // current returns start, current and previous counts of s at now.
 func (w SlidingWindow) current(s *State, now int64) (start, cur, prev int64) {
 	W := int64(w.Window)
-	ws := windowStart(now, W)
+	ws := WindowStart(now, W)
 	switch {
 	case !s.set || ws > s.at+W:
 		return ws, 0, 0
@@ -173,51 +163,18 @@ func (w SlidingWindow) decide(s *State, now, cost int64, d *Decision) error {
 	if err := checkCost(now, cost, w.Limit, d); err != nil {
 		return err
 	}
-	W := int64(w.Window)
 	start, cur, prev := w.current(s, now)
-	e := now - start
-	if e < 0 {
-		e = 0
-	}
-	// weighted(prev) = prev·(W−e) in units of 1/W requests.
-	weighted := mul(prev, W-e)
-	if cur <= w.Limit-cost && weighted.cmp(mul(w.Limit-cur-cost, W)) <= 0 {
+	c := SlidingCounts{Prev: prev, Cur: cur, Elapsed: now - start, Window: int64(w.Window)}
+	if c.Fits(w.Limit, cost) {
 		d.Allowed = true
-		cur += cost
-		s.set, s.at, s.v, s.prev = true, start, cur, prev
+		c.Cur += cost
+		s.set, s.at, s.v, s.prev = true, start, c.Cur, prev
 	} else {
-		d.RetryAfter = dur(w.retry(start, cur, prev, e, cost, now))
+		d.RetryAfter = dur(c.RetryAfter(w.Limit, cost))
 	}
-	if room := mul(w.Limit-min(cur, w.Limit), W); weighted.cmp(room) < 0 {
-		rem, _, _ := room.sub(weighted).div(W)
-		d.Remaining = rem
-	}
-	switch {
-	case cur > 0:
-		d.ResetAfter = dur(start + 2*W - now)
-	case prev > 0:
-		d.ResetAfter = dur(start + W - now)
-	}
+	d.Remaining = c.Remaining(w.Limit)
+	d.ResetAfter = dur(c.ResetAfter())
 	return nil
-}
-
-// retry returns when cost fits: later in this window while the previous
-// window's weight decays, or in the next window where this one's count
-// becomes the decaying previous.
-func (w SlidingWindow) retry(start, cur, prev, e, cost, now int64) int64 {
-	W := int64(w.Window)
-	if cur <= w.Limit-cost { // prev > 0 here
-		// smallest e' with prev·(W−e') <= (Limit−cur−cost)·W
-		q, _, _ := mul(w.Limit-cur-cost, W).div(prev)
-		return W - q - e
-	}
-	// next window: cur becomes prev; smallest e'' with cur·(W−e'') <= (Limit−cost)·W
-	q, _, _ := mul(w.Limit-cost, W).div(cur)
-	wait := start + W - now
-	if q < W {
-		wait += W - q
-	}
-	return wait
 }
 
 func (w SlidingWindow) settle(s *State, now int64) {
@@ -228,7 +185,7 @@ func (w SlidingWindow) settle(s *State, now int64) {
 
 func (w SlidingWindow) adopt(s *State, _ Algorithm, _ int64) {
 	if s.set {
-		s.at = windowStart(s.at, int64(w.Window))
+		s.at = WindowStart(s.at, int64(w.Window))
 	}
 }
 
@@ -252,7 +209,7 @@ func (w SlidingWindow) restore(s *State, idleAt, now int64) {
 		return
 	}
 	W := int64(w.Window)
-	start := windowStart(now, W)
+	start := WindowStart(now, W)
 	s.set, s.at, s.v, s.prev = true, start, w.Limit, 0
 	if idleAt <= start+W { // only the previous window can still count
 		s.at, s.v, s.prev = start, 0, w.Limit
@@ -261,7 +218,7 @@ func (w SlidingWindow) restore(s *State, idleAt, now int64) {
 
 // refund takes cost out of the current window's count.
 func (f FixedWindow) refund(s *State, now, cost int64) {
-	if s.set && s.at == windowStart(now, int64(f.Window)) {
+	if s.set && s.at == WindowStart(now, int64(f.Window)) {
 		s.v = max(0, s.v-cost)
 	}
 }
@@ -273,7 +230,7 @@ func (w SlidingWindow) refund(s *State, now, cost int64) {
 		return
 	}
 	W := int64(w.Window)
-	switch ws := windowStart(now, W); {
+	switch ws := WindowStart(now, W); {
 	case ws == s.at:
 		s.v = max(0, s.v-cost)
 	case ws == s.at+W: // rolled: the charge is now the previous window

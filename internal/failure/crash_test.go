@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
+	"github.com/velvetrope/velvetrope/config"
 )
 
 // hot is a load of one key at the highest rate the machine gives: workers
@@ -141,7 +141,7 @@ func TestCheckerKilledFarKeyHighRate(t *testing.T) {
 	admitted := h.total()
 	counted := r.settled(t, key)
 	lost := admitted - counted
-	maxHeld := int64(checker.DefaultMaxHeldHits)
+	maxHeld := config.DefaultChecker().MaxHeldHits
 	t.Logf("kill -9 of a checker deciding a far key at %d admissions/s (the other checker: %d answered): %d admitted, %d counted: "+
 		"%d hits lost (%.0f ms of its traffic); bound: max_held_hits %d + %d admitted in the last %v",
 		rate, h.answered[1].Load(), admitted, counted, lost, float64(lost)*1000/float64(max(rate, 1)), maxHeld, recent, crashWindow)
