@@ -65,23 +65,50 @@ type Response struct {
 // ErrInvalidArgument wraps the service's refusal of a malformed request.
 var ErrInvalidArgument = errors.New("invalid request")
 
-// ParseDescriptor reads the CLI form "k=v[,k2=v2...]". A key must not be
-// empty; a value may be (a key-only entry). Commas and '=' cannot appear in
-// keys, commas not in values.
+// ParseDescriptor reads the CLI form "k=v[,k2=v2...]", the form the
+// analytics name descriptors in: a backslash makes the next '\\', ',' or
+// '=' part of a key or value (`tb=a\,b\=c` is one entry, key "tb", value
+// "a,b=c"), so every descriptor the analytics list can be asked about
+// again; a backslash before any other character is itself. A key must not
+// be empty; a value may be (a key-only entry).
 func ParseDescriptor(s string) (Descriptor, error) {
 	if s == "" {
 		return Descriptor{}, errors.New("empty descriptor: want k=v[,k2=v2...]")
 	}
 	var d Descriptor
-	for i, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(kv, "=")
+	var field strings.Builder
+	var key string
+	inValue := false
+	entry := func(i int) error {
 		switch {
-		case !ok:
-			return Descriptor{}, fmt.Errorf("descriptor %q: entry %d (%q) has no '=': want k=v", s, i+1, kv)
-		case k == "":
-			return Descriptor{}, fmt.Errorf("descriptor %q: entry %d has an empty key", s, i+1)
+		case !inValue:
+			return fmt.Errorf("descriptor %q: entry %d (%q) has no '=': want k=v (a backslash escapes ',' and '=')", s, i, field.String())
+		case key == "":
+			return fmt.Errorf("descriptor %q: entry %d has an empty key", s, i)
 		}
-		d.Entries = append(d.Entries, Entry{Key: k, Value: v})
+		d.Entries = append(d.Entries, Entry{Key: key, Value: field.String()})
+		field.Reset()
+		key, inValue = "", false
+		return nil
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\' && i+1 < len(s) && (s[i+1] == '\\' || s[i+1] == ',' || s[i+1] == '='):
+			field.WriteByte(s[i+1])
+			i++
+		case c == '=' && !inValue:
+			key, inValue = field.String(), true
+			field.Reset()
+		case c == ',':
+			if err := entry(len(d.Entries) + 1); err != nil {
+				return Descriptor{}, err
+			}
+		default:
+			field.WriteByte(c)
+		}
+	}
+	if err := entry(len(d.Entries) + 1); err != nil {
+		return Descriptor{}, err
 	}
 	return d, nil
 }

@@ -3,12 +3,16 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
+	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/testrules"
 	"github.com/velvetrope/velvetrope/rls"
@@ -144,6 +148,12 @@ func TestParseDescriptor(t *testing.T) {
 		{"user_id", "", "has no '='"},
 		{"=v", "", "empty key"},
 		{"a=b,", "", "entry 2"},
+		// the analytics' form: a backslash makes ',' '=' '\\' part of a name
+		{`tb=a\,b\=c`, "tb=a,b=c", ""},
+		{`k\=1=v\\,x=y`, `k=1=v\ x=y`, ""},
+		{`path=C:\dir`, `path=C:\dir`, ""},
+		{`a\`, "", "has no '='"},
+		{`a=b\`, `a=b\`, ""},
 	}
 	for _, c := range cases {
 		d, err := ParseDescriptor(c.in)
@@ -178,6 +188,35 @@ func FuzzParseDescriptor(f *testing.F) {
 		for _, e := range d.Entries {
 			if e.Key == "" || strings.ContainsAny(e.Key, ",=") || strings.Contains(e.Value, ",") {
 				t.Fatalf("%q: bad entry %+v", s, e)
+			}
+		}
+	})
+}
+
+// TestParseDescriptorReadsTheAnalyticsForm: every descriptor the analytics
+// name (config.AppendDescriptorText, which escapes '\\' ',' '=') parses
+// back to exactly its entries, so `velvetrope check` and GET /v1/keys can
+// ask about any key `top` lists (a value holding ',' was split in two).
+func TestParseDescriptorReadsTheAnalyticsForm(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 4).Draw(t, "n")
+		part := rapid.StringOfN(rapid.SampledFrom([]rune{'a', 'b', ',', '=', '\\', ' ', 'é'}), 0, 6, -1)
+		var es []config.Entry
+		for i := range n {
+			k := rapid.StringOfN(rapid.SampledFrom([]rune{'k', ',', '=', '\\'}), 1, 4, -1).Draw(t, fmt.Sprint("key", i))
+			es = append(es, config.Entry{Key: k, Value: part.Draw(t, fmt.Sprint("value", i))})
+		}
+		text := string(config.AppendDescriptorText(nil, es))
+		d, err := ParseDescriptor(text)
+		if err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+		if len(d.Entries) != len(es) {
+			t.Fatalf("%q: %d entries, want %d", text, len(d.Entries), len(es))
+		}
+		for i := range es {
+			if d.Entries[i].Key != es[i].Key || d.Entries[i].Value != es[i].Value {
+				t.Fatalf("%q: entry %d is %+v, want %+v", text, i, d.Entries[i], es[i])
 			}
 		}
 	})

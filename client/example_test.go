@@ -103,11 +103,14 @@ func ExampleDialGRPC() {
 func ExampleParseDescriptor() {
 	d, err := client.ParseDescriptor("user_id=priya,route=/export/{id}")
 	fmt.Println(d.Entries, err)
+	d, _ = client.ParseDescriptor(`tags=a\,b`) // as the analytics name a value holding ','
+	fmt.Println(d.Entries)
 	_, err = client.ParseDescriptor("user_id")
 	fmt.Println(err)
 	// Output:
 	// [{user_id priya} {route /export/{id}}] <nil>
-	// descriptor "user_id": entry 1 ("user_id") has no '=': want k=v
+	// [{tags a,b}]
+	// descriptor "user_id": entry 1 ("user_id") has no '=': want k=v (a backslash escapes ',' and '=')
 }
 
 // A reset, exact to the nanosecond, rounded for people.
