@@ -210,15 +210,15 @@ func (c *Checker) windowRetry(e *entry, v view, now, cost int64) time.Duration {
 	if e.prev.start == e.cur.start-W {
 		prev = e.prev.mine() + e.prev.others()
 	}
-	el := min(max(now-e.cur.start, 0), W)
 	if cur <= v.ceiling-cost && prev > 0 {
-		// smallest el' with prev·(W−el') <= (C−cur−cost)·W
+		// smallest el' with prev·(W−el') <= (C−cur−cost)·W, counted from
+		// now: a clock behind the window's start waits for it too
 		hi, lo := bits.Mul64(uint64(v.ceiling-cur-cost), uint64(W))
 		q := uint64(W)
 		if hi < uint64(prev) {
 			q, _ = bits.Div64(hi, lo, uint64(prev))
 		}
-		return time.Duration(W - int64(min(q, uint64(W))) - el)
+		return time.Duration(end - int64(min(q, uint64(W))) - now)
 	}
 	if cur == 0 {
 		return time.Duration(end - now)

@@ -186,7 +186,7 @@ func (w SlidingWindow) decide(s *State, now, cost int64, d *Decision) error {
 		cur += cost
 		s.set, s.at, s.v, s.prev = true, start, cur, prev
 	} else {
-		d.RetryAfter = dur(w.retry(start, cur, prev, e, cost, now))
+		d.RetryAfter = dur(w.retry(start, cur, prev, cost, now))
 	}
 	if room := mul(w.Limit-min(cur, w.Limit), W); weighted.cmp(room) < 0 {
 		rem, _, _ := room.sub(weighted).div(W)
@@ -204,12 +204,13 @@ func (w SlidingWindow) decide(s *State, now, cost int64, d *Decision) error {
 // retry returns when cost fits: later in this window while the previous
 // window's weight decays, or in the next window where this one's count
 // becomes the decaying previous.
-func (w SlidingWindow) retry(start, cur, prev, e, cost, now int64) int64 {
+func (w SlidingWindow) retry(start, cur, prev, cost, now int64) int64 {
 	W := int64(w.Window)
 	if cur <= w.Limit-cost { // prev > 0 here
-		// smallest e' with prev·(W−e') <= (Limit−cur−cost)·W
+		// smallest e' with prev·(W−e') <= (Limit−cur−cost)·W, counted
+		// from now: a clock behind the window's start waits for it too
 		q, _, _ := mul(w.Limit-cur-cost, W).div(prev)
-		return W - q - e
+		return start + W - q - now
 	}
 	// next window: cur becomes prev; smallest e'' with cur·(W−e'') <= (Limit−cost)·W
 	q, _, _ := mul(w.Limit-cost, W).div(cur)

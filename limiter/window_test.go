@@ -50,47 +50,16 @@ func TestSlidingWindow(t *testing.T) {
 		{19e9, 5, true, 3, 0, nil},
 		{40e9, 10, true, 0, 0, nil}, // two windows later: empty
 	})
-}
-
-func TestSlidingLog(t *testing.T) {
-	sl := SlidingLog{Limit: 3, Window: 10 * time.Second}
-	runSteps(t, sl, w0, []step{
-		{0, 1, true, 2, 0, nil},
-		{4e9, 2, true, 0, 0, nil},
-		{5e9, 1, false, 0, 5 * time.Second, nil}, // the first hit expires at 10 s
-		{10e9, 1, true, 0, 0, nil},
-		{12e9, 2, false, 0, 2 * time.Second, nil}, // needs the 4 s entry (2) gone at 14 s
-		{14e9, 2, true, 0, 0, nil},
-		{3e9, 1, false, 0, 6 * time.Second, nil}, // clock rollback: time stands at 14 s; the 10 s hit expires at 20 s
-		{0, 4, false, 0, Never, ErrCostExceedsLimit},
+	// A clock behind the window the state is in decides at that window's
+	// start, and its RetryAfter counts from the caller's clock: the wait
+	// for the window to start is part of it.
+	runSteps(t, sw, w0, []step{
+		{0, 10, true, 0, 0, nil},
+		{10e9, 0, true, 0, 0, nil},                  // rolled: the previous window weighs 10
+		{9e9, 1, false, 0, 2 * time.Second, nil},    // 1 s behind: at 11 s the weight is 9
+		{11e9 - 1, 1, false, 0, 1, nil},             // one ns short
+		{11e9, 1, true, 0, 0, nil},                  // 9 + 1 = 10
+		{9e9, 5, false, 0, 7 * time.Second, nil},    // the weight falls to 10 − 1 − 5 = 4 at 16 s
+		{20e9, 10, false, 9, 10 * time.Second, nil}, // the 1 of [10 s, 20 s) weighs until 30 s
 	})
-}
-
-func TestParameterChange(t *testing.T) {
-	k, _ := NewKeyed()
-	var small Algorithm = TokenBucket{Capacity: 10, Refill: PerSecond(1)}
-	var big Algorithm = TokenBucket{Capacity: 100, Refill: PerSecond(10)}
-	mustAllow := func(alg Algorithm, at, cost int64, want bool, wantRem int64) {
-		t.Helper()
-		d, err := k.AllowAt("k", alg, t0+at, cost, "")
-		if err != nil || d.Allowed != want || d.Remaining != wantRem {
-			t.Fatalf("at %d cost %d: got %v rem %d err %v, want %v rem %d", at, cost, d.Allowed, d.Remaining, err, want, wantRem)
-		}
-	}
-	mustAllow(small, 0, 10, true, 0)
-	// 2 s under the old rate refill 2 tokens; the new capacity does not
-	// refill anything by itself.
-	mustAllow(big, 2e9, 0, true, 2)
-	mustAllow(big, 3e9, 0, true, 12) // now 10/s
-	// shrinking clamps to the new capacity
-	mustAllow(big, 20e9, 0, true, 100)
-	mustAllow(small, 20e9, 0, true, 10)
-
-	// switching algorithm restarts as exhausted until the old state is fresh
-	var gc Algorithm = GCRA{Burst: 10, Rate: PerSecond(1)}
-	mustAllow(small, 21e9, 10, true, 0)
-	d, _ := k.AllowAt("k", gc, t0+21e9, 1, "")
-	if d.Allowed {
-		t.Fatalf("algorithm switch handed out a fresh burst: %+v", d)
-	}
 }
