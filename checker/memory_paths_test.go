@@ -1,9 +1,11 @@
 package checker
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 )
 
@@ -13,6 +15,9 @@ descriptors:
     algorithm: token_bucket
     near_limit: async
     rate_limit: {unit: second, requests_per_unit: 10}
+  - key: slowbucket
+    algorithm: token_bucket
+    rate_limit: {unit: hour, requests_per_unit: 1000}
   - key: syncenvoy
     mode: sync
     rate_limit: {unit: minute, requests_per_unit: 5}
@@ -62,6 +67,70 @@ func TestBucketRetryIsForTheMissingPart(t *testing.T) {
 			t.Fatalf("step %d (%d hits): allowed %v retry %v, want %v %v", i, st.hits, d.Allowed(), d.Statuses[0].RetryAfter, st.allowed, st.retry)
 		}
 	}
+}
+
+// TestBucketViewKeepsUnappliedHitsAcrossAReset: an operator resets a
+// bucket through another checker; this one then admits 100 hits from
+// memory, not yet in the store, and its next read learns of the reset. Its
+// view restarts from the store's bucket and its own unapplied hits, from
+// now — not from a full bucket (the reset bucket's TAT is 0, and the hits
+// added to it vanished in the past).
+func TestBucketViewKeepsUnappliedHitsAcrossAReset(t *testing.T) {
+	ms := counters.NewMemStore()
+	clk := newClock()
+	ms.SetClock(clk)
+	a, b := memoryRig(t, "a", ms, clk), memoryRig(t, "b", ms, clk)
+	// taught: two answers, past min_refresh + pipeline_lag
+	for _, at := range []time.Duration{0, 20 * time.Millisecond, time.Second} {
+		clk.ns.Store(t0 + int64(at))
+		if d := a.check(t, 1, "slowbucket", "x"); !d.Allowed() {
+			t.Fatal("refused a fresh bucket")
+		}
+	}
+	if _, err := b.c.Reset(context.Background(), "api", []config.Entry{{Key: "slowbucket", Value: "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	clk.ns.Add(int64(time.Millisecond))
+	a.prod.hold = true // the 100 stay unapplied until the read
+	charges := a.store.charges.Load()
+	if d := a.check(t, 100, "slowbucket", "x"); !d.Allowed() || a.store.charges.Load() != charges {
+		t.Fatalf("100 hits far from the limit: allowed %v, %d store charges; want a memory admission", d.Allowed(), a.store.charges.Load()-charges)
+	}
+	reads := a.store.reads.Load()
+	for a.store.reads.Load() == reads && clk.Now() < t0+int64(10*time.Second) {
+		clk.ns.Add(int64(10 * time.Millisecond))
+		a.c.Refresh(context.Background())
+	}
+	if a.store.reads.Load() == reads {
+		t.Fatal("a did not read the key within 10 s")
+	}
+	// The view counts a's hits the store has not applied from now: the
+	// 100, and the one of the first three decided in memory, which is
+	// applied after the reset too.
+	if rem := peek(a.c.entryOf(t, "slowbucket", "x"), clk.Now(), 0).Remaining; rem != 899 {
+		t.Fatalf("after the read: remaining %d, want 899 (the reset bucket less a's 101 unapplied hits)", rem)
+	}
+}
+
+// entryOf returns the entry of a one-entry descriptor (test only: it
+// takes the shard lock).
+func (c *Checker) entryOf(t *testing.T, k, v string) *entry {
+	t.Helper()
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.keys {
+			for ; e != nil; e = e.next {
+				if len(e.vals) == 1 && e.vals[0] == v && e.rule.Path[0].Key == k {
+					sh.mu.Unlock()
+					return e
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	t.Fatalf("no entry for %s=%s", k, v)
+	return nil
 }
 
 // TestSyncEnvoyRuleKeepsItsChargeWhenRefused: under Envoy's semantics
