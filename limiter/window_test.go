@@ -63,3 +63,46 @@ func TestSlidingWindow(t *testing.T) {
 		{20e9, 10, false, 9, 10 * time.Second, nil}, // the 1 of [10 s, 20 s) weighs until 30 s
 	})
 }
+
+func TestSlidingLog(t *testing.T) {
+	sl := SlidingLog{Limit: 3, Window: 10 * time.Second}
+	runSteps(t, sl, w0, []step{
+		{0, 1, true, 2, 0, nil},
+		{4e9, 2, true, 0, 0, nil},
+		{5e9, 1, false, 0, 5 * time.Second, nil}, // the first hit expires at 10 s
+		{10e9, 1, true, 0, 0, nil},
+		{12e9, 2, false, 0, 2 * time.Second, nil}, // needs the 4 s entry (2) gone at 14 s
+		{14e9, 2, true, 0, 0, nil},
+		{3e9, 1, false, 0, 6 * time.Second, nil}, // clock rollback: time stands at 14 s; the 10 s hit expires at 20 s
+		{0, 4, false, 0, Never, ErrCostExceedsLimit},
+	})
+}
+
+func TestParameterChange(t *testing.T) {
+	k, _ := NewKeyed()
+	var small Algorithm = TokenBucket{Capacity: 10, Refill: PerSecond(1)}
+	var big Algorithm = TokenBucket{Capacity: 100, Refill: PerSecond(10)}
+	mustAllow := func(alg Algorithm, at, cost int64, want bool, wantRem int64) {
+		t.Helper()
+		d, err := k.AllowAt("k", alg, t0+at, cost, "")
+		if err != nil || d.Allowed != want || d.Remaining != wantRem {
+			t.Fatalf("at %d cost %d: got %v rem %d err %v, want %v rem %d", at, cost, d.Allowed, d.Remaining, err, want, wantRem)
+		}
+	}
+	mustAllow(small, 0, 10, true, 0)
+	// 2 s under the old rate refill 2 tokens; the new capacity does not
+	// refill anything by itself.
+	mustAllow(big, 2e9, 0, true, 2)
+	mustAllow(big, 3e9, 0, true, 12) // now 10/s
+	// shrinking clamps to the new capacity
+	mustAllow(big, 20e9, 0, true, 100)
+	mustAllow(small, 20e9, 0, true, 10)
+
+	// switching algorithm restarts as exhausted until the old state is fresh
+	var gc Algorithm = GCRA{Burst: 10, Rate: PerSecond(1)}
+	mustAllow(small, 21e9, 10, true, 0)
+	d, _ := k.AllowAt("k", gc, t0+21e9, 1, "")
+	if d.Allowed {
+		t.Fatalf("algorithm switch handed out a fresh burst: %+v", d)
+	}
+}
