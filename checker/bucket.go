@@ -28,18 +28,23 @@ func (b *bucketCounter) rebase(a answer, chargedNow int64) {
 	b.cumCharged = max(b.cumCharged, a.ownSync-chargedNow)
 }
 
-// absorb takes in the store's bucket: an operator reset forgets this
-// instance's view, and the view is raised to the store's TAT plus what
+// absorb takes in the store's bucket at now: an operator reset forgets
+// this instance's view, and the view is raised to the store's TAT plus what
 // this instance counted that the store has not applied yet.
-func (b *bucketCounter) absorb(a answer, g limiter.GCRA, window, limit int64) {
+func (b *bucketCounter) absorb(a answer, g limiter.GCRA, window, limit, now int64) {
 	if !a.found {
 		return
 	}
+	tat := a.total
 	if a.gen != b.gen {
 		b.gs, b.gen = limiter.State{}, a.gen
+		// The reset bucket's TAT lies in the past (0 when nothing came
+		// since): the unapplied hits count from now, or the view,
+		// forgotten with the reset, would forget them too.
+		tat = max(tat, now)
 	}
 	b.storeCum, b.storeOwnCum = a.cum, a.own
-	g.Raise(&b.gs, a.total+counters.Span(max(0, b.cum-a.ownMem), window, limit))
+	g.Raise(&b.gs, tat+counters.Span(max(0, b.cum-a.ownMem), window, limit))
 }
 
 // others is the other instances' applied consumption; mine everything

@@ -335,7 +335,7 @@ func (c *Checker) answerTAT(s *slot, now, cost int64) {
 	} else {
 		s.later = laterRefused
 	}
-	e.bucketCounter.absorb(a, g, int64(s.rule.Window), s.rule.Limit)
+	e.bucketCounter.absorb(a, g, int64(s.rule.Window), s.rule.Limit, now)
 	c.learn(e, now, e.bucketCounter.others(), e.bucketCounter.mine(), res.Instances)
 	e.active, e.stale = false, false // the answer is as fresh as a read
 	probe := peek(e, now, 0)

@@ -246,7 +246,7 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *counters.ReadItem, now int6
 		if !e.answered {
 			e.rebase(a, 0)
 		}
-		e.bucketCounter.absorb(a, gcraOf(e.rule), int64(e.rule.Window), e.rule.Limit)
+		e.bucketCounter.absorb(a, gcraOf(e.rule), int64(e.rule.Window), e.rule.Limit, now)
 		c.learn(e, now, e.bucketCounter.others(), e.bucketCounter.mine(), it.Instances)
 		probe := peek(e, now, 0)
 		remaining, ceiling = probe.Remaining, e.rule.Capacity()

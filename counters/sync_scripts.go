@@ -94,23 +94,27 @@ local burst, tokens, period, cost = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumb
 if cost > burst then return done({0, 0, 0, -1, ''}) end -- never fits: nothing changes
 local T = period / tokens
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tat < now then tat = now end
+-- ahead is how far the TAT is ahead of now: whole µs, exact. Everything
+-- is computed relative to now: at 10^15 µs (today) a double holds a
+-- quarter of a µs, and TAT + cost × T − now came out a fraction over a
+-- burst that fits exactly.
+local ahead = math.max(tat - now, 0)
 local tol = burst * T
 local allowed, retry = false, 0
 if cost > burst then
   retry = -1
 else
-  local after = tat + cost * T
-  if after - now <= tol then
+  local after = ahead + cost * T
+  if after <= tol then
     allowed = true
-    tat = after
-    redis.call('SET', KEYS[1], string.format('%d', math.ceil(tat)), 'PX', math.ceil((tat - now) / 1000) + 1000)
+    ahead = after
+    redis.call('SET', KEYS[1], string.format('%d', now + math.ceil(ahead)), 'PX', math.ceil(ahead / 1000) + 1000)
   else
-    retry = math.ceil(after - tol - now)
+    retry = math.ceil(after - tol)
   end
 end
-local remaining = math.floor((tol - (tat - now)) / T + 1e-9)
-return done({allowed and 1 or 0, math.max(0, remaining), math.ceil(tat - now), retry, string.format('%d', cost)})
+local remaining = math.floor((tol - ahead) / T + 1e-9)
+return done({allowed and 1 or 0, math.max(0, remaining), math.ceil(ahead), retry, string.format('%d', cost)})
 `)
 
 // syncLog: the sliding log. KEYS[1] sorted set of hits (score: time µs;

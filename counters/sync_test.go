@@ -10,7 +10,6 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
-	"github.com/velvetrope/velvetrope/limiter"
 )
 
 type syncStep struct {
@@ -55,7 +54,9 @@ func walk(seed uint64) []syncStep {
 
 // TestSyncConformance runs the same steps through the exact in-process
 // limiter and through the Redis scripts (standalone and cluster) with the
-// scripts' clock pinned: decisions and remaining counts must be identical.
+// scripts' clock pinned: decisions and remaining counts must be identical,
+// and the retry-after and reset the scripts answer the limiter's rounded
+// up to their microsecond.
 func TestSyncConformance(t *testing.T) {
 	targets := map[string]redis.UniversalClient{}
 	if getenv(testsvc.EnvRedis) != "" {
@@ -87,14 +88,24 @@ func TestSyncConformance(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					// the scripts count in µs: their waits are the limiter's
+					// rounded up to the µs, never earlier
 					if got.Allowed != want.Allowed || got.Remaining != want.Remaining ||
-						(got.RetryAfter == limiter.Never) != (want.RetryAfter == limiter.Never) {
+						got.RetryAfter != upToMicro(want.RetryAfter) || got.ResetAfter != upToMicro(want.ResetAfter) {
 						t.Fatalf("step %d (+%dms, cost %d): redis %+v, limiter %+v", j, st.dtMS, st.cost, got, want)
 					}
 				}
 			})
 		}
 	}
+}
+
+// upToMicro rounds a wait up to the microsecond (Never stays Never).
+func upToMicro(d time.Duration) time.Duration {
+	if d <= 0 {
+		return d
+	}
+	return (d + time.Microsecond - 1) / time.Microsecond * time.Microsecond
 }
 
 func algName(a config.Algorithm) string {

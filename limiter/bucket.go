@@ -46,7 +46,9 @@ func bucketAllow(s *State, capacity int64, r Rate, now, cost int64, d *Decision)
 		d.RetryAfter = Never
 	}
 	d.Remaining = bal
-	if w, ok := r.wait(capacity-bal, carry); ok {
+	if bal >= capacity { // full: fresh now, also on a clock behind the state's
+		d.ResetAfter = 0
+	} else if w, ok := r.wait(capacity-bal, carry); ok {
 		d.ResetAfter = dur(w + (at - now))
 	} else {
 		d.ResetAfter = Never

@@ -88,7 +88,9 @@ func (c SlidingCounts) RetryAfter(limit, cost int64) int64 {
 		if !ok || q > W {
 			q = W
 		}
-		return W - q - min(max(c.Elapsed, 0), W)
+		// counted from the instant: a clock behind the window's start
+		// (Elapsed < 0) waits for the start too
+		return W - q - min(c.Elapsed, W)
 	}
 	wait := W - c.Elapsed // to the end of the current window
 	if c.Cur == 0 {

@@ -53,7 +53,10 @@ func TestSlidingCounts(t *testing.T) {
 		// a clock behind the window weighs prev fully and waits from the
 		// window's start for the weight to decay; the window's end counts
 		// from the instant
-		{"clock behind the window", SlidingCounts{10, 0, -5, 10}, 10, 1, false, 0, 1, 15},
+		// the weight is the window start's until the clock reaches it: e = 1
+		// is 6 from an instant 5 before the start (it said 1: a retry then
+		// was refused again)
+		{"clock behind the window", SlidingCounts{10, 0, -5, 10}, 10, 1, false, 0, 6, 15},
 		{"clock behind, current full", SlidingCounts{0, 10, -5, 10}, 10, 1, false, 0, 16, 25},
 		{"past the window's end: prev weighs nothing", SlidingCounts{10, 2, 12, 10}, 10, 8, true, 8, 0, 8},
 		// a probe waits for the next window, where 11 weighs 11·(10−e)/10 <= 10: e = 1

@@ -42,7 +42,11 @@ func drawAlgorithm(t *rapid.T) Algorithm {
 type admitted struct{ at, cost int64 }
 
 // TestPropertyInvariants drives every algorithm with random times (some
-// going backwards) and costs and checks the guarantees of the package doc.
+// going backwards) and costs and checks the guarantees of the package doc
+// on every step: the decision's numbers are exact (what Remaining says is
+// what a further request can take, RetryAfter and ResetAfter are the
+// first nanosecond they promise), a refusal changes nothing, and what is
+// admitted stays within the algorithm's bound over every interval.
 func TestPropertyInvariants(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		alg := drawAlgorithm(t)
@@ -52,6 +56,9 @@ func TestPropertyInvariants(t *testing.T) {
 		// nothing, except in the sliding log, which expires entries on
 		// every valid call.
 		now, eff := t0, int64(math.MinInt64)
+		_, isLog := alg.(SlidingLog)
+		fw, isFixed := alg.(FixedWindow)
+		chargeDenied := isFixed && fw.ChargeDenied
 		var log []admitted
 		n := rapid.IntRange(1, 60).Draw(t, "n")
 		for i := range n {
@@ -59,12 +66,16 @@ func TestPropertyInvariants(t *testing.T) {
 			cost := rapid.Int64Range(0, alg.Max()+1).Draw(t, "cost")
 			before := cloneState(s)
 			probeBefore, _ := alg.AllowAt(&before, now, 0)
-			before = cloneState(s)
 			d, err := alg.AllowAt(&s, now, cost)
+			if d.Limit != alg.Max() {
+				t.Fatalf("step %d: limit %d, want %d", i, d.Limit, alg.Max())
+			}
 			if cost > alg.Max() {
 				if err == nil || !d.RetryNever() || d.Allowed {
 					t.Fatalf("step %d: cost %d > max %d: got %+v, %v", i, cost, alg.Max(), d, err)
 				}
+			} else if err != nil {
+				t.Fatalf("step %d: cost %d within max %d: %v", i, cost, alg.Max(), err)
 			}
 			if d.Remaining < 0 || d.Remaining > d.Limit {
 				t.Fatalf("step %d: remaining %d outside [0, %d]", i, d.Remaining, d.Limit)
@@ -74,36 +85,89 @@ func TestPropertyInvariants(t *testing.T) {
 					t.Fatalf("step %d: tokens %d outside [0, %d]", i, tok, tb.Capacity)
 				}
 			}
-			_, isLog := alg.(SlidingLog)
-			fw, isFixed := alg.(FixedWindow)
-			if d.Allowed || (isLog && cost <= alg.Max()) || (isFixed && fw.ChargeDenied && cost <= fw.Limit) {
+			if d.Allowed != (d.RetryAfter == 0) {
+				t.Fatalf("step %d: allowed %v with RetryAfter %v", i, d.Allowed, d.RetryAfter)
+			}
+			if d.Allowed || (isLog && err == nil) || (chargeDenied && cost <= fw.Limit) {
 				eff = max(eff, now)
+			}
+			// The sliding log decides on its own clock, which stands at
+			// the latest time it saw: its durations count from there.
+			base := now
+			if isLog {
+				base = eff
+			}
+			// What the decision took: an admission (or a counted refusal)
+			// its cost, a refusal nothing.
+			switch want := probeBefore.Remaining; {
+			case err != nil && !chargeDenied:
+			case d.Allowed || chargeDenied:
+				if want = max(0, want-cost); d.Remaining != want {
+					t.Fatalf("step %d: %T took %d: remaining %d -> %d, want %d", i, alg, cost, probeBefore.Remaining, d.Remaining, want)
+				}
+			default:
+				after := cloneState(s)
+				if probeAfter, _ := alg.AllowAt(&after, now, 0); probeAfter.Remaining != want || d.Remaining != want {
+					t.Fatalf("step %d: refusal changed remaining %d -> %d (reported %d)", i, want, probeAfter.Remaining, d.Remaining)
+				}
+			}
+			if err == nil {
+				checkRemaining(t, i, alg, &s, now, d.Remaining)
+				checkReset(t, i, alg, &s, base, d.ResetAfter)
 			}
 			if d.Allowed {
 				log = append(log, admitted{eff, cost})
-				continue
-			}
-			if !isFixed || !fw.ChargeDenied {
-				after := cloneState(s)
-				probeAfter, _ := alg.AllowAt(&after, now, 0)
-				if probeAfter.Remaining != probeBefore.Remaining {
-					t.Fatalf("step %d: refusal changed remaining %d -> %d", i, probeBefore.Remaining, probeAfter.Remaining)
+			} else if d.RetryAfter > 0 {
+				// RetryAfter is exact and rounded up, on every refusal:
+				// from the state the refusal left, the same cost is
+				// admitted at RetryAfter and refused one ns earlier.
+				at := cloneState(s)
+				if dd, _ := alg.AllowAt(&at, base+int64(d.RetryAfter), cost); !dd.Allowed {
+					t.Fatalf("step %d: %T refused again at now+RetryAfter (%v)", i, alg, d.RetryAfter)
 				}
-				// RetryAfter is exact and rounded up: one ns earlier is too soon.
-				if d.RetryAfter > 0 && now == eff {
-					at := cloneState(before)
-					if dd, _ := alg.AllowAt(&at, now+int64(d.RetryAfter), cost); !dd.Allowed {
-						t.Fatalf("step %d: %T refused again at now+RetryAfter (%v)", i, alg, d.RetryAfter)
-					}
-					early := cloneState(before)
-					if dd, _ := alg.AllowAt(&early, now+int64(d.RetryAfter)-1, cost); dd.Allowed {
-						t.Fatalf("step %d: %T admitted 1ns before RetryAfter (%v)", i, alg, d.RetryAfter)
-					}
+				early := cloneState(s)
+				if dd, _ := alg.AllowAt(&early, base+int64(d.RetryAfter)-1, cost); dd.Allowed {
+					t.Fatalf("step %d: %T admitted 1ns before RetryAfter (%v)", i, alg, d.RetryAfter)
 				}
 			}
 		}
 		checkBound(t, alg, log)
 	})
+}
+
+// checkRemaining: from s at now, a request of remaining is admitted and
+// one of remaining+1 refused (s itself is not changed).
+func checkRemaining(t *rapid.T, step int, alg Algorithm, s *State, now, remaining int64) {
+	t.Helper()
+	fits := cloneState(*s)
+	if d, err := alg.AllowAt(&fits, now, remaining); remaining > 0 && !d.Allowed {
+		t.Fatalf("step %d: %T reported remaining %d, refused it (%v)", step, alg, remaining, err)
+	}
+	if remaining < alg.Max() {
+		over := cloneState(*s)
+		if d, _ := alg.AllowAt(&over, now, remaining+1); d.Allowed {
+			t.Fatalf("step %d: %T reported remaining %d, admitted %d", step, alg, remaining, remaining+1)
+		}
+	}
+}
+
+// checkReset: ResetAfter (counted from base) is the first nanosecond s is
+// fresh again (a probe sees the whole limit).
+func checkReset(t *rapid.T, step int, alg Algorithm, s *State, base int64, reset time.Duration) {
+	t.Helper()
+	if reset < 0 {
+		return // Never: a bucket that does not refill
+	}
+	at := cloneState(*s)
+	if d, _ := alg.AllowAt(&at, base+int64(reset), 0); d.Remaining != alg.Max() {
+		t.Fatalf("step %d: %T at ResetAfter %v: remaining %d, want %d", step, alg, reset, d.Remaining, alg.Max())
+	}
+	if reset > 0 {
+		early := cloneState(*s)
+		if d, _ := alg.AllowAt(&early, base+int64(reset)-1, 0); d.Remaining == alg.Max() {
+			t.Fatalf("step %d: %T fresh 1ns before ResetAfter %v", step, alg, reset)
+		}
+	}
 }
 
 // checkBound checks the admission bound of alg over every interval of log.
@@ -178,6 +242,28 @@ func TestPropertyLeakyEqualsTokenBucket(t *testing.T) {
 			d2, _ := lb.AllowAt(&s2, now, cost)
 			if d1 != d2 {
 				t.Fatalf("token bucket %+v, leaky bucket %+v", d1, d2)
+			}
+		}
+	})
+}
+
+// TestPropertyGCRAEqualsTokenBucket pins what the GCRA doc promises: with
+// a clock that does not go back, it answers exactly what a token bucket of
+// capacity Burst and the same rate answers, every number of every step.
+func TestPropertyGCRAEqualsTokenBucket(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		c := rapid.Int64Range(1, 20).Draw(t, "burst")
+		r := Rate{rapid.Int64Range(1, 20).Draw(t, "tokens"), time.Duration(rapid.Int64Range(1, 3e9).Draw(t, "period"))}
+		g, tb := GCRA{c, r}, TokenBucket{c, r}
+		var s1, s2 State
+		now := t0
+		for i := range rapid.IntRange(1, 40).Draw(t, "n") {
+			now += rapid.Int64Range(0, 1e9).Draw(t, "dt")
+			cost := rapid.Int64Range(0, c).Draw(t, "cost")
+			d1, _ := g.AllowAt(&s1, now, cost)
+			d2, _ := tb.AllowAt(&s2, now, cost)
+			if d1 != d2 {
+				t.Fatalf("step %d: gcra %+v, token bucket %+v", i, d1, d2)
 			}
 		}
 	})

@@ -50,6 +50,18 @@ func TestSlidingWindow(t *testing.T) {
 		{19e9, 5, true, 3, 0, nil},
 		{40e9, 10, true, 0, 0, nil}, // two windows later: empty
 	})
+	// A clock behind the window the state is in decides at that window's
+	// start, and its RetryAfter counts from the caller's clock: the wait
+	// for the window to start is part of it.
+	runSteps(t, sw, w0, []step{
+		{0, 10, true, 0, 0, nil},
+		{10e9, 0, true, 0, 0, nil},                  // rolled: the previous window weighs 10
+		{9e9, 1, false, 0, 2 * time.Second, nil},    // 1 s behind: at 11 s the weight is 9
+		{11e9 - 1, 1, false, 0, 1, nil},             // one ns short
+		{11e9, 1, true, 0, 0, nil},                  // 9 + 1 = 10
+		{9e9, 5, false, 0, 7 * time.Second, nil},    // the weight falls to 10 − 1 − 5 = 4 at 16 s
+		{20e9, 10, false, 9, 10 * time.Second, nil}, // the 1 of [10 s, 20 s) weighs until 30 s
+	})
 }
 
 func TestSlidingLog(t *testing.T) {
