@@ -9,7 +9,8 @@
 // interfaces the API layers take ([Checker], [Observer]).
 //
 // It is a leaf: it imports nothing of velvetrope's but package config (the
-// rules a status names). The engines (package checker, the async one;
+// rules a status names) and the request-id memory of internal/idem (which
+// package limiter shares, and limiter may not import config). The engines (package checker, the async one;
 // package local, the exact one it is property-tested against), the
 // surfaces (package rls, package middleware, the HTTP API) and the
 // deferred queue depend on it, not on each other, so the reference engine
