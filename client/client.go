@@ -7,8 +7,9 @@ package client
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
+
+	"github.com/velvetrope/velvetrope/config"
 )
 
 // Entry is one key=value pair of a descriptor.
@@ -66,49 +67,19 @@ type Response struct {
 var ErrInvalidArgument = errors.New("invalid request")
 
 // ParseDescriptor reads the CLI form "k=v[,k2=v2...]", the form the
-// analytics name descriptors in: a backslash makes the next '\\', ',' or
-// '=' part of a key or value (`tb=a\,b\=c` is one entry, key "tb", value
-// "a,b=c"), so every descriptor the analytics list can be asked about
-// again; a backslash before any other character is itself. A key must not
-// be empty; a value may be (a key-only entry).
+// analytics name descriptors in (config.ParseDescriptorText): a backslash
+// makes the next '\\', ',' or '=' part of a key or value (`tb=a\,b\=c` is
+// one entry, key "tb", value "a,b=c"), so every descriptor the analytics
+// list can be asked about again. A key must not be empty; a value may be
+// (a key-only entry).
 func ParseDescriptor(s string) (Descriptor, error) {
-	if s == "" {
-		return Descriptor{}, errors.New("empty descriptor: want k=v[,k2=v2...]")
-	}
-	var d Descriptor
-	var field strings.Builder
-	var key string
-	inValue := false
-	entry := func(i int) error {
-		switch {
-		case !inValue:
-			return fmt.Errorf("descriptor %q: entry %d (%q) has no '=': want k=v (a backslash escapes ',' and '=')", s, i, field.String())
-		case key == "":
-			return fmt.Errorf("descriptor %q: entry %d has an empty key", s, i)
-		}
-		d.Entries = append(d.Entries, Entry{Key: key, Value: field.String()})
-		field.Reset()
-		key, inValue = "", false
-		return nil
-	}
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\\' && i+1 < len(s) && (s[i+1] == '\\' || s[i+1] == ',' || s[i+1] == '='):
-			field.WriteByte(s[i+1])
-			i++
-		case c == '=' && !inValue:
-			key, inValue = field.String(), true
-			field.Reset()
-		case c == ',':
-			if err := entry(len(d.Entries) + 1); err != nil {
-				return Descriptor{}, err
-			}
-		default:
-			field.WriteByte(c)
-		}
-	}
-	if err := entry(len(d.Entries) + 1); err != nil {
+	es, err := config.ParseDescriptorText(s)
+	if err != nil {
 		return Descriptor{}, err
+	}
+	d := Descriptor{Entries: make([]Entry, len(es))}
+	for i, e := range es {
+		d.Entries[i] = Entry{Key: e.Key, Value: e.Value}
 	}
 	return d, nil
 }

@@ -1,6 +1,10 @@
 package config
 
-import "strings"
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
 
 // The identities velvetrope builds from rules and requests: rule ids,
 // counter keys and the descriptor text of analytics. Each is an escaped,
@@ -168,3 +172,51 @@ const MaxDescriptorBytes = 12 << 10
 // MaxRuleIDBytes bounds a rule's ID: every delta carries it twice, and a
 // delta must stay within the pipeline's record bound.
 const MaxRuleIDBytes = 4 << 10
+
+// ParseDescriptorText reads descriptor text, "k=v[,k2=v2...]", as
+// AppendDescriptorText writes it (its inverse: every text it writes reads
+// back to its entries): a backslash makes the next '\', ',' or '=' part of
+// a key or value; a backslash before any other character is itself. A key
+// must not be empty; a value may be (a key-only entry). The CLI and the
+// admin endpoints read this form; the analytics name keys in it.
+func ParseDescriptorText(s string) ([]Entry, error) {
+	if s == "" {
+		return nil, errors.New("empty descriptor: want k=v[,k2=v2...]")
+	}
+	var es []Entry
+	var field strings.Builder
+	var key string
+	inValue := false
+	entry := func(i int) error {
+		switch {
+		case !inValue:
+			return fmt.Errorf("descriptor %q: entry %d (%q) has no '=': want k=v (a backslash escapes ',' and '=')", s, i, field.String())
+		case key == "":
+			return fmt.Errorf("descriptor %q: entry %d has an empty key", s, i)
+		}
+		es = append(es, Entry{Key: key, Value: field.String()})
+		field.Reset()
+		key, inValue = "", false
+		return nil
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\' && i+1 < len(s) && (s[i+1] == '\\' || s[i+1] == ',' || s[i+1] == '='):
+			field.WriteByte(s[i+1])
+			i++
+		case c == '=' && !inValue:
+			key, inValue = field.String(), true
+			field.Reset()
+		case c == ',':
+			if err := entry(len(es) + 1); err != nil {
+				return nil, err
+			}
+		default:
+			field.WriteByte(c)
+		}
+	}
+	if err := entry(len(es) + 1); err != nil {
+		return nil, err
+	}
+	return es, nil
+}

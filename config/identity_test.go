@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -392,6 +393,12 @@ func TestDescriptorTextIsInjective(t *testing.T) {
 			if !ok || unescapeText(t, k) != es[i].Key || unescapeText(t, v) != es[i].Value {
 				t.Fatalf("%q: entry %d reads %q, want %v", text, i, p, es[i])
 			}
+		}
+		// and ParseDescriptorText is its inverse (what the CLI and the
+		// admin endpoints read)
+		got, err := ParseDescriptorText(text)
+		if err != nil || !slices.Equal(got, es) {
+			t.Fatalf("ParseDescriptorText(%q) = %v, %v; want %v", text, got, err, es)
 		}
 	})
 }

@@ -19,7 +19,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/velvetrope/velvetrope/checker"
-	"github.com/velvetrope/velvetrope/client"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/internal/strictjson"
@@ -286,11 +285,11 @@ func keyOf(domain, text string, entries []EntryJSON) (string, []config.Entry, er
 	case text != "" && len(entries) > 0:
 		return "", nil, errors.New("descriptor: give descriptor or entries, not both")
 	case text != "":
-		d, err := client.ParseDescriptor(text)
+		es, err := config.ParseDescriptorText(text)
 		if err != nil {
 			return "", nil, fmt.Errorf("descriptor: %w", err)
 		}
-		for _, e := range d.Entries {
+		for _, e := range es {
 			entries = append(entries, EntryJSON{e.Key, e.Value})
 		}
 	case len(entries) == 0:
