@@ -172,6 +172,7 @@ func devModule(app config.App, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(app, logger),
 		fx.Provide(
+			newShutdown,
 			newRuleStore,
 			counters.NewMemStore,
 			newDevBus,
@@ -200,55 +201,53 @@ func checkerConfig(app config.App, logger *slog.Logger) checker.Config {
 		Logger: logger}
 }
 
-func newDevChecker(lc fx.Lifecycle, app config.App, logger *slog.Logger, rules *config.Store,
+func newDevChecker(sd *shutdown, app config.App, logger *slog.Logger, rules *config.Store,
 	store *counters.MemStore, bus *events.MemBus) (*checker.Checker, error) {
 	c, err := checker.New(checkerConfig(app, logger), rules, store, bus, limiter.SystemClock{})
 	if err != nil {
 		return nil, staged("checker", err)
 	}
-	lc.Append(stagedHook("checker", c.Start, c.Stop))
+	sd.hook(stopWork, "checker", c.Start, c.Stop)
 	return c, nil
 }
 
 // runEmbeddedAggregator applies the bus's deltas to the in-memory store
 // and hands them to the usage writer.
-func runEmbeddedAggregator(lc fx.Lifecycle, bus *events.MemBus, store *counters.MemStore, usage *sink.Writer, logger *slog.Logger) {
+func runEmbeddedAggregator(sd *shutdown, bus *events.MemBus, store *counters.MemStore, usage *sink.Writer, logger *slog.Logger) {
 	agg := aggregator.NewEmbedded(bus, store, logger).WithAnalytics(usage)
-	// Stop order is the reverse of start: the checker's final flush lands
-	// on the bus before the aggregator stops; the bus closes last.
-	lc.Append(fx.Hook{OnStop: bus.Close})
-	lc.Append(stagedHook("aggregator", agg.Start, agg.Stop))
+	// dev's producer is the bus: the checker's final flush lands on it
+	// (stopWork) before the aggregator stops, then the bus closes
+	// (registered first in the stage: stopped after).
+	sd.stop(stopProducer, "bus", bus.Close)
+	sd.hook(stopProducer, "aggregator", agg.Start, agg.Stop)
 }
 
 // expireCounters drops in-memory counters that carry no information.
-func expireCounters(lc fx.Lifecycle, store *counters.MemStore) {
+func expireCounters(sd *shutdown, store *counters.MemStore) {
 	stop, done := make(chan struct{}), make(chan struct{})
-	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
-			go func() {
-				defer close(done)
-				t := time.NewTicker(10 * time.Second)
-				defer t.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case now := <-t.C:
-						store.Expire(now.UnixNano())
-					}
+	sd.hook(stopClients, "expiry", func(context.Context) error {
+		go func() {
+			defer close(done)
+			t := time.NewTicker(10 * time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case now := <-t.C:
+					store.Expire(now.UnixNano())
 				}
-			}()
-			return nil
-		},
-		OnStop: func(ctx context.Context) error {
-			close(stop)
-			select {
-			case <-done:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
 			}
-		},
+		}()
+		return nil
+	}, func(ctx context.Context) error {
+		close(stop)
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	})
 }
 
@@ -269,7 +268,7 @@ func newRuleStore(app config.App, logger *slog.Logger) (*config.Store, error) {
 }
 
 // watchRules reloads rule files on change, keeping the last good set.
-func watchRules(lc fx.Lifecycle, app config.App, store *config.Store, logger *slog.Logger) error {
+func watchRules(sd *shutdown, app config.App, store *config.Store, logger *slog.Logger) error {
 	if len(app.Rules) == 0 {
 		return nil
 	}
@@ -281,14 +280,14 @@ func watchRules(lc fx.Lifecycle, app config.App, store *config.Store, logger *sl
 		logger.Info("rules reloaded", "domains", strings.Join(rs.Domains(), ","), "rules", len(rs.Rules()))
 	}
 	w.OnError = func(err error) { logger.Error("rules rejected; the previous rules stay live", "error", err) }
-	lc.Append(stagedHook("rules", w.Start, w.Stop))
+	sd.hook(stopClients, "rules", w.Start, w.Stop)
 	return nil
 }
 
-func newDevHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
+func newDevHTTP(sd *shutdown, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
 	rules *config.Store, usage *sink.Memory, logger *slog.Logger, dd devDeferred, store *counters.MemStore,
 	drain *deferred.Drain, bus *events.MemBus) (*httpapi.Server, error) {
-	return newCheckerHTTP(lc, app, c, n, rs, rules, logger, bus, analytics.New(usage, "", logger), nil,
+	return newCheckerHTTP(sd, app, c, n, rs, rules, logger, bus, analytics.New(usage, "", logger), nil,
 		newQueue(dd.pub, store, app, c), store, drain, func(reg *metrics.Registry) {
 			reg.Counter("velvetrope_dev_dead_letters_dropped_total", fmt.Sprintf("Dead letters dev let go, the oldest first, to keep at most %d MiB of them.", devDeadLetterBytes>>20),
 				func() float64 { return float64(dd.dead.Dropped.Load()) })
@@ -314,14 +313,14 @@ func newDevBus(logger *slog.Logger) (*events.MemBus, error) {
 // newDevUsage is dev's analytics store: usage in memory for a day, within
 // analytics.memory_max_bytes, fed by the embedded aggregator through a
 // writer that flushes every second.
-func newDevUsage(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*sink.Memory, *sink.Writer, error) {
+func newDevUsage(sd *shutdown, app config.App, logger *slog.Logger) (*sink.Memory, *sink.Writer, error) {
 	mem := sink.NewMemory(24 * time.Hour)
 	mem.SetMaxBytes(app.Analytics.MemoryMaxBytes)
 	w, err := sink.NewWriter(sink.WriterConfig{FlushInterval: 100 * time.Millisecond, Logger: logger}, mem)
 	if err != nil {
 		return nil, nil, staged("analytics", err)
 	}
-	lc.Append(stagedHook("analytics", w.Start, w.Stop))
+	sd.hook(stopClients, "analytics", w.Start, w.Stop)
 	return mem, w, nil
 }
 
@@ -333,7 +332,7 @@ func newDecisionCounter(rules *config.Store) *decisions.Counter { return decisio
 // prod is the checker's producer (dev: the in-memory bus); ready nil means
 // always ready; more, when set, registers the process's own metrics (dev:
 // its in-memory analytics).
-func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
+func newCheckerHTTP(sd *shutdown, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
 	rules *config.Store, logger *slog.Logger, prod events.Producer, an *analytics.Handler, ready func() error,
 	q *deferred.Queue, tickets counters.Tickets, drain *deferred.Drain, more func(*metrics.Registry)) (*httpapi.Server, error) {
 	mux := http.NewServeMux()
@@ -359,5 +358,5 @@ func newCheckerHTTP(lc fx.Lifecycle, app config.App, c *checker.Checker, n *deci
 	n.Register(reg)
 	mux.Handle("GET /metrics", reg)
 	httpapi.Health(mux, ready)
-	return newHTTPServer(lc, app, mux, app.HTTP.WriteTimeout, reg)
+	return newHTTPServer(sd, app, mux, app.HTTP.WriteTimeout, reg)
 }

@@ -36,11 +36,13 @@ func deadLetterTopic(app config.App) string { return app.Kafka.DeferredTopic + "
 
 // newDeferredWriter is the deferred topic's writer (the checker appends
 // items; a drain writes nothing there).
-func newDeferredWriter(lc fx.Lifecycle, app config.App) (*events.KafkaWriter, error) {
-	return kafkaWriter(lc, app, app.Kafka.DeferredTopic)
+func newDeferredWriter(sd *shutdown, app config.App) (*events.KafkaWriter, error) {
+	return kafkaWriter(sd, app, app.Kafka.DeferredTopic)
 }
 
-func kafkaWriter(lc fx.Lifecycle, app config.App, topic string) (*events.KafkaWriter, error) {
+// kafkaWriter closes with the producers (stopProducer): after the
+// listeners and the drain that write through it.
+func kafkaWriter(sd *shutdown, app config.App, topic string) (*events.KafkaWriter, error) {
 	if err := requireKafka(app); err != nil {
 		return nil, err
 	}
@@ -53,7 +55,7 @@ func kafkaWriter(lc fx.Lifecycle, app config.App, topic string) (*events.KafkaWr
 	if err != nil {
 		return nil, staged("kafka", err)
 	}
-	lc.Append(fx.StopHook(w.Close))
+	sd.stop(stopProducer, "kafka "+topic, w.Close)
 	return w, nil
 }
 
@@ -117,28 +119,27 @@ func drainConfig(app config.App, logger *slog.Logger) deferred.DrainConfig {
 }
 
 // startDrain runs d for the process's life.
-func startDrain(lc fx.Lifecycle, d *deferred.Drain, logger *slog.Logger) {
+// It stops with the listeners (stopListeners): it is an intake of the
+// process, deciding through its checker, which stops after it.
+func startDrain(sd *shutdown, d *deferred.Drain, logger *slog.Logger) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
-			go func() {
-				defer close(done)
-				if err := d.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-					logger.Error("drain stopped", "error", err)
-				}
-			}()
-			return nil
-		},
-		OnStop: func(sctx context.Context) error {
-			cancel()
-			select {
-			case <-done:
-				return nil
-			case <-sctx.Done():
-				return sctx.Err()
+	sd.hook(stopListeners, "drain", func(context.Context) error {
+		go func() {
+			defer close(done)
+			if err := d.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				logger.Error("drain stopped", "error", err)
 			}
-		},
+		}()
+		return nil
+	}, func(sctx context.Context) error {
+		cancel()
+		select {
+		case <-done:
+			return nil
+		case <-sctx.Done():
+			return sctx.Err()
+		}
 	})
 }
 
@@ -149,11 +150,12 @@ func drainModule(app config.App, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(app, logger),
 		fx.Provide(
+			newShutdown,
 			newRuleStore,
 			newRedis,
 			newCounters,
 			newKafkaProducer,
-			func(lc fx.Lifecycle, app config.App, logger *slog.Logger, rules *config.Store, store *counters.Redis,
+			func(sd *shutdown, app config.App, logger *slog.Logger, rules *config.Store, store *counters.Redis,
 				prod *events.KafkaProducer) (*checker.Checker, error) {
 				cfg := checkerConfig(app, logger)
 				cfg.InstanceName = app.InstanceID + "-drain"
@@ -161,10 +163,10 @@ func drainModule(app config.App, logger *slog.Logger) fx.Option {
 				if err != nil {
 					return nil, staged("checker", err)
 				}
-				lc.Append(stagedHook("checker", c.Start, c.Stop))
+				sd.hook(stopWork, "checker", c.Start, c.Stop)
 				return c, nil
 			},
-			func(lc fx.Lifecycle, app config.App, logger *slog.Logger, rules *config.Store, store *counters.Redis,
+			func(sd *shutdown, app config.App, logger *slog.Logger, rules *config.Store, store *counters.Redis,
 				c *checker.Checker) (*deferred.Drain, *events.KafkaConsumer, error) {
 				sec, err := kafkaSecurity(app)
 				if err != nil {
@@ -183,7 +185,7 @@ func drainModule(app config.App, logger *slog.Logger) fx.Option {
 				if err != nil {
 					return nil, nil, staged("kafka", err)
 				}
-				dlq, err := kafkaWriter(lc, app, deadLetterTopic(app))
+				dlq, err := kafkaWriter(sd, app, deadLetterTopic(app))
 				if err != nil {
 					return nil, nil, err
 				}
@@ -193,10 +195,11 @@ func drainModule(app config.App, logger *slog.Logger) fx.Option {
 				if err != nil {
 					return nil, nil, staged("drain", err)
 				}
-				lc.Append(fx.StopHook(func(ctx context.Context) error { return cons.Close(ctx) }))
+				// registered before the drain's run: it closes after it
+				sd.stop(stopListeners, "kafka "+app.Kafka.DeferredTopic+" consumer", cons.Close)
 				return d, cons, nil
 			},
-			func(lc fx.Lifecycle, app config.App, c *checker.Checker, d *deferred.Drain, cons *events.KafkaConsumer,
+			func(sd *shutdown, app config.App, c *checker.Checker, d *deferred.Drain, cons *events.KafkaConsumer,
 				prod *events.KafkaProducer) (*httpapi.Server, error) {
 				mux := http.NewServeMux()
 				reg := metrics.New()
@@ -221,7 +224,7 @@ func drainModule(app config.App, logger *slog.Logger) fx.Option {
 					}
 					return nil
 				})
-				return newHTTPServer(lc, app, mux, 10*time.Second, reg)
+				return newHTTPServer(sd, app, mux, 10*time.Second, reg)
 			},
 		),
 		fx.Invoke(watchRules, startDrain),
@@ -240,7 +243,7 @@ type devDeferred struct {
 // aside).
 const devDeadLetterBytes = 16 << 20
 
-func newDevDeferred(lc fx.Lifecycle, app config.App) (devDeferred, error) {
+func newDevDeferred(sd *shutdown, app config.App) (devDeferred, error) {
 	topic, err := events.NewMemBus(16, 1<<20)
 	if err != nil {
 		return devDeferred{}, err
@@ -249,7 +252,7 @@ func newDevDeferred(lc fx.Lifecycle, app config.App) (devDeferred, error) {
 	// bounds those) and the finished ones behind a partition's oldest
 	// unfinished item, which a commit cannot pass: twice the bound.
 	topic.LimitBytes(2 * app.Deferred.MaxBytes)
-	lc.Append(fx.StopHook(topic.Close))
+	sd.stop(stopProducer, "deferred bus", topic.Close)
 	return devDeferred{topic: topic, pub: devTopic{topic, 2 * app.Deferred.MaxBytes},
 		dead: deferred.NewMemDeadLetters(devDeadLetterBytes)}, nil
 }

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"go.uber.org/fx"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/reflection"
@@ -37,10 +36,9 @@ func (g *grpcListener) Addr() string {
 
 // newRLS builds the Envoy rate limit service over c and, unless grpc.addr
 // is empty, its gRPC listener, with server reflection unless
-// grpc.reflection is false. The listener is registered after the
-// checker, so it stops first: no call is in flight when the checker makes
-// its final flush.
-func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter,
+// grpc.reflection is false. It stops with the listeners (stopListeners):
+// no call is in flight when the checker makes its final flush.
+func newRLS(sd *shutdown, app config.App, c *checker.Checker, n *decisions.Counter,
 	logger *slog.Logger) (*rls.Server, *grpcListener, error) {
 	s := rls.New(c, rls.Options{ResponseHeaders: app.GRPC.ResponseHeaders, Logger: logger,
 		Bounds: app.Limits, Decisions: n, MaxConcurrentStreams: uint32(app.GRPC.MaxConcurrentStreams),
@@ -65,30 +63,27 @@ func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Co
 		// Envoy's public API, so this publishes no more than its name
 		reflection.Register(gl.srv)
 	}
-	lc.Append(fx.Hook{
-		OnStart: stagedStart("grpc", func(context.Context) error {
-			lis, err := net.Listen("tcp", app.GRPC.Addr)
-			if err != nil {
-				return err // listen tcp ADDR: ...
+	sd.hook(stopListeners, "grpc", func(context.Context) error {
+		lis, err := net.Listen("tcp", app.GRPC.Addr)
+		if err != nil {
+			return err // listen tcp ADDR: ...
+		}
+		gl.lis = lis
+		go func() {
+			if err := gl.srv.Serve(lis); err != nil {
+				logger.Error("gRPC listener stopped", "addr", lis.Addr().String(), "error", err)
 			}
-			gl.lis = lis
-			go func() {
-				if err := gl.srv.Serve(lis); err != nil {
-					logger.Error("gRPC listener stopped", "addr", lis.Addr().String(), "error", err)
-				}
-			}()
-			return nil
-		}),
-		OnStop: func(ctx context.Context) error {
-			done := make(chan struct{})
-			go func() { gl.srv.GracefulStop(); close(done) }()
-			select {
-			case <-done:
-			case <-ctx.Done():
-				gl.srv.Stop() // drop what did not finish in time
-			}
-			return nil
-		},
+		}()
+		return nil
+	}, func(ctx context.Context) error {
+		done := make(chan struct{})
+		go func() { gl.srv.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			gl.srv.Stop() // drop what did not finish in time
+		}
+		return nil
 	})
 	return s, gl, nil
 }
@@ -96,7 +91,7 @@ func newRLS(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Co
 // newHTTPServer is a process's one HTTP listener, with TLS when
 // http.tls says so, at most http.max_in_flight requests at once; its
 // metrics go to reg.
-func newHTTPServer(lc fx.Lifecycle, app config.App, mux http.Handler, writeTimeout time.Duration, reg *metrics.Registry) (*httpapi.Server, error) {
+func newHTTPServer(sd *shutdown, app config.App, mux http.Handler, writeTimeout time.Duration, reg *metrics.Registry) (*httpapi.Server, error) {
 	tlsCfg, err := tlsconf.Server(app.HTTP.TLS, "http.tls")
 	if err != nil {
 		return nil, staged("http", err)
@@ -110,6 +105,6 @@ func newHTTPServer(lc fx.Lifecycle, app config.App, mux http.Handler, writeTimeo
 		func() float64 { return float64(srv.BodyBytes()) })
 	reg.Counter("velvetrope_http_busy_total", "HTTP requests answered 503 because http.max_in_flight requests or http.max_body_bytes_in_flight bytes of bodies were in flight.",
 		func() float64 { return float64(srv.Busy()) })
-	lc.Append(stagedHook("http", srv.Start, srv.Stop))
+	sd.hook(stopListeners, "http", srv.Start, srv.Stop)
 	return srv, nil
 }

@@ -9,15 +9,13 @@ import (
 	"net/http/pprof"
 	"time"
 
-	"go.uber.org/fx"
-
 	"github.com/velvetrope/velvetrope/config"
 )
 
 // servePprof serves Go's profiles on debug.pprof_addr, when set: a
 // listener of its own, never the public one (a profile shows what the
 // process holds).
-func servePprof(lc fx.Lifecycle, app config.App, logger *slog.Logger) error {
+func servePprof(sd *shutdown, app config.App, logger *slog.Logger) error {
 	if app.Debug.PprofAddr == "" {
 		return nil
 	}
@@ -28,21 +26,18 @@ func servePprof(lc fx.Lifecycle, app config.App, logger *slog.Logger) error {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	lc.Append(fx.Hook{
-		OnStart: stagedStart("pprof", func(context.Context) error {
-			lis, err := net.Listen("tcp", app.Debug.PprofAddr)
-			if err != nil {
-				return err // listen tcp ADDR: ...
+	sd.hook(stopListeners, "pprof", func(context.Context) error {
+		lis, err := net.Listen("tcp", app.Debug.PprofAddr)
+		if err != nil {
+			return err // listen tcp ADDR: ...
+		}
+		logger.Info("profiles served", "addr", lis.Addr().String())
+		go func() {
+			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Warn("profile listener stopped", "error", err)
 			}
-			logger.Info("profiles served", "addr", lis.Addr().String())
-			go func() {
-				if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-					logger.Warn("profile listener stopped", "error", err)
-				}
-			}()
-			return nil
-		}),
-		OnStop: func(ctx context.Context) error { return srv.Shutdown(ctx) },
-	})
+		}()
+		return nil
+	}, srv.Shutdown)
 	return nil
 }

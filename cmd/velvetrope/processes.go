@@ -60,21 +60,21 @@ func runAggregator(args []string, stdout, stderr io.Writer) int {
 // newRedis connects to the configured Redis (one address: standalone; several:
 // a cluster; with master_name: Sentinel) and checks that it answers. The
 // timeouts are the request path's (redis.*_timeout).
-func newRedis(lc fx.Lifecycle, app config.App) (redis.UniversalClient, error) {
-	return dialRedis(lc, app, app.Redis.ReadTimeout, app.Redis.WriteTimeout, 0)
+func newRedis(sd *shutdown, app config.App) (redis.UniversalClient, error) {
+	return dialRedis(sd, app, app.Redis.ReadTimeout, app.Redis.WriteTimeout, 0)
 }
 
 // newAggregatorRedis is the aggregator's client: a batch apply is one long
 // script, so its reads and writes wait aggregator.redis_timeout, and
 // go-redis retries them (the apply is idempotent).
-func newAggregatorRedis(lc fx.Lifecycle, app config.App) (redis.UniversalClient, error) {
-	return dialRedis(lc, app, app.Aggregator.RedisTimeout, app.Aggregator.RedisTimeout, 3)
+func newAggregatorRedis(sd *shutdown, app config.App) (redis.UniversalClient, error) {
+	return dialRedis(sd, app, app.Aggregator.RedisTimeout, app.Aggregator.RedisTimeout, 3)
 }
 
 // dialRedis builds the client. maxRetries 0 on the request path: a retry
 // would double the wait of a decision the breaker and the failure policy
 // answer better.
-func dialRedis(lc fx.Lifecycle, app config.App, read, write time.Duration, maxRetries int) (redis.UniversalClient, error) {
+func dialRedis(sd *shutdown, app config.App, read, write time.Duration, maxRetries int) (redis.UniversalClient, error) {
 	if len(app.Redis.Addrs) == 0 {
 		return nil, staged("redis", errors.New("no address: set VELVETROPE_REDIS_ADDRS or redis.addrs"))
 	}
@@ -90,15 +90,12 @@ func dialRedis(lc fx.Lifecycle, app config.App, read, write time.Duration, maxRe
 		ClientName: "velvetrope-" + app.InstanceID, TLSConfig: tlsCfg,
 		DialTimeout: app.Redis.DialTimeout, ReadTimeout: read, WriteTimeout: write, PoolTimeout: app.Redis.PoolTimeout,
 		MaxRetries: maxRetries})
-	lc.Append(fx.Hook{
-		OnStart: stagedStart("redis", func(ctx context.Context) error {
-			if err := c.Ping(ctx).Err(); err != nil {
-				return fmt.Errorf("%s: %w", strings.Join(app.Redis.Addrs, ","), err)
-			}
-			return nil
-		}),
-		OnStop: func(context.Context) error { return c.Close() },
-	})
+	sd.hook(stopClients, "redis", func(ctx context.Context) error {
+		if err := c.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("%s: %w", strings.Join(app.Redis.Addrs, ","), err)
+		}
+		return nil
+	}, func(context.Context) error { return c.Close() })
 	return c, nil
 }
 
@@ -130,31 +127,32 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(app, logger),
 		fx.Provide(
+			newShutdown,
 			newRuleStore,
 			newRedis,
 			newCounters,
 			newKafkaProducer,
 			newDeferredWriter,
-			func(lc fx.Lifecycle, app config.App, logger *slog.Logger, rules *config.Store, store *counters.Redis,
+			func(sd *shutdown, app config.App, logger *slog.Logger, rules *config.Store, store *counters.Redis,
 				prod *events.KafkaProducer) (*checker.Checker, error) {
 				c, err := checker.New(checkerConfig(app, logger), rules, store, prod, limiter.SystemClock{})
 				if err != nil {
 					return nil, staged("checker", err)
 				}
-				lc.Append(stagedHook("checker", c.Start, c.Stop))
+				sd.hook(stopWork, "checker", c.Start, c.Stop)
 				return c, nil
 			},
 			newDecisionCounter,
 			newRLS,
 			newAnalyticsReader,
-			func(lc fx.Lifecycle, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
+			func(sd *shutdown, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
 				rc redis.UniversalClient, prod *events.KafkaProducer, rules *config.Store, an *sink.ClickHouse,
 				logger *slog.Logger, dw *events.KafkaWriter, store *counters.Redis) (*httpapi.Server, error) {
 				h := analytics.New(nil, "analytics are off: set clickhouse.addr (VELVETROPE_CLICKHOUSE_ADDR) on the checker", logger)
 				if an != nil {
 					h = analytics.New(an, "", logger)
 				}
-				return newCheckerHTTP(lc, app, c, n, rs, rules, logger, prod, h, func() error {
+				return newCheckerHTTP(sd, app, c, n, rs, rules, logger, prod, h, func() error {
 					if err := c.StoreReady(); err != nil {
 						return err
 					}
@@ -170,7 +168,7 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 
 // newKafkaProducer is the checker's producer; its spill file lives in the
 // state directory, named after the instance.
-func newKafkaProducer(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*events.KafkaProducer, error) {
+func newKafkaProducer(sd *shutdown, app config.App, logger *slog.Logger) (*events.KafkaProducer, error) {
 	if err := requireKafka(app); err != nil {
 		return nil, err
 	}
@@ -192,8 +190,7 @@ func newKafkaProducer(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*ev
 	if err != nil {
 		return nil, staged("kafka", err)
 	}
-	// Registered before the checker: it stops after the checker's final flush.
-	lc.Append(stagedHook("kafka", p.Start, p.Close))
+	sd.hook(stopProducer, "kafka", p.Start, p.Close)
 	return p, nil
 }
 
@@ -270,7 +267,7 @@ func checkerMetrics(reg *metrics.Registry, c *checker.Checker, prod events.Produ
 // with the process (stopped after the aggregator, so the last batch's rows
 // are written); ClickHouse may be down at start: the writer buffers and
 // migrates once it answers. Without an address there is no sink (nil).
-func newUsageWriter(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*sink.Writer, error) {
+func newUsageWriter(sd *shutdown, app config.App, logger *slog.Logger) (*sink.Writer, error) {
 	ch := app.ClickHouse
 	if ch.Addr == "" {
 		logger.Info("no ClickHouse configured (clickhouse.addr, VELVETROPE_CLICKHOUSE_ADDR): running without the analytics sink")
@@ -284,20 +281,17 @@ func newUsageWriter(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*sink
 	if err != nil {
 		return nil, staged("clickhouse", err)
 	}
-	lc.Append(fx.Hook{
-		OnStart: stagedStart("clickhouse", func(ctx context.Context) error {
-			mctx, cancel := context.WithTimeout(ctx, 3*time.Second) // never hold up the start for ClickHouse
-			defer cancel()
-			if err := store.Migrate(mctx); err != nil {
-				logger.Warn("ClickHouse not ready at start; usage is buffered until it answers", "addr", ch.Addr, "error", err)
-			}
-			return w.Start(ctx)
-		}),
-		OnStop: func(ctx context.Context) error {
-			err := w.Stop(ctx)
-			store.Close()
-			return err
-		},
+	sd.hook(stopProducer, "clickhouse", func(ctx context.Context) error {
+		mctx, cancel := context.WithTimeout(ctx, 3*time.Second) // never hold up the start for ClickHouse
+		defer cancel()
+		if err := store.Migrate(mctx); err != nil {
+			logger.Warn("ClickHouse not ready at start; usage is buffered until it answers", "addr", ch.Addr, "error", err)
+		}
+		return w.Start(ctx)
+	}, func(ctx context.Context) error {
+		err := w.Stop(ctx)
+		store.Close()
+		return err
 	})
 	return w, nil
 }
@@ -305,7 +299,7 @@ func newUsageWriter(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*sink
 // newAnalyticsReader is the ClickHouse the checker's analytics endpoints
 // read, when clickhouse.addr is set (nil otherwise). It connects lazily:
 // a checker never waits on ClickHouse to decide.
-func newAnalyticsReader(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*sink.ClickHouse, error) {
+func newAnalyticsReader(sd *shutdown, app config.App, logger *slog.Logger) (*sink.ClickHouse, error) {
 	if app.ClickHouse.Addr == "" {
 		return nil, nil
 	}
@@ -313,7 +307,7 @@ func newAnalyticsReader(lc fx.Lifecycle, app config.App, logger *slog.Logger) (*
 	if err != nil {
 		return nil, staged("clickhouse", err)
 	}
-	lc.Append(fx.StopHook(store.Close))
+	sd.stop(stopClients, "clickhouse", func(context.Context) error { return store.Close() })
 	return store, nil
 }
 
@@ -347,10 +341,11 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(app, logger),
 		fx.Provide(
+			newShutdown,
 			newAggregatorRedis,
 			newCounters,
 			newUsageWriter,
-			func(lc fx.Lifecycle, app config.App, logger *slog.Logger, store *counters.Redis, usage *sink.Writer) (*aggregator.Kafka, error) {
+			func(sd *shutdown, app config.App, logger *slog.Logger, store *counters.Redis, usage *sink.Writer) (*aggregator.Kafka, error) {
 				if err := requireKafka(app); err != nil {
 					return nil, err
 				}
@@ -371,10 +366,10 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 					return nil, staged("aggregator", err)
 				}
 				// its start joins the delta topic's consumer group
-				lc.Append(stagedHook("kafka", a.Start, a.Stop))
+				sd.hook(stopWork, "kafka", a.Start, a.Stop)
 				return a, nil
 			},
-			func(lc fx.Lifecycle, app config.App, a *aggregator.Kafka, usage *sink.Writer) (*httpapi.Server, error) {
+			func(sd *shutdown, app config.App, a *aggregator.Kafka, usage *sink.Writer) (*httpapi.Server, error) {
 				mux := http.NewServeMux()
 				reg := metrics.New()
 				processMetrics(reg)
@@ -402,7 +397,7 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 					func() map[string]float64 { _, _, w := a.Accuracy.Report(); return w })
 				mux.Handle("GET /metrics", reg)
 				httpapi.Health(mux, a.Ready)
-				return newHTTPServer(lc, app, mux, 10*time.Second, reg)
+				return newHTTPServer(sd, app, mux, 10*time.Second, reg)
 			},
 		),
 	)

@@ -149,7 +149,7 @@ func TestRedisAuth(t *testing.T) {
 	}{{secret, true}, {"wrong", false}, {"", false}} {
 		app := config.DefaultApp()
 		app.Redis.Addrs, app.Redis.Password = []string{addr}, c.password
-		a := fxtest.New(t, fx.Supply(app), fx.Provide(newRedis), fx.Invoke(func(redis.UniversalClient) {}),
+		a := fxtest.New(t, fx.Supply(app), fx.Provide(newShutdown, newRedis), fx.Invoke(func(redis.UniversalClient) {}),
 			fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }))
 		err := a.Start(context.Background())
 		if c.ok {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"go.uber.org/dig"
-	"go.uber.org/fx"
 )
 
 // A process that fails to start says why on one line, the cause first:
@@ -87,11 +86,6 @@ func stagedStart(stage string, start func(context.Context) error) func(context.C
 		}
 		return staged(stage, start(ctx))
 	}
-}
-
-// stagedHook is fx.StartStopHook with a staged start.
-func stagedHook(stage string, start, stop func(context.Context) error) fx.Hook {
-	return fx.Hook{OnStart: stagedStart(stage, start), OnStop: stop}
 }
 
 // startFailure is what a failed start prints: one line per problem, each

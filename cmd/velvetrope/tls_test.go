@@ -163,7 +163,7 @@ func TestRedisTLS(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			app := config.DefaultApp()
 			app.Redis.Addrs, app.Redis.TLS = []string{addr}, c.tls
-			a := fx.New(fx.Supply(app), fx.Provide(newRedis), fx.Invoke(func(redis.UniversalClient) {}),
+			a := fx.New(fx.Supply(app), fx.Provide(newShutdown, newRedis), fx.Invoke(func(redis.UniversalClient) {}),
 				fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }))
 			err := a.Err()
 			if err == nil {
