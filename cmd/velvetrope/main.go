@@ -41,9 +41,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err := versionCommand.parse(fs, args[1:], stdout); err != nil {
 			return versionCommand.exit(err, stderr, 2)
 		}
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "velvetrope version: unexpected argument %q\n", fs.Arg(0))
+			return 2
+		}
 		fmt.Fprintln(stdout, "velvetrope", version())
 		return 0
 	case "help", "-h", "--help":
+		if len(args) > 1 && args[0] == "help" { // help COMMAND: the command's own
+			if args[1] == "help" || args[1] == "-h" || args[1] == "--help" {
+				fmt.Fprint(stdout, usage)
+				return 0
+			}
+			return run([]string{args[1], "--help"}, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return 0
 	}

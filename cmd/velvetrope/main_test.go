@@ -476,3 +476,27 @@ func TestProcessesReadOnlyTheirVariables(t *testing.T) {
 		})
 	}
 }
+
+// TestHelpCommandAndVersionArguments: `velvetrope help CMD` is CMD's own
+// help (it printed the global usage), and `version` takes no argument (it
+// ignored one).
+func TestHelpCommandAndVersionArguments(t *testing.T) {
+	for _, tt := range []struct {
+		args      []string
+		code      int
+		out, errs string
+	}{
+		{[]string{"help", "dev"}, 0, "Usage: velvetrope dev [flags]", ""},
+		{[]string{"help", "top"}, 0, "Usage: velvetrope top [flags]", ""},
+		{[]string{"help", "rules"}, 0, "Usage: velvetrope rules validate", ""},
+		{[]string{"help"}, 0, "velvetrope — a distributed rate limiter", ""},
+		{[]string{"help", "nope"}, 2, "", `unknown command "nope"`},
+		{[]string{"version", "extra"}, 2, "", `velvetrope version: unexpected argument "extra"`},
+	} {
+		var out, errs bytes.Buffer
+		code := run(tt.args, &out, &errs)
+		if code != tt.code || !strings.Contains(out.String(), tt.out) || !strings.Contains(errs.String(), tt.errs) {
+			t.Errorf("%v: exit %d\nstdout %q\nstderr %q\nwant exit %d, stdout with %q, stderr with %q", tt.args, code, out.String(), errs.String(), tt.code, tt.out, tt.errs)
+		}
+	}
+}
