@@ -71,6 +71,11 @@ func TestLoadAppErrors(t *testing.T) {
 			`c.yaml:2:14: deferred.max_bytes: want an integer from -9223372036854775808 to 9223372036854775807, got "64MiB"`},
 		{"an integer out of range", "checker:\n  max_keys: 99999999999999999999\n", nil,
 			"c.yaml:2:13: checker.max_keys: want an integer from -9223372036854775808 to 9223372036854775807, got 99999999999999999999"},
+		// yaml.v3 read 1.5 as 1 and a quoted "yes" as true
+		{"a fraction for an integer", "checker:\n  max_keys: 1.5\n", nil,
+			"c.yaml:2:13: checker.max_keys: want an integer from -9223372036854775808 to 9223372036854775807, got 1.5"},
+		{"a quoted yes for a bool", "grpc:\n  reflection: \"yes\"\n", nil,
+			`c.yaml:2:15: grpc.reflection: want true or false, got "yes"`},
 		{"a word for a bool", "grpc:\n  response_headers: sometimes\n", nil,
 			`c.yaml:2:21: grpc.response_headers: want true or false, got "sometimes"`},
 		{"a list for a string", "instance_id: [a, b]\n", nil, "c.yaml:1:14: instance_id: want a string, got a list"},

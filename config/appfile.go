@@ -86,6 +86,14 @@ func (d *appDecoder) value(n *yaml.Node, v reflect.Value, path string) {
 			d.errorf(n, path, "want %s, got %s", wantOf(v.Type()), describeNode(n))
 			return
 		}
+		// yaml.v3 takes 1.5 for an integer (as 1) and a quoted "yes" for a
+		// bool: a setting is what it says, or an error
+		k := v.Type().Kind()
+		isInt := k >= reflect.Int && k <= reflect.Uintptr && v.Type() != durationType
+		if isInt && n.ShortTag() == "!!float" || k == reflect.Bool && n.ShortTag() != "!!bool" {
+			d.errorf(n, path, "want %s, got %s", wantOf(v.Type()), describeNode(n))
+			return
+		}
 		// decoded into a fresh value: a failed decode leaves the default
 		fresh := reflect.New(v.Type())
 		if err := n.Decode(fresh.Interface()); err != nil {
