@@ -374,23 +374,7 @@ func TestElasticAndDeferOnBothEngines(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			clk := &clock{}
 			clk.ns.Store(t0)
-			var check func(*ratelimit.Request, *ratelimit.Decision) error
-			if name == "async" {
-				ms := counters.NewMemStore()
-				ms.SetClock(clk)
-				c, err := checker.New(checker.Config{}, config.NewStore(rs), ms, &applyProducer{store: ms}, clk)
-				if err != nil {
-					t.Fatal(err)
-				}
-				check = func(q *ratelimit.Request, d *ratelimit.Decision) error { return c.Check(context.Background(), q, d) }
-			} else {
-				k, _ := limiter.NewKeyed(limiter.WithClock(clk))
-				l, err := local.New(config.NewStore(rs), k, clk, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				check = func(q *ratelimit.Request, d *ratelimit.Decision) error { return l.Check(context.Background(), q, d) }
-			}
+			check := engineCheck(t, name, rs, clk)
 			run := func(n int, kv ...string) (admitted, elastic int, last ratelimit.Decision) {
 				for range n {
 					q := req(1, kv...)
@@ -516,23 +500,7 @@ func TestPoolPaysOnlyWhatIsAboveTheLimit(t *testing.T) {
 				t.Run(alg+"/"+engine+"/"+seq.name, func(t *testing.T) {
 					clk := &clock{}
 					clk.ns.Store(t0)
-					var check func(*ratelimit.Request, *ratelimit.Decision) error
-					if engine == "async" {
-						ms := counters.NewMemStore()
-						ms.SetClock(clk)
-						c, err := checker.New(checker.Config{}, config.NewStore(rs), ms, &applyProducer{store: ms}, clk)
-						if err != nil {
-							t.Fatal(err)
-						}
-						check = func(q *ratelimit.Request, d *ratelimit.Decision) error { return c.Check(context.Background(), q, d) }
-					} else {
-						k, _ := limiter.NewKeyed(limiter.WithClock(clk))
-						l, err := local.New(config.NewStore(rs), k, clk, 0)
-						if err != nil {
-							t.Fatal(err)
-						}
-						check = func(q *ratelimit.Request, d *ratelimit.Decision) error { return l.Check(context.Background(), q, d) }
-					}
+					check := engineCheck(t, engine, rs, clk)
 					for i, h := range seq.hits {
 						q := req(h, "tenant", "a")
 						q.Domain = "shop"
@@ -585,23 +553,7 @@ func TestRefusedRequestsBorrowNothing(t *testing.T) {
 		t.Run(engine, func(t *testing.T) {
 			clk := &clock{}
 			clk.ns.Store(t0)
-			var check func(*ratelimit.Request, *ratelimit.Decision) error
-			if engine == "async" {
-				ms := counters.NewMemStore()
-				ms.SetClock(clk)
-				c, err := checker.New(checker.Config{}, config.NewStore(rs), ms, &applyProducer{store: ms}, clk)
-				if err != nil {
-					t.Fatal(err)
-				}
-				check = func(q *ratelimit.Request, d *ratelimit.Decision) error { return c.Check(context.Background(), q, d) }
-			} else {
-				k, _ := limiter.NewKeyed(limiter.WithClock(clk))
-				l, err := local.New(config.NewStore(rs), k, clk, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				check = func(q *ratelimit.Request, d *ratelimit.Decision) error { return l.Check(context.Background(), q, d) }
-			}
+			check := engineCheck(t, engine, rs, clk)
 			ask := func(kv ...string) ratelimit.Decision {
 				q := req(1, kv...)
 				q.Domain, q.NoDefer = "shop", true
@@ -626,4 +578,26 @@ func TestRefusedRequestsBorrowNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// engineCheck is the Check of one engine over rs on clk: "async", the
+// async checker over a MemStore its deltas reach at once, or "local",
+// the exact engine.
+func engineCheck(t *testing.T, engine string, rs *config.RuleSet, clk *clock) func(*ratelimit.Request, *ratelimit.Decision) error {
+	t.Helper()
+	if engine == "async" {
+		ms := counters.NewMemStore()
+		ms.SetClock(clk)
+		c, err := checker.New(checker.Config{}, config.NewStore(rs), ms, &applyProducer{store: ms}, clk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func(q *ratelimit.Request, d *ratelimit.Decision) error { return c.Check(context.Background(), q, d) }
+	}
+	k, _ := limiter.NewKeyed(limiter.WithClock(clk))
+	l, err := local.New(config.NewStore(rs), k, clk, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(q *ratelimit.Request, d *ratelimit.Decision) error { return l.Check(context.Background(), q, d) }
 }
