@@ -1,20 +1,15 @@
 package adversarial
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,20 +23,13 @@ func TestMain(m *testing.M) { os.Exit(testsvc.RunWithBinary(m, &bin)) }
 
 // proc is one running velvetrope process.
 type proc struct {
-	HTTP, GRPC string // listen addresses, host:port
-	cmd        *exec.Cmd
-	logMu      sync.Mutex
-	log        bytes.Buffer // requires logMu held; read it with logs
-	done       chan struct{}
+	*testsvc.Process
+	GRPC string // its gRPC listener, host:port (dev and checker)
 }
 
 // logs returns what the process has written to stdout and stderr (its
 // first MiB).
-func (p *proc) logs() string {
-	p.logMu.Lock()
-	defer p.logMu.Unlock()
-	return p.log.String()
-}
+func (p *proc) logs() string { return p.Output() }
 
 // options of a process under test.
 type options struct {
@@ -52,16 +40,6 @@ type options struct {
 	args   []string
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // start runs the binary with o and waits until /healthz answers; the
 // process is stopped when the test ends.
 func start(t *testing.T, o options) *proc {
@@ -70,10 +48,10 @@ func start(t *testing.T, o options) *proc {
 		o.kind = "dev"
 	}
 	dir := t.TempDir()
-	p := &proc{HTTP: freeAddr(t), GRPC: freeAddr(t), done: make(chan struct{})}
-	args := []string{o.kind, "--http", p.HTTP}
+	httpAddr, grpcAddr := testsvc.FreeAddr(t), testsvc.FreeAddr(t)
+	args := []string{o.kind, "--http", httpAddr}
 	if o.kind == "dev" || o.kind == "checker" {
-		args = append(args, "--grpc", p.GRPC)
+		args = append(args, "--grpc", grpcAddr)
 	}
 	if len(o.rules) > 0 {
 		rd := filepath.Join(dir, "rules")
@@ -97,66 +75,15 @@ func start(t *testing.T, o options) *proc {
 	args = append(args, o.args...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), o.env...)
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = cmd
-	logDone := make(chan struct{})
-	go func() {
-		defer close(logDone)
-		s := bufio.NewScanner(pr)
-		s.Buffer(make([]byte, 64<<10), 1<<20)
-		for s.Scan() {
-			p.logMu.Lock()
-			if p.log.Len() < 1<<20 {
-				p.log.Write(s.Bytes())
-				p.log.WriteByte('\n')
-			}
-			p.logMu.Unlock()
-		}
-	}()
-	go func() { _ = cmd.Wait(); pw.Close(); <-logDone; close(p.done) }()
-	t.Cleanup(func() { p.stop(t) })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		select {
-		case <-p.done:
-			t.Fatalf("velvetrope %s exited before serving:\n%s", o.kind, p.logs())
-		default:
-		}
-		if r, err := http.Get("http://" + p.HTTP + "/healthz"); err == nil {
-			r.Body.Close()
-			if r.StatusCode == 200 {
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("velvetrope %s did not serve /healthz within 30 s:\n%s", o.kind, p.logs())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return &proc{Process: testsvc.StartProcess(t, cmd, httpAddr, nil), GRPC: grpcAddr}
 }
 
-func (p *proc) stop(t *testing.T) {
-	if p.cmd == nil || p.cmd.Process == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		t.Errorf("velvetrope did not stop on SIGTERM within 30 s")
-	}
-}
+func (p *proc) stop(t *testing.T) { p.Stop(t) }
 
 // exited reports whether the process has ended (a crash under attack).
 func (p *proc) exited() bool {
 	select {
-	case <-p.done:
+	case <-p.Done():
 		return true
 	default:
 		return false
@@ -167,7 +94,7 @@ func (p *proc) exited() bool {
 // "VmHWM" (the peak).
 func (p *proc) rssKB(t *testing.T, field string) int64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Cmd().Process.Pid))
 	if err != nil {
 		t.Fatalf("read the process's status: %v", err)
 	}
@@ -180,7 +107,7 @@ func (p *proc) rssKB(t *testing.T, field string) int64 {
 			return n
 		}
 	}
-	t.Fatalf("no %s in /proc/%d/status", field, p.cmd.Process.Pid)
+	t.Fatalf("no %s in /proc/%d/status", field, p.Cmd().Process.Pid)
 	return 0
 }
 

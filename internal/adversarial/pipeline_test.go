@@ -307,8 +307,8 @@ descriptors:
 	}
 	time.Sleep(2500 * time.Millisecond) // the load runs
 	killed := time.Now()
-	_ = c.cmd.Process.Kill()
-	<-c.done
+	_ = c.Cmd().Process.Kill()
+	<-c.Done()
 	close(stop)
 	wg.Wait()
 	admitted, recent, rate := int64(len(times)), int64(0), int64(0)
