@@ -215,8 +215,25 @@ type rigOptions struct {
 	checkerConfig     string // YAML flow entries added to the checkers' `checker:` block
 }
 
+// runRoom is how long a test of the suite may read its counters after the
+// rig starts (its load, its faults and converge's 60 s).
+const runRoom = 150 * time.Second
+
+// awayFromTheHour waits past the next hour when it is less than runRoom
+// away: the sync rule's window counter expires a second after its hour
+// ends (as it should), so a run that crossed the hour would find the
+// tenants' earlier hits gone before converge reads them.
+func awayFromTheHour(t *testing.T, now time.Time) {
+	t.Helper()
+	if left := time.Until(now.Truncate(time.Hour).Add(time.Hour)); left < runRoom {
+		t.Logf("waiting %v for the hour to turn: the run would cross it", left.Round(time.Second))
+		time.Sleep(left + time.Second) // real time: the counters' expiry is Redis's
+	}
+}
+
 func newRig(t *testing.T, o rigOptions) *rig {
 	t.Helper()
+	awayFromTheHour(t, time.Now())
 	r := &rig{dir: t.TempDir(), redis: testsvc.StartPrivateRedis(t), kafka: o.kafka, ch: o.clickhouse,
 		db: testsvc.Unique("fail"), start: time.Now()}
 	if r.kafka == "" {
