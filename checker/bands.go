@@ -4,9 +4,63 @@ import (
 	"math"
 	"math/bits"
 	"time"
-
-	"github.com/velvetrope/velvetrope/counters"
 )
+
+// band is where a decision stands against its key's limit
+// (docs/design.md, bands).
+type band uint8
+
+const (
+	// bandFar: room beyond the near band's threshold: decided from
+	// memory, nothing else.
+	bandFar band = iota
+	// bandNear: within the threshold, or the key too young, stale or
+	// lagging to know: a store charge (near_limit: sync), or this
+	// instance's slice of what remained (near_limit: async).
+	bandNear
+	// bandOver: a store answer said there is no room (for this cost), and
+	// what this instance knows agrees: refused from memory, so abusive
+	// traffic costs no store calls.
+	bandOver
+)
+
+// bandOf places a decision of cost on e at now, given its look (requires
+// the lock); room is the far band's margin beyond the threshold.
+func (c *Checker) bandOf(e *entry, lk *look, now, cost int64) (band, int64) {
+	// (a stale view's refusal is not trusted: a reset or a new limit may
+	// have made room since; a probe, cost 0, always passes; a key evicted
+	// while over and created again knows nothing yet but that it was over)
+	over := !e.stale && (e.overUntil > now || (cost > e.room && now < e.roomUntil))
+	if over && cost > 0 && (cost > lk.remaining || e.restored && !e.answered) {
+		return bandOver, 0
+	}
+	// Until two store answers have taught the key's global rate, the
+	// others' in-flight consumption cannot be bounded: stay near. A young
+	// key stays near too: its other users may not have reached the store
+	// yet (two checkers starting together each see one instance).
+	room := lk.remaining - lk.pred - cost - c.threshold(e, lk.ceiling)
+	if room < 0 || e.answers < 2 || e.stale || now-e.created < int64(c.cfg.MinRefresh+c.cfg.PipelineLag) ||
+		e.x != nil && e.x.lagging {
+		return bandNear, 0
+	}
+	return bandFar, room
+}
+
+// replan re-reads a far key before it can reach its band at the rate it
+// goes now: a key that speeds up is refreshed sooner than the refresher
+// planned. Checked once per live-rate window (requires the lock).
+func (c *Checker) replan(sh *shard, e *entry, now, room int64) {
+	if !e.recheck {
+		return
+	}
+	e.recheck = false
+	if rate := c.rate(e); rate > 0 {
+		// room × 1 s in 128 bits: a limit near the int64 bound has room for it
+		if wait := max(mulDiv(room, int64(time.Second), 2*rate), int64(c.cfg.RefreshTick)); wait < e.nextRefresh-now {
+			sh.schedule(e, now+wait)
+		}
+	}
+}
 
 // inFlight is the other instances' consumption predicted to be on its way
 // through the pipeline: their learned rate × one pipeline lag. It chooses
@@ -155,9 +209,9 @@ func (c *Checker) capped(e *entry, now, cost, remaining, ceiling int64) bool {
 	}
 	fresh := e.x == nil
 	q := &e.more().quota
-	if fresh || (e.kind == counters.KindWindow && q.window != e.cur.start) {
-		*q = quota{at: now, window: e.cur.start, mine: ceiling / n}
-		if e.answered && (e.kind != counters.KindWindow || e.cur.known) { // read in this window: its view
+	if start, _ := e.ctr.window(e.rule); fresh || q.window != start {
+		*q = quota{at: now, window: start, mine: ceiling / n}
+		if e.answered && e.ctr.known() { // read in this window: its view
 			q.mine = cut(max(0, remaining-c.inFlight(e)), n, e.ownRate, e.ownRate+e.othersRate)
 		}
 	}
@@ -177,13 +231,14 @@ func (c *Checker) recut(e *entry, now, remaining int64) {
 		return
 	}
 	q := &e.x.quota
-	if q.at == 0 || (e.kind == counters.KindWindow && q.window != e.cur.start) {
+	start, _ := e.ctr.window(e.rule)
+	if q.at == 0 || q.window != start {
 		return
 	}
 	lag := int64(c.cfg.PipelineLag)
 	inFlight := c.inFlight(e)
-	if e.kind == counters.KindWindow {
-		measured, ok := e.x.ownLag(now, e.cur.start, e.cur.emitted+e.cur.charged, e.cur.own, lag)
+	if counted, own, ok := e.ctr.ownCounts(); ok { // measured on this instance's own consumption
+		measured, ok := e.x.ownLag(now, start, counted, own, lag)
 		// while the store's answers lag beyond the samples, the key stays
 		// in the near band: a far decision would trust a view that misses
 		// the others' spending
@@ -199,7 +254,7 @@ func (c *Checker) recut(e *entry, now, remaining int64) {
 	if now-q.at < lag {
 		return
 	}
-	*q = quota{at: now, window: e.cur.start,
+	*q = quota{at: now, window: start,
 		mine: cut(max(0, remaining-inFlight), c.fleet(e), e.ownRate, e.ownRate+e.othersRate)}
 }
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
-	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
@@ -51,131 +50,173 @@ var errMoreSlots = errors.New("checker: more slots needed")
 // smallRequest is the most descriptors decided with stack memory.
 const smallRequest = 4
 
+// pass is one Check's working state, on the caller's stack: the request
+// goes through four phases — prepare (match, key, lock order), decide
+// (each descriptor from memory, or its store call readied), settle (the
+// store calls, the request's answer, the commit) and report (statuses).
+type pass struct {
+	req    *ratelimit.Request
+	now    int64
+	fp     uint64 // the request id's fingerprint (RequestIDs)
+	slots  []slot // the descriptors' (the first n), then their pools'
+	n      int
+	pools  int
+	locks  []int // the shards to lock, ascending and unique
+	denied bool  // a rule refuses the request
+	sync   bool  // a descriptor needs a store call
+	code   ratelimit.Code
+}
+
 func (c *Checker) check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision, slotBuf []slot, locks []int,
 	matchBuf []*config.Rule, buf **[]byte) error {
+	p := pass{req: req, locks: locks}
+	if done, err := c.prepare(&p, d, slotBuf, matchBuf, buf); done || err != nil {
+		return err
+	}
+	c.lock(p.locks)
+	c.decideAll(&p)
+	c.settle(&p)
+	c.unlock(p.locks)
+	if p.sync {
+		c.releaseWork(p.slots)
+	}
+	c.report(&p, d)
+	return nil
+}
+
+// prepare validates the request, answers a replayed request id (done),
+// matches the rules, applies hashing and controls, and keys every
+// descriptor and pool; errMoreSlots when slotBuf is too small.
+func (c *Checker) prepare(p *pass, d *ratelimit.Decision, slotBuf []slot, matchBuf []*config.Rule, buf **[]byte) (bool, error) {
+	req := p.req
 	rs := c.rules.Load()
 	dom, known := rs.Lookup(req.Domain)
 	if err := req.ValidateBounds(known, &c.cfg.Bounds); err != nil {
-		return err
+		return true, err
 	}
-	now := c.clock.Now()
-	fp, done, err := c.ids.Replay(req, now, d)
+	p.now = c.clock.Now()
+	fp, done, err := c.ids.Replay(req, p.now, d)
 	if err != nil || done {
-		return err
+		return true, err
 	}
-	n := len(req.Descriptors)
-	d.Statuses = slices.Grow(d.Statuses[:0], n)[:n]
-	matched := matchRules(dom, req, matchBuf[:n])
+	p.fp, p.n = fp, len(req.Descriptors)
+	d.Statuses = slices.Grow(d.Statuses[:0], p.n)[:p.n]
+	matched := matchRules(dom, req, matchBuf[:p.n])
 	config.DropReplaced(matched)
 	if !req.Prehashed {
 		req = c.applyHashing(req, matched)
+		p.req = req
 	}
 	if cs := c.controls.Load(); cs != nil {
 		if m := cs.domains[req.Domain]; m != nil {
-			c.applyControls(m, req, matched, now)
+			c.applyControls(m, req, matched, p.now)
 		}
 	}
-
-	pools := 0
 	for _, r := range matched {
 		if r != nil && r.Pool != nil {
-			pools++
+			p.pools++
 		}
 	}
-	if n+pools > len(slotBuf) {
-		return errMoreSlots // nothing changed yet: decided again with more room
+	if p.n+p.pools > len(slotBuf) {
+		return true, errMoreSlots // nothing changed yet: decided again with more room
 	}
-	slots := slotBuf[:n]
-	c.keys(buf, req, matched, slots)
-	if pools > 0 {
-		slots = c.poolSlots(slotBuf, slots, req)
+	p.slots = slotBuf[:p.n]
+	c.keys(buf, req, matched, p.slots)
+	if p.pools > 0 {
+		p.slots = c.poolSlots(slotBuf, p.slots, req)
 	}
-
-	for i := range slots { // ascending and unique: shards are always locked in one order
-		if s := &slots[i]; s.sh >= 0 {
-			if len(locks) == 0 {
-				locks = append(locks, s.sh)
-			} else if j, found := slices.BinarySearch(locks, s.sh); !found {
-				locks = slices.Insert(locks, j, s.sh)
+	for i := range p.slots { // ascending and unique: shards are always locked in one order
+		if s := &p.slots[i]; s.sh >= 0 {
+			if j, found := slices.BinarySearch(p.locks, s.sh); !found {
+				p.locks = slices.Insert(p.locks, j, s.sh)
 			}
 		}
 	}
-	c.lock(locks)
-	denied, sync := false, false
-	for i := range slots {
-		s := &slots[i]
+	return false, nil
+}
+
+// decideAll decides every slot from memory, or readies its store call
+// (requires the locks).
+func (c *Checker) decideAll(p *pass) {
+	for i := range p.slots {
+		s := &p.slots[i]
 		if s.dupOf >= 0 {
 			continue // decided with the descriptor it repeats
 		}
-		if s.pool && !c.borrowing(s, slots) {
+		if s.role == rolePool && !c.borrowing(s, p.slots) {
 			continue // nobody borrows: nothing to decide
 		}
-		c.decide(s, req, now)
+		c.decide(s, p.req, p.now)
 		switch {
-		case s.need == needSync:
-			sync = true
+		case s.stored():
+			p.sync = true
 		case !s.allowed && !s.shadowed && s.need != needNone:
-			denied = true
+			p.denied = true
 		}
 	}
-	if sync {
-		c.unlock(locks)
-		// each store call has StoreTimeout (a slow store costs a request
-		// at most that per call, then the failure policy decides)
-		denied = c.charge(slots, denied, req, now)
-		c.lock(locks)
-		c.applyCharges(slots, now)
-		defer c.releaseWork(slots)
+}
+
+// settle makes the store calls without any lock held (each within
+// StoreTimeout: a slow store costs a request at most that per call, then
+// the failure policy decides), answers the request and commits its
+// decisions (requires the locks; they are dropped around the calls).
+func (c *Checker) settle(p *pass) {
+	if p.sync {
+		c.unlock(p.locks)
+		p.denied = c.charge(p.slots, p.denied, p.req, p.now)
+		c.lock(p.locks)
+		c.applyCharges(p.slots, p.now)
 	}
-	// The request's answer, before the commit counts each descriptor's
-	// decision as it. A pool's refusal is its borrowers' before anyone
-	// asks whether the request defers: a borrower refused by its pool is
-	// refused by its own rule, which may not defer (issue 19: a spent
-	// pool answered defer under rules that deny, and the ticket failed in
-	// the drain).
-	if pools > 0 {
-		refusedByPool(slots, n)
+	// A pool's refusal is its borrowers' before anyone asks whether the
+	// request defers: a borrower refused by its pool is refused by its own
+	// rule, which may not defer (issue 19: a spent pool answered defer
+	// under rules that deny, and the ticket failed in the drain).
+	if p.pools > 0 {
+		refusedByPool(p.slots, p.n)
 	}
-	d.Code = ratelimit.OK
-	if denied {
-		d.Code = ratelimit.OverLimit
-		if deferring(slots[:n]) {
-			d.Code = ratelimit.Deferred
+	p.code = ratelimit.OK
+	if p.denied {
+		p.code = ratelimit.OverLimit
+		if deferring(p.slots[:p.n]) {
+			p.code = ratelimit.Deferred
 		}
 	}
-	c.commit(slots, denied, d.Code == ratelimit.Deferred, !sync, now)
-	if len(locks) > 0 {
-		st := &c.shards[locks[0]].stats
+	c.commit(p.slots, p.denied, p.code == ratelimit.Deferred, !p.sync, p.now)
+	if len(p.locks) > 0 {
+		st := &c.shards[p.locks[0]].stats
 		st.decisions++
-		if denied {
+		if p.denied {
 			st.denied++
 		}
-	} else {
-		c.Stats.unsharded.Add(1)
-		if denied {
-			c.Stats.unshardedDenied.Add(1)
-		}
+		return
 	}
-	c.unlock(locks)
+	c.Stats.unsharded.Add(1)
+	if p.denied {
+		c.Stats.unshardedDenied.Add(1)
+	}
+}
 
-	for i := range n {
-		if p := slots[i].dupOf; p >= 0 {
-			d.Statuses[i] = d.Statuses[p]
+// report fills the statuses, remembers a request id's answer and wakes
+// the flusher when enough keys wait.
+func (c *Checker) report(p *pass, d *ratelimit.Decision) {
+	d.Code = p.code
+	for i := range p.n {
+		if j := p.slots[i].dupOf; j >= 0 {
+			d.Statuses[i] = d.Statuses[j]
 			continue
 		}
-		c.status(&d.Statuses[i], &slots[i], denied, now)
+		c.status(&d.Statuses[i], &p.slots[i], p.denied, p.now)
 		if d.Code == ratelimit.Deferred && d.Statuses[i].Code == ratelimit.OverLimit {
 			d.Statuses[i].Code = ratelimit.Deferred
 		}
 	}
-	c.ids.Remember(req, fp, now, d)
+	c.ids.Remember(p.req, p.fp, p.now, d)
 	if c.dirtyN.Load() >= int64(c.cfg.FlushThreshold) {
 		select {
 		case c.flushNow <- struct{}{}:
 		default:
 		}
 	}
-	return nil
 }
 
 func (c *Checker) lock(idx []int) {
@@ -190,8 +231,9 @@ func (c *Checker) unlock(idx []int) {
 	}
 }
 
-// decide makes the memory part of one descriptor's decision, or prepares
-// its store charge (requires the slot's shard lock).
+// decide makes the memory part of one descriptor's decision, or readies
+// its store call (requires the slot's shard lock): the key's view is
+// computed once, placed in a band (bandOf) and decided there.
 func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 	r, cost := s.rule, s.cost
 	switch {
@@ -206,8 +248,60 @@ func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 		return
 	}
 	sh := &c.shards[s.sh]
+	e := c.entryFor(sh, s, req, now)
+	switch {
+	case r.Mode == config.ModeLocal: // the limiter decides; the entry takes the decision to the analytics
+		c.decideLocal(s, now, cost)
+		return
+	case r.Algorithm != config.AlgEnvoy && cost > r.Capacity(): // can never fit: no store call
+		// (commit counts the refusal for analytics, once)
+		s.need, s.allowed, s.never, s.shadowed = needMemory, false, true, r.Shadow
+		s.remaining, s.resetAfter = e.ctr.state(c, e, now, 0)
+		s.remaining = 0 // as the exact limiter reports a cost it can never admit
+		c.emitSoon(sh, e, now, 0, -1)
+		return
+	case r.Mode == config.ModeSync:
+		c.prepareExact(s, req, cost)
+		return
+	}
+	s.need = needMemory
+	lk := e.ctr.look(c, e, now, cost)
+	s.post = lk.post
+	if r.Pool != nil { // elastic: over its own limit it borrows (judged from this view)
+		s.setAbove(lk.ceiling-lk.remaining+cost, cost)
+	}
+	farRoom := int64(-1) // the far band's margin, for emitSoon; -1: not far
+	switch b, room := c.bandOf(e, &lk, now, cost); b {
+	case bandOver:
+		sh.stats.over++
+		c.denyFromMemory(s, &lk, now, cost)
+	case bandNear:
+		sh.stats.near++
+		if r.NearLimit == config.NearSync {
+			c.prepareCharge(s, now, cost)
+			return
+		}
+		// near_limit: async spends only this instance's slice of what
+		// remained (bands.go)
+		c.judge(s, &lk, now, cost, c.capped(e, now, cost, lk.remaining, lk.ceiling))
+	default:
+		sh.stats.far++
+		farRoom = room
+		c.replan(sh, e, now, room)
+		c.judge(s, &lk, now, cost, false)
+	}
+	if !s.allowed && r.Shadow {
+		s.shadowed = true
+	}
+	c.emitSoon(sh, e, now, cost, farRoom)
+}
+
+// entryFor finds or creates s's entry and readies it for a decision at
+// now (requires the shard lock).
+func (c *Checker) entryFor(sh *shard, s *slot, req *ratelimit.Request, now int64) *entry {
+	r := s.rule
 	e := sh.lookup(s.h, r, s.entriesOf(req))
-	if e != nil && e.kind != kindOf(r) {
+	if e != nil && e.ctr.kind() != kindOf(r) {
 		// the entry a blocked counter's refusals were counted in (or a
 		// reload changed the rule's algorithm): its state is of another
 		// kind, so the counter starts afresh from the store
@@ -218,109 +312,35 @@ func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 		e = c.create(sh, s, req, now)
 	}
 	s.e, e.rule, e.used, e.active = e, r, now, true
-	if e.parked { // used again: its view is stale; near until the store answers, and read soon
+	c.wake(sh, e, now)
+	e.ctr.roll(c, sh, e, now)
+	return e
+}
+
+// wake puts a parked entry used again back in the refresh heap: its view
+// is stale, so it decides near until the store answers, and is read soon.
+func (c *Checker) wake(sh *shard, e *entry, now int64) {
+	if e.parked {
 		e.parked, e.stale = false, true
 		sh.parkedStale++
 		sh.schedule(e, now+int64(c.cfg.MinRefresh))
 	}
-	if e.kind == counters.KindWindow {
-		c.roll(sh, e, now)
-	}
-	if r.Mode == config.ModeLocal { // the limiter decides; the entry takes the decision to the analytics
-		c.decideLocal(s, now, cost)
-		return
-	}
-	s.need = needMemory
-	switch {
-	case r.Algorithm != config.AlgEnvoy && cost > r.Capacity(): // can never fit: no store call
-		// (commit counts the refusal for analytics, once)
-		s.allowed, s.never, s.shadowed = false, true, r.Shadow
-		c.fillView(s, now)
-		s.remaining = 0 // as the exact limiter reports a cost it can never admit
-		c.emitSoon(sh, e, now, 0, -1)
-		return
-	case r.Mode == config.ModeSync:
-		c.prepareExact(s, req, cost)
-		return
-	}
-	var v view
-	var try limiter.Decision
-	var remaining, pred, ceiling int64
-	if e.kind == counters.KindWindow {
-		v = c.windowView(e, now)
-		remaining, pred, ceiling = v.remaining, v.pred, v.ceiling
-	} else {
-		// One evaluation serves the band, the decision and the commit: the
-		// state after the charge is kept in the slot.
-		g := gcraOf(r)
-		s.post = e.gs
-		try, _ = g.AllowAt(&s.post, now, cost)
-		remaining, ceiling = try.Remaining, g.Burst
-		if try.Allowed {
-			remaining += cost
-		}
-		pred = c.inFlight(e)
-	}
-	if r.Pool != nil { // elastic: over its own limit it borrows (judged from this view)
-		s.setAbove(ceiling-remaining+cost, cost)
-	}
-	// Over band: a store answer said there is no room (for this cost), and
-	// what this instance knows agrees. Refused from memory: abusive traffic
-	// costs no store calls. (A probe, cost 0, always passes.)
-	// (a stale view's refusal is not trusted: a reset or a new limit may
-	// have made room since)
-	over := !e.stale && (e.overUntil > now || (cost > e.room && now < e.roomUntil))
-	farRoom := int64(-1) // the far band's margin, for emitSoon; -1: not far
-	switch {
-	case over && cost > 0 && (cost > remaining || e.restored && !e.answered):
-		// (a key evicted while over and created again knows nothing yet
-		// but that it was over)
-		sh.stats.over++
-		c.denyFromMemory(s, now, cost)
-	default:
-		// Until two store answers have taught the key's global rate, the
-		// others' in-flight consumption cannot be bounded: stay near.
-		th := c.threshold(e, ceiling)
-		room := remaining - pred - cost - th
-		// A young key stays near: its other users may not have reached the
-		// store yet (two checkers starting together each see one instance),
-		// and two answers are needed before its rate is known.
-		if room < 0 || e.answers < 2 || e.stale || now-e.created < int64(c.cfg.MinRefresh+c.cfg.PipelineLag) ||
-			e.x != nil && e.x.lagging {
-			sh.stats.near++
-			if r.NearLimit == config.NearSync {
-				c.prepareCharge(s, now, cost)
-				return
-			}
-			// near_limit: async spends only this instance's slice of what
-			// remained (bands.go)
-			s.capped = c.capped(e, now, cost, remaining, ceiling)
-		} else {
-			sh.stats.far++
-			farRoom = room
-			// Re-read before the key can reach its band at the rate it goes
-			// now: a key that speeds up is refreshed sooner than the
-			// refresher planned. Checked once per live-rate window.
-			if e.recheck {
-				e.recheck = false
-				if rate := c.rate(e); rate > 0 {
-					// room × 1 s in 128 bits: a limit near the int64 bound has room for it
-					if wait := max(mulDiv(room, int64(time.Second), 2*rate), int64(c.cfg.RefreshTick)); wait < e.nextRefresh-now {
-						sh.schedule(e, now+wait)
-					}
-				}
-			}
-		}
-		if e.kind == counters.KindWindow {
-			c.decideWindow(s, v, now, cost)
-		} else {
-			c.decideTAT(s, try, remaining, now, cost)
+}
+
+// judge decides s from memory (requires the lock). Envoy-semantics rules
+// are charged here, allowed or not: every call counts.
+func (c *Checker) judge(s *slot, lk *look, now, cost int64, capped bool) {
+	e := s.e
+	v := e.ctr.judge(c, e, *lk, now, cost, capped)
+	s.allowed, s.never, s.remaining = v.allowed, v.never, v.remaining
+	s.resetAfter, s.resetBefore, s.retryAfter = v.resetAfter, v.resetBefore, v.retryAfter
+	if s.rule.Algorithm == config.AlgEnvoy {
+		s.charged = true
+		c.count(s, now, cost, s.allowed)
+		if s.allowed {
+			e.pend.above(s)
 		}
 	}
-	if !s.allowed && r.Shadow {
-		s.shadowed = true
-	}
-	c.emitSoon(sh, e, now, cost, farRoom)
 }
 
 // blockedEntry gives a refusal of a blocked counter (requests_per_unit 0,
@@ -336,37 +356,24 @@ func (c *Checker) blockedEntry(s *slot, req *ratelimit.Request, now int64) {
 	if e == nil {
 		e = c.create(sh, s, req, now)
 	}
-	if e.parked { // back in the heap, where its idle eviction happens
-		e.parked, e.stale = false, true
-		sh.parkedStale++
-		sh.schedule(e, now+int64(c.cfg.MinRefresh))
-	}
+	c.wake(sh, e, now) // back in the heap, where its idle eviction happens
 	s.e, e.used, e.active = e, now, true
-	if e.kind == counters.KindWindow {
-		c.roll(sh, e, now)
-	}
+	e.ctr.roll(c, sh, e, now)
 	c.emitSoon(sh, e, now, 0, -1)
 }
 
 // denyFromMemory refuses while a key is known to be over its limit: no
 // store call. Envoy-semantics rules still count the call.
-func (c *Checker) denyFromMemory(s *slot, now, cost int64) {
+func (c *Checker) denyFromMemory(s *slot, lk *look, now, cost int64) {
 	e := s.e
 	s.allowed = false
 	s.retryAfter = time.Duration(max(e.overUntil, e.roomUntil) - now)
 	s.never = cost > s.rule.Capacity()
-	if e.kind == counters.KindWindow {
-		v := c.windowView(e, now)
-		s.remaining = v.remaining
-		s.resetAfter = c.windowReset(e, now, false, 0)
-		if s.rule.Algorithm == config.AlgEnvoy {
-			s.charged = true
-			c.count(s, now, cost, false)
-			s.remaining = max(0, v.remaining-cost)
-		}
-	} else {
-		probe := peek(e, now, 0)
-		s.remaining, s.resetAfter = probe.Remaining, probe.ResetAfter
+	s.remaining, s.resetAfter = e.ctr.state(c, e, now, 0)
+	if s.rule.Algorithm == config.AlgEnvoy {
+		s.charged = true
+		c.count(s, now, cost, false)
+		s.remaining = max(0, lk.remaining-cost)
 	}
 }
 
@@ -383,7 +390,6 @@ func (c *Checker) decideLocal(s *slot, now, cost int64) {
 		s.charged = true
 	} else {
 		ld, err = c.local.PeekAt(s.key, s.rule.Limiter, now, cost)
-		s.local = true
 	}
 	if err != nil && !errors.Is(err, limiter.ErrCostExceedsLimit) {
 		// parameters the config validated; a time out of range is the only way here
@@ -425,7 +431,7 @@ func (c *Checker) commit(slots []slot, denied, deferred, held bool, now int64) {
 			c.countAnalytics(s, now, cost, s.allowed && (!denied || s.charged), deferred)
 		case s.need == needLocal:
 			allowed := s.allowed // Envoy's semantics: charged as decided, whatever the request's fate
-			if s.local {
+			if !s.charged {      // peeked: charged now that the request stands
 				allowed = !denied && s.allowed
 				if allowed {
 					ld, _ := c.local.AllowAt(s.key, s.rule.Limiter, now, cost, "")
@@ -439,13 +445,7 @@ func (c *Checker) commit(slots []slot, denied, deferred, held bool, now int64) {
 			if !denied && s.allowed {
 				c.count(s, now, cost, true)
 				e.pend.above(s)
-				if e.kind == counters.KindTAT {
-					if held {
-						e.gs = s.post
-					} else {
-						gcraOf(s.rule).AllowAt(&e.gs, now, cost)
-					}
-				}
+				e.ctr.admit(e, now, cost, s.post, held)
 			} else {
 				c.countRefused(s, e, now, cost, deferred)
 			}
@@ -466,7 +466,7 @@ func (c *Checker) status(st *ratelimit.Status, s *slot, denied bool, now int64) 
 	rem := s.remaining
 	// A peek reported what would remain after the request; nothing was
 	// charged after all. (Store answers already describe the counter as it is.)
-	if denied && s.allowed && !s.charged && (s.need == needMemory || s.need == needLocal || s.skipped || s.exact) {
+	if denied && s.allowed && !s.charged && (s.need != needCharge || s.call == callSkipped) {
 		rem += cost
 		if s.need == needMemory {
 			s.resetAfter = s.resetBefore
@@ -477,7 +477,7 @@ func (c *Checker) status(st *ratelimit.Status, s *slot, denied bool, now int64) 
 	if st.ResetAfter == 0 { // the counter is fresh: say when it would reset
 		st.ResetAfter = freshReset(r, now)
 	}
-	st.Degraded = s.degraded
+	st.Degraded = s.call == callFailed
 	switch {
 	case !s.allowed && s.shadowed:
 		st.Shadowed = true
@@ -488,7 +488,7 @@ func (c *Checker) status(st *ratelimit.Status, s *slot, denied bool, now int64) 
 			st.RetryAfter = max(s.retryAfter, 0)
 		}
 	case r.Pool != nil:
-		st.Elastic = s.borrow && !denied // a refused request borrowed nothing
+		st.Elastic = s.borrows() && !denied // a refused request borrowed nothing
 	default:
 		st.OverSoft = overSoft(r, rem)
 	}
@@ -508,14 +508,34 @@ type need uint8
 const (
 	needNone   need = iota // no rule, unlimited: allowed, nothing to count
 	needMemory             // decided from memory
-	needSync               // an atomic store charge
-	needLocal              // mode local: the in-process limiter
+	needCharge             // near its limit: an atomic store charge of the async counter
+	needExact              // mode: sync: the store runs the algorithm whole (counters.SyncStore)
+	needLocal              // mode: local: the in-process limiter
+)
+
+// role is what a slot is in its request.
+type role uint8
+
+const (
+	roleRule    role = iota // a descriptor's rule
+	roleDefer               // a descriptor's rule that defers its refusals (`on_exceed: defer`)
+	roleRelease             // the drain's decision on a deferred request: its "not yet" refuses nobody's request
+	rolePool                // an elastic rule's pool, decided after its borrowers
+)
+
+// call is what became of a slot's store call.
+type call uint8
+
+const (
+	callMade    call = iota // made (or none needed)
+	callSkipped             // not made: the request was already refused
+	callFailed              // failed: the failure policy decided (degraded)
 )
 
 // slot is one descriptor's work in a Check.
 type slot struct {
 	rule  *config.Rule
-	key   string // aliases the pooled key buffer
+	key   string // aliases the pooled key buffer (mode: local)
 	idx   int    // the descriptor's index in the request
 	cost  int64  // the request's hits times the descriptors naming this counter
 	dupOf int    // >= 0: another descriptor of the request names the same counter
@@ -523,42 +543,38 @@ type slot struct {
 	sh    int
 	e     *entry
 	need  need
-	local bool // mode local with an algorithm: peeked, charged at commit
+	role  role
+	call  call
+	later countLater // the analytics tally that waits for the request's answer
 
-	allowed    bool // this descriptor admits the request
-	capped     bool // near_limit: async, past this instance's slice: refused from memory
-	budgetOK   bool // local_budget would admit it if the store is down
-	skipped    bool // a store charge not made: the request was already refused
-	exact      bool // mode: sync, run whole by the store (counters.SyncStore)
-	charged    bool // consumption already recorded (Envoy semantics, sync)
-	degraded   bool
-	shadowed   bool
+	allowed  bool // this descriptor admits the request
+	shadowed bool // refused by a shadow-mode rule: the request is not
+	never    bool // the cost never fits
+	charged  bool // consumption already recorded (Envoy semantics, sync, local)
+
 	remaining  int64 // against the ceiling, after this request
 	resetAfter time.Duration
 	retryAfter time.Duration
-	never      bool
-
-	// Pools and deferral: deferrable is a refusal deferred
-	// (`on_exceed: defer`, not a release); pool marks the slot of an
-	// elastic rule's pool, decided after its borrowers (entries: the
-	// pool's counter), poolSlot (>= 0) is a borrower's pool slot, and
-	// borrow says the borrower goes over its own limit, by above hits
-	// (what the pool pays: the part of cost beyond the limit, not all of it).
-	deferrable, pool, borrow bool
-	above                    int64
-	// release: the drain's decision on a deferred request; its refusals
-	// ("not yet") are not refusals of anyone's request, so analytics do
-	// not count them (the request was counted deferred once)
-	release  bool
-	poolSlot int
-	entries  []config.Entry
-
-	w     *syncWork  // the store charge, when one is made
-	later countLater // the analytics tally that waits for the request's answer
 	// resetBefore is the reset as things stand, reported when the request
 	// is refused by another descriptor and nothing is charged here.
 	resetBefore time.Duration
+
+	// above is what an elastic borrower takes above its own limit (what
+	// its pool pays: the part of cost beyond the limit, not all of it);
+	// poolSlot (>= 0) is a borrower's pool slot; entries are a pool
+	// slot's (its counter's).
+	above    int64
+	poolSlot int
+	entries  []config.Entry
+
+	w *syncWork // the store call, when one is made
 	// post is a bucket key's state after this request's charge, computed
-	// once by the decision and stored by the commit.
+	// once by the look and stored by the commit.
 	post limiter.State
 }
+
+// stored says the slot is decided by a store call.
+func (s *slot) stored() bool { return s.need == needCharge || s.need == needExact }
+
+// borrows says an elastic borrower goes over its own limit.
+func (s *slot) borrows() bool { return s.above > 0 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
-	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 )
 
@@ -56,7 +55,7 @@ func (c *Checker) every(interval time.Duration, wake <-chan struct{}, timeout ti
 // decisions) and refusals that charge nothing are analytics only and
 // always wait.
 func (c *Checker) emitSoon(sh *shard, e *entry, now, cost, room int64) {
-	if e.dirty && !e.lazy {
+	if e.emit == emitDue {
 		return // due at the next flush already
 	}
 	// held > room / (2 × instances), without a division on the request path
@@ -68,15 +67,14 @@ func (c *Checker) emitSoon(sh *shard, e *entry, now, cost, room int64) {
 		}
 		return
 	}
-	if e.dirty {
-		return // lazy: keeps its turn
+	if e.emit == emitLazy {
+		return // keeps its turn
 	}
 	due := min(now+int64(c.cfg.MaxEmitInterval), (now/int64(time.Minute)+1)*int64(time.Minute)-1)
-	if e.kind == counters.KindWindow && e.cur.start > 0 {
-		// by the end of its window, so that a window's consumption goes
-		// in one delta (a decision in the next one emits it anyway)
-		due = min(due, e.cur.start+int64(e.rule.Window)-1)
-	}
+	// by the end of its window, so that a window's consumption goes in
+	// one delta (a decision in the next one emits it anyway)
+	_, end := e.ctr.window(e.rule)
+	due = min(due, end-1)
 	f := int64(c.cfg.FlushInterval)
 	sh.markLazy(e, max((due+f-1)/f, now/f+1), c.slots) // the first flush at or after due
 }
@@ -110,9 +108,9 @@ func (c *Checker) flush(ctx context.Context, all bool) error {
 			deltas = append(deltas, sh.orphans...)
 			sh.orphans = nil
 			for _, e := range sh.dirty {
-				if !e.gone && e.dirty && !e.lazy {
+				if !e.gone && e.emit == emitDue {
 					deltas = c.appendDeltas(deltas, e)
-					e.dirty = false
+					e.emit = emitClean
 				}
 			}
 			clear(sh.dirty)
@@ -165,14 +163,13 @@ func (c *Checker) flushSlot(deltas []*eventsv1.Delta, sh *shard, t, tick int64, 
 	slot, kept := sh.wheel[i], 0
 	for _, e := range slot {
 		switch {
-		case !e.lazy || e.lazyTick%int64(len(sh.wheel)) != i:
+		case e.emit != emitLazy || e.lazyTick%int64(len(sh.wheel)) != i:
 			// promoted, emitted or re-queued elsewhere since: a stale place
 		case e.lazyTick > tick && !all:
 			slot[kept] = e // a later turn of the wheel (the clock went back)
 			kept++
 		default:
 			sh.unlazy(e)
-			e.dirty = false
 			if !e.gone {
 				deltas = c.appendDeltas(deltas, e)
 			}
@@ -189,12 +186,8 @@ func (c *Checker) appendDeltas(deltas []*eventsv1.Delta, e *entry) []*eventsv1.D
 	// own_after only once the store has told us our part (a key created
 	// again counts from zero until then, and the counter adds all of it)
 	own := int64(0)
-	switch {
-	case !e.answered:
-	case e.kind == counters.KindWindow:
-		own = e.cur.emitted
-	default:
-		own = e.cum
+	if e.answered {
+		own = e.ctr.mineMemory()
 	}
 	if e.pendApplied.used() {
 		deltas = append(deltas, c.delta(e, &e.pendApplied, true, own))
@@ -210,11 +203,11 @@ func (c *Checker) appendDeltas(deltas []*eventsv1.Delta, e *entry) []*eventsv1.D
 // drain moves a departing entry's pending consumption to the shard's
 // orphans (requires the shard lock).
 func (c *Checker) drain(sh *shard, e *entry) {
-	if e.lazy {
+	if e.emit == emitLazy {
 		sh.unlazy(e)
 	}
 	sh.orphans = c.appendDeltas(sh.orphans, e)
-	e.dirty = false
+	e.emit = emitClean
 }
 
 // delta builds the wire delta of one pending slot (Sequence is set when
@@ -238,12 +231,7 @@ func (c *Checker) delta(e *entry, p *pending, applied bool, ownAfter int64) *eve
 		CountedCost: p.counted, AlreadyApplied: applied, FirstUnixNanos: p.first, LastUnixNanos: p.last,
 		OwnAfter: uint64(max(ownAfter, 0)), Minute: e.usage.add(p),
 	}
-	if e.kind == counters.KindWindow {
-		d.WindowStartUnixNanos = p.window
-	} else {
-		g := gcraOf(r)
-		d.RateTokens, d.Burst, d.TatAfterUnixNanos = r.Limit, g.Burst, g.TAT(&e.gs)
-	}
+	e.ctr.fillDelta(e, d)
 	return d
 }
 
@@ -254,35 +242,26 @@ func (c *Checker) delta(e *entry, p *pending, applied bool, ownAfter int64) *eve
 func (c *Checker) count(s *slot, now, cost int64, allowed bool) {
 	e := s.e
 	p := &e.pend
-	p.window = e.cur.start
 	p.tally(now, cost, allowed, refusalOf(s, false), true)
 	e.observe(now, cost)
 	p.counted += uint64(cost)
-	if e.lazy { // held back: what a crash would lose (emitSoon bounds it)
+	if e.emit == emitLazy { // held back: what a crash would lose (emitSoon bounds it)
 		c.shards[e.hash&c.mask].held += cost
 	}
 	e.sinceAnswer += cost
 	if e.x != nil {
 		e.x.spent += cost
 	}
-	if e.kind == counters.KindWindow {
-		e.cur.emitted += cost
-	} else {
-		e.cum += cost
-	}
+	e.ctr.addMemory(cost)
 }
 
-// countApplied records consumption the store already applied (a charge).
+// countApplied records consumption the store already applied (a charge)
+// in the pending delta; the counter counted it with the answer
+// (counter.absorbCharge).
 func (c *Checker) countApplied(s *slot, now, cost int64, allowed bool) {
 	e := s.e
 	e.observe(now, cost)
 	p := &e.pendApplied
-	p.window = e.cur.start // roll() emitted any earlier window's charges
-	if e.kind == counters.KindWindow {
-		e.cur.charged += cost
-	} else {
-		e.cumCharged += cost
-	}
 	p.tally(now, cost, allowed, refusalOf(s, false), true)
 	p.counted += uint64(cost)
 }
@@ -292,12 +271,10 @@ func (c *Checker) countApplied(s *slot, now, cost int64, allowed bool) {
 // pool that had room for a borrowing another rule refused counts
 // nothing: it neither lent nor refused.
 func (c *Checker) countRefused(s *slot, e *entry, now, cost int64, deferred bool) {
-	if s.pool && s.allowed {
+	if s.role == rolePool && s.allowed {
 		return
 	}
-	p := &e.pend
-	p.window = e.cur.start
-	p.tally(now, cost, false, refusalOf(s, deferred), false)
+	e.pend.tally(now, cost, false, refusalOf(s, deferred), false)
 }
 
 // countAnalytics records a decision the counters already hold: one the
@@ -305,9 +282,7 @@ func (c *Checker) countRefused(s *slot, e *entry, now, cost int64, deferred bool
 // `mode: local` rule made. Emitted as already applied, for analytics only;
 // a refusal as its caller was answered (deferred: the request was).
 func (c *Checker) countAnalytics(s *slot, now, cost int64, allowed, deferred bool) {
-	e := s.e
-	p := &e.pendApplied
-	p.window = e.cur.start
+	p := &s.e.pendApplied
 	p.tally(now, cost, allowed, refusalOf(s, deferred), false)
 	if allowed {
 		p.above(s)
@@ -332,9 +307,9 @@ const (
 // say the same (Status.Elastic, Status.OverSoft).
 func (p *pending) above(s *slot) {
 	switch {
-	case s.release: // no decision counted (tally), so none above the limit either
+	case s.role == roleRelease: // no decision counted (tally), so none above the limit either
 	case s.rule.Pool != nil:
-		if s.borrow {
+		if s.borrows() {
 			p.elastic++
 		}
 	case overSoft(s.rule, s.remaining):
@@ -368,7 +343,7 @@ const (
 // refusal included: the caller was denied).
 func refusalOf(s *slot, deferred bool) refusal {
 	switch {
-	case s.release:
+	case s.role == roleRelease:
 		return refusedRelease
 	case s.rule.Shadow && !s.allowed:
 		return refusedShadow
@@ -378,11 +353,11 @@ func refusalOf(s *slot, deferred bool) refusal {
 	return refusedDenied
 }
 
-// pending is consumption counted but not yet flushed, for one window.
-// Counts are uint32 (a key's decisions between two emissions, at most a
-// minute apart), costs uint64: 72 bytes.
+// pending is consumption counted but not yet flushed, for the counter's
+// current window (roll emits it when the window ends). Counts are uint32
+// (a key's decisions between two emissions, at most a minute apart), costs
+// uint64: 64 bytes.
 type pending struct {
-	window                           int64 // its start (window counters; buckets ignore it)
 	allowedCost, deniedCost, counted uint64
 	first, last                      int64 // first is 0 while nothing is pending
 	allowedCount, deniedCount        uint32

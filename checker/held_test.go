@@ -17,7 +17,7 @@ func checkHeld(t *testing.T, c *Checker, step int) {
 		var want int64
 		for _, e := range sh.keys {
 			for ; e != nil; e = e.next {
-				if e.lazy {
+				if e.emit == emitLazy {
 					want += int64(e.pend.counted)
 				}
 			}

@@ -2,7 +2,6 @@ package checker
 
 import (
 	"github.com/velvetrope/velvetrope/config"
-	"github.com/velvetrope/velvetrope/counters"
 )
 
 // A hot key spread over shards (`shards: N`) counts its far-band
@@ -21,43 +20,44 @@ import (
 // their own shard (the previous window's weight would need every shard in
 // one script): a small overshoot there is measured, not excluded.
 
-// hotNear says whether e's near-band charges go to the shared counter.
+// hotNear says whether e's near-band charges go to the shared counter
+// (a window counter: config allows shards on window algorithms only).
 func hotNear(e *entry) bool {
 	r := e.rule
-	return r.Shards > 1 && e.kind == counters.KindWindow && r.Algorithm != config.AlgSlidingWindow && r.NearLimit == config.NearSync
+	return r.Shards > 1 && r.Algorithm != config.AlgSlidingWindow && r.NearLimit == config.NearSync
 }
 
 // hotOthers is the other instances' near-band charges at the shared
-// counter in e's current window, as last answered.
-func (e *entry) hotOthers() int64 {
-	if e.x != nil && e.x.hotWindow == e.cur.start {
-		return e.x.hotOthers
+// counter in the current window, as last answered (x: the key's extra).
+func (w *windowCounter) hotOthers(x *extra) int64 {
+	if x != nil && x.hotWindow == w.cur.start {
+		return x.hotOthers
 	}
 	return 0
 }
 
-// curOthers is the other instances' applied consumption in e's current
+// curOthers is the other instances' applied consumption in the current
 // window: their shards, and their charges at the shared counter.
-func (e *entry) curOthers() int64 { return e.cur.others() + e.hotOthers() }
+func (w *windowCounter) curOthers(x *extra) int64 { return w.cur.others() + w.hotOthers(x) }
 
 // curMine is everything this instance counted in its current window,
 // less its part when an operator last reset the shared counter.
-func (e *entry) curMine() int64 {
-	m := e.cur.mine()
-	if e.x != nil && e.x.hotWindow == e.cur.start {
-		m -= e.x.hotBase
+func (w *windowCounter) curMine(x *extra) int64 {
+	m := w.cur.mine()
+	if x != nil && x.hotWindow == w.cur.start {
+		m -= x.hotBase
 	}
 	return m
 }
 
-// learnHot records a read or charge answer of the shared counter for
+// learnHot records a read or charge answer of e's shared counter for
 // window: its total, this instance's part of it and its reset base;
 // ownSync is this instance's charges there as the store holds them: a
 // key created again (after an eviction) takes back what it forgot.
-func (e *entry) learnHot(window, total, own, base, ownSync int64) {
-	if window == e.cur.start {
+func (w *windowCounter) learnHot(e *entry, window, total, own, base, ownSync int64) {
+	if window == w.cur.start {
 		x := e.more()
 		x.hotWindow, x.hotOthers, x.hotBase = window, max(0, total-own), base
-		e.cur.charged = max(e.cur.charged, ownSync)
+		w.cur.charged = max(w.cur.charged, ownSync)
 	}
 }

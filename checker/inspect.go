@@ -102,9 +102,9 @@ func (c *Checker) Inspect(ctx context.Context, domain string, entries []config.E
 	sh := &c.shards[h&c.mask]
 	sh.mu.Lock()
 	if e := sh.lookup(h, r, es); e != nil && !e.gone {
-		c.roll(sh, e, now)
-		v := c.windowView(e, now)
-		st.Local = &LocalState{Used: v.used, Mine: e.curMine(), Remaining: v.remaining,
+		e.ctr.roll(c, sh, e, now)
+		v := e.ctr.look(c, e, now, 0)
+		st.Local = &LocalState{Used: v.used, Mine: v.mine, Remaining: v.remaining,
 			Pending: int64(e.pend.counted), OthersRate: e.othersRate, Instances: int(e.instances), NextRefresh: e.nextRefresh}
 		if e.overUntil > now {
 			st.Local.OverUntil = e.overUntil
@@ -172,8 +172,10 @@ func (c *Checker) probe(ctx context.Context, st KeyState, r *config.Rule, key st
 		sh.mu.Lock()
 		e := sh.lookup(h, r, es)
 		held := e != nil && !e.gone
+		var rem int64
+		var reset time.Duration
 		if held {
-			gs = e.gs
+			rem, reset = e.ctr.state(c, e, now, 0)
 		}
 		sh.mu.Unlock()
 		if !held {
@@ -188,9 +190,10 @@ func (c *Checker) probe(ctx context.Context, st KeyState, r *config.Rule, key st
 				g.Raise(&gs, items[0].Total)
 			}
 			p.Scope = "all checkers"
+			d, _ := g.AllowAt(&gs, now, 0)
+			rem, reset = d.Remaining, d.ResetAfter
 		}
-		d, _ := g.AllowAt(&gs, now, 0) // on a copy
-		p.Remaining, p.ResetAfterMs = d.Remaining, d.ResetAfter.Milliseconds()
+		p.Remaining, p.ResetAfterMs = rem, reset.Milliseconds()
 	}
 	if !p.Unlimited {
 		p.Allowed = p.Remaining >= 1

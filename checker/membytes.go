@@ -37,9 +37,7 @@ func entryBytes(e *entry, ownVals []string) int64 {
 	for _, v := range ownVals {
 		n += heapSize(len(v))
 	}
-	if e.bucketCounter != nil {
-		n += heapSize(int(unsafe.Sizeof(bucketCounter{})))
-	}
+	n += heapSize(e.ctr.size())
 	if r := e.rule; r.NearLimit == config.NearAsync || r.Shards > 1 {
 		n += heapSize(int(unsafe.Sizeof(extra{}))) // made on first use (bands.go, hot.go)
 	}

@@ -107,7 +107,8 @@ func TestBucketViewKeepsUnappliedHitsAcrossAReset(t *testing.T) {
 	// The view counts a's hits the store has not applied from now: the
 	// 100, and the one of the first three decided in memory, which is
 	// applied after the reset too.
-	if rem := peek(a.c.entryOf(t, "slowbucket", "x"), clk.Now(), 0).Remaining; rem != 899 {
+	e := a.c.entryOf(t, "slowbucket", "x")
+	if rem, _ := e.ctr.state(a.c, e, clk.Now(), 0); rem != 899 {
 		t.Fatalf("after the read: remaining %d, want 899 (the reset bucket less a's 101 unapplied hits)", rem)
 	}
 }

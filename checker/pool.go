@@ -44,7 +44,7 @@ func (c *Checker) poolSlots(slotBuf []slot, slots []slot, req *ratelimit.Request
 			slots = slotBuf[:len(slots)+1]
 			j = len(slots) - 1
 			h := c.counterHash(pr, pr.Path)
-			slots[j] = slot{rule: pr, sh: int(h & c.mask), h: h, idx: i, dupOf: -1, poolSlot: -1, pool: true, entries: pr.Path}
+			slots[j] = slot{rule: pr, sh: int(h & c.mask), h: h, idx: i, dupOf: -1, poolSlot: -1, role: rolePool, entries: pr.Path}
 		}
 		s.poolSlot = j
 	}
@@ -67,7 +67,6 @@ func (c *Checker) borrowing(p *slot, slots []slot) bool {
 // that crosses the limit borrows only its hits beyond it.
 func (s *slot) setAbove(usedAfter, cost int64) {
 	s.above = min(cost, max(usedAfter-s.rule.Limit, 0))
-	s.borrow = s.above > 0
 }
 
 // borrowed is what p's borrowers take above their own limits, as they
@@ -75,7 +74,7 @@ func (s *slot) setAbove(usedAfter, cost int64) {
 func borrowed(p *slot, slots []slot) int64 {
 	var cost int64
 	for i := range slots {
-		if s := &slots[i]; s.poolSlot >= 0 && &slots[s.poolSlot] == p && s.borrow && (s.allowed || s.need == needSync) {
+		if s := &slots[i]; s.poolSlot >= 0 && &slots[s.poolSlot] == p && s.borrows() && (s.allowed || s.stored()) {
 			cost += s.above
 		}
 	}
@@ -87,11 +86,11 @@ func borrowed(p *slot, slots []slot) int64 {
 func refusedByPool(slots []slot, n int) {
 	for i := range n {
 		s := &slots[i]
-		if s.poolSlot < 0 || !s.borrow || !s.allowed {
+		if s.poolSlot < 0 || !s.borrows() || !s.allowed {
 			continue
 		}
 		if p := &slots[s.poolSlot]; !p.allowed && p.need != needNone {
-			s.allowed, s.borrow, s.above, s.retryAfter, s.never = false, false, 0, p.retryAfter, p.never
+			s.allowed, s.above, s.retryAfter, s.never = false, 0, p.retryAfter, p.never
 		}
 	}
 }
@@ -107,7 +106,7 @@ func deferring(slots []slot) bool {
 		if s.dupOf >= 0 || s.allowed || s.shadowed || s.need == needNone {
 			continue
 		}
-		if !s.deferrable || s.never {
+		if s.role != roleDefer || s.never {
 			return false
 		}
 		refused = true

@@ -3,6 +3,7 @@ package checker
 import (
 	"container/heap"
 	"context"
+	"math"
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
@@ -37,7 +38,7 @@ func (c *Checker) Refresh(ctx context.Context) {
 		sh.mu.Lock()
 		c.dropParked(sh, now)
 		for len(sh.refresh) > 0 && sh.refresh[0].nextRefresh <= now {
-			if e := sh.refresh[0]; e.used < idle && !e.dirty {
+			if e := sh.refresh[0]; e.used < idle && e.emit == emitClean {
 				heap.Pop(&sh.refresh)
 				c.dropEntry(sh, e, now)
 				continue
@@ -61,15 +62,7 @@ func (c *Checker) Refresh(ctx context.Context) {
 			}
 			// provisional: put back far out, so a failed read loses nothing
 			sh.schedule(e, now+int64(c.cfg.MaxRefresh))
-			if e.kind == counters.KindWindow {
-				items, ents, tags = c.windowItems(items, ents, tags, e, e.cur.start)
-				if e.rule.Algorithm == config.AlgSlidingWindow && e.prev.start > 0 {
-					items, ents, tags = c.windowItems(items, ents, tags, e, e.prev.start)
-				}
-			} else {
-				items = append(items, counters.ReadItem{Key: e.skey, Kind: counters.KindTAT})
-				ents, tags = append(ents, e), append(tags, tagOwn)
-			}
+			items, ents, tags = e.ctr.reads(c, e, items, ents, tags)
 		}
 		sh.mu.Unlock()
 	}
@@ -103,19 +96,8 @@ func (c *Checker) Refresh(ctx context.Context) {
 					c.Stats.Staleness.Observe(time.Duration(now - e.lastAnswer))
 				}
 				c.applyRead(sh, e, it, now)
-			} else if tags[i] == tagHot {
-				e.learnHot(it.Window, it.Total, it.Own, it.Base, it.OwnSync)
-			} else { // another shard of a hot key: summed into the window's others
-				w := &e.cur
-				if it.Window == e.prev.start {
-					w = &e.prev
-				}
-				if tags[i] == tagOtherFirst {
-					w.shards = 0
-				}
-				if it.Window == w.start {
-					w.shards += it.Total
-				}
+			} else {
+				e.ctr.absorbOther(e, tags[i], it)
 			}
 		}
 		sh.mu.Unlock()
@@ -187,7 +169,7 @@ func (c *Checker) dropParked(sh *shard, now int64) {
 		switch e := ref.e; {
 		case e.gone || !e.parked || e.used != ref.used: // used again, or evicted: stale
 			sh.parkedStale = max(0, sh.parkedStale-1)
-		case e.dirty:
+		case e.emit != emitClean:
 			sh.parked = append(sh.parked, ref)
 		default:
 			c.dropEntry(sh, e, now)
@@ -219,47 +201,26 @@ func (c *Checker) dropParked(sh *shard, now int64) {
 const parkAfter = time.Second
 
 // parkable says whether e may be parked: window counters only, not spread
-// over shards. Only reads tell a hot key its other shards, and a bucket's
-// charge carries this instance's own view of the TAT, which an operator's
-// reset makes wrong until a read tells it.
-func parkable(e *entry) bool { return e.kind == counters.KindWindow && e.rule.Shards <= 1 }
+// over shards (only reads tell a hot key its other shards; buckets:
+// bucketCounter.parkable).
+func parkable(e *entry) bool { return e.ctr.parkable(e.rule) }
 
 // applyRead records one read answer and schedules the next (requires the
 // shard lock).
 func (c *Checker) applyRead(sh *shard, e *entry, it *counters.ReadItem, now int64) {
-	var remaining, pred, ceiling int64
-	if e.kind == counters.KindWindow {
-		switch it.Window {
-		case e.cur.start:
-			e.windowCounter.absorb(readAnswer(it), !e.answered, 0)
-			c.learn(e, now, e.curOthers(), e.curMine(), it.Instances)
-		case e.prev.start:
-			e.prev.total, e.prev.own, e.prev.base, e.prev.known = it.Total, it.Own, it.Base, true
-			return
-		default:
-			return // the window rolled while reading
-		}
-		v := c.windowView(e, now)
-		remaining, pred, ceiling = v.remaining, v.pred, v.ceiling
-	} else {
-		a := readAnswer(it)
-		if !e.answered {
-			e.rebase(a, 0)
-		}
-		e.bucketCounter.absorb(a, gcraOf(e.rule), int64(e.rule.Window), e.rule.Limit, now)
-		c.learn(e, now, e.bucketCounter.others(), e.bucketCounter.mine(), it.Instances)
-		probe := peek(e, now, 0)
-		remaining, ceiling = probe.Remaining, e.rule.Capacity()
-		pred = c.inFlight(e)
+	remaining, pred, ceiling, ok := e.ctr.absorbRead(c, e, it, now)
+	if !ok {
+		return
 	}
 	e.answerRemaining, e.sinceAnswer, e.stale = remaining, 0, false
 	c.recut(e, now, remaining)
 	e.roomUntil = 0 // a fresh read replaces what a refusal taught
+	_, end := e.ctr.window(e.rule)
 	switch {
 	case remaining <= 0 && e.overUntil <= now:
 		e.overUntil = now + int64(c.cfg.MinRefresh)
-		if e.kind == counters.KindWindow && e.rule.Algorithm != config.AlgSlidingWindow {
-			e.overUntil = min(e.overUntil, e.cur.start+int64(e.rule.Window)) // a fixed window's end clears it
+		if e.rule.Algorithm != config.AlgSlidingWindow {
+			e.overUntil = min(e.overUntil, end) // a fixed window's end clears it
 		}
 	case remaining > 0 && e.overUntil > now:
 		e.overUntil = 0 // a refresh shows room
@@ -273,8 +234,8 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *counters.ReadItem, now int6
 		next = min(next, mulDiv(room, int64(time.Second), 2*rate)) // 128 bits: room may be near the int64 bound
 	}
 	next = max(next, int64(c.cfg.MinRefresh))
-	if e.kind == counters.KindWindow { // a new window needs its first read soon after it starts
-		next = min(next, e.cur.start+int64(e.rule.Window)+int64(c.cfg.MinRefresh)-now)
+	if end < math.MaxInt64-int64(c.cfg.MinRefresh) { // a new window needs its first read soon after it starts
+		next = min(next, end+int64(c.cfg.MinRefresh)-now)
 	}
 	sh.schedule(e, now+max(next, int64(c.cfg.RefreshTick)))
 }

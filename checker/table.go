@@ -29,9 +29,8 @@ type entry struct {
 	created int64 // when this checker started tracking the key
 	rule    *config.Rule
 
-	windowCounter         // KindWindow
-	*bucketCounter        // KindTAT only (nil for window keys: 88 bytes a key saved)
-	x              *extra // near_limit: async slices, hot-key near charges: those keys only
+	ctr counter // the algorithm's state: a window counter or a bucket
+	x   *extra  // near_limit: async slices, hot-key near charges: those keys only
 
 	// answerRemaining is what remained at the last store answer (-1: none
 	// yet) and sinceAnswer this instance's consumption since: while the
@@ -63,7 +62,7 @@ type entry struct {
 	instances int32
 	bytes     int32 // the heap it holds, as estimated when created (membytes.go)
 	answers   int8  // store answers that taught a rate (0, 1, 2+)
-	kind      counters.Kind
+	emit      emitState
 	answered  bool // the store has answered for this key at least once
 	restored  bool // created again after an eviction while over its limit
 	recheck   bool // a live window ended: re-plan the refresh
@@ -73,11 +72,17 @@ type entry struct {
 	// A parked key's view may be long stale (other instances may use it
 	// all along): its next decision is near, whatever its band (stale).
 	active, parked, stale bool
-	// dirty: pending consumption waits for the flusher, at its next pass
-	// or, lazy, at tick lazyTick of the emission wheel.
-	dirty, lazy bool
-	gone        bool // evicted: flusher and refresher skip it
+	gone                  bool // evicted: flusher and refresher skip it
 }
+
+// emitState is where an entry's pending consumption waits.
+type emitState uint8
+
+const (
+	emitClean emitState = iota // nothing queued
+	emitDue                    // queued for the flusher's next pass (shard.dirty)
+	emitLazy                   // in the emission wheel, for tick lazyTick
+)
 
 // answer is what the store said of one counter, from a refresh read or a
 // charge's reply, in the form both counters absorb.
@@ -195,37 +200,38 @@ func (sh *shard) remove(e *entry) {
 // whether e was not queued for it yet. A lazy entry moves up (its place in
 // the wheel goes stale and is skipped).
 func (sh *shard) markDirty(e *entry) bool {
-	if e.dirty && !e.lazy {
+	switch e.emit {
+	case emitDue:
 		return false
-	}
-	if e.lazy {
+	case emitLazy:
 		sh.unlazy(e)
 	}
-	e.dirty = true
+	e.emit = emitDue
 	sh.dirty = append(sh.dirty, e)
 	return true
 }
 
 // unlazy takes a lazy e out of the wheel's count and its held hits out of
-// the shard's (requires sh.mu held; before its pending consumption is
-// emitted or reset). Its place in the wheel goes stale and is skipped.
+// the shard's, leaving it clean (requires sh.mu held; before its pending
+// consumption is emitted or reset). Its place in the wheel goes stale and
+// is skipped.
 func (sh *shard) unlazy(e *entry) {
 	sh.lazyN--
 	sh.held -= int64(e.pend.counted)
-	e.lazy = false
+	e.emit = emitClean
 }
 
 // markLazy queues a clean e for flush tick tick (requires sh.mu held; tick
 // within the wheel's span of now); an entry already queued keeps its
 // earlier turn.
 func (sh *shard) markLazy(e *entry, tick int64, slots int) {
-	if e.dirty {
+	if e.emit != emitClean {
 		return
 	}
 	if sh.wheel == nil {
 		sh.wheel = make([][]*entry, slots)
 	}
-	e.dirty, e.lazy, e.lazyTick = true, true, tick
+	e.emit, e.lazyTick = emitLazy, tick
 	sh.lazyN++
 	sh.held += int64(e.pend.counted)
 	i := tick % int64(slots)
@@ -296,8 +302,12 @@ func (c *Checker) keys(bufpp **[]byte, req *ratelimit.Request, rules []*config.R
 	for i, r := range rules {
 		s := &slots[i]
 		*s = slot{rule: r, sh: -1, idx: i, dupOf: -1, poolSlot: -1, cost: req.HitsOf(i)}
-		s.deferrable = r != nil && r.OnExceed == config.ExceedDefer && !req.Release && !req.NoDefer
-		s.release = req.Release
+		switch {
+		case req.Release:
+			s.role = roleRelease
+		case r != nil && r.OnExceed == config.ExceedDefer && !req.NoDefer:
+			s.role = roleDefer
+		}
 		offs[i] = len(buf)
 		if r == nil || r.Unlimited {
 			continue
@@ -395,11 +405,8 @@ func (c *Checker) create(sh *shard, s *slot, req *ratelimit.Request, now int64) 
 	}
 	key := string(config.AppendCounterKey(nil, s.rule, es))
 	e := &entry{key: key, skey: c.storeKey(key, s.rule), vals: vals, desc: descText(es),
-		hash: s.h, rule: s.rule, kind: kindOf(s.rule), heapIdx: -1, answerRemaining: -1, created: now,
+		hash: s.h, rule: s.rule, ctr: newCounter(s.rule), heapIdx: -1, answerRemaining: -1, created: now,
 		usage: minuteUsage{stream: c.streams.Add(1)}}
-	if e.kind == counters.KindTAT {
-		e.bucketCounter = new(bucketCounter)
-	}
 	need := entryBytes(e, owned)
 	e.bytes = int32(min(need, 1<<31-1))
 	c.makeRoom(s.sh, need, now)
@@ -454,7 +461,7 @@ func (c *Checker) evict(sh *shard, now int64, older bool) bool {
 
 // dropEntry removes e (requires sh.mu held).
 func (c *Checker) dropEntry(sh *shard, e *entry, now int64) {
-	if e.dirty {
+	if e.emit != emitClean {
 		c.Stats.EvictedDirty.Add(1)
 		c.drain(sh, e)
 	}
@@ -495,11 +502,4 @@ func (c *Checker) shardOf(n int64) int64 {
 	h := fnv.New64a()
 	h.Write([]byte(c.instance))
 	return int64(h.Sum64() % uint64(n))
-}
-
-func kindOf(r *config.Rule) counters.Kind {
-	if r.Algorithm.Bucket() && r.Limit > 0 { // (a blocked rule's entry only counts refusals)
-		return counters.KindTAT
-	}
-	return counters.KindWindow
 }

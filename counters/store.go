@@ -104,6 +104,19 @@ type ChargeResult struct {
 	Base, PrevBase, Gen int64
 }
 
+// Refunded makes r describe its counter after q's charge was refunded
+// (Store.Refund): the answer counted the charge in.
+func (r *ChargeResult) Refunded(q *ChargeRequest) {
+	r.Own -= q.Cost
+	r.OwnSync -= q.Cost
+	r.Cum -= q.Cost
+	if q.Kind == KindWindow {
+		r.Total -= q.Cost
+	} else {
+		r.Total -= Span(q.Cost, q.WindowNanos, q.RateTokens)
+	}
+}
+
 // Store is the shared counter store as the checker sees it: batch
 // reads of applied state (refresh) and atomic charges. The in-memory
 // [MemStore] and the Redis store implement it with the same semantics.

@@ -1,0 +1,593 @@
+package checker
+
+import (
+	"math"
+	"time"
+	"unsafe"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
+	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/limiter"
+)
+
+// counter is a key's algorithm state: a window counter (fixed, sliding,
+// Envoy's fixed window) or a bucket (token bucket, GCRA and the leaky
+// meter share one async form). It is the one place that knows the kind:
+// deciding, charging, refreshing and emitting go through it.
+//
+// Its methods take and return values, never a request's slot: a pointer
+// passed through an interface call escapes, and a small request's slots
+// live on the stack (Check allocates nothing).
+type counter interface {
+	kind() counters.Kind
+	// size is the heap the counter's own allocation takes (membytes.go).
+	size() int
+	// window is the current window's start and end (a bucket: 0 and
+	// math.MaxInt64, a window it never leaves).
+	window(r *config.Rule) (start, end int64)
+	// known says the store has answered for the current window.
+	known() bool
+	// roll moves to the window holding now; consumption pending for the
+	// window left behind leaves as orphans (requires the shard lock).
+	roll(c *Checker, sh *shard, e *entry, now int64)
+	// look is the key's view for a request of cost at now: computed once
+	// per decision, for the band and the decision both.
+	look(c *Checker, e *entry, now, cost int64) look
+	// judge decides a request of cost from memory, given its look; capped:
+	// past this instance's slice (near_limit: async).
+	judge(c *Checker, e *entry, lk look, now, cost int64, capped bool) verdict
+	// state is what remains now, and when the counter resets once cost
+	// more is charged (cost 0: as it stands).
+	state(c *Checker, e *entry, now, cost int64) (remaining int64, resetAfter time.Duration)
+	// admit records an admission decided from memory in the counter's
+	// own view: post is look's state after the cost, current while held
+	// (the lock held since the look).
+	admit(e *entry, now, cost int64, post limiter.State, held bool)
+	// addMemory and addCharged count this instance's consumption: decided
+	// in memory (the aggregator applies it) or charged by the store.
+	addMemory(cost int64)
+	addCharged(cost int64)
+	// mineMemory is this instance's consumption decided in memory, as a
+	// delta's own_after reports it.
+	mineMemory() int64
+	// ownCounts is what this instance counted in the current window and
+	// the store's part of it that is this instance's, which measure the
+	// pipeline's lag (false: not measured on this kind).
+	ownCounts() (counted, own int64, ok bool)
+	// fillCharge fills the kind's part of a near-band charge.
+	fillCharge(c *Checker, e *entry, q *counters.ChargeRequest)
+	// absorbCharge takes in a charge's answer (requires the lock).
+	absorbCharge(c *Checker, e *entry, now int64, q *counters.ChargeRequest, res *counters.ChargeResult, cost int64,
+		charged, allowed bool) learned
+	// reads appends the store reads of a refresh (tags: refresh item tags).
+	reads(c *Checker, e *entry, items []counters.ReadItem, ents []*entry, tags []uint8) ([]counters.ReadItem, []*entry, []uint8)
+	// absorbRead takes in a refresh read of this instance's own counter:
+	// what remains, the others' in-flight prediction and the ceiling; ok
+	// false when the read is of no current window.
+	absorbRead(c *Checker, e *entry, it *counters.ReadItem, now int64) (remaining, pred, ceiling int64, ok bool)
+	// absorbOther takes in a refresh read of another counter of the key
+	// (a hot key's shared counter and other shards).
+	absorbOther(e *entry, tag uint8, it *counters.ReadItem)
+	// parkable says the refresher may stop reading the key while unused:
+	// its charges carry all a decision needs.
+	parkable(r *config.Rule) bool
+	// fillDelta fills the kind's part of a delta.
+	fillDelta(e *entry, d *eventsv1.Delta)
+}
+
+// newCounter is the counter of rule r's keys.
+func newCounter(r *config.Rule) counter {
+	if kindOf(r) == counters.KindTAT {
+		return new(bucketCounter)
+	}
+	return new(windowCounter)
+}
+
+// kindOf is the kind of r's counters. A blocked rule's entry only counts
+// refusals: a window, whatever its algorithm.
+func kindOf(r *config.Rule) counters.Kind {
+	if r.Algorithm.Bucket() && r.Limit > 0 {
+		return counters.KindTAT
+	}
+	return counters.KindWindow
+}
+
+// look is a key's view at one decision.
+type look struct {
+	used      int64 // applied-or-own consumption (windows), for the report
+	mine      int64 // the part of it this instance counted
+	pred      int64 // predicted others' in-flight consumption
+	remaining int64 // what is left now, before this request
+	ceiling   int64
+	// a bucket's trial of the request, and its state after the charge,
+	// which the commit stores while the lock was held since
+	try  limiter.Decision
+	post limiter.State
+}
+
+// verdict is a decision from memory.
+type verdict struct {
+	allowed, never bool
+	remaining      int64 // after this request
+	resetAfter     time.Duration
+	resetBefore    time.Duration // the reset if nothing is charged (another rule refused)
+	retryAfter     time.Duration
+}
+
+// learned is what a charge's answer said of the key.
+type learned struct {
+	rolled     bool // the window rolled while charging: nothing learned
+	never      bool
+	remaining  int64
+	resetAfter time.Duration
+	retryAfter time.Duration
+	roomUntil  int64 // how long the answer's room is trusted
+}
+
+// windowCounter is a window-kind key's state: the current and previous
+// window.
+type windowCounter struct {
+	cur, prev winState
+}
+
+// winState is one window of a window-kind key.
+type winState struct {
+	start   int64 // window start, unix ns; 0 = none
+	emitted int64 // this instance's hits decided in memory in the window (exact)
+	charged int64 // this instance's hits the store charged in the window
+	total   int64 // the store's applied total at the last answer (this instance's shard)
+	own     int64 // the part of total that is this instance's
+	shards  int64 // the other shards' totals at the last read (`shards: N`)
+	// base is this instance's part (emitted + charged) when an operator
+	// last reset the counter: counted, but no longer used.
+	base  int64
+	known bool // the store answered for this window
+}
+
+// others is the applied consumption of other instances in w.
+func (w *winState) others() int64 { return max(0, w.total-w.own) + w.shards }
+
+// mine is everything this instance counted in w.
+func (w *winState) mine() int64 { return w.emitted + w.charged - w.base }
+
+func (w *windowCounter) kind() counters.Kind          { return counters.KindWindow }
+func (w *windowCounter) size() int                    { return int(unsafe.Sizeof(*w)) }
+func (w *windowCounter) known() bool                  { return w.cur.known }
+func (w *windowCounter) addMemory(cost int64)         { w.cur.emitted += cost }
+func (w *windowCounter) addCharged(cost int64)        { w.cur.charged += cost }
+func (w *windowCounter) mineMemory() int64            { return w.cur.emitted }
+func (w *windowCounter) parkable(r *config.Rule) bool { return r.Shards <= 1 }
+func (w *windowCounter) ownCounts() (int64, int64, bool) {
+	return w.cur.emitted + w.cur.charged, w.cur.own, true
+}
+
+func (w *windowCounter) window(r *config.Rule) (int64, int64) {
+	if w.cur.start == 0 {
+		return 0, math.MaxInt64
+	}
+	return w.cur.start, w.cur.start + int64(r.Window)
+}
+
+func (w *windowCounter) admit(*entry, int64, int64, limiter.State, bool) {}
+
+func (w *windowCounter) fillDelta(_ *entry, d *eventsv1.Delta) { d.WindowStartUnixNanos = w.cur.start }
+
+// absorb takes in a store answer for the current window. fresh says the
+// key was created since the store last answered: the store then knows
+// parts of this instance's consumption the entry has forgotten, less
+// chargedNow, the hits of the charge that produced the answer, which the
+// caller counts itself.
+func (w *windowCounter) absorb(total, own, base, ownMem, ownSync int64, fresh bool, chargedNow int64) {
+	if fresh {
+		w.cur.emitted = max(w.cur.emitted, ownMem)
+		w.cur.charged = max(w.cur.charged, ownSync-chargedNow)
+	}
+	w.cur.total, w.cur.own, w.cur.base, w.cur.known = total, own, base, true
+}
+
+// roll implements counter.
+func (w *windowCounter) roll(c *Checker, sh *shard, e *entry, now int64) {
+	W := int64(e.rule.Window)
+	ws := limiter.WindowStart(now, W)
+	if ws <= w.cur.start {
+		return // same window, or a clock behind it: stay
+	}
+	// own_after only once the store has told us our part (a key created
+	// again counts from zero until then, and the counter adds all of it)
+	own := int64(0)
+	if e.answered {
+		own = w.cur.emitted
+	}
+	if e.emit == emitLazy { // nothing left to emit once its orphans go: the next decision queues it anew
+		sh.unlazy(e)
+		e.emit = emitClean
+	}
+	if e.pendApplied.used() { // store charges of the window left behind
+		sh.orphans = append(sh.orphans, c.delta(e, &e.pendApplied, true, own))
+		e.pendApplied = pending{}
+	}
+	if e.pend.used() {
+		sh.orphans = append(sh.orphans, c.delta(e, &e.pend, false, own))
+		e.pend = pending{}
+	}
+	if ws == w.cur.start+W {
+		w.prev = w.cur
+	} else {
+		w.prev = winState{}
+	}
+	w.cur = winState{start: ws}
+	e.answerRemaining, e.sinceAnswer = -1, 0 // nothing known of the new window yet
+	if e.overUntil <= ws {
+		e.overUntil = 0
+	}
+	e.room, e.roomUntil = 0, 0
+}
+
+// look implements counter.
+func (w *windowCounter) look(c *Checker, e *entry, now, _ int64) look {
+	r := e.rule
+	lk := look{ceiling: r.Ceiling(), pred: c.inFlight(e)}
+	if !w.cur.known {
+		lk.pred += e.othersRate * min(now-w.cur.start, int64(r.Window)) / int64(time.Second)
+	}
+	lk.mine = w.curMine(e.x)
+	if r.Algorithm != config.AlgSlidingWindow {
+		lk.used = lk.mine + w.curOthers(e.x)
+		lk.remaining = max(0, lk.ceiling-lk.used)
+		return lk
+	}
+	sc := w.slidingCounts(e, now)
+	lk.used, lk.remaining = sc.Cur, sc.Remaining(lk.ceiling)
+	return lk
+}
+
+// slidingCounts is a sliding window key's counts at now, everything known
+// to have happened (requires the lock): the previous window counts only
+// when it is the one just before the current.
+func (w *windowCounter) slidingCounts(e *entry, now int64) limiter.SlidingCounts {
+	W := int64(e.rule.Window)
+	sc := limiter.SlidingCounts{Cur: w.curMine(e.x) + w.curOthers(e.x), Elapsed: now - w.cur.start, Window: W}
+	if w.prev.start == w.cur.start-W {
+		sc.Prev = w.prev.mine() + w.prev.others()
+	}
+	return sc
+}
+
+// judge implements counter. Envoy's window charges every call: its
+// report is of the counter after the call, whatever the answer.
+func (w *windowCounter) judge(c *Checker, e *entry, lk look, now, cost int64, capped bool) verdict {
+	r := e.rule
+	fits := cost <= lk.ceiling
+	// A floored remaining decides as the exact weighted comparison does
+	// (limiter.SlidingCounts.Remaining). The prediction chose the band; a
+	// decision counts only consumption known to have happened, so no rule
+	// refuses below its limit on a guess.
+	v := verdict{allowed: fits && cost <= lk.remaining && !capped, remaining: lk.remaining}
+	v.resetBefore = w.reset(e, now, 0)
+	v.resetAfter = v.resetBefore
+	if v.allowed {
+		v.remaining -= cost
+		v.resetAfter = w.reset(e, now, cost)
+	}
+	if !v.allowed {
+		v.never = !fits
+		if fits {
+			v.retryAfter = w.retry(e, &lk, now, cost)
+		}
+		if capped { // a new slice comes with the next store answer
+			v.retryAfter = max(v.retryAfter, c.cfg.MinRefresh)
+		}
+	}
+	if r.Algorithm == config.AlgEnvoy {
+		v.remaining = max(0, lk.remaining-cost)
+		v.resetAfter = time.Duration(w.cur.start + int64(r.Window) - now)
+	}
+	if !v.allowed && lk.remaining <= 0 {
+		e.overUntil = max(e.overUntil, now+int64(v.retryAfter))
+	}
+	return v
+}
+
+// reset is when the window counter resets once cost more is counted.
+func (w *windowCounter) reset(e *entry, now, cost int64) time.Duration {
+	if e.rule.Algorithm == config.AlgSlidingWindow {
+		sc := w.slidingCounts(e, now)
+		sc.Cur += cost
+		return time.Duration(sc.ResetAfter())
+	}
+	if w.curMine(e.x)+w.curOthers(e.x)+cost == 0 {
+		return 0
+	}
+	return time.Duration(w.cur.start + int64(e.rule.Window) - now)
+}
+
+// retry is when cost fits again if nothing else arrives (as
+// limiter.FixedWindow and limiter.SlidingWindow compute it).
+func (w *windowCounter) retry(e *entry, lk *look, now, cost int64) time.Duration {
+	if e.rule.Algorithm != config.AlgSlidingWindow {
+		return time.Duration(w.cur.start + int64(e.rule.Window) - now)
+	}
+	return time.Duration(w.slidingCounts(e, now).RetryAfter(lk.ceiling, cost))
+}
+
+// state implements counter.
+func (w *windowCounter) state(c *Checker, e *entry, now, cost int64) (int64, time.Duration) {
+	return w.look(c, e, now, 0).remaining, w.reset(e, now, cost)
+}
+
+// fillCharge implements counter.
+func (w *windowCounter) fillCharge(_ *Checker, e *entry, q *counters.ChargeRequest) {
+	r := e.rule
+	q.Window, q.Ceiling, q.OwnEmitted, q.OtherShards = w.cur.start, r.Ceiling(), w.cur.emitted, w.cur.shards
+	q.ChargeDenied = r.Algorithm == config.AlgEnvoy
+	if hotNear(e) { // the shared counter: the shards as last read, own unapplied hits included (hot.go)
+		q.Key, q.OwnEmitted = e.key, 0
+		q.OtherShards = w.cur.shards + w.cur.total + max(0, w.cur.emitted-w.cur.own)
+	}
+	if r.Algorithm == config.AlgSlidingWindow {
+		q.Sliding = true
+		if w.prev.start == w.cur.start-int64(r.Window) {
+			q.PrevEmitted, q.PrevOtherShards = w.prev.emitted, w.prev.shards
+		}
+	}
+}
+
+// absorbCharge implements counter.
+func (w *windowCounter) absorbCharge(c *Checker, e *entry, now int64, q *counters.ChargeRequest, res *counters.ChargeResult,
+	cost int64, charged, allowed bool) learned {
+	if w.cur.start != q.Window { // the window rolled meanwhile: nothing to learn
+		if charged && w.prev.start == q.Window {
+			w.prev.charged += cost // the store counted it in that window
+		}
+		return learned{rolled: true}
+	}
+	var chargedNow int64
+	if charged {
+		chargedNow = cost
+	}
+	if q.Key != e.skey { // the shared counter of a hot key: its own answer (hot.go)
+		w.learnHot(e, q.Window, res.Total, res.Own, res.Base, res.OwnSync-chargedNow)
+	} else {
+		w.absorb(res.Total, res.Own, res.Base, res.OwnMem, res.OwnSync, !e.answered, chargedNow)
+	}
+	if q.Sliding && w.prev.start == w.cur.start-q.WindowNanos {
+		w.prev.total, w.prev.own, w.prev.base, w.prev.known = res.PrevTotal, res.PrevOwn, res.PrevBase, true
+	}
+	c.learn(e, now, w.curOthers(e.x), w.curMine(e.x), res.Instances)
+	w.addCharged(chargedNow)
+	lk := w.look(c, e, now, 0)
+	l := learned{remaining: lk.remaining, resetAfter: w.reset(e, now, 0), roomUntil: w.cur.start + int64(e.rule.Window)}
+	if !allowed {
+		l.never = cost > lk.ceiling
+		if !l.never {
+			l.retryAfter = w.retry(e, &lk, now, cost)
+		}
+	}
+	return l
+}
+
+// reads implements counter: its own counter and, for a hot key, every
+// other shard, in the current window and (sliding) the previous.
+func (w *windowCounter) reads(c *Checker, e *entry, items []counters.ReadItem, ents []*entry, tags []uint8) ([]counters.ReadItem, []*entry, []uint8) {
+	items, ents, tags = c.windowItems(items, ents, tags, e, w.cur.start)
+	if e.rule.Algorithm == config.AlgSlidingWindow && w.prev.start > 0 {
+		items, ents, tags = c.windowItems(items, ents, tags, e, w.prev.start)
+	}
+	return items, ents, tags
+}
+
+// absorbRead implements counter.
+func (w *windowCounter) absorbRead(c *Checker, e *entry, it *counters.ReadItem, now int64) (int64, int64, int64, bool) {
+	switch it.Window {
+	case w.cur.start:
+		w.absorb(it.Total, it.Own, it.Base, it.OwnMem, it.OwnSync, !e.answered, 0)
+		c.learn(e, now, w.curOthers(e.x), w.curMine(e.x), it.Instances)
+	case w.prev.start:
+		w.prev.total, w.prev.own, w.prev.base, w.prev.known = it.Total, it.Own, it.Base, true
+		return 0, 0, 0, false
+	default:
+		return 0, 0, 0, false // the window rolled while reading
+	}
+	lk := w.look(c, e, now, 0)
+	return lk.remaining, lk.pred, lk.ceiling, true
+}
+
+// absorbOther implements counter: another shard of a hot key is summed
+// into the window's others.
+func (w *windowCounter) absorbOther(e *entry, tag uint8, it *counters.ReadItem) {
+	if tag == tagHot {
+		w.learnHot(e, it.Window, it.Total, it.Own, it.Base, it.OwnSync)
+		return
+	}
+	ws := &w.cur
+	if it.Window == w.prev.start {
+		ws = &w.prev
+	}
+	if tag == tagOtherFirst {
+		ws.shards = 0
+	}
+	if it.Window == ws.start {
+		ws.shards += it.Total
+	}
+}
+
+// bucketCounter is a bucket-kind key's state: this instance's exact view
+// of the bucket (a GCRA state that its own admissions advance and store
+// answers raise), its cumulative counted hits, and the store's cumulative
+// totals at the last answer.
+type bucketCounter struct {
+	gs          limiter.State
+	cum         int64 // hits decided in memory, cumulative
+	cumCharged  int64 // hits the store charged, cumulative
+	storeOwnCum int64
+	storeCum    int64
+	gen         int64 // the bucket's resets, as the store last said
+}
+
+func (b *bucketCounter) kind() counters.Kind                           { return counters.KindTAT }
+func (b *bucketCounter) size() int                                     { return int(unsafe.Sizeof(*b)) }
+func (b *bucketCounter) window(*config.Rule) (int64, int64)            { return 0, math.MaxInt64 }
+func (b *bucketCounter) known() bool                                   { return true }
+func (b *bucketCounter) roll(*Checker, *shard, *entry, int64)          {}
+func (b *bucketCounter) addMemory(cost int64)                          { b.cum += cost }
+func (b *bucketCounter) addCharged(cost int64)                         { b.cumCharged += cost }
+func (b *bucketCounter) mineMemory() int64                             { return b.cum }
+func (b *bucketCounter) ownCounts() (int64, int64, bool)               { return 0, 0, false }
+func (b *bucketCounter) absorbOther(*entry, uint8, *counters.ReadItem) {}
+
+// parkable implements counter: never. A bucket's charge carries this
+// instance's own view of the TAT, which an operator's reset makes wrong
+// until a read tells it.
+func (b *bucketCounter) parkable(*config.Rule) bool { return false }
+
+// gcraOf is the async form of every bucket algorithm: token bucket, GCRA
+// and the leaky-bucket meter admit the same requests.
+func gcraOf(r *config.Rule) limiter.GCRA {
+	return limiter.GCRA{Burst: r.Capacity(), Rate: limiter.Rate{Tokens: r.Limit, Period: r.Window}}
+}
+
+// peek is what the bucket would answer at now for cost, without changing
+// it (cost 0: its remaining and reset).
+func (b *bucketCounter) peek(r *config.Rule, now, cost int64) limiter.Decision {
+	st := b.gs
+	d, _ := gcraOf(r).AllowAt(&st, now, cost)
+	return d
+}
+
+// rebase takes in this instance's parts the store knows when the key was
+// created again (as windowCounter.absorb does for a fresh key).
+func (b *bucketCounter) rebase(ownMem, ownSync, chargedNow int64) {
+	b.cum = max(b.cum, ownMem)
+	b.cumCharged = max(b.cumCharged, ownSync-chargedNow)
+}
+
+// absorb takes in the store's bucket at now: an operator reset forgets
+// this instance's view, and the view is raised to the store's TAT plus what
+// this instance counted that the store has not applied yet.
+func (b *bucketCounter) absorb(r *config.Rule, found bool, tat, cum, own, ownMem, gen, now int64) {
+	if !found {
+		return
+	}
+	if gen != b.gen {
+		b.gs, b.gen = limiter.State{}, gen
+		// The reset bucket's TAT lies in the past (0 when nothing came
+		// since): the unapplied hits count from now, or the view,
+		// forgotten with the reset, would forget them too.
+		tat = max(tat, now)
+	}
+	b.storeCum, b.storeOwnCum = cum, own
+	gcraOf(r).Raise(&b.gs, tat+counters.Span(max(0, b.cum-ownMem), int64(r.Window), r.Limit))
+}
+
+// others is the other instances' applied consumption; mine everything
+// this instance counted.
+func (b *bucketCounter) others() int64 { return max(0, b.storeCum-b.storeOwnCum) }
+
+func (b *bucketCounter) mine() int64 { return b.cum + b.cumCharged }
+
+// look implements counter: one evaluation serves the band, the decision
+// and the commit.
+func (b *bucketCounter) look(c *Checker, e *entry, now, cost int64) look {
+	g := gcraOf(e.rule)
+	lk := look{post: b.gs, ceiling: g.Burst, pred: c.inFlight(e), mine: b.mine()}
+	lk.try, _ = g.AllowAt(&lk.post, now, cost)
+	lk.remaining = lk.try.Remaining
+	if lk.try.Allowed {
+		lk.remaining += cost
+	}
+	return lk
+}
+
+// judge implements counter.
+func (b *bucketCounter) judge(c *Checker, e *entry, lk look, now, cost int64, capped bool) verdict {
+	try := lk.try
+	v := verdict{allowed: try.Allowed && !capped, resetAfter: try.ResetAfter} // the prediction chose the band, it does not refuse
+	if v.allowed {
+		v.remaining = try.Remaining
+		v.resetBefore = max(0, try.ResetAfter-time.Duration(counters.Span(cost, int64(e.rule.Window), e.rule.Limit)))
+		return v
+	}
+	v.remaining, v.retryAfter = lk.remaining, try.RetryAfter
+	if capped { // a new slice comes with the next store answer
+		v.retryAfter = max(v.retryAfter, c.cfg.MinRefresh)
+		return v
+	}
+	if lk.remaining == 0 {
+		e.overUntil = max(e.overUntil, now+int64(v.retryAfter))
+	}
+	return v
+}
+
+// state implements counter.
+func (b *bucketCounter) state(_ *Checker, e *entry, now, cost int64) (int64, time.Duration) {
+	p := b.peek(e.rule, now, 0)
+	if cost > 0 {
+		return p.Remaining, b.peek(e.rule, now, cost).ResetAfter
+	}
+	return p.Remaining, p.ResetAfter
+}
+
+// admit implements counter.
+func (b *bucketCounter) admit(e *entry, now, cost int64, post limiter.State, held bool) {
+	if held {
+		b.gs = post
+		return
+	}
+	gcraOf(e.rule).AllowAt(&b.gs, now, cost)
+}
+
+// fillCharge implements counter.
+func (b *bucketCounter) fillCharge(_ *Checker, e *entry, q *counters.ChargeRequest) {
+	g := gcraOf(e.rule)
+	q.Burst, q.RateTokens, q.OwnCum, q.LocalTAT = g.Burst, e.rule.Limit, b.cum, g.TAT(&b.gs)
+}
+
+// absorbCharge implements counter.
+func (b *bucketCounter) absorbCharge(c *Checker, e *entry, now int64, _ *counters.ChargeRequest, res *counters.ChargeResult,
+	cost int64, charged, allowed bool) learned {
+	r := e.rule
+	if !e.answered {
+		var chargedNow int64
+		if charged {
+			chargedNow = cost
+		}
+		b.rebase(res.OwnMem, res.OwnSync, chargedNow)
+	}
+	if charged {
+		gcraOf(r).AllowAt(&b.gs, now, cost) // own exact view, before the store's raise
+		b.addCharged(cost)
+	}
+	b.absorb(r, true, res.Total, res.Cum, res.Own, res.OwnMem, res.Gen, now)
+	c.learn(e, now, b.others(), b.mine(), res.Instances)
+	probe := b.peek(r, now, 0)
+	// a bucket's room grows: trust it for one token's time only
+	l := learned{remaining: probe.Remaining, resetAfter: probe.ResetAfter, roomUntil: now + counters.Span(1, int64(r.Window), r.Limit)}
+	if !allowed {
+		if d := b.peek(r, now, cost); !d.Allowed {
+			l.retryAfter, l.never = d.RetryAfter, d.RetryNever()
+		}
+	}
+	return l
+}
+
+// reads implements counter.
+func (b *bucketCounter) reads(_ *Checker, e *entry, items []counters.ReadItem, ents []*entry, tags []uint8) ([]counters.ReadItem, []*entry, []uint8) {
+	return append(items, counters.ReadItem{Key: e.skey, Kind: counters.KindTAT}), append(ents, e), append(tags, tagOwn)
+}
+
+// absorbRead implements counter.
+func (b *bucketCounter) absorbRead(c *Checker, e *entry, it *counters.ReadItem, now int64) (int64, int64, int64, bool) {
+	if !e.answered {
+		b.rebase(it.OwnMem, it.OwnSync, 0)
+	}
+	b.absorb(e.rule, it.Found, it.Total, it.Cum, it.Own, it.OwnMem, it.Gen, now)
+	c.learn(e, now, b.others(), b.mine(), it.Instances)
+	return b.peek(e.rule, now, 0).Remaining, c.inFlight(e), e.rule.Capacity(), true
+}
+
+// fillDelta implements counter.
+func (b *bucketCounter) fillDelta(e *entry, d *eventsv1.Delta) {
+	g := gcraOf(e.rule)
+	d.RateTokens, d.Burst, d.TatAfterUnixNanos = e.rule.Limit, g.Burst, g.TAT(&b.gs)
+}
