@@ -54,8 +54,12 @@ const smallRequest = 4
 // goes through four phases — prepare (match, key, lock order), decide
 // (each descriptor from memory, or its store call readied), settle (the
 // store calls, the request's answer, the commit) and report (statuses).
+//
+// (prepare returns it by value, and the phases after it store no
+// pointer in it: a pointer stored through a pointer counts as leaked, and
+// the slots and locks are on the caller's stack. The request is not part
+// of it for the same reason: its pointers may leak.)
 type pass struct {
-	req    *ratelimit.Request
 	now    int64
 	fp     uint64 // the request id's fingerprint (RequestIDs)
 	slots  []slot // the descriptors' (the first n), then their pools'
@@ -65,39 +69,42 @@ type pass struct {
 	denied bool  // a rule refuses the request
 	sync   bool  // a descriptor needs a store call
 	code   ratelimit.Code
+	done   bool // answered already (a replayed request id)
 }
 
 func (c *Checker) check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision, slotBuf []slot, locks []int,
 	matchBuf []*config.Rule, buf **[]byte) error {
-	p := pass{req: req, locks: locks}
-	if done, err := c.prepare(&p, d, slotBuf, matchBuf, buf); done || err != nil {
+	p, req, err := c.prepare(req, d, slotBuf, locks, matchBuf, buf)
+	if p.done || err != nil {
 		return err
 	}
 	c.lock(p.locks)
-	c.decideAll(&p)
-	c.settle(&p)
+	c.decideAll(&p, req)
+	c.settle(&p, req)
 	c.unlock(p.locks)
 	if p.sync {
 		c.releaseWork(p.slots)
 	}
-	c.report(&p, d)
+	c.report(&p, req, d)
 	return nil
 }
 
 // prepare validates the request, answers a replayed request id (done),
-// matches the rules, applies hashing and controls, and keys every
-// descriptor and pool; errMoreSlots when slotBuf is too small.
-func (c *Checker) prepare(p *pass, d *ratelimit.Decision, slotBuf []slot, matchBuf []*config.Rule, buf **[]byte) (bool, error) {
-	req := p.req
+// matches the rules, applies hashing (the request it returns) and
+// controls, and keys every descriptor and pool; errMoreSlots when slotBuf
+// is too small.
+func (c *Checker) prepare(req *ratelimit.Request, d *ratelimit.Decision, slotBuf []slot, locks []int, matchBuf []*config.Rule,
+	buf **[]byte) (pass, *ratelimit.Request, error) {
+	p := pass{done: true, locks: locks}
 	rs := c.rules.Load()
 	dom, known := rs.Lookup(req.Domain)
 	if err := req.ValidateBounds(known, &c.cfg.Bounds); err != nil {
-		return true, err
+		return p, req, err
 	}
 	p.now = c.clock.Now()
 	fp, done, err := c.ids.Replay(req, p.now, d)
 	if err != nil || done {
-		return true, err
+		return p, req, err
 	}
 	p.fp, p.n = fp, len(req.Descriptors)
 	d.Statuses = slices.Grow(d.Statuses[:0], p.n)[:p.n]
@@ -105,7 +112,6 @@ func (c *Checker) prepare(p *pass, d *ratelimit.Decision, slotBuf []slot, matchB
 	config.DropReplaced(matched)
 	if !req.Prehashed {
 		req = c.applyHashing(req, matched)
-		p.req = req
 	}
 	if cs := c.controls.Load(); cs != nil {
 		if m := cs.domains[req.Domain]; m != nil {
@@ -118,7 +124,7 @@ func (c *Checker) prepare(p *pass, d *ratelimit.Decision, slotBuf []slot, matchB
 		}
 	}
 	if p.n+p.pools > len(slotBuf) {
-		return true, errMoreSlots // nothing changed yet: decided again with more room
+		return p, req, errMoreSlots // nothing changed yet: decided again with more room
 	}
 	p.slots = slotBuf[:p.n]
 	c.keys(buf, req, matched, p.slots)
@@ -132,12 +138,13 @@ func (c *Checker) prepare(p *pass, d *ratelimit.Decision, slotBuf []slot, matchB
 			}
 		}
 	}
-	return false, nil
+	p.done = false
+	return p, req, nil
 }
 
 // decideAll decides every slot from memory, or readies its store call
 // (requires the locks).
-func (c *Checker) decideAll(p *pass) {
+func (c *Checker) decideAll(p *pass, req *ratelimit.Request) {
 	for i := range p.slots {
 		s := &p.slots[i]
 		if s.dupOf >= 0 {
@@ -146,7 +153,7 @@ func (c *Checker) decideAll(p *pass) {
 		if s.role == rolePool && !c.borrowing(s, p.slots) {
 			continue // nobody borrows: nothing to decide
 		}
-		c.decide(s, p.req, p.now)
+		c.decide(s, req, p.now)
 		switch {
 		case s.stored():
 			p.sync = true
@@ -160,10 +167,10 @@ func (c *Checker) decideAll(p *pass) {
 // StoreTimeout: a slow store costs a request at most that per call, then
 // the failure policy decides), answers the request and commits its
 // decisions (requires the locks; they are dropped around the calls).
-func (c *Checker) settle(p *pass) {
+func (c *Checker) settle(p *pass, req *ratelimit.Request) {
 	if p.sync {
 		c.unlock(p.locks)
-		p.denied = c.charge(p.slots, p.denied, p.req, p.now)
+		p.denied = c.charge(p.slots, p.denied, req, p.now)
 		c.lock(p.locks)
 		c.applyCharges(p.slots, p.now)
 	}
@@ -198,7 +205,7 @@ func (c *Checker) settle(p *pass) {
 
 // report fills the statuses, remembers a request id's answer and wakes
 // the flusher when enough keys wait.
-func (c *Checker) report(p *pass, d *ratelimit.Decision) {
+func (c *Checker) report(p *pass, req *ratelimit.Request, d *ratelimit.Decision) {
 	d.Code = p.code
 	for i := range p.n {
 		if j := p.slots[i].dupOf; j >= 0 {
@@ -210,7 +217,7 @@ func (c *Checker) report(p *pass, d *ratelimit.Decision) {
 			d.Statuses[i].Code = ratelimit.Deferred
 		}
 	}
-	c.ids.Remember(p.req, p.fp, p.now, d)
+	c.ids.Remember(req, p.fp, p.now, d)
 	if c.dirtyN.Load() >= int64(c.cfg.FlushThreshold) {
 		select {
 		case c.flushNow <- struct{}{}:
