@@ -54,11 +54,7 @@ func (c *Checker) charge(slots []slot, denied bool, req *ratelimit.Request, now 
 			s.call = callSkipped
 			if s.need == needExact { // the store alone knows this counter: probe it for the status
 				s.w.SyncReq.Cost, s.w.SyncReq.RequestID = 0, ""
-				var probe bool
-				if probe, s.w.Err = c.admit(now); s.w.Err == nil {
-					c.batch.do(s.w, c.cfg.StoreTimeout)
-					c.brk.Done(now, s.w.Err, probe)
-				}
+				c.call(s.w, now)
 			}
 			continue
 		}
@@ -68,11 +64,7 @@ func (c *Checker) charge(slots []slot, denied bool, req *ratelimit.Request, now 
 			continue
 		}
 		c.Stats.SyncCharges.Add(1)
-		var probe bool
-		if probe, s.w.Err = c.admit(now); s.w.Err == nil { // (open breaker: no call, the failure policy decides)
-			c.batch.do(s.w, c.cfg.StoreTimeout)
-			c.brk.Done(now, s.w.Err, probe)
-		}
+		c.call(s.w, now)
 		switch {
 		case s.w.Err != nil:
 			c.failurePolicy(s, now, cost)
@@ -89,12 +81,28 @@ func (c *Checker) charge(slots []slot, denied bool, req *ratelimit.Request, now 
 			denied = true
 		}
 	}
-	if !denied {
-		return false
+	if denied {
+		c.refund(slots)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.StoreTimeout) // for the refunds
+	return denied
+}
+
+// call makes one store call through the batcher, unless the breaker is
+// open (then w.Err says so and the failure policy decides).
+func (c *Checker) call(w *syncWork, now int64) {
+	var probe bool
+	if probe, w.Err = c.admit(now); w.Err == nil {
+		c.batch.do(w, c.cfg.StoreTimeout)
+		c.brk.Done(now, w.Err, probe)
+	}
+}
+
+// refund takes back the charges of a refused request: it charges nothing
+// to algorithm rules (Envoy's semantics keeps every call).
+func (c *Checker) refund(slots []slot) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.StoreTimeout)
 	defer cancel()
-	for i := range slots { // a refused request charges nothing to algorithm rules
+	for i := range slots {
 		s := &slots[i]
 		if s.need == needExact && s.w.Err == nil && s.charged && !s.w.Charge.ChargeDenied {
 			c.Stats.Refunds.Add(1)
@@ -113,7 +121,6 @@ func (c *Checker) charge(slots []slot, denied bool, req *ratelimit.Request, now 
 			}
 		}
 	}
-	return true
 }
 
 // redecidePool decides a pool slot again, without any lock held, when

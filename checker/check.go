@@ -530,13 +530,13 @@ const (
 	rolePool                // an elastic rule's pool, decided after its borrowers
 )
 
-// call is what became of a slot's store call.
-type call uint8
+// storeCall is what became of a slot's store call.
+type storeCall uint8
 
 const (
-	callMade    call = iota // made (or none needed)
-	callSkipped             // not made: the request was already refused
-	callFailed              // failed: the failure policy decided (degraded)
+	callMade    storeCall = iota // made (or none needed)
+	callSkipped                  // not made: the request was already refused
+	callFailed                   // failed: the failure policy decided (degraded)
 )
 
 // slot is one descriptor's work in a Check.
@@ -551,7 +551,7 @@ type slot struct {
 	e     *entry
 	need  need
 	role  role
-	call  call
+	call  storeCall
 	later countLater // the analytics tally that waits for the request's answer
 
 	allowed  bool // this descriptor admits the request

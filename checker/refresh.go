@@ -24,52 +24,7 @@ func (c *Checker) Refresh(ctx context.Context) {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
 	now := c.clock.Now()
-	items, ents, tags := c.readItems[:0], c.readEnts[:0], c.readTags[:0]
-	idle := now - int64(c.cfg.IdleAfter)
-	// Each pass starts where the last one stopped: when more keys are due
-	// than one pass reads, every shard still gets its turn (starting at
-	// shard 0 every time starved the last shards of reads and evictions).
-	// Once the batch is full, the remaining shards still drop their due
-	// idle keys, which costs no read: eviction never waits on Redis.
-	start, full := c.refreshNext, -1
-	for j := range c.shards {
-		i := (start + j) & int(c.mask)
-		sh := &c.shards[i]
-		sh.mu.Lock()
-		c.dropParked(sh, now)
-		for len(sh.refresh) > 0 && sh.refresh[0].nextRefresh <= now {
-			if e := sh.refresh[0]; e.used < idle && e.emit == emitClean {
-				heap.Pop(&sh.refresh)
-				c.dropEntry(sh, e, now)
-				continue
-			}
-			if len(items) >= refreshBatch {
-				if full < 0 {
-					full = i // the next pass starts here
-				}
-				break
-			}
-			e := heap.Pop(&sh.refresh).(*entry)
-			if e.rule.Mode == config.ModeLocal || e.rule.Limit == 0 {
-				// its counter is in this process, or it only counts a blocked
-				// counter's refusals: nothing to read, only its idle eviction
-				c.idle(sh, e, now)
-				continue
-			}
-			if !e.active && e.answered && parkable(e) {
-				c.idle(sh, e, now) // nothing to learn: no read
-				continue
-			}
-			// provisional: put back far out, so a failed read loses nothing
-			sh.schedule(e, now+int64(c.cfg.MaxRefresh))
-			items, ents, tags = e.ctr.reads(c, e, items, ents, tags)
-		}
-		sh.mu.Unlock()
-	}
-	if full >= 0 {
-		c.refreshNext = full
-	}
-	c.readItems, c.readEnts, c.readTags = items, ents, tags
+	items, ents, tags := c.collectDue(now)
 	if len(items) == 0 {
 		return
 	}
@@ -103,6 +58,59 @@ func (c *Checker) Refresh(ctx context.Context) {
 		sh.mu.Unlock()
 		ents[i] = nil
 	}
+}
+
+// collectDue pops the keys due at now: idle ones are dropped, parked ones
+// left unread, the others' reads collected, up to refreshBatch (requires
+// c.refreshMu).
+//
+// Each pass starts where the last one stopped: when more keys are due
+// than one pass reads, every shard still gets its turn (starting at shard
+// 0 every time starved the last shards of reads and evictions). Once the
+// batch is full, the remaining shards still drop their due idle keys,
+// which costs no read: eviction never waits on Redis.
+func (c *Checker) collectDue(now int64) ([]counters.ReadItem, []*entry, []uint8) {
+	items, ents, tags := c.readItems[:0], c.readEnts[:0], c.readTags[:0]
+	idle := now - int64(c.cfg.IdleAfter)
+	start, full := c.refreshNext, -1
+	for j := range c.shards {
+		i := (start + j) & int(c.mask)
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		c.dropParked(sh, now)
+		for len(sh.refresh) > 0 && sh.refresh[0].nextRefresh <= now {
+			if e := sh.refresh[0]; e.used < idle && e.emit == emitClean {
+				heap.Pop(&sh.refresh)
+				c.dropEntry(sh, e, now)
+				continue
+			}
+			if len(items) >= refreshBatch {
+				if full < 0 {
+					full = i // the next pass starts here
+				}
+				break
+			}
+			e := heap.Pop(&sh.refresh).(*entry)
+			switch {
+			case e.rule.Mode == config.ModeLocal || e.rule.Limit == 0:
+				// its counter is in this process, or it only counts a blocked
+				// counter's refusals: nothing to read, only its idle eviction
+				c.idle(sh, e, now)
+			case !e.active && e.answered && parkable(e):
+				c.idle(sh, e, now) // nothing to learn: no read
+			default:
+				// provisional: put back far out, so a failed read loses nothing
+				sh.schedule(e, now+int64(c.cfg.MaxRefresh))
+				items, ents, tags = e.ctr.reads(c, e, items, ents, tags)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if full >= 0 {
+		c.refreshNext = full
+	}
+	c.readItems, c.readEnts, c.readTags = items, ents, tags
+	return items, ents, tags
 }
 
 // Refresh item tags: this instance's own counter, or another shard of a
