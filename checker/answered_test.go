@@ -14,13 +14,13 @@ import (
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
-// tally is a rule's decisions by how its caller was answered: what its
+// answers is a rule's decisions by how its caller was answered: what its
 // analytics rows must sum to.
-type tally struct {
+type answers struct {
 	allowed, denied, deferred, shadow, overSoft, elastic uint64
 }
 
-func (a tally) String() string {
+func (a answers) String() string {
 	return fmt.Sprintf("allowed %d denied %d deferred %d shadow %d over_soft %d elastic %d",
 		a.allowed, a.denied, a.deferred, a.shadow, a.overSoft, a.elastic)
 }
@@ -30,7 +30,7 @@ func (a tally) String() string {
 // semantics as it decided itself (the call is charged to it whatever
 // the answer); any other rule as the request was answered — admitted
 // (over its soft limit, or borrowing), deferred or denied.
-func answeredAs(n *tally, d *ratelimit.Decision, i int) {
+func answeredAs(n *answers, d *ratelimit.Decision, i int) {
 	st := &d.Statuses[i]
 	switch {
 	case st.Shadowed:
@@ -55,7 +55,7 @@ func answeredAs(n *tally, d *ratelimit.Decision, i int) {
 // rowsOf folds deltas into the analytics rows they carry (the newest
 // version of each (minute, rule, descriptor, instance, stream), as the
 // sink keeps them) and sums them per rule id.
-func rowsOf(ds []*eventsv1.Delta) map[string]tally {
+func rowsOf(ds []*eventsv1.Delta) map[string]answers {
 	type key struct {
 		minute               int64
 		rule, desc, instance string
@@ -72,7 +72,7 @@ func rowsOf(ds []*eventsv1.Delta) map[string]tally {
 			newest[k] = d
 		}
 	}
-	out := map[string]tally{}
+	out := map[string]answers{}
 	for k, d := range newest {
 		m := d.Minute
 		n := out[k.rule]
@@ -166,7 +166,7 @@ func TestEveryAlgorithmModeAndBandCountsAsAnswered(t *testing.T) {
 		}
 	}
 	c, prod, clk := answerRig(t, file.String())
-	want := map[string]*tally{}
+	want := map[string]*answers{}
 	for i := range 5 {
 		for _, r := range rules {
 			var d ratelimit.Decision
@@ -175,7 +175,7 @@ func TestEveryAlgorithmModeAndBandCountsAsAnswered(t *testing.T) {
 			}
 			n := want["api:"+r.key]
 			if n == nil {
-				n = &tally{}
+				n = &answers{}
 				want["api:"+r.key] = n
 			}
 			answeredAs(n, &d, 0)
@@ -200,7 +200,7 @@ func TestEveryAlgorithmModeAndBandCountsAsAnswered(t *testing.T) {
 		}
 		if strings.Contains(r.yaml, "shadow=true") && strings.HasSuffix(r.yaml, "throttle=") { // a hard limit
 			shadowed++
-			if w != (tally{allowed: 2, shadow: 3}) {
+			if w != (answers{allowed: 2, shadow: 3}) {
 				t.Errorf("%s: answered %v, want 2 allowed and 3 shadow-denied of 5 at 2 a minute", r.yaml, w)
 			}
 		}
@@ -292,7 +292,7 @@ func TestRequestsOfManyRulesCountAsAnswered(t *testing.T) {
 	for _, mix := range mixes {
 		t.Run(strings.Join(mix, "+"), func(t *testing.T) {
 			c, prod, clk := answerRig(t, answerMixRules)
-			want := map[string]*tally{}
+			want := map[string]*answers{}
 			for range 6 {
 				var kv []string
 				for _, k := range mix {
@@ -305,7 +305,7 @@ func TestRequestsOfManyRulesCountAsAnswered(t *testing.T) {
 				for j, k := range mix {
 					n := want["api:"+k]
 					if n == nil {
-						n = &tally{}
+						n = &answers{}
 						want["api:"+k] = n
 					}
 					answeredAs(n, &d, j)
@@ -383,7 +383,7 @@ descriptors:
 	if err := c.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := rowsOf(prod.all)["api:roll"]; got != (tally{allowed: 2}) {
+	if got := rowsOf(prod.all)["api:roll"]; got != (answers{allowed: 2}) {
 		t.Fatalf("rows %v, want the 2 admissions", got)
 	}
 }

@@ -242,9 +242,9 @@ func (c *Checker) answerCharge(s *slot, now int64) {
 		// earlier window's, which the store holds)
 		if s.charged {
 			p := &e.pendApplied
-			p.tally(now, cost, s.allowed, refusalOf(s, false), true)
+			p.Tally(now, cost, s.allowed, refusalOf(s, false), true)
 			if s.allowed {
-				p.above(s) // as the status will say
+				above(p, s) // as the status will say
 			}
 		} else {
 			s.later = laterRefused
@@ -260,7 +260,7 @@ func (c *Checker) answerCharge(s *slot, now int64) {
 	s.remaining, s.resetAfter = l.remaining, l.resetAfter
 	e.answerRemaining, e.sinceAnswer = l.remaining, 0
 	if s.charged && s.allowed {
-		e.pendApplied.above(s)
+		above(&e.pendApplied, s)
 	}
 	if !s.allowed {
 		s.never, s.retryAfter = l.never, l.retryAfter
@@ -300,7 +300,7 @@ func (c *Checker) degradedDecision(s *slot, now, cost int64) {
 	}
 	s.remaining, s.resetAfter = e.ctr.state(c, e, now, 0)
 	if s.charged && s.allowed {
-		e.pend.above(s)
+		above(&e.pend, s)
 	}
 	if c.shards[s.sh].markDirty(e) { // counted in memory only: the store needs it soon
 		c.dirtyN.Add(1)

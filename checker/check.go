@@ -345,7 +345,7 @@ func (c *Checker) judge(s *slot, lk *look, now, cost int64, capped bool) {
 		s.charged = true
 		c.count(s, now, cost, s.allowed)
 		if s.allowed {
-			e.pend.above(s)
+			above(&e.pend, s)
 		}
 	}
 }
@@ -451,7 +451,7 @@ func (c *Checker) commit(slots []slot, denied, deferred, held bool, now int64) {
 			e := s.e
 			if !denied && s.allowed {
 				c.count(s, now, cost, true)
-				e.pend.above(s)
+				above(&e.pend, s)
 				e.ctr.admit(e, now, cost, s.post, held)
 			} else {
 				c.countRefused(s, e, now, cost, deferred)

@@ -8,6 +8,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/internal/tally"
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
@@ -203,13 +204,13 @@ func (w *windowCounter) roll(c *Checker, sh *shard, e *entry, now int64) {
 		sh.unlazy(e)
 		e.emit = emitClean
 	}
-	if e.pendApplied.used() { // store charges of the window left behind
+	if e.pendApplied.Used() { // store charges of the window left behind
 		sh.orphans = append(sh.orphans, c.delta(e, &e.pendApplied, true, own))
-		e.pendApplied = pending{}
+		e.pendApplied = tally.Pending{}
 	}
-	if e.pend.used() {
+	if e.pend.Used() {
 		sh.orphans = append(sh.orphans, c.delta(e, &e.pend, false, own))
-		e.pend = pending{}
+		e.pend = tally.Pending{}
 	}
 	if ws == w.cur.start+W {
 		w.prev = w.cur

@@ -28,7 +28,7 @@ func (c *Checker) heldHits() (all, most int64) {
 		sh.mu.Lock()
 		for _, e := range sh.keys {
 			for ; e != nil; e = e.next {
-				n := int64(e.pend.counted)
+				n := int64(e.pend.Counted)
 				all += n
 				most = max(most, n)
 			}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/internal/tally"
 )
 
 // flushBatch is the most deltas handed to the producer in one call.
@@ -59,7 +60,7 @@ func (c *Checker) emitSoon(sh *shard, e *entry, now, cost, room int64) {
 		return // due at the next flush already
 	}
 	// held > room / (2 × instances), without a division on the request path
-	held := int64(e.pend.counted) + cost
+	held := int64(e.pend.Counted) + cost
 	if held > 0 && (room < 0 || held*2*max(c.fleet(e), int64(e.instances)) > room || held > c.cfg.MaxHeldHits ||
 		sh.held+cost > c.heldPerShard) || c.slots == 0 {
 		if sh.markDirty(e) {
@@ -189,13 +190,13 @@ func (c *Checker) appendDeltas(deltas []*eventsv1.Delta, e *entry) []*eventsv1.D
 	if e.answered {
 		own = e.ctr.mineMemory()
 	}
-	if e.pendApplied.used() {
+	if e.pendApplied.Used() {
 		deltas = append(deltas, c.delta(e, &e.pendApplied, true, own))
-		e.pendApplied = pending{}
+		e.pendApplied = tally.Pending{}
 	}
-	if e.pend.used() {
+	if e.pend.Used() {
 		deltas = append(deltas, c.delta(e, &e.pend, false, own))
-		e.pend = pending{}
+		e.pend = tally.Pending{}
 	}
 	return deltas
 }
@@ -212,7 +213,7 @@ func (c *Checker) drain(sh *shard, e *entry) {
 
 // delta builds the wire delta of one pending slot (Sequence is set when
 // it is produced).
-func (c *Checker) delta(e *entry, p *pending, applied bool, ownAfter int64) *eventsv1.Delta {
+func (c *Checker) delta(e *entry, p *tally.Pending, applied bool, ownAfter int64) *eventsv1.Delta {
 	r := e.rule
 	alg := r.Algorithm
 	if r.Limit == 0 {
@@ -226,11 +227,9 @@ func (c *Checker) delta(e *entry, p *pending, applied bool, ownAfter int64) *eve
 	d := &eventsv1.Delta{
 		InstanceId: c.instance, Domain: r.Domain, RuleId: r.ID, DescriptorText: e.desc, CounterKey: e.skey,
 		Algorithm: string(alg), WindowNanos: int64(r.Window), Limit: r.Limit,
-		AllowedCount: uint64(p.allowedCount), AllowedCost: p.allowedCost, DeniedCount: uint64(p.deniedCount),
-		DeniedCost: p.deniedCost, DeferredCount: uint64(p.deferred), ShadowDeniedCount: uint64(p.shadowDenied),
-		CountedCost: p.counted, AlreadyApplied: applied, FirstUnixNanos: p.first, LastUnixNanos: p.last,
-		OwnAfter: uint64(max(ownAfter, 0)), Minute: e.usage.add(p),
+		AlreadyApplied: applied, OwnAfter: uint64(max(ownAfter, 0)),
 	}
+	p.Fill(d, &e.usage)
 	e.ctr.fillDelta(e, d)
 	return d
 }
@@ -242,9 +241,9 @@ func (c *Checker) delta(e *entry, p *pending, applied bool, ownAfter int64) *eve
 func (c *Checker) count(s *slot, now, cost int64, allowed bool) {
 	e := s.e
 	p := &e.pend
-	p.tally(now, cost, allowed, refusalOf(s, false), true)
+	p.Tally(now, cost, allowed, refusalOf(s, false), true)
 	e.observe(now, cost)
-	p.counted += uint64(cost)
+	p.Counted += uint64(cost)
 	if e.emit == emitLazy { // held back: what a crash would lose (emitSoon bounds it)
 		c.shards[e.hash&c.mask].held += cost
 	}
@@ -262,8 +261,8 @@ func (c *Checker) countApplied(s *slot, now, cost int64, allowed bool) {
 	e := s.e
 	e.observe(now, cost)
 	p := &e.pendApplied
-	p.tally(now, cost, allowed, refusalOf(s, false), true)
-	p.counted += uint64(cost)
+	p.Tally(now, cost, allowed, refusalOf(s, false), true)
+	p.Counted += uint64(cost)
 }
 
 // countRefused records a refusal that charged nothing (analytics only),
@@ -274,7 +273,7 @@ func (c *Checker) countRefused(s *slot, e *entry, now, cost int64, deferred bool
 	if s.role == rolePool && s.allowed {
 		return
 	}
-	e.pend.tally(now, cost, false, refusalOf(s, deferred), false)
+	e.pend.Tally(now, cost, false, refusalOf(s, deferred), false)
 }
 
 // countAnalytics records a decision the counters already hold: one the
@@ -283,9 +282,9 @@ func (c *Checker) countRefused(s *slot, e *entry, now, cost int64, deferred bool
 // a refusal as its caller was answered (deferred: the request was).
 func (c *Checker) countAnalytics(s *slot, now, cost int64, allowed, deferred bool) {
 	p := &s.e.pendApplied
-	p.tally(now, cost, allowed, refusalOf(s, deferred), false)
+	p.Tally(now, cost, allowed, refusalOf(s, deferred), false)
 	if allowed {
-		p.above(s)
+		above(p, s)
 	}
 }
 
@@ -305,15 +304,15 @@ const (
 // its rule's own limit: borrowing from its pool, or into a soft
 // throttle's overage (s.remaining: after the admission). The statuses
 // say the same (Status.Elastic, Status.OverSoft).
-func (p *pending) above(s *slot) {
+func above(p *tally.Pending, s *slot) {
 	switch {
 	case s.role == roleRelease: // no decision counted (tally), so none above the limit either
 	case s.rule.Pool != nil:
 		if s.borrows() {
-			p.elastic++
+			p.Elastic++
 		}
 	case overSoft(s.rule, s.remaining):
-		p.overSoft++
+		p.OverSoft++
 	}
 }
 
@@ -324,129 +323,20 @@ func overSoft(r *config.Rule, remaining int64) bool {
 	return r.Pool == nil && over > 0 && remaining < over
 }
 
-// refusal is how a refused decision counts in analytics: as its caller
-// was answered.
-type refusal uint8
-
-const (
-	refusedDenied   refusal = iota
-	refusedDeferred         // an `on_exceed: defer` rule that could admit it later
-	refusedShadow           // a shadow_mode rule: admitted after all, recorded as shadow-denied
-	refusedRelease          // the drain's "not yet" on a deferred request: counted deferred once already
-)
-
 // refusalOf says how a refusal of slot s counts, deferred saying the
 // request was deferred: a shadow rule's own refusal is shadow-denied
 // (the status says Shadowed; a request another rule refused is refused
 // under it too), any other as the request was answered — deferred
 // under every rule when it was, denied when not (a deferring rule's
 // refusal included: the caller was denied).
-func refusalOf(s *slot, deferred bool) refusal {
+func refusalOf(s *slot, deferred bool) tally.Refusal {
 	switch {
 	case s.role == roleRelease:
-		return refusedRelease
+		return tally.Release
 	case s.rule.Shadow && !s.allowed:
-		return refusedShadow
+		return tally.Shadow
 	case deferred:
-		return refusedDeferred
+		return tally.Deferred
 	}
-	return refusedDenied
-}
-
-// pending is consumption counted but not yet flushed, for the counter's
-// current window (roll emits it when the window ends). Counts are uint32
-// (a key's decisions between two emissions, at most a minute apart), costs
-// uint64: 64 bytes.
-type pending struct {
-	allowedCost, deniedCost, counted uint64
-	first, last                      int64 // first is 0 while nothing is pending
-	allowedCount, deniedCount        uint32
-	shadowDenied, deferred           uint32
-	overSoft, elastic                uint32 // of allowedCount: above the rule's own limit (above)
-}
-
-// used says something is pending.
-func (p *pending) used() bool { return p.first != 0 }
-
-func (p *pending) add(now int64) {
-	if p.first == 0 {
-		p.first = max(now, 1) // (0 marks an empty pending)
-	}
-	p.last = max(p.last, now)
-}
-
-// tally adds one decision of cost hits to p: admitted, or refused and
-// counted as why says. charged: the refused hits were counted all the
-// same (Envoy's semantics); their cost then goes to deniedCost whatever
-// the answer, so that a delta's counted cost stays within its allowed and
-// denied cost (events.Validate), and a release is then a denial as any
-// refused call that counts.
-func (p *pending) tally(now, cost int64, allowed bool, why refusal, charged bool) {
-	if why == refusedRelease {
-		// the drain's decision on a request counted deferred when it was
-		// queued: no decision of anyone's (counted again, one deferred
-		// request was two), only its hits once admitted — or charged
-		// all the same (Envoy's semantics) — which the cost columns carry
-		switch {
-		case allowed:
-			p.add(now)
-			p.allowedCost += uint64(cost)
-		case charged:
-			p.add(now)
-			p.deniedCost += uint64(cost)
-		}
-		return
-	}
-	p.add(now)
-	switch {
-	case allowed:
-		p.allowedCount++
-		p.allowedCost += uint64(cost)
-		return
-	case why == refusedShadow:
-		p.shadowDenied++
-		if charged {
-			p.deniedCost += uint64(cost)
-		}
-	case why == refusedDeferred && !charged:
-		p.deferred++
-	default:
-		p.deniedCount++
-		p.deniedCost += uint64(cost)
-	}
-}
-
-// minuteUsage is an entry's usage in its current analytics minute.
-type minuteUsage struct {
-	stream                    uint64 // unique per entry of this checker
-	minute                    int64  // unix seconds; 0: none yet
-	allowedCost, deniedCost   uint64
-	allowedCount, deniedCount uint32 // a key's decisions in one minute
-	deferred, shadowDenied    uint32
-	overSoft, elastic         uint32
-}
-
-// add folds p into the usage of its minute (never going back to an
-// earlier one) and returns the cumulative row a delta carries.
-func (u *minuteUsage) add(p *pending) *eventsv1.MinuteUsage {
-	t := p.first
-	if t == 0 {
-		t = p.last
-	}
-	m := max(t/1e9/60*60, u.minute)
-	if m != u.minute {
-		*u = minuteUsage{stream: u.stream, minute: m}
-	}
-	u.allowedCount += p.allowedCount
-	u.allowedCost += p.allowedCost
-	u.deniedCount += p.deniedCount
-	u.deniedCost += p.deniedCost
-	u.deferred += p.deferred
-	u.shadowDenied += p.shadowDenied
-	u.overSoft += p.overSoft
-	u.elastic += p.elastic
-	return &eventsv1.MinuteUsage{MinuteUnix: u.minute, Stream: u.stream, AllowedCount: uint64(u.allowedCount),
-		AllowedCost: u.allowedCost, DeniedCount: uint64(u.deniedCount), DeniedCost: u.deniedCost,
-		DeferredCount: uint64(u.deferred), ShadowDeniedCount: uint64(u.shadowDenied),
-		OverSoftCount: uint64(u.overSoft), ElasticCount: uint64(u.elastic)}
+	return tally.Denied
 }

@@ -18,7 +18,7 @@ func checkHeld(t *testing.T, c *Checker, step int) {
 		for _, e := range sh.keys {
 			for ; e != nil; e = e.next {
 				if e.emit == emitLazy {
-					want += int64(e.pend.counted)
+					want += int64(e.pend.Counted)
 				}
 			}
 		}

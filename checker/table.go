@@ -12,6 +12,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/internal/tally"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -54,8 +55,8 @@ type entry struct {
 	nextRefresh     int64
 	lazyTick        int64 // the emission wheel's tick a lazy entry waits for
 
-	pend, pendApplied pending
-	usage             minuteUsage // this minute's usage so far, carried by every delta
+	pend, pendApplied tally.Pending
+	usage             tally.Minute // this minute's usage so far, carried by every delta
 
 	// the small fields last, together: no padding between them
 	heapIdx   int32 // index in the shard's refresh heap; -1 when not in it
@@ -217,7 +218,7 @@ func (sh *shard) markDirty(e *entry) bool {
 // is skipped.
 func (sh *shard) unlazy(e *entry) {
 	sh.lazyN--
-	sh.held -= int64(e.pend.counted)
+	sh.held -= int64(e.pend.Counted)
 	e.emit = emitClean
 }
 
@@ -233,7 +234,7 @@ func (sh *shard) markLazy(e *entry, tick int64, slots int) {
 	}
 	e.emit, e.lazyTick = emitLazy, tick
 	sh.lazyN++
-	sh.held += int64(e.pend.counted)
+	sh.held += int64(e.pend.Counted)
 	i := tick % int64(slots)
 	sh.wheel[i] = append(sh.wheel[i], e)
 }
@@ -406,7 +407,7 @@ func (c *Checker) create(sh *shard, s *slot, req *ratelimit.Request, now int64) 
 	key := string(config.AppendCounterKey(nil, s.rule, es))
 	e := &entry{key: key, skey: c.storeKey(key, s.rule), vals: vals, desc: descText(es),
 		hash: s.h, rule: s.rule, ctr: newCounter(s.rule), heapIdx: -1, answerRemaining: -1, created: now,
-		usage: minuteUsage{stream: c.streams.Add(1)}}
+		usage: tally.NewMinute(c.streams.Add(1))}
 	need := entryBytes(e, owned)
 	e.bytes = int32(min(need, 1<<31-1))
 	c.makeRoom(s.sh, need, now)
