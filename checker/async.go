@@ -289,10 +289,10 @@ type Checker struct {
 	streams      atomic.Uint64 // analytics stream ids, one per key entry
 	bytes        atomic.Int64  // the key table's estimated heap (membytes.go)
 	ids          *ratelimit.RequestIDs
-	scratch      sync.Pool // *scratch, for requests of many descriptors
-	works        sync.Pool // *syncWork, one per store charge
-	batch        *batcher  // sends the store charges of concurrent decisions together
-	keyBufs      sync.Pool // *[]byte, counter keys of small requests
+	scratch      sync.Pool         // *scratch, for requests of many descriptors
+	works        sync.Pool         // *syncWork, one per store charge
+	batch        *counters.Batcher // sends the store charges of concurrent decisions together
+	keyBufs      sync.Pool         // *[]byte, counter keys of small requests
 
 	flushNow    chan struct{}
 	dirtyN      atomic.Int64 // keys queued for the next flush
@@ -368,8 +368,8 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 		c.ids = ratelimit.NewRequestIDs(cfg.IdempotencyTTL, 1<<16)
 	}
 	c.scratch.New = func() any { return &scratch{buf: make([]byte, 0, 1024)} }
-	c.works.New = func() any { return &syncWork{signal: make(chan uint8, 1)} }
-	c.batch = newBatcher(cs, storeLanes)
+	c.works.New = func() any { return &syncWork{Call: *counters.NewCall()} }
+	c.batch = counters.NewBatcher(cs, storeLanes)
 	c.keyBufs.New = func() any { b := make([]byte, 0, 512); return &b }
 	return c, nil
 }

@@ -3,7 +3,6 @@ package checker
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
@@ -92,7 +91,7 @@ func (c *Checker) charge(slots []slot, denied bool, req *ratelimit.Request, now 
 func (c *Checker) call(w *syncWork, now int64) {
 	var probe bool
 	if probe, w.Err = c.admit(now); w.Err == nil {
-		c.batch.do(w, c.cfg.StoreTimeout)
+		c.batch.Do(&w.Call, c.cfg.StoreTimeout)
 		c.brk.Done(now, w.Err, probe)
 	}
 }
@@ -329,12 +328,9 @@ func (c *Checker) releaseWork(slots []slot) {
 	}
 }
 
-// syncWork is one store charge of a Check: the operation, and how the
-// batcher tells its caller the answer is in.
+// syncWork is one store call of a Check, sent through the batcher.
 type syncWork struct {
-	counters.Op
-	signal   chan uint8
-	deadline time.Time
+	counters.Call
 	// budgetOK: local_budget would admit the charge if the store fails
 	// (this instance's share of what remained at the last answer)
 	budgetOK bool
@@ -345,7 +341,7 @@ func (c *Checker) work(w *syncWork) *syncWork {
 	if w == nil {
 		w = c.works.Get().(*syncWork)
 	}
-	sig := w.signal
-	*w = syncWork{signal: sig}
+	w.Call.Reset()
+	w.budgetOK = false
 	return w
 }

@@ -7,7 +7,8 @@
 //   - the shared counters, as the checker needs them ([Store]): batch
 //     reads of applied state ([ReadItem]), atomic near-limit charges and
 //     their refunds ([ChargeRequest]), batches of both in one round trip
-//     ([Op]), `mode: sync` decisions run inside the store on its clock
+//     ([Op]) — concurrent decisions' calls grouped into those batches
+//     by a [Batcher] ([Call]) —, `mode: sync` decisions run inside the store on its clock
 //     ([SyncStore], [SyncRequest]), and the registry of live checkers with
 //     the store's time ([Registry], [Beat]);
 //   - the aggregator's side: deltas applied at most once each

@@ -1,4 +1,4 @@
-package checker
+package counters
 
 import (
 	"context"
@@ -6,10 +6,24 @@ import (
 	"sync"
 	"time"
 
-	"github.com/velvetrope/velvetrope/counters"
 )
 
-// batcher sends the store calls of concurrent decisions together (group
+// Call is one operation a Batcher sends: the operation, and how its
+// caller is told the answer is in. A Call is reused (Reset) across
+// operations, as its channel is made once.
+type Call struct {
+	Op
+	signal   chan uint8
+	deadline time.Time
+}
+
+// NewCall returns a Call ready for Batcher.Do.
+func NewCall() *Call { return &Call{signal: make(chan uint8, 1)} }
+
+// Reset readies c for another operation.
+func (c *Call) Reset() { *c = Call{signal: c.signal} }
+
+// Batcher sends the store calls of concurrent decisions together (group
 // commit): a decision that needs the store hands over its operation; at
 // most lanes batches are in flight, each one round trip carrying every
 // operation that was waiting when it left. An idle store sees each call
@@ -21,13 +35,13 @@ import (
 // No goroutine of its own: the first caller to find a free lane leads a
 // batch (its own operation and whatever waits), and hands the lane to the
 // oldest waiting caller when it is done.
-type batcher struct {
-	store counters.Store
+type Batcher struct {
+	store Store
 	lanes int
 	now   func() time.Time // real time: deadlines are a context's
 
 	mu      sync.Mutex
-	queue   []*syncWork // waiting for a lane, oldest first
+	queue   []*Call // waiting for a lane, oldest first
 	running int         // lanes in use
 	bufs    sync.Pool   // *batchBuf
 }
@@ -42,19 +56,22 @@ const (
 )
 
 type batchBuf struct {
-	works [maxBatch]*syncWork
-	ops   [maxBatch]*counters.Op
+	works [maxBatch]*Call
+	ops   [maxBatch]*Op
 }
 
-func newBatcher(store counters.Store, lanes int) *batcher {
-	b := &batcher{store: store, lanes: max(lanes, 1), now: time.Now}
+// NewBatcher returns a Batcher over store with lanes batches in flight
+// at most.
+func NewBatcher(store Store, lanes int) *Batcher {
+	b := &Batcher{store: store, lanes: max(lanes, 1), now: time.Now}
 	b.bufs.New = func() any { return new(batchBuf) }
 	return b
 }
 
-// do runs w's operation (w.Op) in a batch within timeout, and returns
-// when w.Op has its answer or Err.
-func (b *batcher) do(w *syncWork, timeout time.Duration) {
+// Do runs w's operation (w.Op) in a batch within timeout, and returns
+// when w.Op has its answer or Err (an operation that waited for a lane
+// past its timeout is not sent: ErrStoreUnavailable).
+func (b *Batcher) Do(w *Call, timeout time.Duration) {
 	w.deadline = b.now().Add(timeout)
 	b.mu.Lock()
 	if b.running >= b.lanes {
@@ -99,7 +116,7 @@ func (b *batcher) do(w *syncWork, timeout time.Duration) {
 
 // run sends one batch, within the earliest deadline of its operations;
 // an operation whose deadline passed while it waited is not sent.
-func (b *batcher) run(batch []*syncWork, ops []*counters.Op) {
+func (b *Batcher) run(batch []*Call, ops []*Op) {
 	now := b.now()
 	deadline := batch[0].deadline
 	for _, w := range batch {
@@ -122,4 +139,4 @@ func (b *batcher) run(batch []*syncWork, ops []*counters.Op) {
 
 // errWaitedTooLong is an operation that spent its whole store timeout
 // waiting for a lane.
-var errWaitedTooLong = fmt.Errorf("%w: waited for the store past store_timeout", counters.ErrStoreUnavailable)
+var errWaitedTooLong = fmt.Errorf("%w: waited for the store past store_timeout", ErrStoreUnavailable)

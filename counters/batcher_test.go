@@ -1,4 +1,4 @@
-package checker
+package counters
 
 import (
 	"context"
@@ -8,21 +8,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/velvetrope/velvetrope/counters"
 )
 
 // gateStore answers every operation with its cost as the total, after
 // holding each batch until the test lets it go; it records batch sizes
 // and how many batches were in flight at once.
 type gateStore struct {
-	counters.Store
+	Store
 	gate              chan struct{}
 	mu                sync.Mutex
 	sizes             []int
 	inFlight, maxSeen atomic.Int32
 }
 
-func (g *gateStore) Do(_ context.Context, ops []*counters.Op) {
+func (g *gateStore) Do(_ context.Context, ops []*Op) {
 	n := g.inFlight.Add(1)
 	for {
 		m := g.maxSeen.Load()
@@ -35,7 +34,7 @@ func (g *gateStore) Do(_ context.Context, ops []*counters.Op) {
 	g.sizes = append(g.sizes, len(ops))
 	g.mu.Unlock()
 	for _, op := range ops {
-		op.Answer = counters.ChargeResult{Allowed: true, Total: op.Charge.Cost}
+		op.Answer = ChargeResult{Allowed: true, Total: op.Charge.Cost}
 	}
 	g.inFlight.Add(-1)
 }
@@ -45,7 +44,7 @@ func (g *gateStore) Do(_ context.Context, ops []*counters.Op) {
 // every call gets its own answer exactly once.
 func TestBatcherGroupsWaitingCalls(t *testing.T) {
 	g := &gateStore{gate: make(chan struct{})}
-	b := newBatcher(g, 2)
+	b := NewBatcher(g, 2)
 	const calls = 200
 	var wg sync.WaitGroup
 	errs := make(chan error, calls)
@@ -53,9 +52,9 @@ func TestBatcherGroupsWaitingCalls(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := &syncWork{signal: make(chan uint8, 1)}
+			w := NewCall()
 			w.Charge.Cost = int64(i + 1)
-			b.do(w, time.Minute)
+			b.Do(w, time.Minute)
 			if w.Err != nil || w.Answer.Total != int64(i+1) {
 				errs <- errors.New("wrong answer")
 			}
@@ -105,18 +104,18 @@ func TestBatcherGroupsWaitingCalls(t *testing.T) {
 // decides it).
 func TestBatcherDeadline(t *testing.T) {
 	g := &gateStore{gate: make(chan struct{})}
-	b := newBatcher(g, 1)
+	b := NewBatcher(g, 1)
 	var clock atomic.Int64 // ns after t
 	t0 := time.Unix(1_700_000_000, 0)
 	b.now = func() time.Time { return t0.Add(time.Duration(clock.Load())) }
-	first := &syncWork{signal: make(chan uint8, 1)}
-	go b.do(first, time.Minute) // holds the only lane
+	first := NewCall()
+	go b.Do(first, time.Minute) // holds the only lane
 	for g.inFlight.Load() == 0 {
 		time.Sleep(time.Millisecond) // waiting for the lane's holder to reach the store
 	}
-	late := &syncWork{signal: make(chan uint8, 1)}
+	late := NewCall()
 	done := make(chan struct{})
-	go func() { b.do(late, time.Millisecond); close(done) }()
+	go func() { b.Do(late, time.Millisecond); close(done) }()
 	for {
 		b.mu.Lock()
 		queued := len(b.queue)
@@ -129,7 +128,7 @@ func TestBatcherDeadline(t *testing.T) {
 	clock.Add(int64(5 * time.Millisecond)) // past the late call's 1 ms timeout
 	g.gate <- struct{}{}                   // the first batch answers; the late call leads the next
 	<-done
-	if !errors.Is(late.Err, counters.ErrStoreUnavailable) || len(g.sizes) != 1 {
+	if !errors.Is(late.Err, ErrStoreUnavailable) || len(g.sizes) != 1 {
 		t.Fatalf("late call: %v, batches %v (want only the first)", late.Err, g.sizes)
 	}
 }
