@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
 )
 
 // Call is one operation a Batcher sends: the operation, and how its
@@ -41,9 +40,9 @@ type Batcher struct {
 	now   func() time.Time // real time: deadlines are a context's
 
 	mu      sync.Mutex
-	queue   []*Call // waiting for a lane, oldest first
-	running int         // lanes in use
-	bufs    sync.Pool   // *batchBuf
+	queue   []*Call   // waiting for a lane, oldest first
+	running int       // lanes in use
+	bufs    sync.Pool // *batchBuf
 }
 
 // maxBatch bounds one round trip (a pipeline of scripts).
