@@ -19,6 +19,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/breaker"
 	"github.com/velvetrope/velvetrope/internal/hist"
 	"github.com/velvetrope/velvetrope/internal/logx"
+	"github.com/velvetrope/velvetrope/internal/valuehash"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
@@ -319,7 +320,8 @@ type Checker struct {
 	// one rate-limited log per kind of warning, so that one kind repeating
 	// never hides another
 	logFlush, logStore, logRefresh, logControls *logx.Limited
-	hash                                        *hashing
+	hash                                        *valuehash.Hasher // hash_values entries
+	hashLog                                     sync.Once
 
 	// Stats are updated by every decision and background pass.
 	Stats Stats
@@ -359,7 +361,7 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	for _, l := range []**logx.Limited{&c.logFlush, &c.logStore, &c.logRefresh, &c.logControls} {
 		*l = logx.New(cfg.Logger, 10*time.Second)
 	}
-	if c.hash, err = newHashing(cfg.HashKey); err != nil {
+	if c.hash, err = valuehash.New(cfg.HashKey); err != nil {
 		return nil, err
 	}
 	c.brk = breaker.New(cfg.BreakerFailures, cfg.BreakerOpenFor)

@@ -90,7 +90,7 @@ func (c *Checker) SetControl(ctx context.Context, spec ControlSpec) (counters.Co
 	if r != nil && r.Hashed != nil {
 		for i := range es {
 			if i < len(r.Hashed) && r.Hashed[i] {
-				es[i].Value = c.hash.value(spec.Domain, es[i].Key, es[i].Value)
+				es[i].Value = c.hash.Value(spec.Domain, es[i].Key, es[i].Value)
 			}
 		}
 	}

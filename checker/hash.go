@@ -1,57 +1,9 @@
 package checker
 
 import (
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
-	"hash"
-	"sync"
-
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
-
-// hashing replaces the values of hash_values keys by a keyed hash before
-// they become counter identities, so they never leave the checker: not in
-// Kafka deltas, Redis keys, ClickHouse rows, logs or metrics. Instances
-// that share counters must share the key; without one a random key is
-// drawn per process (exact within it, not shared: logged).
-type hashing struct {
-	key     []byte
-	random  bool
-	macs    sync.Pool // hash.Hash
-	onceLog sync.Once
-}
-
-func newHashing(key []byte) (*hashing, error) {
-	h := &hashing{key: key}
-	if len(key) == 0 {
-		h.key, h.random = make([]byte, 32), true
-		if _, err := rand.Read(h.key); err != nil {
-			return nil, err
-		}
-	}
-	h.macs.New = func() any { return hmac.New(sha256.New, h.key) }
-	return h, nil
-}
-
-// value hashes one value of key in domain: 16 bytes of HMAC-SHA256, hex.
-// Domain and key are part of the input, so equal values of different keys
-// do not share a hash.
-func (h *hashing) value(domain, key, value string) string {
-	m := h.macs.Get().(hash.Hash)
-	m.Reset()
-	m.Write([]byte(domain))
-	m.Write([]byte{0})
-	m.Write([]byte(key))
-	m.Write([]byte{0})
-	m.Write([]byte(value))
-	var sum [sha256.Size]byte
-	out := hex.EncodeToString(m.Sum(sum[:0])[:16])
-	h.macs.Put(m)
-	return out
-}
 
 // Hashed returns req with the values of hash_values rules replaced by
 // their keyed hashes, as the checker counts them (req itself when no rule
@@ -94,8 +46,8 @@ func (c *Checker) applyHashing(req *ratelimit.Request, matched []*config.Rule) *
 	if !need {
 		return req
 	}
-	if c.hash.random {
-		c.hash.onceLog.Do(func() {
+	if c.hash.Random() {
+		c.hashLog.Do(func() {
 			c.cfg.Logger.Warn("hash_values rules are hashed with a random per-process key: set checker.hash_key " +
 				"(VELVETROPE_HASH_KEY) to the same secret on every checker, or their counters are not shared")
 		})
@@ -111,7 +63,7 @@ func (c *Checker) applyHashing(req *ratelimit.Request, matched []*config.Rule) *
 		copy(es, cp.Descriptors[i].Entries)
 		for j := range es {
 			if j < len(r.Hashed) && r.Hashed[j] {
-				es[j].Value = c.hash.value(req.Domain, es[j].Key, es[j].Value)
+				es[j].Value = c.hash.Value(req.Domain, es[j].Key, es[j].Value)
 			}
 		}
 		cp.Descriptors[i].Entries = es

@@ -1,10 +1,10 @@
 package checker
 
 import (
-	"sort"
 	"unsafe"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/heapsize"
 )
 
 // The key table's bound in bytes (Config.MaxBytes). Every key carries an
@@ -24,43 +24,24 @@ import (
 // each of the shard's queues that may hold it (refresh heap, emission
 // wheel, dirty list: 8 bytes each; parked list: 16), with their slack as
 // they grow.
-var entryOverhead = heapSize(int(unsafe.Sizeof(entry{}))) + 40 + 2*(3*8+16)
+var entryOverhead = heapsize.Of(int(unsafe.Sizeof(entry{}))) + 40 + 2*(3*8+16)
 
 // entryBytes estimates the heap e holds; ownVals are the bytes of the
 // request values it copied (a wildcard rule's shared pattern values are
 // the rule's, not the key's).
 func entryBytes(e *entry, ownVals []string) int64 {
-	n := entryOverhead + heapSize(len(e.key)) + heapSize(len(e.desc)) + heapSize(len(e.vals)*int(unsafe.Sizeof("")))
+	n := entryOverhead + heapsize.Of(len(e.key)) + heapsize.Of(len(e.desc)) + heapsize.Of(len(e.vals)*int(unsafe.Sizeof("")))
 	if e.skey != e.key {
-		n += heapSize(len(e.skey))
+		n += heapsize.Of(len(e.skey))
 	}
 	for _, v := range ownVals {
-		n += heapSize(len(v))
+		n += heapsize.Of(len(v))
 	}
-	n += heapSize(e.ctr.size())
+	n += heapsize.Of(e.ctr.size())
 	if r := e.rule; r.NearLimit == config.NearAsync || r.Shards > 1 {
-		n += heapSize(int(unsafe.Sizeof(extra{}))) // made on first use (bands.go, hot.go)
+		n += heapsize.Of(int(unsafe.Sizeof(extra{}))) // made on first use (bands.go, hot.go)
 	}
 	return n
-}
-
-// sizeClasses are Go's small-object size classes (runtime/sizeclasses.go):
-// an allocation of n bytes takes the smallest class that holds it.
-var sizeClasses = []int{8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256, 288,
-	320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 896, 1024, 1152, 1280, 1408, 1536, 1792, 2048, 2304,
-	2688, 3072, 3200, 3456, 4096, 4864, 5376, 6144, 6528, 6784, 6912, 8192, 9472, 9728, 10240, 10880, 12288,
-	13568, 14336, 16384, 18432, 19072, 20480, 21760, 24576, 27264, 28672, 32768}
-
-// heapSize is the heap an allocation of n bytes takes: its size class, or
-// whole 8 KiB pages above the largest class.
-func heapSize(n int) int64 {
-	if n <= 0 {
-		return 0
-	}
-	if i := sort.SearchInts(sizeClasses, n); i < len(sizeClasses) {
-		return int64(sizeClasses[i])
-	}
-	return int64((n + 8191) &^ 8191)
 }
 
 // maxSteal bounds the other shards one creation tries to evict from when

@@ -178,14 +178,6 @@ func TestMaxBytesBoundsTheTable(t *testing.T) {
 	}
 }
 
-func TestHeapSize(t *testing.T) {
-	for i, c := range []struct{ n, want int64 }{{0, 0}, {1, 8}, {8, 8}, {9, 16}, {1025, 1152}, {8224, 9472}, {32768, 32768}, {32769, 40960}} {
-		if got := heapSize(int(c.n)); got != c.want {
-			t.Fatalf("step %d: heapSize(%d) = %d, want %d", i, c.n, got, c.want)
-		}
-	}
-}
-
 // TestLocalMaxKeysBoundsTheLimiter (issue 19, item 8): limiter.max_keys
 // (Config.LocalMaxKeys) bounds the keys of `mode: local` rules; it was
 // validated and never used (the limiter took checker.max_keys / 4), and

@@ -12,6 +12,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/internal/heapsize"
 	"github.com/velvetrope/velvetrope/internal/tally"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
@@ -469,7 +470,7 @@ func (c *Checker) dropEntry(sh *shard, e *entry, now int64) {
 	if e.overUntil > now {
 		if sh.tombs == nil {
 			sh.tombs = make([]int64, tombSize(c.tombKeys()))
-			c.bytes.Add(heapSize(8 * len(sh.tombs)))
+			c.bytes.Add(heapsize.Of(8 * len(sh.tombs)))
 		}
 		i, j := tombSlots(e.hash, len(sh.tombs))
 		sh.tombs[i] = max(sh.tombs[i], e.overUntil)
