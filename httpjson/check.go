@@ -77,11 +77,11 @@ type Status struct {
 	Degraded bool `json:"degraded,omitempty"`
 }
 
-// ErrorResponse is the body of every 4xx and 5xx answer of the API. Field
-// names the request field at fault ("descriptors[0].entries", "body" for
-// the body as a whole); it is omitted where no one field is (a busy
-// listener, the analytics endpoints, which name their parameter in
-// Error).
+// ErrorResponse is the body of a 4xx or 5xx answer of these endpoints
+// (and of a listener too busy to take a request). Field names the request
+// field at fault ("descriptors[0].entries", "body" for the body as a
+// whole); it is omitted where no one field is (a busy listener, the
+// analytics endpoints, which name their parameter in Error).
 type ErrorResponse struct {
 	Error string `json:"error"`
 	Field string `json:"field,omitempty"`

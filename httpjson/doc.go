@@ -2,8 +2,8 @@
 // what POST /v1/check takes ([CheckRequest]) and answers ([CheckResponse]),
 // the state of a deferred request (GET /v1/deferred/{ticket}, [Ticket]),
 // the analytics answers (GET /v1/analytics/..., [TopDenied], [Usage],
-// [Rules], [Timeline], [Pools]) and the body of every refusal
-// ([ErrorResponse]). The server encodes and decodes these types and the Go
+// [Rules], [Timeline], [Pools]) and the error body these endpoints refuse
+// with ([ErrorResponse]). The server encodes and decodes these types and the Go
 // client (package client) the same ones, so the two cannot drift apart;
 // the deferred queue keeps a request's [Payload] as the API took it, and
 // the analytics store answers its queries in the analytics rows.
