@@ -8,29 +8,18 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/velvetrope/velvetrope/httpjson"
 )
 
 // DeniedKey is one row of the top denied keys: its decisions over the
 // window as their callers were answered (a shadow rule's would-be
 // refusals, admitted, are ShadowDenied and not Allowed; OverSoft and
 // Elastic are admissions, of Allowed, above the rule's own limit).
-type DeniedKey struct {
-	Domain       string `json:"domain"`
-	Rule         string `json:"rule"`
-	Descriptor   string `json:"descriptor"`
-	Denied       uint64 `json:"denied"`
-	Allowed      uint64 `json:"allowed"`
-	Deferred     uint64 `json:"deferred"`
-	ShadowDenied uint64 `json:"shadow_denied"`
-	OverSoft     uint64 `json:"over_soft"`
-	Elastic      uint64 `json:"elastic"`
-}
+type DeniedKey = httpjson.KeyUsage
 
 // TopDenied is the answer of GET /v1/analytics/top-denied.
-type TopDenied struct {
-	Window string      `json:"window"`
-	Keys   []DeniedKey `json:"keys"`
-}
+type TopDenied = httpjson.TopDenied
 
 // TopQuery selects the top denied keys: window as the service reads it
 // ("1h", "7d"; empty: 1h), optional domain and rule, limit (0: 10).
@@ -63,20 +52,10 @@ func (h *HTTP) TopDenied(ctx context.Context, q TopQuery) (TopDenied, error) {
 
 // PoolUsage is one elastic pool's borrowings over a window: admissions
 // that borrowed from it, their hits, and the borrowings it refused.
-type PoolUsage struct {
-	Domain       string `json:"domain"`
-	Pool         string `json:"pool"`
-	Rule         string `json:"rule"`
-	Borrowed     uint64 `json:"borrowed"`
-	BorrowedHits uint64 `json:"borrowed_hits"`
-	Refused      uint64 `json:"refused"`
-}
+type PoolUsage = httpjson.PoolUsage
 
 // Pools is the answer of GET /v1/analytics/pools.
-type Pools struct {
-	Window string      `json:"window"`
-	Pools  []PoolUsage `json:"pools"`
-}
+type Pools = httpjson.Pools
 
 // PoolsQuery selects the pools: window as for TopQuery, optional domain.
 type PoolsQuery struct {
@@ -125,9 +104,7 @@ func (h *HTTP) analytics(ctx context.Context, what string, v url.Values, token s
 		return fmt.Errorf("client: reading the answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
-		}
+		var e httpjson.ErrorResponse
 		_ = json.Unmarshal(raw, &e)
 		if resp.StatusCode == http.StatusBadRequest {
 			return fmt.Errorf("%w: %s", ErrInvalidArgument, e.Error)

@@ -6,12 +6,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/velvetrope/velvetrope/httpjson"
 )
 
-// HTTP calls the native JSON API (POST /v1/check) of a velvetrope checker.
+// HTTP calls the native JSON API (POST /v1/check) of a velvetrope checker,
+// in the service's own types (package httpjson).
 type HTTP struct {
 	base string
 	hc   *http.Client
@@ -26,49 +30,33 @@ func NewHTTP(base string, hc *http.Client, timeout time.Duration) *HTTP {
 	return &HTTP{base: strings.TrimRight(base, "/"), hc: hc}
 }
 
-type jsonEntry struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
-}
-
-type jsonRequest struct {
-	Domain      string `json:"domain"`
-	Descriptors []struct {
-		Entries []jsonEntry `json:"entries"`
-		Hits    *uint64     `json:"hits,omitempty"`
-	} `json:"descriptors"`
-	Hits      uint64 `json:"hits"`
-	RequestID string `json:"request_id,omitempty"`
-}
-
-type jsonResponse struct {
-	Decision string `json:"decision"`
-	Statuses []struct {
-		Decision     string `json:"decision"`
-		Rule         string `json:"rule"`
-		Limit        uint64 `json:"limit"`
-		Unit         string `json:"unit"`
-		Remaining    uint64 `json:"remaining"`
-		ResetAfterMS int64  `json:"reset_after_ms"`
-		Unlimited    bool   `json:"unlimited"`
-	} `json:"statuses"`
-	Error string `json:"error"`
-	Field string `json:"field"`
+// answer is any answer of POST /v1/check: a decision, or a refusal's
+// error body.
+type answer struct {
+	httpjson.CheckResponse
+	httpjson.ErrorResponse
 }
 
 // Check asks for a decision. A 400 answer wraps ErrInvalidArgument with
-// the field the service named.
+// the field the service named; a descriptor's hits above math.MaxInt64,
+// which the API's integers cannot carry, are refused so without a call,
+// as the service refuses them.
 func (h *HTTP) Check(ctx context.Context, req Request) (Response, error) {
-	in := jsonRequest{Domain: req.Domain, Hits: uint64(max(req.Hits, 1)), RequestID: req.RequestID}
-	in.Descriptors = make([]struct {
-		Entries []jsonEntry `json:"entries"`
-		Hits    *uint64     `json:"hits,omitempty"`
-	}, len(req.Descriptors))
+	hits := int64(max(req.Hits, 1))
+	in := httpjson.CheckRequest{Domain: req.Domain, Hits: &hits, RequestID: req.RequestID,
+		Descriptors: make([]httpjson.Descriptor, len(req.Descriptors))}
 	for i, d := range req.Descriptors {
 		for _, e := range d.Entries {
-			in.Descriptors[i].Entries = append(in.Descriptors[i].Entries, jsonEntry(e))
+			in.Descriptors[i].Entries = append(in.Descriptors[i].Entries, httpjson.Entry(e))
 		}
-		in.Descriptors[i].Hits = d.Hits
+		if d.Hits != nil {
+			if *d.Hits > math.MaxInt64 { // the API's hits are int64: what the service would answer
+				field := fmt.Sprintf("descriptors[%d].hits", i)
+				return Response{}, fmt.Errorf("%w: %s: %s: %d is out of range (64 bits)", ErrInvalidArgument, field, field, *d.Hits)
+			}
+			h := int64(*d.Hits)
+			in.Descriptors[i].Hits = &h
+		}
 	}
 	body, err := json.Marshal(in)
 	if err != nil {
@@ -88,7 +76,7 @@ func (h *HTTP) Check(ctx context.Context, req Request) (Response, error) {
 	if err != nil {
 		return Response{}, fmt.Errorf("client: reading the answer: %w", err)
 	}
-	var out jsonResponse
+	var out answer
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return Response{}, fmt.Errorf("client: POST /v1/check answered %d with undecodable JSON: %w", hresp.StatusCode, err)
 	}
@@ -101,7 +89,7 @@ func (h *HTTP) Check(ctx context.Context, req Request) (Response, error) {
 	resp := Response{OverLimit: out.Decision == "deny", Statuses: make([]Status, len(out.Statuses))}
 	for i, s := range out.Statuses {
 		resp.Statuses[i] = Status{OverLimit: s.Decision == "deny", Unlimited: s.Unlimited,
-			Limited: s.Rule != "" && !s.Unlimited, Limit: s.Limit, Unit: s.Unit, Remaining: s.Remaining,
+			Limited: s.Rule != "" && !s.Unlimited, Limit: uint64(s.Limit), Unit: s.Unit, Remaining: uint64(s.Remaining),
 			ResetAfter: time.Duration(s.ResetAfterMS) * time.Millisecond}
 		if !resp.Statuses[i].Limited {
 			resp.Statuses[i].Limit, resp.Statuses[i].Remaining = 0, 0

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/httpjson"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -61,14 +62,10 @@ type Entry struct {
 
 // Payload is the work a deferred request carries: what the drain sends
 // to the rule's target. Body is text; BodyBase64 carries binary bodies
-// (one of them at most).
-type Payload struct {
-	Method     string            `json:"method,omitempty"` // default POST
-	Path       string            `json:"path,omitempty"`   // joined to the target; default /
-	Headers    map[string]string `json:"headers,omitempty"`
-	Body       string            `json:"body,omitempty"`
-	BodyBase64 string            `json:"body_base64,omitempty"`
-}
+// (one of them at most). It is the payload of POST /v1/check
+// ([httpjson.Payload]: its fields and their JSON, in the item as in the
+// API), with its checks.
+type Payload httpjson.Payload
 
 // NewTicket returns a fresh ticket: 16 random bytes, URL-safe base64 (22
 // characters).

@@ -8,6 +8,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/httpjson"
 )
 
 // Row is one stream's usage of one counter in one minute, up to Version.
@@ -92,18 +93,9 @@ type TopQuery struct {
 	Limit        int
 }
 
-// KeyUsage is one key's totals over a window (the counts of [Row]).
-type KeyUsage struct {
-	Domain       string `json:"domain"`
-	Rule         string `json:"rule"`
-	Descriptor   string `json:"descriptor"`
-	Denied       uint64 `json:"denied"`
-	Allowed      uint64 `json:"allowed"`
-	Deferred     uint64 `json:"deferred"`
-	ShadowDenied uint64 `json:"shadow_denied"`
-	OverSoft     uint64 `json:"over_soft"`
-	Elastic      uint64 `json:"elastic"`
-}
+// KeyUsage is one key's totals over a window (the counts of [Row]): the
+// rows of the top-denied answer, as the API writes them.
+type KeyUsage = httpjson.KeyUsage
 
 // UsageQuery asks for one key's usage per minute since Since.
 type UsageQuery struct {
@@ -114,18 +106,9 @@ type UsageQuery struct {
 }
 
 // MinuteUsage is the usage of one minute (of a key, or of everything),
-// the counts of [Row].
-type MinuteUsage struct {
-	Minute       time.Time `json:"minute"`
-	Allowed      uint64    `json:"allowed"`
-	Denied       uint64    `json:"denied"`
-	Deferred     uint64    `json:"deferred"`
-	ShadowDenied uint64    `json:"shadow_denied"`
-	OverSoft     uint64    `json:"over_soft"`
-	Elastic      uint64    `json:"elastic"`
-	AllowedCost  uint64    `json:"allowed_cost"`
-	DeniedCost   uint64    `json:"denied_cost"`
-}
+// the counts of [Row]: the rows of the usage and timeline answers, as the
+// API writes them.
+type MinuteUsage = httpjson.MinuteUsage
 
 // RulesQuery asks for every rule's totals since Since.
 type RulesQuery struct {
@@ -134,18 +117,9 @@ type RulesQuery struct {
 }
 
 // RuleUsage is one rule's totals (the counts of [Row]) and deny rate
-// over a window.
-type RuleUsage struct {
-	Domain       string  `json:"domain"`
-	Rule         string  `json:"rule"`
-	Allowed      uint64  `json:"allowed"`
-	Denied       uint64  `json:"denied"`
-	Deferred     uint64  `json:"deferred"`
-	ShadowDenied uint64  `json:"shadow_denied"`
-	OverSoft     uint64  `json:"over_soft"`
-	Elastic      uint64  `json:"elastic"`
-	DenyRate     float64 `json:"deny_rate"` // denied of every decision (DenyRate); 0 with no traffic
-}
+// ([DenyRate]) over a window: the rows of the rules answer, as the API
+// writes them.
+type RuleUsage = httpjson.RuleUsage
 
 // PoolsQuery asks for every pool's totals since Since.
 type PoolsQuery struct {
@@ -156,14 +130,8 @@ type PoolsQuery struct {
 // PoolUsage is one elastic pool's totals over a window: the admissions
 // that borrowed from it and their hits, and the borrowings it refused
 // (the request was refused: its rule could not go above its own limit).
-type PoolUsage struct {
-	Domain       string `json:"domain"`
-	Pool         string `json:"pool"`
-	Rule         string `json:"rule"` // the pool's counter's rule id
-	Borrowed     uint64 `json:"borrowed"`
-	BorrowedHits uint64 `json:"borrowed_hits"`
-	Refused      uint64 `json:"refused"`
-}
+// The rows of the pools answer, as the API writes them.
+type PoolUsage = httpjson.PoolUsage
 
 // TimelineQuery asks for the usage of everything per minute since Since.
 type TimelineQuery struct {

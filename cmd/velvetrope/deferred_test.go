@@ -18,6 +18,7 @@ import (
 	"go.uber.org/fx/fxtest"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/httpjson"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 )
@@ -90,7 +91,7 @@ descriptors:
 					errs <- err
 					return
 				}
-				var out httpapi.CheckResponse
+				var out httpjson.CheckResponse
 				err = json.NewDecoder(resp.Body).Decode(&out)
 				resp.Body.Close()
 				mu.Lock()
@@ -158,7 +159,7 @@ descriptors:
 		if err != nil {
 			t.Fatal(err)
 		}
-		var st httpapi.TicketJSON
+		var st httpjson.Ticket
 		_ = json.NewDecoder(resp.Body).Decode(&st)
 		resp.Body.Close()
 		if st.State != "delivered" || st.DeliveredAt == nil || st.Attempts < 1 {
@@ -255,7 +256,7 @@ func TestDevDrainsDeferred(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var out httpapi.CheckResponse
+		var out httpjson.CheckResponse
 		_ = json.NewDecoder(resp.Body).Decode(&out)
 		resp.Body.Close()
 		if i == 1 {

@@ -23,6 +23,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/httpjson"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 )
 
@@ -43,7 +44,7 @@ func TestDevSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var got httpapi.CheckResponse
+	var got httpjson.CheckResponse
 	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
 		t.Fatal(err)
 	}

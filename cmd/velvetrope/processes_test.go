@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/httpjson"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 )
@@ -60,7 +61,7 @@ func TestCheckerAndAggregatorProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got httpapi.CheckResponse
+	var got httpjson.CheckResponse
 	json.NewDecoder(resp.Body).Decode(&got)
 	resp.Body.Close()
 	if got.Decision != "allow" || got.Statuses[0].Remaining != 99 {

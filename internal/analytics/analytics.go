@@ -1,7 +1,8 @@
 // Package analytics serves the usage analytics over HTTP: top denied
 // keys, one key's usage per minute, totals and deny rate per rule, the
 // borrowings of elastic pools, and the timeline the dashboard draws. Every parameter is checked and named when
-// wrong; the queries bind them (sink.Analytics), never splice them.
+// wrong; the queries bind them (sink.Analytics), never splice them. The
+// answers are package httpjson's, the types the Go client reads.
 package analytics
 
 import (
@@ -19,6 +20,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/velvetrope/velvetrope/httpjson"
 	"github.com/velvetrope/velvetrope/internal/logx"
 	"github.com/velvetrope/velvetrope/sink"
 )
@@ -99,7 +101,7 @@ func (h *Handler) guard(next http.HandlerFunc) http.HandlerFunc {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.access.Token)) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="velvetrope analytics"`)
-				writeJSON(w, http.StatusUnauthorized, ErrorJSON{Error: "analytics need a valid bearer token (analytics.token)"})
+				writeJSON(w, http.StatusUnauthorized, httpjson.ErrorResponse{Error: "analytics need a valid bearer token (analytics.token)"})
 				return
 			}
 		}
@@ -109,43 +111,6 @@ func (h *Handler) guard(next http.HandlerFunc) http.HandlerFunc {
 
 // errBusy marks a query refused because MaxConcurrent are running.
 var errBusy = errors.New("analytics busy")
-
-// TopJSON is the body of GET /v1/analytics/top-denied.
-type TopJSON struct {
-	Window string          `json:"window"`
-	Keys   []sink.KeyUsage `json:"keys"`
-}
-
-// UsageJSON is the body of GET /v1/analytics/usage.
-type UsageJSON struct {
-	Window  string             `json:"window"`
-	Domain  string             `json:"domain"`
-	Key     string             `json:"key"`
-	Minutes []sink.MinuteUsage `json:"minutes"`
-}
-
-// RulesJSON is the body of GET /v1/analytics/rules.
-type RulesJSON struct {
-	Window string           `json:"window"`
-	Rules  []sink.RuleUsage `json:"rules"`
-}
-
-// TimelineJSON is the body of GET /v1/analytics/timeline.
-type TimelineJSON struct {
-	Window  string             `json:"window"`
-	Minutes []sink.MinuteUsage `json:"minutes"`
-}
-
-// PoolsJSON is the body of GET /v1/analytics/pools.
-type PoolsJSON struct {
-	Window string           `json:"window"`
-	Pools  []sink.PoolUsage `json:"pools"`
-}
-
-// ErrorJSON is the body of a refused request.
-type ErrorJSON struct {
-	Error string `json:"error"`
-}
 
 // params reads and checks the query parameters every endpoint shares.
 type params struct {
@@ -264,7 +229,7 @@ func (h *Handler) topDenied(w http.ResponseWriter, r *http.Request) {
 	if h.failed(w, "top-denied", err) {
 		return
 	}
-	writeJSON(w, http.StatusOK, TopJSON{Window: p.windowText, Keys: keys.([]sink.KeyUsage)})
+	writeJSON(w, http.StatusOK, httpjson.TopDenied{Window: p.windowText, Keys: keys.([]sink.KeyUsage)})
 }
 
 func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
@@ -287,7 +252,7 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 	if h.failed(w, "usage", err) {
 		return
 	}
-	writeJSON(w, http.StatusOK, UsageJSON{Window: p.windowText, Domain: p.domain, Key: p.key, Minutes: mins.([]sink.MinuteUsage)})
+	writeJSON(w, http.StatusOK, httpjson.Usage{Window: p.windowText, Domain: p.domain, Key: p.key, Minutes: mins.([]sink.MinuteUsage)})
 }
 
 func (h *Handler) rules(w http.ResponseWriter, r *http.Request) {
@@ -301,7 +266,7 @@ func (h *Handler) rules(w http.ResponseWriter, r *http.Request) {
 	if h.failed(w, "rules", err) {
 		return
 	}
-	writeJSON(w, http.StatusOK, RulesJSON{Window: p.windowText, Rules: rules.([]sink.RuleUsage)})
+	writeJSON(w, http.StatusOK, httpjson.Rules{Window: p.windowText, Rules: rules.([]sink.RuleUsage)})
 }
 
 func (h *Handler) timeline(w http.ResponseWriter, r *http.Request) {
@@ -315,7 +280,7 @@ func (h *Handler) timeline(w http.ResponseWriter, r *http.Request) {
 	if h.failed(w, "timeline", err) {
 		return
 	}
-	writeJSON(w, http.StatusOK, TimelineJSON{Window: p.windowText, Minutes: mins.([]sink.MinuteUsage)})
+	writeJSON(w, http.StatusOK, httpjson.Timeline{Window: p.windowText, Minutes: mins.([]sink.MinuteUsage)})
 }
 
 func (h *Handler) pools(w http.ResponseWriter, r *http.Request) {
@@ -329,7 +294,7 @@ func (h *Handler) pools(w http.ResponseWriter, r *http.Request) {
 	if h.failed(w, "pools", err) {
 		return
 	}
-	writeJSON(w, http.StatusOK, PoolsJSON{Window: p.windowText, Pools: pools.([]sink.PoolUsage)})
+	writeJSON(w, http.StatusOK, httpjson.Pools{Window: p.windowText, Pools: pools.([]sink.PoolUsage)})
 }
 
 // errOff marks a query refused because analytics are off.
@@ -355,7 +320,7 @@ func (h *Handler) refused(w http.ResponseWriter, err error) bool {
 	if err == nil {
 		return false
 	}
-	writeJSON(w, http.StatusBadRequest, ErrorJSON{Error: err.Error()})
+	writeJSON(w, http.StatusBadRequest, httpjson.ErrorResponse{Error: err.Error()})
 	return true
 }
 
@@ -364,13 +329,13 @@ func (h *Handler) failed(w http.ResponseWriter, what string, err error) bool {
 	case err == nil:
 		return false
 	case errors.Is(err, errOff):
-		writeJSON(w, http.StatusServiceUnavailable, ErrorJSON{Error: h.off})
+		writeJSON(w, http.StatusServiceUnavailable, httpjson.ErrorResponse{Error: h.off})
 	case errors.Is(err, errBusy):
 		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, ErrorJSON{Error: fmt.Sprintf("%d analytics queries are running (analytics.max_concurrent): try again shortly", h.access.MaxConcurrent)})
+		writeJSON(w, http.StatusServiceUnavailable, httpjson.ErrorResponse{Error: fmt.Sprintf("%d analytics queries are running (analytics.max_concurrent): try again shortly", h.access.MaxConcurrent)})
 	default:
 		h.logger.Warn("analytics query failed", "query", what, "error", err)
-		writeJSON(w, http.StatusServiceUnavailable, ErrorJSON{Error: "the analytics store did not answer: " + err.Error()})
+		writeJSON(w, http.StatusServiceUnavailable, httpjson.ErrorResponse{Error: "the analytics store did not answer: " + err.Error()})
 	}
 	return true
 }

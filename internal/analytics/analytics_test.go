@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/velvetrope/velvetrope/httpjson"
 	"github.com/velvetrope/velvetrope/sink"
 )
 
@@ -113,7 +114,7 @@ func TestEndpoints(t *testing.T) {
 		}
 	}
 	// the timeline sums everything per minute, in order
-	var tl TimelineJSON
+	var tl httpjson.Timeline
 	if err := json.Unmarshal(get(h, "/v1/analytics/timeline?window=1h").Body.Bytes(), &tl); err != nil {
 		t.Fatal(err)
 	}

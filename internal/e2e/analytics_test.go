@@ -20,6 +20,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
+	"github.com/velvetrope/velvetrope/httpjson"
 	"github.com/velvetrope/velvetrope/internal/analytics"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
@@ -205,18 +206,18 @@ func apiKinds(t *testing.T, api *httptest.Server, w wantKinds) string {
 		}
 	}
 	q := url.Values{"window": {"1h"}, "domain": {"kinds"}}
-	var rules analytics.RulesJSON
+	var rules httpjson.Rules
 	get("/v1/analytics/rules", q, &rules)
 	if !slices.Equal(rules.Rules, w.rules) {
 		wrong = append(wrong, fmt.Sprintf("rules:\n got %+v\nwant %+v", rules.Rules, w.rules))
 	}
-	var top analytics.TopJSON
+	var top httpjson.TopDenied
 	get("/v1/analytics/top-denied", url.Values{"window": {"1h"}, "domain": {"kinds"}, "limit": {"100"}}, &top)
 	if !slices.Equal(top.Keys, w.keys) {
 		wrong = append(wrong, fmt.Sprintf("top-denied:\n got %+v\nwant %+v", top.Keys, w.keys))
 	}
 	for desc, want := range w.usage {
-		var u analytics.UsageJSON
+		var u httpjson.Usage
 		get("/v1/analytics/usage", url.Values{"window": {"1h"}, "domain": {"kinds"}, "key": {desc}}, &u)
 		var sum sink.MinuteUsage
 		for _, m := range u.Minutes {
@@ -226,7 +227,7 @@ func apiKinds(t *testing.T, api *httptest.Server, w wantKinds) string {
 			wrong = append(wrong, fmt.Sprintf("usage of %s: got %+v, want %+v", desc, sum, want))
 		}
 	}
-	var tl analytics.TimelineJSON
+	var tl httpjson.Timeline
 	get("/v1/analytics/timeline", q, &tl)
 	var total sink.MinuteUsage
 	for _, m := range tl.Minutes {
@@ -236,7 +237,7 @@ func apiKinds(t *testing.T, api *httptest.Server, w wantKinds) string {
 	if total != w.total {
 		wrong = append(wrong, fmt.Sprintf("timeline (the pool is no request): got %+v, want %+v", total, w.total))
 	}
-	var pools analytics.PoolsJSON
+	var pools httpjson.Pools
 	get("/v1/analytics/pools", q, &pools)
 	if !slices.Equal(pools.Pools, w.pools) {
 		wrong = append(wrong, fmt.Sprintf("pools:\n got %+v\nwant %+v", pools.Pools, w.pools))

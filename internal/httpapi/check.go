@@ -1,5 +1,7 @@
-// Package httpapi serves velvetrope's HTTP JSON API: POST /v1/check and
-// the health endpoints, on the one HTTP listener of a process.
+// Package httpapi serves velvetrope's HTTP JSON API: POST /v1/check,
+// GET /v1/deferred/{ticket} and the health endpoints, on the one HTTP
+// listener of a process. The bodies are package httpjson's, the types the
+// Go client sends and reads.
 package httpapi
 
 import (
@@ -11,80 +13,11 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/deferred"
+	"github.com/velvetrope/velvetrope/httpjson"
 	"github.com/velvetrope/velvetrope/internal/logx"
 	"github.com/velvetrope/velvetrope/internal/strictjson"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
-
-// CheckRequest is the JSON body of POST /v1/check.
-type CheckRequest struct {
-	Domain      string           `json:"domain"`
-	Descriptors []JSONDescriptor `json:"descriptors"`
-	// Hits is the cost; missing means 1, an explicit 0 is a probe.
-	Hits      *int64 `json:"hits,omitempty"`
-	RequestID string `json:"request_id,omitempty"`
-	// Payload is the work a deferred request carries to the rule's target
-	// (used only when the decision is defer).
-	Payload *deferred.Payload `json:"payload,omitempty"`
-}
-
-// JSONDescriptor is one descriptor of a CheckRequest.
-type JSONDescriptor struct {
-	Entries []JSONEntry `json:"entries"`
-	// Hits, when present, is this descriptor's cost instead of the
-	// request's.
-	Hits *int64 `json:"hits,omitempty"`
-}
-
-// JSONEntry is one key=value pair.
-type JSONEntry struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
-}
-
-// CheckResponse is the JSON answer of POST /v1/check.
-type CheckResponse struct {
-	Decision string `json:"decision"` // allow | deny | defer
-	// Ticket names a deferred request (GET /v1/deferred/{ticket}), and
-	// RetryAfterMS estimates its release.
-	Ticket       string `json:"ticket,omitempty"`
-	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
-	// DeferError says why a request that would have been deferred was
-	// refused instead: the deferred topic or the store did not take it,
-	// or a bound of the queue (defer.max_queued, deferred.max_bytes)
-	// was reached.
-	DeferError string       `json:"defer_error,omitempty"`
-	Statuses   []JSONStatus `json:"statuses"`
-}
-
-// JSONStatus is the decision for one descriptor, in request order.
-type JSONStatus struct {
-	Decision     string `json:"decision"`
-	Rule         string `json:"rule,omitempty"` // empty when no rule applies
-	Limit        int64  `json:"limit"`
-	Unit         string `json:"unit,omitempty"`
-	Remaining    int64  `json:"remaining"`
-	ResetAfterMS int64  `json:"reset_after_ms"`
-	RetryAfterMS int64  `json:"retry_after_ms"`
-	// RetryNever is set when retrying cannot help: the hits exceed what the
-	// rule ever admits, or the rule blocks everything.
-	RetryNever bool `json:"retry_never,omitempty"`
-	Unlimited  bool `json:"unlimited,omitempty"`
-	Shadowed   bool `json:"shadowed,omitempty"`
-	OverSoft   bool `json:"over_soft,omitempty"`
-	// Elastic: an elastic rule admitted the request above its limit,
-	// borrowing from its pool.
-	Elastic bool `json:"elastic,omitempty"`
-	// Degraded: the counter store was needed and did not answer; the
-	// rule's failure policy decided.
-	Degraded bool `json:"degraded,omitempty"`
-}
-
-// ErrorResponse is the JSON body of a 4xx/5xx answer.
-type ErrorResponse struct {
-	Error string `json:"error"`
-	Field string `json:"field,omitempty"`
-}
 
 // Option configures CheckHandler.
 type Option func(*checkOptions)
@@ -103,9 +36,9 @@ func WithQueue(q deferred.Enqueuer) Option { return func(o *checkOptions) { o.qu
 // checker takes. Without it: [config.DefaultLimits].
 func WithBounds(b config.LimitsConfig) Option { return func(o *checkOptions) { o.bounds = b } }
 
-// checkSchema is the shape of a CheckRequest within b.
+// checkSchema is the shape of an [httpjson.CheckRequest] within b.
 func checkSchema(b config.LimitsConfig) *strictjson.Schema {
-	return strictjson.MustFor[CheckRequest](append(strictjson.DescriptorBounds(b),
+	return strictjson.MustFor[httpjson.CheckRequest](append(strictjson.DescriptorBounds(b),
 		strictjson.Bound{Path: "request_id", Max: b.WithDefaults().MaxRequestIDBytes, What: "bytes"})...)
 }
 
@@ -124,7 +57,7 @@ func CheckHandler(c ratelimit.Checker, maxBody int64, log *logx.Limited, obs rat
 			writeError(w, http.StatusMethodNotAllowed, "", "method "+r.Method+" not allowed; use POST")
 			return
 		}
-		var in CheckRequest
+		var in httpjson.CheckRequest
 		req, err := readCheck(w, r, schema, maxBody, &in)
 		if err != nil {
 			writeError(w, err.Status, err.Field, err.Error())
@@ -150,7 +83,7 @@ func CheckHandler(c ratelimit.Checker, maxBody int64, log *logx.Limited, obs rat
 		}
 		out := toResponse(&d)
 		if d.Code == ratelimit.Deferred {
-			rc, err := deferRequest(r.Context(), o.queue, &req, &d, in.Payload)
+			rc, err := deferRequest(r.Context(), o.queue, &req, &d, (*deferred.Payload)(in.Payload))
 			var fe *ratelimit.FieldError
 			switch {
 			case errors.As(err, &fe):
@@ -211,14 +144,15 @@ func refusedByDeferring(d *ratelimit.Decision) bool {
 // readCheck decodes the body of a POST /v1/check into in, strictly and
 // within the bounds of schema, and returns the checker request it asks
 // for.
-func readCheck(w http.ResponseWriter, r *http.Request, schema *strictjson.Schema, maxBody int64, in *CheckRequest) (ratelimit.Request, *strictjson.Error) {
+func readCheck(w http.ResponseWriter, r *http.Request, schema *strictjson.Schema, maxBody int64, in *httpjson.CheckRequest) (ratelimit.Request, *strictjson.Error) {
 	if err := schema.Read(w, r, maxBody, in); err != nil {
 		return ratelimit.Request{}, err.(*strictjson.Error)
 	}
-	return in.toRequest(), nil
+	return toRequest(in), nil
 }
 
-func (in *CheckRequest) toRequest() ratelimit.Request {
+// toRequest is the checker request in asks for.
+func toRequest(in *httpjson.CheckRequest) ratelimit.Request {
 	req := ratelimit.Request{Domain: in.Domain, Hits: 1, RequestID: in.RequestID}
 	if in.Hits != nil {
 		req.Hits = *in.Hits
@@ -237,10 +171,11 @@ func (in *CheckRequest) toRequest() ratelimit.Request {
 	return req
 }
 
-func toResponse(d *ratelimit.Decision) CheckResponse {
-	out := CheckResponse{Decision: d.Code.String(), Statuses: make([]JSONStatus, len(d.Statuses))}
+// toResponse is d as the API answers it.
+func toResponse(d *ratelimit.Decision) httpjson.CheckResponse {
+	out := httpjson.CheckResponse{Decision: d.Code.String(), Statuses: make([]httpjson.Status, len(d.Statuses))}
 	for i, st := range d.Statuses {
-		js := JSONStatus{Decision: st.Code.String(), Remaining: st.Remaining, ResetAfterMS: ceilMS(st.ResetAfter),
+		js := httpjson.Status{Decision: st.Code.String(), Remaining: st.Remaining, ResetAfterMS: ceilMS(st.ResetAfter),
 			RetryAfterMS: ceilMS(st.RetryAfter), RetryNever: st.RetryNever, Shadowed: st.Shadowed, OverSoft: st.OverSoft,
 			Elastic: st.Elastic, Degraded: st.Degraded}
 		if r := st.Rule; r != nil {
@@ -263,5 +198,5 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, field, msg string) {
-	writeJSON(w, status, ErrorResponse{Error: msg, Field: field})
+	writeJSON(w, status, httpjson.ErrorResponse{Error: msg, Field: field})
 }

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/httpjson"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/local"
 )
@@ -52,11 +53,11 @@ func TestCheckContract(t *testing.T) {
 	if rec.Code != 200 {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
-	var got CheckResponse
+	var got httpjson.CheckResponse
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
 		t.Fatal(err)
 	}
-	want := CheckResponse{Decision: "allow", Statuses: []JSONStatus{{Decision: "allow", Rule: "api:user_id", Limit: 100,
+	want := httpjson.CheckResponse{Decision: "allow", Statuses: []httpjson.Status{{Decision: "allow", Rule: "api:user_id", Limit: 100,
 		Unit: "minute", Remaining: 99, ResetAfterMS: 600, RetryAfterMS: 0}}}
 	if got.Decision != want.Decision || len(got.Statuses) != 1 || got.Statuses[0] != want.Statuses[0] {
 		t.Fatalf("got %+v, want %+v", got, want)
@@ -82,7 +83,7 @@ func TestCheckHitsDefaultsAndProbe(t *testing.T) {
 		rem  int64
 	}{{"", 99}, {`,"hits":0`, 99}, {`,"hits":5`, 94}, {`,"hits":0`, 94}}
 	for i, s := range steps {
-		var got CheckResponse
+		var got httpjson.CheckResponse
 		json.Unmarshal(post(t, h, body(s.hits)).Body.Bytes(), &got)
 		if got.Statuses[0].Remaining != s.rem {
 			t.Fatalf("step %d (%s): remaining %d, want %d", i, s.hits, got.Statuses[0].Remaining, s.rem)
@@ -97,7 +98,7 @@ func TestCheckDeniedHeaders(t *testing.T) {
 		post(t, h, login)
 	}
 	rec := post(t, h, login)
-	var got CheckResponse
+	var got httpjson.CheckResponse
 	json.Unmarshal(rec.Body.Bytes(), &got)
 	if rec.Code != 200 || got.Decision != "deny" || got.Statuses[0].RetryAfterMS != 60000 {
 		t.Fatalf("got %d %+v, want 200 deny retry 60000ms", rec.Code, got)
@@ -147,7 +148,7 @@ func TestCheckBadRequests(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			rec := post(t, h, c.body)
-			var e ErrorResponse
+			var e httpjson.ErrorResponse
 			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
 				t.Fatalf("error body is not JSON: %q", rec.Body)
 			}
@@ -180,7 +181,7 @@ func TestCheckRefusesADeclaredOversizeUnread(t *testing.T) {
 	r.ContentLength = 1 << 30
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, r)
-	var e ErrorResponse
+	var e httpjson.ErrorResponse
 	if rec.Code != 413 || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Field != "body" || rec.Header().Get("Connection") != "close" {
 		t.Fatalf("got %d %s (Connection %q), want 413 naming body, Connection: close", rec.Code, rec.Body, rec.Header().Get("Connection"))
 	}
@@ -195,7 +196,7 @@ func TestCheckBoundsFollowTheChecker(t *testing.T) {
 	h := CheckHandler(l, 1<<20, nil, nil, WithBounds(config.LimitsConfig{MaxEntries: 2}))
 	body := `{"domain":"api","descriptors":[{"entries":[{"key":"tenant","value":"a"},{"key":"route","value":"b"},{"key":"x","value":"c"}]}]}`
 	rec := post(t, h, body)
-	var e ErrorResponse
+	var e httpjson.ErrorResponse
 	if rec.Code != 400 || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Field != "descriptors[0].entries" || e.Error != "descriptors[0].entries: more than 2 entries" {
 		t.Fatalf("got %d %s, want 400: descriptors[0].entries: more than 2 entries", rec.Code, rec.Body)
 	}
@@ -231,7 +232,7 @@ func FuzzCheckHandler(f *testing.F) {
 		if !json.Valid(rec.Body.Bytes()) {
 			t.Fatalf("answer is not JSON: %q", rec.Body)
 		}
-		var in CheckRequest
+		var in httpjson.CheckRequest
 		req, derr := readCheck(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(body)), schema, 1<<20, &in)
 		if derr != nil {
 			if derr.Field == "" || derr.Status != 400 && derr.Status != 413 {
@@ -256,7 +257,7 @@ func FuzzCheckHandler(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var again CheckRequest
+		var again httpjson.CheckRequest
 		req2, derr := readCheck(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v1/check", bytes.NewReader(out)), schema, 1<<20, &again)
 		if derr != nil || !reflect.DeepEqual(req, req2) || !reflect.DeepEqual(in, again) {
 			t.Fatalf("round trip of %q through %s: %+v, %v", body, out, req2, derr)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/httpjson"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -35,7 +36,7 @@ func BenchmarkDecodeCheck(b *testing.B) {
 			for b.Loop() {
 				rd.Reset(body)
 				r.Body = io.NopCloser(rd)
-				var in CheckRequest
+				var in httpjson.CheckRequest
 				req, err := readCheck(w, r, schema, 1<<20, &in)
 				if err != nil {
 					b.Fatal(err)
@@ -60,7 +61,7 @@ func BenchmarkDecodeCheckParallel(b *testing.B) {
 		for pb.Next() {
 			rd.Reset(body)
 			r.Body = io.NopCloser(rd)
-			var in CheckRequest
+			var in httpjson.CheckRequest
 			req, err := readCheck(w, r, schema, 1<<20, &in)
 			if err != nil {
 				b.Fatal(err)

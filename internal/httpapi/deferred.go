@@ -6,19 +6,8 @@ import (
 
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/deferred"
+	"github.com/velvetrope/velvetrope/httpjson"
 )
-
-// TicketJSON is the answer of GET /v1/deferred/{ticket}.
-type TicketJSON struct {
-	Ticket      string     `json:"ticket"`
-	State       string     `json:"state"` // queued | delivered | expired | failed
-	Attempts    int        `json:"attempts"`
-	EnqueuedAt  *time.Time `json:"enqueued_at,omitempty"`
-	DeliveredAt *time.Time `json:"delivered_at,omitempty"`
-	// Reason is the last failed attempt's error, or why the item was set
-	// aside.
-	Reason string `json:"reason,omitempty"`
-}
 
 // TicketHandler serves GET /v1/deferred/{ticket} from the ticket states in
 // the counter store: 404 for a ticket it does not hold (never issued, or
@@ -39,7 +28,7 @@ func TicketHandler(tickets counters.Tickets) http.Handler {
 			writeError(w, http.StatusNotFound, "ticket", "ticket: no deferred request "+id+" (never issued, or older than deferred.state_retention)")
 			return
 		}
-		out := TicketJSON{Ticket: id, State: t.State, Attempts: t.Attempts, Reason: t.Reason}
+		out := httpjson.Ticket{Ticket: id, State: t.State, Attempts: t.Attempts, Reason: t.Reason}
 		if t.EnqueuedAt != 0 {
 			at := time.Unix(0, t.EnqueuedAt).UTC()
 			out.EnqueuedAt = &at

@@ -14,6 +14,7 @@ import (
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/deferred"
 	"github.com/velvetrope/velvetrope/events"
+	"github.com/velvetrope/velvetrope/httpjson"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/local"
 )
@@ -67,9 +68,9 @@ func deferHandler(t *testing.T, pub events.Publisher, withQueue bool) (http.Hand
 	return CheckHandler(l, 1<<20, nil, nil, opts...), ms
 }
 
-func decodeCheck(t *testing.T, rec *httptest.ResponseRecorder) CheckResponse {
+func decodeCheck(t *testing.T, rec *httptest.ResponseRecorder) httpjson.CheckResponse {
 	t.Helper()
-	var out CheckResponse
+	var out httpjson.CheckResponse
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
 		t.Fatalf("%d %s: %v", rec.Code, rec.Body, err)
 	}
@@ -118,7 +119,7 @@ func TestCheckDefers(t *testing.T) {
 	} {
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tc.path, nil))
-		var tj TicketJSON
+		var tj httpjson.Ticket
 		_ = json.Unmarshal(rec.Body.Bytes(), &tj)
 		if rec.Code != tc.code || tj.State != tc.state || (tc.code == 200 && (tj.EnqueuedAt == nil || tj.Ticket != out.Ticket)) {
 			t.Fatalf("%s: %d %s", tc.path, rec.Code, rec.Body)
@@ -127,7 +128,7 @@ func TestCheckDefers(t *testing.T) {
 	// a payload over the rule's max_payload_bytes (100)
 	big := `{"domain":"shop","descriptors":[{"entries":[{"key":"user_id","value":"a"}]}],"payload":{"body":"` + strings.Repeat("x", 200) + `"}}`
 	rec = post(t, h, big)
-	var e ErrorResponse
+	var e httpjson.ErrorResponse
 	_ = json.Unmarshal(rec.Body.Bytes(), &e)
 	if rec.Code != http.StatusRequestEntityTooLarge || e.Field != "payload" || !strings.Contains(e.Error, "max_payload_bytes 100") {
 		t.Fatalf("large payload: %d %s", rec.Code, rec.Body)
@@ -219,7 +220,7 @@ func TestCheckDeferOnceAndBounded(t *testing.T) {
 		post(t, h, body("b", ""))
 	}
 	rec := post(t, h, body("b", "r-1"))
-	var e ErrorResponse
+	var e httpjson.ErrorResponse
 	_ = json.Unmarshal(rec.Body.Bytes(), &e)
 	if rec.Code != http.StatusConflict || e.Field != "request_id" {
 		t.Fatalf("another request under the id: %d %s, want 409 naming request_id", rec.Code, rec.Body)

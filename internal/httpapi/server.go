@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/velvetrope/velvetrope/httpjson"
 )
 
 // Server is a process's one HTTP listener.
@@ -62,8 +65,8 @@ func (s *Server) UseTLS(cfg *tls.Config) {
 // the body from memory.
 func (s *Server) LimitInFlight(n int, maxBody, budget int64) {
 	next := s.srv.Handler
-	busyCount := []byte(`{"error":"server busy: ` + strconv.Itoa(n) + ` requests in flight (http.max_in_flight); retry later"}` + "\n")
-	busyBytes := []byte(`{"error":"server busy: ` + strconv.FormatInt(budget, 10) + ` bytes of bodies being received (http.max_body_bytes_in_flight); retry later"}` + "\n")
+	busyCount := errorBody("server busy: " + strconv.Itoa(n) + " requests in flight (http.max_in_flight); retry later")
+	busyBytes := errorBody("server busy: " + strconv.FormatInt(budget, 10) + " bytes of bodies being received (http.max_body_bytes_in_flight); retry later")
 	refuse := func(w http.ResponseWriter, r *http.Request, body []byte) {
 		s.busy.Add(1)
 		h := w.Header()
@@ -100,6 +103,14 @@ func (s *Server) LimitInFlight(n int, maxBody, budget int64) {
 		defer s.inFlight.Add(-1)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// errorBody is what writeError writes for msg, encoded once: a full
+// listener answers without encoding anything.
+func errorBody(msg string) []byte {
+	var b bytes.Buffer
+	_ = json.NewEncoder(&b).Encode(httpjson.ErrorResponse{Error: msg})
+	return b.Bytes()
 }
 
 // receive reads body into memory, holding its bytes against the shared

@@ -1,0 +1,102 @@
+package httpjson
+
+import "time"
+
+// The analytics answers (GET /v1/analytics/...). Each decision a row
+// counts is in one of Allowed, Denied, Deferred and ShadowDenied, as its
+// caller was answered (a shadow rule's would-be refusal, admitted, is
+// ShadowDenied and not Allowed); OverSoft and Elastic are of Allowed:
+// admissions above the rule's own limit, within a soft throttle's overage
+// or borrowing from a pool. Window is the window as the query gave it
+// ("1h" when it gave none).
+
+// TopDenied is the answer of GET /v1/analytics/top-denied: the keys most
+// refused (denied + deferred) first.
+type TopDenied struct {
+	Window string     `json:"window"`
+	Keys   []KeyUsage `json:"keys"`
+}
+
+// KeyUsage is one key's totals over a window: a row of [TopDenied].
+type KeyUsage struct {
+	Domain       string `json:"domain"`
+	Rule         string `json:"rule"`
+	Descriptor   string `json:"descriptor"` // the entries as key=value, joined by ","
+	Denied       uint64 `json:"denied"`
+	Allowed      uint64 `json:"allowed"`
+	Deferred     uint64 `json:"deferred"`
+	ShadowDenied uint64 `json:"shadow_denied"`
+	OverSoft     uint64 `json:"over_soft"`
+	Elastic      uint64 `json:"elastic"`
+}
+
+// Usage is the answer of GET /v1/analytics/usage: one key's usage per
+// minute.
+type Usage struct {
+	Window  string        `json:"window"`
+	Domain  string        `json:"domain"`
+	Key     string        `json:"key"`
+	Minutes []MinuteUsage `json:"minutes"`
+}
+
+// Timeline is the answer of GET /v1/analytics/timeline: every key's usage
+// per minute (the dashboard's chart).
+type Timeline struct {
+	Window  string        `json:"window"`
+	Minutes []MinuteUsage `json:"minutes"`
+}
+
+// MinuteUsage is the usage of one minute (of a key, or of everything): a
+// row of [Usage] and [Timeline]. AllowedCost and DeniedCost are the hits
+// of the admitted and of the refused requests.
+type MinuteUsage struct {
+	Minute       time.Time `json:"minute"`
+	Allowed      uint64    `json:"allowed"`
+	Denied       uint64    `json:"denied"`
+	Deferred     uint64    `json:"deferred"`
+	ShadowDenied uint64    `json:"shadow_denied"`
+	OverSoft     uint64    `json:"over_soft"`
+	Elastic      uint64    `json:"elastic"`
+	AllowedCost  uint64    `json:"allowed_cost"`
+	DeniedCost   uint64    `json:"denied_cost"`
+}
+
+// Rules is the answer of GET /v1/analytics/rules: every rule's totals.
+type Rules struct {
+	Window string      `json:"window"`
+	Rules  []RuleUsage `json:"rules"`
+}
+
+// RuleUsage is one rule's totals and deny rate over a window: a row of
+// [Rules].
+type RuleUsage struct {
+	Domain       string  `json:"domain"`
+	Rule         string  `json:"rule"`
+	Allowed      uint64  `json:"allowed"`
+	Denied       uint64  `json:"denied"`
+	Deferred     uint64  `json:"deferred"`
+	ShadowDenied uint64  `json:"shadow_denied"`
+	OverSoft     uint64  `json:"over_soft"`
+	Elastic      uint64  `json:"elastic"`
+	DenyRate     float64 `json:"deny_rate"` // denied of every decision; 0 with no traffic
+}
+
+// Pools is the answer of GET /v1/analytics/pools: every elastic pool's
+// borrowings.
+type Pools struct {
+	Window string      `json:"window"`
+	Pools  []PoolUsage `json:"pools"`
+}
+
+// PoolUsage is one elastic pool's totals over a window: the admissions
+// that borrowed from it (Borrowed) and their hits (BorrowedHits), and the
+// borrowings it refused (Refused: the request was refused, its rule could
+// not go above its own limit). A row of [Pools].
+type PoolUsage struct {
+	Domain       string `json:"domain"`
+	Pool         string `json:"pool"`
+	Rule         string `json:"rule"` // the pool's counter's rule id
+	Borrowed     uint64 `json:"borrowed"`
+	BorrowedHits uint64 `json:"borrowed_hits"`
+	Refused      uint64 `json:"refused"`
+}

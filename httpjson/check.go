@@ -1,0 +1,88 @@
+package httpjson
+
+// CheckRequest is the body of POST /v1/check.
+type CheckRequest struct {
+	Domain      string       `json:"domain"`
+	Descriptors []Descriptor `json:"descriptors"`
+	// Hits is the cost; missing means 1, an explicit 0 is a probe.
+	Hits      *int64 `json:"hits,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+	// Payload is the work a deferred request carries to the rule's target
+	// (read only when the decision is defer).
+	Payload *Payload `json:"payload,omitempty"`
+}
+
+// Descriptor is one descriptor of a [CheckRequest].
+type Descriptor struct {
+	Entries []Entry `json:"entries"`
+	// Hits, when present, is this descriptor's cost instead of the
+	// request's.
+	Hits *int64 `json:"hits,omitempty"`
+}
+
+// Entry is one key=value pair of a [Descriptor].
+type Entry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// Payload is the work a deferred request carries: what the drain sends to
+// the rule's target. Body is text; BodyBase64 carries binary bodies (one
+// of them at most). The deferred queue stores it as it came (package
+// deferred's Payload is this type, with its checks).
+type Payload struct {
+	Method     string            `json:"method,omitempty"` // default POST
+	Path       string            `json:"path,omitempty"`   // joined to the target; default /
+	Headers    map[string]string `json:"headers,omitempty"`
+	Body       string            `json:"body,omitempty"`
+	BodyBase64 string            `json:"body_base64,omitempty"`
+}
+
+// CheckResponse is the answer of POST /v1/check (status 200, whatever the
+// decision).
+type CheckResponse struct {
+	Decision string `json:"decision"` // allow | deny | defer
+	// Ticket names a deferred request (GET /v1/deferred/{ticket}), and
+	// RetryAfterMS estimates its release.
+	Ticket       string `json:"ticket,omitempty"`
+	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+	// DeferError says why a request that would have been deferred was
+	// refused instead: the deferred topic or the store did not take it,
+	// or a bound of the queue (defer.max_queued, deferred.max_bytes)
+	// was reached.
+	DeferError string   `json:"defer_error,omitempty"`
+	Statuses   []Status `json:"statuses"`
+}
+
+// Status is the decision for one descriptor, in request order.
+type Status struct {
+	Decision     string `json:"decision"`
+	Rule         string `json:"rule,omitempty"` // empty when no rule applies
+	Limit        int64  `json:"limit"`
+	Unit         string `json:"unit,omitempty"`
+	Remaining    int64  `json:"remaining"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	// RetryNever is set when retrying cannot help: the hits exceed what the
+	// rule ever admits, or the rule blocks everything.
+	RetryNever bool `json:"retry_never,omitempty"`
+	Unlimited  bool `json:"unlimited,omitempty"`
+	Shadowed   bool `json:"shadowed,omitempty"`
+	OverSoft   bool `json:"over_soft,omitempty"`
+	// Elastic: an elastic rule admitted the request above its limit,
+	// borrowing from its pool.
+	Elastic bool `json:"elastic,omitempty"`
+	// Degraded: the counter store was needed and did not answer; the
+	// rule's failure policy decided.
+	Degraded bool `json:"degraded,omitempty"`
+}
+
+// ErrorResponse is the body of a 4xx or 5xx answer of these endpoints
+// (and of a listener too busy to take a request). Field names the request
+// field at fault ("descriptors[0].entries", "body" for the body as a
+// whole); it is omitted where no one field is (a busy listener, the
+// analytics endpoints, which name their parameter in Error).
+type ErrorResponse struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
