@@ -19,6 +19,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/breaker"
 	"github.com/velvetrope/velvetrope/internal/hist"
 	"github.com/velvetrope/velvetrope/internal/logx"
+	"github.com/velvetrope/velvetrope/internal/rates"
 	"github.com/velvetrope/velvetrope/internal/valuehash"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/ratelimit"
@@ -284,6 +285,7 @@ type Checker struct {
 	shards     []shard
 	mask       uint64
 	perShard   int
+	band       rates.Band // the near band's sizing (Config's near floor, refresh, lag and safety)
 	// heldPerShard is a lock shard's share of MaxHeldTotal.
 	heldPerShard int64
 	seq          atomic.Uint64
@@ -351,7 +353,9 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 		localSeeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
 		shards:     make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1), perShard: max(cfg.MaxKeys/cfg.Shards, 1),
 		heldPerShard: max(cfg.MaxHeldTotal/int64(cfg.Shards), 1),
-		flushNow:     make(chan struct{}, 1)}
+		band: rates.Band{Floor: cfg.NearFloor, FloorPercent: cfg.NearFloorPercent,
+			Cover: (cfg.MinRefresh + cfg.PipelineLag) * time.Duration(cfg.SafetyPercent) / 100},
+		flushNow: make(chan struct{}, 1)}
 	for i := range c.shards {
 		c.shards[i].keys = map[uint64]*entry{}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/internal/rates"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -47,7 +48,7 @@ func warm(b *testing.B, c *Checker, r *ratelimit.Request) {
 		if err := c.Check(context.Background(), r, &d); err != nil || !d.Allowed() {
 			b.Fatalf("warm-up: %v %v", err, d.Code)
 		}
-		time.Sleep(rateSpan + time.Millisecond) // a benchmark's setup may wait; tests never do
+		time.Sleep(rates.Span + time.Millisecond) // a benchmark's setup may wait; tests never do
 	}
 	time.Sleep(youth) // past the young-key period
 }
@@ -97,7 +98,7 @@ func BenchmarkCheckAsyncManyKeys(b *testing.B) {
 	for _, r := range reqs { // create the keys (their first decisions charge the store)
 		c.Check(context.Background(), r, &d)
 	}
-	time.Sleep(rateSpan + time.Millisecond)
+	time.Sleep(rates.Span + time.Millisecond)
 	for _, r := range reqs {
 		c.Check(context.Background(), r, &d)
 	}
@@ -123,7 +124,7 @@ func BenchmarkCheckAsyncParallel(b *testing.B) {
 		reqs[i] = req(1, "user_id", "p"+strconv.Itoa(i))
 		warmOne(c, reqs[i])
 	}
-	time.Sleep(rateSpan + time.Millisecond)
+	time.Sleep(rates.Span + time.Millisecond)
 	for _, r := range reqs {
 		warmOne(c, r)
 	}

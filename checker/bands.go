@@ -31,15 +31,15 @@ func (c *Checker) bandOf(e *entry, lk *look, now, cost int64) (band, int64) {
 	// have made room since; a probe, cost 0, always passes; a key evicted
 	// while over and created again knows nothing yet but that it was over)
 	over := !e.stale && (e.overUntil > now || (cost > e.room && now < e.roomUntil))
-	if over && cost > 0 && (cost > lk.remaining || e.restored && !e.answered) {
+	if over && cost > 0 && (cost > lk.remaining || e.restored && !e.Answered()) {
 		return bandOver, 0
 	}
 	// Until two store answers have taught the key's global rate, the
 	// others' in-flight consumption cannot be bounded: stay near. A young
 	// key stays near too: its other users may not have reached the store
 	// yet (two checkers starting together each see one instance).
-	room := lk.remaining - lk.pred - cost - c.threshold(e, lk.ceiling)
-	if room < 0 || e.answers < 2 || e.stale || now-e.created < int64(c.cfg.MinRefresh+c.cfg.PipelineLag) ||
+	room := lk.remaining - lk.pred - cost - e.Threshold(c.band, e.used, lk.ceiling)
+	if room < 0 || !e.Taught() || e.stale || now-e.created < int64(c.cfg.MinRefresh+c.cfg.PipelineLag) ||
 		e.x != nil && e.x.lagging {
 		return bandNear, 0
 	}
@@ -50,88 +50,16 @@ func (c *Checker) bandOf(e *entry, lk *look, now, cost int64) (band, int64) {
 // goes now: a key that speeds up is refreshed sooner than the refresher
 // planned. Checked once per live-rate window (requires the lock).
 func (c *Checker) replan(sh *shard, e *entry, now, room int64) {
-	if !e.recheck {
+	if !e.Recheck {
 		return
 	}
-	e.recheck = false
-	if rate := c.rate(e); rate > 0 {
+	e.Recheck = false
+	if rate := e.Fleet(e.used); rate > 0 {
 		// room × 1 s in 128 bits: a limit near the int64 bound has room for it
 		if wait := max(mulDiv(room, int64(time.Second), 2*rate), int64(c.cfg.RefreshTick)); wait < e.nextRefresh-now {
 			sh.schedule(e, now+wait)
 		}
 	}
-}
-
-// inFlight is the other instances' consumption predicted to be on its way
-// through the pipeline: their learned rate × one pipeline lag. It chooses
-// a band; it never refuses.
-func (c *Checker) inFlight(e *entry) int64 {
-	return e.othersRate * int64(c.cfg.PipelineLag) / int64(time.Second)
-}
-
-// threshold is the near-limit band's width in hits for e: at least the
-// floor, and the hits the whole fleet can take during one refresh interval
-// plus one pipeline lag, times the safety factor.
-func (c *Checker) threshold(e *entry, ceiling int64) int64 {
-	th := max(c.cfg.NearFloor, ceiling*c.cfg.NearFloorPercent/100)
-	k := int64(c.cfg.MinRefresh+c.cfg.PipelineLag) * c.cfg.SafetyPercent / 100 // ns of fleet consumption to cover
-	// learned rates (and the last full live window): one division by a constant
-	learned := max(e.othersRate, e.live*int64(e.instances-1)) + max(e.ownRate, e.live)
-	th = max(th, learned*(k/int64(time.Millisecond))/1000)
-	// the live window in progress: a burst counts at once, every instance
-	// assumed to go as fast
-	if e.liveHits > 0 {
-		th = max(th, e.liveHits*int64(e.instances)*k/max(e.used-e.liveFrom, int64(time.Millisecond)))
-	}
-	return th
-}
-
-// rate is the fleet's rate on e in hits per second: the learned one, or —
-// when this instance goes faster than that — its live rate, with every
-// other instance assumed to go as fast.
-func (c *Checker) rate(e *entry) int64 {
-	live := e.live
-	if e.liveHits > 0 && e.liveFrom > 0 { // the window in progress: a burst counts at once
-		live = max(live, e.liveHits*int64(time.Second)/max(e.used-e.liveFrom, int64(time.Millisecond)))
-	}
-	return max(e.othersRate, live*int64(e.instances-1)) + max(e.ownRate, live)
-}
-
-// observe feeds this instance's own consumption into its live rate.
-func (e *entry) observe(now, cost int64) {
-	if now-e.liveFrom >= int64(rateSpan) {
-		if e.liveFrom > 0 {
-			e.live = e.liveHits * int64(time.Second) / (now - e.liveFrom)
-		}
-		e.liveFrom, e.liveHits, e.recheck = now, 0, true
-	}
-	e.liveHits += cost
-}
-
-// learn updates e's rates from a store answer (requires the lock).
-func (c *Checker) learn(e *entry, now, others, own int64, instances int) {
-	e.instances = int32(max(instances, 1))
-	if !e.answered {
-		e.answered, e.answers, e.lastAnswer, e.lastOthers, e.lastOwn = true, 1, now, others, own
-		return
-	}
-	dt := now - e.lastAnswer
-	if dt < int64(rateSpan) {
-		return // too short to measure a rate: keep the baseline
-	}
-	if d := others - e.lastOthers; d >= 0 {
-		e.othersRate = (e.othersRate + d*int64(time.Second)/dt) / 2
-	}
-	if d := own - e.lastOwn; d >= 0 {
-		e.ownRate = (e.ownRate + d*int64(time.Second)/dt) / 2
-	}
-	// Until others have been seen, assume each other instance runs at our
-	// pace rather than at zero.
-	if e.othersRate == 0 && e.instances > 1 {
-		e.othersRate = e.ownRate * int64(e.instances-1)
-	}
-	e.answers = min(e.answers+1, 2)
-	e.lastAnswer, e.lastOthers, e.lastOwn = now, others, own
 }
 
 // quota is this instance's slice of a key near its limit under
@@ -211,8 +139,8 @@ func (c *Checker) capped(e *entry, now, cost, remaining, ceiling int64) bool {
 	q := &e.more().quota
 	if start, _ := e.ctr.window(e.rule); fresh || q.window != start {
 		*q = quota{at: now, window: start, mine: ceiling / n}
-		if e.answered && e.ctr.known() { // read in this window: its view
-			q.mine = cut(max(0, remaining-c.inFlight(e)), n, e.ownRate, e.ownRate+e.othersRate)
+		if e.Answered() && e.ctr.known() { // read in this window: its view
+			q.mine = cut(max(0, remaining-e.InFlight(c.cfg.PipelineLag)), n, e.Own, e.Own+e.Others)
 		}
 	}
 	return q.spent+cost > q.mine
@@ -236,7 +164,7 @@ func (c *Checker) recut(e *entry, now, remaining int64) {
 		return
 	}
 	lag := int64(c.cfg.PipelineLag)
-	inFlight := c.inFlight(e)
+	inFlight := e.InFlight(c.cfg.PipelineLag)
 	if counted, own, ok := e.ctr.ownCounts(); ok { // measured on this instance's own consumption
 		measured, ok := e.x.ownLag(now, start, counted, own, lag)
 		// while the store's answers lag beyond the samples, the key stays
@@ -247,7 +175,7 @@ func (c *Checker) recut(e *entry, now, remaining int64) {
 			return
 		}
 		if measured > lag {
-			inFlight = e.othersRate * measured / int64(time.Second)
+			inFlight = e.Others * measured / int64(time.Second)
 			lag = measured
 		}
 	}
@@ -255,7 +183,7 @@ func (c *Checker) recut(e *entry, now, remaining int64) {
 		return
 	}
 	*q = quota{at: now, window: start,
-		mine: cut(max(0, remaining-inFlight), c.fleet(e), e.ownRate, e.ownRate+e.othersRate)}
+		mine: cut(max(0, remaining-inFlight), c.fleet(e), e.Own, e.Own+e.Others)}
 }
 
 // cut is one instance's slice of remaining among n instances, own of the

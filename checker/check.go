@@ -411,9 +411,6 @@ func (c *Checker) decideLocal(s *slot, now, cost int64) {
 	}
 }
 
-// rateSpan is the shortest interval a rate is measured over.
-const rateSpan = 10 * time.Millisecond
-
 // commit records the memory decisions of algorithm rules once the request
 // stands (requires the locks): a refused request charges them nothing.
 // Every decision not counted yet is counted now, as the request was

@@ -71,5 +71,5 @@ func (c *Checker) Fleet() (live int, skew, adjust time.Duration) {
 // fleet is the number of checkers to share a budget with: the registry's
 // live count, or the instances the counter has seen when more.
 func (c *Checker) fleet(e *entry) int64 {
-	return int64(max(c.live.Load(), e.instances, 1))
+	return int64(max(c.live.Load(), e.Instances, 1))
 }

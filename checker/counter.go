@@ -197,7 +197,7 @@ func (w *windowCounter) roll(c *Checker, sh *shard, e *entry, now int64) {
 	// own_after only once the store has told us our part (a key created
 	// again counts from zero until then, and the counter adds all of it)
 	own := int64(0)
-	if e.answered {
+	if e.Answered() {
 		own = w.cur.emitted
 	}
 	if e.emit == emitLazy { // nothing left to emit once its orphans go: the next decision queues it anew
@@ -228,9 +228,9 @@ func (w *windowCounter) roll(c *Checker, sh *shard, e *entry, now int64) {
 // look implements counter.
 func (w *windowCounter) look(c *Checker, e *entry, now, _ int64) look {
 	r := e.rule
-	lk := look{ceiling: r.Ceiling(), pred: c.inFlight(e)}
+	lk := look{ceiling: r.Ceiling(), pred: e.InFlight(c.cfg.PipelineLag)}
 	if !w.cur.known {
-		lk.pred += e.othersRate * min(now-w.cur.start, int64(r.Window)) / int64(time.Second)
+		lk.pred += e.Others * min(now-w.cur.start, int64(r.Window)) / int64(time.Second)
 	}
 	lk.mine = w.curMine(e.x)
 	if r.Algorithm != config.AlgSlidingWindow {
@@ -350,12 +350,12 @@ func (w *windowCounter) absorbCharge(c *Checker, e *entry, now int64, q *counter
 	if q.Key != e.skey { // the shared counter of a hot key: its own answer (hot.go)
 		w.learnHot(e, q.Window, res.Total, res.Own, res.Base, res.OwnSync-chargedNow)
 	} else {
-		w.absorb(res.Total, res.Own, res.Base, res.OwnMem, res.OwnSync, !e.answered, chargedNow)
+		w.absorb(res.Total, res.Own, res.Base, res.OwnMem, res.OwnSync, !e.Answered(), chargedNow)
 	}
 	if q.Sliding && w.prev.start == w.cur.start-q.WindowNanos {
 		w.prev.total, w.prev.own, w.prev.base, w.prev.known = res.PrevTotal, res.PrevOwn, res.PrevBase, true
 	}
-	c.learn(e, now, w.curOthers(e.x), w.curMine(e.x), res.Instances)
+	e.Learn(now, w.curOthers(e.x), w.curMine(e.x), res.Instances)
 	w.addCharged(chargedNow)
 	lk := w.look(c, e, now, 0)
 	l := learned{remaining: lk.remaining, resetAfter: w.reset(e, now, 0), roomUntil: w.cur.start + int64(e.rule.Window)}
@@ -382,8 +382,8 @@ func (w *windowCounter) reads(c *Checker, e *entry, items []counters.ReadItem, e
 func (w *windowCounter) absorbRead(c *Checker, e *entry, it *counters.ReadItem, now int64) (int64, int64, int64, bool) {
 	switch it.Window {
 	case w.cur.start:
-		w.absorb(it.Total, it.Own, it.Base, it.OwnMem, it.OwnSync, !e.answered, 0)
-		c.learn(e, now, w.curOthers(e.x), w.curMine(e.x), it.Instances)
+		w.absorb(it.Total, it.Own, it.Base, it.OwnMem, it.OwnSync, !e.Answered(), 0)
+		e.Learn(now, w.curOthers(e.x), w.curMine(e.x), it.Instances)
 	case w.prev.start:
 		w.prev.total, w.prev.own, w.prev.base, w.prev.known = it.Total, it.Own, it.Base, true
 		return 0, 0, 0, false
@@ -491,7 +491,7 @@ func (b *bucketCounter) mine() int64 { return b.cum + b.cumCharged }
 // and the commit.
 func (b *bucketCounter) look(c *Checker, e *entry, now, cost int64) look {
 	g := gcraOf(e.rule)
-	lk := look{post: b.gs, ceiling: g.Burst, pred: c.inFlight(e), mine: b.mine()}
+	lk := look{post: b.gs, ceiling: g.Burst, pred: e.InFlight(c.cfg.PipelineLag), mine: b.mine()}
 	lk.try, _ = g.AllowAt(&lk.post, now, cost)
 	lk.remaining = lk.try.Remaining
 	if lk.try.Allowed {
@@ -548,7 +548,7 @@ func (b *bucketCounter) fillCharge(_ *Checker, e *entry, q *counters.ChargeReque
 func (b *bucketCounter) absorbCharge(c *Checker, e *entry, now int64, _ *counters.ChargeRequest, res *counters.ChargeResult,
 	cost int64, charged, allowed bool) learned {
 	r := e.rule
-	if !e.answered {
+	if !e.Answered() {
 		var chargedNow int64
 		if charged {
 			chargedNow = cost
@@ -560,7 +560,7 @@ func (b *bucketCounter) absorbCharge(c *Checker, e *entry, now int64, _ *counter
 		b.addCharged(cost)
 	}
 	b.absorb(r, true, res.Total, res.Cum, res.Own, res.OwnMem, res.Gen, now)
-	c.learn(e, now, b.others(), b.mine(), res.Instances)
+	e.Learn(now, b.others(), b.mine(), res.Instances)
 	probe := b.peek(r, now, 0)
 	// a bucket's room grows: trust it for one token's time only
 	l := learned{remaining: probe.Remaining, resetAfter: probe.ResetAfter, roomUntil: now + counters.Span(1, int64(r.Window), r.Limit)}
@@ -579,12 +579,12 @@ func (b *bucketCounter) reads(_ *Checker, e *entry, items []counters.ReadItem, e
 
 // absorbRead implements counter.
 func (b *bucketCounter) absorbRead(c *Checker, e *entry, it *counters.ReadItem, now int64) (int64, int64, int64, bool) {
-	if !e.answered {
+	if !e.Answered() {
 		b.rebase(it.OwnMem, it.OwnSync, 0)
 	}
 	b.absorb(e.rule, it.Found, it.Total, it.Cum, it.Own, it.OwnMem, it.Gen, now)
-	c.learn(e, now, b.others(), b.mine(), it.Instances)
-	return b.peek(e.rule, now, 0).Remaining, c.inFlight(e), e.rule.Capacity(), true
+	e.Learn(now, b.others(), b.mine(), it.Instances)
+	return b.peek(e.rule, now, 0).Remaining, e.InFlight(c.cfg.PipelineLag), e.rule.Capacity(), true
 }
 
 // fillDelta implements counter.

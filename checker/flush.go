@@ -61,7 +61,7 @@ func (c *Checker) emitSoon(sh *shard, e *entry, now, cost, room int64) {
 	}
 	// held > room / (2 × instances), without a division on the request path
 	held := int64(e.pend.Counted) + cost
-	if held > 0 && (room < 0 || held*2*max(c.fleet(e), int64(e.instances)) > room || held > c.cfg.MaxHeldHits ||
+	if held > 0 && (room < 0 || held*2*max(c.fleet(e), int64(e.Instances)) > room || held > c.cfg.MaxHeldHits ||
 		sh.held+cost > c.heldPerShard) || c.slots == 0 {
 		if sh.markDirty(e) {
 			c.dirtyN.Add(1)
@@ -187,7 +187,7 @@ func (c *Checker) appendDeltas(deltas []*eventsv1.Delta, e *entry) []*eventsv1.D
 	// own_after only once the store has told us our part (a key created
 	// again counts from zero until then, and the counter adds all of it)
 	own := int64(0)
-	if e.answered {
+	if e.Answered() {
 		own = e.ctr.mineMemory()
 	}
 	if e.pendApplied.Used() {
@@ -242,7 +242,7 @@ func (c *Checker) count(s *slot, now, cost int64, allowed bool) {
 	e := s.e
 	p := &e.pend
 	p.Tally(now, cost, allowed, refusalOf(s, false), true)
-	e.observe(now, cost)
+	e.Observe(now, cost)
 	p.Counted += uint64(cost)
 	if e.emit == emitLazy { // held back: what a crash would lose (emitSoon bounds it)
 		c.shards[e.hash&c.mask].held += cost
@@ -259,7 +259,7 @@ func (c *Checker) count(s *slot, now, cost int64, allowed bool) {
 // (counter.absorbCharge).
 func (c *Checker) countApplied(s *slot, now, cost int64, allowed bool) {
 	e := s.e
-	e.observe(now, cost)
+	e.Observe(now, cost)
 	p := &e.pendApplied
 	p.Tally(now, cost, allowed, refusalOf(s, false), true)
 	p.Counted += uint64(cost)

@@ -105,7 +105,7 @@ func (c *Checker) Inspect(ctx context.Context, domain string, entries []config.E
 		e.ctr.roll(c, sh, e, now)
 		v := e.ctr.look(c, e, now, 0)
 		st.Local = &LocalState{Used: v.used, Mine: v.mine, Remaining: v.remaining,
-			Pending: int64(e.pend.Counted), OthersRate: e.othersRate, Instances: int(e.instances), NextRefresh: e.nextRefresh}
+			Pending: int64(e.pend.Counted), OthersRate: e.Others, Instances: int(e.Instances), NextRefresh: e.nextRefresh}
 		if e.overUntil > now {
 			st.Local.OverUntil = e.overUntil
 		}

@@ -47,8 +47,8 @@ func (c *Checker) Refresh(ctx context.Context) {
 		sh.mu.Lock()
 		if !e.gone {
 			if tags[i] == tagOwn {
-				if e.answered {
-					c.Stats.Staleness.Observe(time.Duration(now - e.lastAnswer))
+				if e.Answered() {
+					c.Stats.Staleness.Observe(time.Duration(now - e.LastAnswer()))
 				}
 				c.applyRead(sh, e, it, now)
 			} else {
@@ -96,7 +96,7 @@ func (c *Checker) collectDue(now int64) ([]counters.ReadItem, []*entry, []uint8)
 				// its counter is in this process, or it only counts a blocked
 				// counter's refusals: nothing to read, only its idle eviction
 				c.idle(sh, e, now)
-			case !e.active && e.answered && parkable(e):
+			case !e.active && e.Answered() && parkable(e):
 				c.idle(sh, e, now) // nothing to learn: no read
 			default:
 				// provisional: put back far out, so a failed read loses nothing
@@ -235,8 +235,8 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *counters.ReadItem, now int6
 	}
 	e.active = false
 	next := int64(c.cfg.MaxRefresh)
-	room := remaining - pred - c.threshold(e, ceiling)
-	if rate := c.rate(e); room <= 0 {
+	room := remaining - pred - e.Threshold(c.band, e.used, ceiling)
+	if rate := e.Fleet(e.used); room <= 0 {
 		next = int64(c.cfg.MinRefresh)
 	} else if rate > 0 {
 		next = min(next, mulDiv(room, int64(time.Second), 2*rate)) // 128 bits: room may be near the int64 bound

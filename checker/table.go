@@ -13,6 +13,7 @@ import (
 	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/internal/heapsize"
+	"github.com/velvetrope/velvetrope/internal/rates"
 	"github.com/velvetrope/velvetrope/internal/tally"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
@@ -38,17 +39,8 @@ type entry struct {
 	// yet) and sinceAnswer this instance's consumption since: while the
 	// store is down, local_budget admits up to answerRemaining / instances.
 	answerRemaining, sinceAnswer int64
-	lastAnswer                   int64 // when
-	lastOthers                   int64 // others' consumption at the last answer (for the rate)
-	lastOwn                      int64 // own consumption at the last answer (for the rate)
-	othersRate                   int64 // others' hits per second, learned from answers
-	// live is this instance's own rate measured as it decides (hits per
-	// second over the last rateSpan), so a key that speeds up (as it does when
-	// it leaves the near band, where every decision waited on the store)
-	// widens its band at once, before any store answer.
-	live, liveFrom, liveHits int64
-	ownRate                  int64 // own hits per second
-	overUntil                int64 // deny from memory until then
+	rates.Rates                        // learned from store answers and measured as it decides
+	overUntil                    int64 // deny from memory until then
 	// room is what a store answer left, trusted until roomUntil: a cost
 	// above it is refused from memory.
 	room, roomUntil int64
@@ -60,14 +52,10 @@ type entry struct {
 	usage             tally.Minute // this minute's usage so far, carried by every delta
 
 	// the small fields last, together: no padding between them
-	heapIdx   int32 // index in the shard's refresh heap; -1 when not in it
-	instances int32
-	bytes     int32 // the heap it holds, as estimated when created (membytes.go)
-	answers   int8  // store answers that taught a rate (0, 1, 2+)
-	emit      emitState
-	answered  bool // the store has answered for this key at least once
-	restored  bool // created again after an eviction while over its limit
-	recheck   bool // a live window ended: re-plan the refresh
+	heapIdx  int32 // index in the shard's refresh heap; -1 when not in it
+	bytes    int32 // the heap it holds, as estimated when created (membytes.go)
+	emit     emitState
+	restored bool // created again after an eviction while over its limit
 	// active: decided on since the store last answered. A key nobody
 	// decides on has nothing to learn from a read: the refresher parks it
 	// (no reads, only its idle eviction) until a decision wakes it.
