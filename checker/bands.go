@@ -1,9 +1,9 @@
 package checker
 
 import (
-	"math"
-	"math/bits"
 	"time"
+
+	"github.com/velvetrope/velvetrope/internal/rates"
 )
 
 // band is where a decision stands against its key's limit
@@ -56,28 +56,11 @@ func (c *Checker) replan(sh *shard, e *entry, now, room int64) {
 	e.Recheck = false
 	if rate := e.Fleet(e.used); rate > 0 {
 		// room × 1 s in 128 bits: a limit near the int64 bound has room for it
-		if wait := max(mulDiv(room, int64(time.Second), 2*rate), int64(c.cfg.RefreshTick)); wait < e.nextRefresh-now {
+		if wait := max(rates.MulDiv(room, int64(time.Second), 2*rate), int64(c.cfg.RefreshTick)); wait < e.nextRefresh-now {
 			sh.schedule(e, now+wait)
 		}
 	}
 }
-
-// quota is this instance's slice of a key near its limit under
-// `near_limit: async`: what it may spend, and has spent, since the slice
-// was cut (at, unix ns) in window (window keys: a new window starts cold).
-type quota struct {
-	at, window, mine, spent int64
-}
-
-// ownSample is what this instance had counted in a window at a moment:
-// when a store answer holds it, the pipeline's lag is at most the
-// sample's age.
-type ownSample struct{ at, counted int64 }
-
-// lagSamples is how many samples a near_limit: async key keeps, one per
-// half pipeline lag at most: a lag above lagSamples/2 × PipelineLag is
-// not measured, and no slice is re-cut while it lasts.
-const lagSamples = 8
 
 // extra is what only some keys need, kept out of every entry: the slice
 // of a near_limit: async key and the samples that measure its pipeline's
@@ -85,34 +68,10 @@ const lagSamples = 8
 // near-band charges every instance makes at its one shared counter
 // (hot.go).
 type extra struct {
-	quota
-	samples                       [lagSamples]ownSample
-	nsamples                      int
-	sampleWindow                  int64
+	rates.Slice
+	lag                           rates.Lag
 	lagging                       bool // the last answer showed no lag within 2 × PipelineLag: stay near
 	hotWindow, hotOthers, hotBase int64
-}
-
-// ownLag records a sample of what this instance counted (counted) and
-// reports how far behind the store's answer (own: its count of this
-// instance in the window) is: the age of the newest sample it holds.
-// False when it holds none: the pipeline lags more than the samples span,
-// or this instance has counted nothing it could measure with.
-func (x *extra) ownLag(now, window, counted, own, lag int64) (int64, bool) {
-	if x.sampleWindow != window {
-		x.sampleWindow, x.nsamples = window, 0
-	}
-	if n := x.nsamples; n == 0 || now-x.samples[(n-1)%lagSamples].at >= lag/2 {
-		x.samples[n%lagSamples] = ownSample{at: now, counted: counted}
-		x.nsamples++
-	}
-	for i := x.nsamples - 1; i >= max(0, x.nsamples-lagSamples); i-- {
-		// (a sample of nothing counted proves nothing about the pipeline)
-		if sm := x.samples[i%lagSamples]; sm.counted > 0 && sm.counted <= own {
-			return now - sm.at, true
-		}
-	}
-	return 0, false
 }
 
 // more returns e's extra state, made on first use (requires the lock).
@@ -136,14 +95,14 @@ func (c *Checker) capped(e *entry, now, cost, remaining, ceiling int64) bool {
 		return false
 	}
 	fresh := e.x == nil
-	q := &e.more().quota
-	if start, _ := e.ctr.window(e.rule); fresh || q.window != start {
-		*q = quota{at: now, window: start, mine: ceiling / n}
+	q := &e.more().Slice
+	if start, _ := e.ctr.window(e.rule); fresh || q.Window != start {
+		*q = rates.Slice{At: now, Window: start, Mine: ceiling / n}
 		if e.Answered() && e.ctr.known() { // read in this window: its view
-			q.mine = cut(max(0, remaining-e.InFlight(c.cfg.PipelineLag)), n, e.Own, e.Own+e.Others)
+			q.Mine = rates.Cut(max(0, remaining-e.InFlight(c.cfg.PipelineLag)), n, e.Own, e.Own+e.Others)
 		}
 	}
-	return q.spent+cost > q.mine
+	return q.Spent+cost > q.Mine
 }
 
 // recut gives e a new slice after a store answer (requires the lock):
@@ -152,21 +111,21 @@ func (c *Checker) capped(e *entry, now, cost, remaining, ceiling int64) bool {
 // lag measured on this instance's own consumption when that is longer (a
 // consumer group still joining, a backlog) — so the others' consumption
 // from the slices cut before it has reached the store when it is re-cut;
-// the slices of one round add up to at most what remained (cut). While
+// the slices of one round add up to at most what remained (rates.Cut). While
 // the lag is beyond what the samples measure, no slice is re-cut.
 func (c *Checker) recut(e *entry, now, remaining int64) {
 	if e.x == nil {
 		return
 	}
-	q := &e.x.quota
+	q := &e.x.Slice
 	start, _ := e.ctr.window(e.rule)
-	if q.at == 0 || q.window != start {
+	if q.At == 0 || q.Window != start {
 		return
 	}
 	lag := int64(c.cfg.PipelineLag)
 	inFlight := e.InFlight(c.cfg.PipelineLag)
 	if counted, own, ok := e.ctr.ownCounts(); ok { // measured on this instance's own consumption
-		measured, ok := e.x.ownLag(now, start, counted, own, lag)
+		measured, ok := e.x.lag.Measure(now, start, counted, own, lag)
 		// while the store's answers lag beyond the samples, the key stays
 		// in the near band: a far decision would trust a view that misses
 		// the others' spending
@@ -179,32 +138,8 @@ func (c *Checker) recut(e *entry, now, remaining int64) {
 			lag = measured
 		}
 	}
-	if now-q.at < lag {
+	if now-q.At < lag {
 		return
 	}
-	*q = quota{at: now, window: start,
-		mine: cut(max(0, remaining-inFlight), c.fleet(e), e.Own, e.Own+e.Others)}
-}
-
-// cut is one instance's slice of remaining among n instances, own of the
-// fleet's rate fleet (0: unknown, equal shares). The share is half an
-// equal split and half this instance's rate over the fleet's, both
-// learned from store answers: when the instances' views agree, the shares
-// add up to one, and none starves while its rate is still unknown.
-func cut(remaining, n, own, fleet int64) int64 {
-	if fleet <= 0 || own > fleet {
-		return remaining / n
-	}
-	return remaining/(2*n) + mulDiv(remaining, own, 2*fleet)
-}
-
-// mulDiv is a × b / c rounded down, without overflow for non-negative
-// values.
-func mulDiv(a, b, c int64) int64 {
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	if hi >= uint64(c) {
-		return math.MaxInt64
-	}
-	q, _ := bits.Div64(hi, lo, uint64(c))
-	return int64(min(q, math.MaxInt64))
+	*q = rates.Slice{At: now, Window: start, Mine: rates.Cut(max(0, remaining-inFlight), c.fleet(e), e.Own, e.Own+e.Others)}
 }

@@ -5,44 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"pgregory.net/rapid"
-
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
-
-// TestSlicesNeverSumAboveWhatRemained: for any fleet whose views of the
-// rates agree, the slices cut from what remained add up to at most it;
-// cold slices (the ceiling divided by the live checkers) add up to at
-// most the ceiling; no instance gets nothing while something remains for
-// n or more.
-func TestSlicesNeverSumAboveWhatRemained(t *testing.T) {
-	rapid.Check(t, func(rt *rapid.T) {
-		n := rapid.IntRange(2, 16).Draw(rt, "instances")
-		remaining := rapid.Int64Range(0, 1<<40).Draw(rt, "remaining")
-		rates := make([]int64, n)
-		var fleet int64
-		for i := range rates {
-			rates[i] = rapid.Int64Range(0, 1<<30).Draw(rt, "rate")
-			fleet += rates[i]
-		}
-		var sum int64
-		for i := range rates {
-			s := cut(remaining, int64(n), rates[i], fleet)
-			if s < 0 || (remaining >= int64(2*n) && s == 0) {
-				rt.Fatalf("instance %d: slice %d of %d", i, s, remaining)
-			}
-			sum += s
-		}
-		if sum > remaining {
-			rt.Fatalf("%d slices add up to %d, above the %d that remained (rates %v)", n, sum, remaining, rates)
-		}
-		if cold := (remaining / int64(n)) * int64(n); cold > remaining {
-			rt.Fatalf("cold slices %d above %d", cold, remaining)
-		}
-	})
-}
 
 // offsetClock reads another clock plus a fixed offset (a checker whose
 // clock runs ahead of the store's).

@@ -249,7 +249,7 @@ func (c *Checker) count(s *slot, now, cost int64, allowed bool) {
 	}
 	e.sinceAnswer += cost
 	if e.x != nil {
-		e.x.spent += cost
+		e.x.Spent += cost
 	}
 	e.ctr.addMemory(cost)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/internal/rates"
 )
 
 // refreshBatch bounds the keys read in one refresher pass.
@@ -239,7 +240,7 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *counters.ReadItem, now int6
 	if rate := e.Fleet(e.used); room <= 0 {
 		next = int64(c.cfg.MinRefresh)
 	} else if rate > 0 {
-		next = min(next, mulDiv(room, int64(time.Second), 2*rate)) // 128 bits: room may be near the int64 bound
+		next = min(next, rates.MulDiv(room, int64(time.Second), 2*rate)) // 128 bits: room may be near the int64 bound
 	}
 	next = max(next, int64(c.cfg.MinRefresh))
 	if end < math.MaxInt64-int64(c.cfg.MinRefresh) { // a new window needs its first read soon after it starts

@@ -74,26 +74,6 @@ const (
 	emitLazy                   // in the emission wheel, for tick lazyTick
 )
 
-// answer is what the store said of one counter, from a refresh read or a
-// charge's reply, in the form both counters absorb.
-type answer struct {
-	found                bool
-	total, own, base     int64 // window: its counts; bucket: total is the TAT
-	cum                  int64 // bucket: cumulative hits applied
-	ownMem, ownSync, gen int64
-	instances            int
-}
-
-func readAnswer(it *counters.ReadItem) answer {
-	return answer{found: it.Found, total: it.Total, own: it.Own, base: it.Base, cum: it.Cum,
-		ownMem: it.OwnMem, ownSync: it.OwnSync, gen: it.Gen, instances: it.Instances}
-}
-
-func chargeAnswer(res *counters.ChargeResult) answer {
-	return answer{found: true, total: res.Total, own: res.Own, base: res.Base, cum: res.Cum,
-		ownMem: res.OwnMem, ownSync: res.OwnSync, gen: res.Gen, instances: res.Instances}
-}
-
 // shard is one lock domain of the key table.
 type shard struct {
 	mu    sync.Mutex
