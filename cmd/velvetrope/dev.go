@@ -173,6 +173,7 @@ func devModule(app config.App, logger *slog.Logger) fx.Option {
 		fx.Supply(app, logger),
 		fx.Provide(
 			newShutdown,
+			newRegistry,
 			newRuleStore,
 			counters.NewMemStore,
 			newDevBus,
@@ -286,7 +287,7 @@ func watchRules(sd *shutdown, app config.App, store *config.Store, logger *slog.
 
 func newDevHTTP(sd *shutdown, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
 	rules *config.Store, usage *sink.Memory, logger *slog.Logger, dd devDeferred, store *counters.MemStore,
-	drain *deferred.Drain, bus *events.MemBus) (*httpapi.Server, error) {
+	drain *deferred.Drain, bus *events.MemBus, reg *metrics.Registry) (*httpapi.Server, error) {
 	return newCheckerHTTP(sd, app, c, n, rs, rules, logger, bus, analytics.New(usage, "", logger), nil,
 		newQueue(dd.pub, store, app, c), store, drain, func(reg *metrics.Registry) {
 			reg.Counter("velvetrope_dev_dead_letters_dropped_total", fmt.Sprintf("Dead letters dev let go, the oldest first, to keep at most %d MiB of them.", devDeadLetterBytes>>20),
@@ -296,7 +297,7 @@ func newDevHTTP(sd *shutdown, app config.App, c *checker.Checker, n *decisions.C
 				func() float64 { return float64(usage.Bytes()) })
 			reg.Counter("velvetrope_analytics_memory_dropped_total", "Usage rows dev dropped over analytics.memory_max_bytes, the oldest minutes first.",
 				func() float64 { return float64(usage.Dropped.Load()) })
-		})
+		}, reg)
 }
 
 // newDevBus is dev's event bus: 16 partitions, at most 1<<20 deltas
@@ -334,7 +335,7 @@ func newDecisionCounter(rules *config.Store) *decisions.Counter { return decisio
 // its in-memory analytics).
 func newCheckerHTTP(sd *shutdown, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
 	rules *config.Store, logger *slog.Logger, prod events.Producer, an *analytics.Handler, ready func() error,
-	q *deferred.Queue, tickets counters.Tickets, drain *deferred.Drain, more func(*metrics.Registry)) (*httpapi.Server, error) {
+	q *deferred.Queue, tickets counters.Tickets, drain *deferred.Drain, more func(*metrics.Registry), reg *metrics.Registry) (*httpapi.Server, error) {
 	mux := http.NewServeMux()
 	an.WithAccess(analytics.Access{Token: app.Analytics.Token, MaxWindow: app.Analytics.MaxWindow,
 		MaxConcurrent: app.Analytics.MaxConcurrent}).Register(mux)
@@ -344,8 +345,6 @@ func newCheckerHTTP(sd *shutdown, app config.App, c *checker.Checker, n *decisio
 	mux.Handle("GET /v1/deferred/{ticket}", httpapi.TicketHandler(tickets))
 	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
 	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).WithKeys(c).Register(mux)
-	reg := metrics.New()
-	processMetrics(reg)
 	checkerMetrics(reg, c, prod)
 	rlsMetrics(reg, rs)
 	queueMetrics(reg, q)

@@ -151,6 +151,7 @@ func drainModule(app config.App, logger *slog.Logger) fx.Option {
 		fx.Supply(app, logger),
 		fx.Provide(
 			newShutdown,
+			newRegistry,
 			newRuleStore,
 			newRedis,
 			newCounters,
@@ -200,10 +201,8 @@ func drainModule(app config.App, logger *slog.Logger) fx.Option {
 				return d, cons, nil
 			},
 			func(sd *shutdown, app config.App, c *checker.Checker, d *deferred.Drain, cons *events.KafkaConsumer,
-				prod *events.KafkaProducer) (*httpapi.Server, error) {
+				prod *events.KafkaProducer, reg *metrics.Registry) (*httpapi.Server, error) {
 				mux := http.NewServeMux()
-				reg := metrics.New()
-				processMetrics(reg)
 				drainMetrics(reg, d)
 				checkerMetrics(reg, c, prod)
 				reg.Gauge("velvetrope_drain_consumer_lag", "Records the drain's consumer is behind the deferred topic's end.",

@@ -128,6 +128,7 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 		fx.Supply(app, logger),
 		fx.Provide(
 			newShutdown,
+			newRegistry,
 			newRuleStore,
 			newRedis,
 			newCounters,
@@ -147,7 +148,7 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 			newAnalyticsReader,
 			func(sd *shutdown, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
 				rc redis.UniversalClient, prod *events.KafkaProducer, rules *config.Store, an *sink.ClickHouse,
-				logger *slog.Logger, dw *events.KafkaWriter, store *counters.Redis) (*httpapi.Server, error) {
+				logger *slog.Logger, dw *events.KafkaWriter, store *counters.Redis, reg *metrics.Registry) (*httpapi.Server, error) {
 				h := analytics.New(nil, "analytics are off: set clickhouse.addr (VELVETROPE_CLICKHOUSE_ADDR) on the checker", logger)
 				if an != nil {
 					h = analytics.New(an, "", logger)
@@ -159,7 +160,7 @@ func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 					ctx, cancel := context.WithTimeout(context.Background(), app.Checker.StoreTimeout)
 					defer cancel()
 					return rc.Ping(ctx).Err()
-				}, newQueue(dw, store, app, c), store, nil, nil)
+				}, newQueue(dw, store, app, c), store, nil, nil, reg)
 			},
 		),
 		fx.Invoke(watchRules),
@@ -342,6 +343,7 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 		fx.Supply(app, logger),
 		fx.Provide(
 			newShutdown,
+			newRegistry,
 			newAggregatorRedis,
 			newCounters,
 			newUsageWriter,
@@ -369,10 +371,8 @@ func aggregatorModule(app config.App, logger *slog.Logger) fx.Option {
 				sd.hook(stopWork, "kafka", a.Start, a.Stop)
 				return a, nil
 			},
-			func(sd *shutdown, app config.App, a *aggregator.Kafka, usage *sink.Writer) (*httpapi.Server, error) {
+			func(sd *shutdown, app config.App, a *aggregator.Kafka, usage *sink.Writer, reg *metrics.Registry) (*httpapi.Server, error) {
 				mux := http.NewServeMux()
-				reg := metrics.New()
-				processMetrics(reg)
 				if usage != nil {
 					sinkMetrics(reg, usage)
 				}

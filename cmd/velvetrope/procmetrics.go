@@ -9,6 +9,14 @@ import (
 	"github.com/velvetrope/velvetrope/internal/metrics"
 )
 
+// newRegistry is a process's one metrics registry, which its HTTP
+// listener serves, with the process's own metrics.
+func newRegistry() *metrics.Registry {
+	reg := metrics.New()
+	processMetrics(reg)
+	return reg
+}
+
 // processMetrics exposes what a soak or an operator watches for growth:
 // goroutines, resident memory and the Go heap.
 func processMetrics(reg *metrics.Registry) {
