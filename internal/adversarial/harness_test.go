@@ -78,8 +78,6 @@ func start(t *testing.T, o options) *proc {
 	return &proc{Process: testsvc.StartProcess(t, cmd, httpAddr, nil), GRPC: grpcAddr}
 }
 
-func (p *proc) stop(t *testing.T) { p.Stop(t) }
-
 // exited reports whether the process has ended (a crash under attack).
 func (p *proc) exited() bool {
 	select {
