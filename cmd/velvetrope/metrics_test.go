@@ -74,7 +74,7 @@ func TestProcessMetrics(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got != string(want) {
-				t.Fatalf("%s serves other metrics than %s (go test -run TestProcessMetrics -update-metrics rewrites it):\n%s",
+				t.Fatalf("%s serves other metrics than %s (go test ./cmd/velvetrope -run TestProcessMetrics -update-metrics, with the services, rewrites it):\n%s",
 					c.kind, path, lineDiff(string(want), got))
 			}
 		})
