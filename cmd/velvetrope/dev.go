@@ -21,7 +21,6 @@ import (
 	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
-	"github.com/velvetrope/velvetrope/deferred"
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/admin"
 	"github.com/velvetrope/velvetrope/internal/analytics"
@@ -30,7 +29,6 @@ import (
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/logx"
 	"github.com/velvetrope/velvetrope/internal/metrics"
-	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/rls"
 	"github.com/velvetrope/velvetrope/sink"
 )
@@ -171,13 +169,11 @@ func processConfig(name string, args []string, stdout io.Writer) (app config.App
 func devModule(app config.App, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(app, logger),
+		fx.Provide(newShutdown, newRegistry, newRuleStore),
+		memBackends,
+		provideChecker(""),
 		fx.Provide(
-			newShutdown,
-			newRuleStore,
-			counters.NewMemStore,
-			newDevBus,
 			newDevUsage,
-			newDevChecker,
 			newDecisionCounter,
 			newRLS,
 			newDevDeferred,
@@ -186,29 +182,6 @@ func devModule(app config.App, logger *slog.Logger) fx.Option {
 		),
 		fx.Invoke(watchRules, runEmbeddedAggregator, expireCounters, startDrain),
 	)
-}
-
-// checkerConfig maps the application config onto the checker's.
-func checkerConfig(app config.App, logger *slog.Logger) checker.Config {
-	ck := app.Checker
-	return checker.Config{InstanceName: app.InstanceID, MaxKeys: ck.MaxKeys, MaxBytes: ck.MaxBytes, LocalMaxKeys: app.Limiter.MaxKeys, FlushInterval: ck.FlushInterval, MaxEmitInterval: ck.MaxEmitInterval,
-		MaxHeldHits: ck.MaxHeldHits, MaxHeldTotal: ck.MaxHeldTotal,
-		Heartbeat: ck.Heartbeat, InstanceTTL: ck.InstanceTTL, MaxClockSkew: ck.MaxClockSkew,
-		MinRefresh: ck.MinRefresh, MaxRefresh: ck.MaxRefresh, PipelineLag: ck.PipelineLag,
-		SafetyPercent: ck.SafetyPercent, NearFloor: ck.NearFloor, NearFloorPercent: ck.NearFloorPct,
-		IdleAfter: ck.IdleAfter, ControlPoll: ck.ControlPoll, IdempotencyTTL: app.Limiter.IdempotencyTTL, HashKey: []byte(ck.HashKey),
-		Bounds: app.Limits, StoreTimeout: ck.StoreTimeout, BreakerFailures: ck.BreakerFailures, BreakerOpenFor: ck.BreakerOpenFor,
-		Logger: logger}
-}
-
-func newDevChecker(sd *shutdown, app config.App, logger *slog.Logger, rules *config.Store,
-	store *counters.MemStore, bus *events.MemBus) (*checker.Checker, error) {
-	c, err := checker.New(checkerConfig(app, logger), rules, store, bus, limiter.SystemClock{})
-	if err != nil {
-		return nil, staged("checker", err)
-	}
-	sd.hook(stopWork, "checker", c.Start, c.Stop)
-	return c, nil
 }
 
 // runEmbeddedAggregator applies the bus's deltas to the in-memory store
@@ -284,38 +257,41 @@ func watchRules(sd *shutdown, app config.App, store *config.Store, logger *slog.
 	return nil
 }
 
-func newDevHTTP(sd *shutdown, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
-	rules *config.Store, usage *sink.Memory, logger *slog.Logger, dd devDeferred, store *counters.MemStore,
-	drain *deferred.Drain, bus *events.MemBus) (*httpapi.Server, error) {
-	return newCheckerHTTP(sd, app, c, n, rs, rules, logger, bus, analytics.New(usage, "", logger), nil,
-		newQueue(dd.pub, store, app, c), store, drain, func(reg *metrics.Registry) {
-			reg.Counter("velvetrope_dev_dead_letters_dropped_total", fmt.Sprintf("Dead letters dev let go, the oldest first, to keep at most %d MiB of them.", devDeadLetterBytes>>20),
-				func() float64 { return float64(dd.dead.Dropped.Load()) })
-			reg.Gauge("velvetrope_analytics_memory_rows", "Usage rows dev holds in memory.", func() float64 { return float64(usage.Len()) })
-			reg.Gauge("velvetrope_analytics_memory_bytes", "What dev's usage rows hold, as estimated for analytics.memory_max_bytes.",
-				func() float64 { return float64(usage.Bytes()) })
-			reg.Counter("velvetrope_analytics_memory_dropped_total", "Usage rows dev dropped over analytics.memory_max_bytes, the oldest minutes first.",
-				func() float64 { return float64(usage.Dropped.Load()) })
-		})
+// devHTTPIn is what dev's listener takes beside what every deciding
+// process's does: its in-memory analytics, deferred topic and tickets.
+type devHTTPIn struct {
+	fx.In
+	Common   checkerHTTPIn
+	Usage    *sink.Memory
+	Deferred devDeferred
+	Tickets  *counters.MemStore
+}
+
+// newDevHTTP is dev's listener: always ready, analytics from memory.
+func newDevHTTP(in devHTTPIn) (*httpapi.Server, error) {
+	c := in.Common
+	return newCheckerHTTP(c, analytics.New(in.Usage, "", c.Logger), in.Deferred.pub, in.Tickets, nil)
 }
 
 // newDevBus is dev's event bus: 16 partitions, at most 1<<20 deltas
 // waiting for the embedded aggregator; the deltas it sets aside are logged.
-func newDevBus(logger *slog.Logger) (*events.MemBus, error) {
+func newDevBus(logger *slog.Logger, reg *metrics.Registry) (*events.MemBus, error) {
 	b, err := events.NewMemBus(16, 1<<20)
 	if err != nil {
 		return nil, err
 	}
 	b.SetLogger(logger)
+	b.RegisterMetrics(reg)
 	return b, nil
 }
 
 // newDevUsage is dev's analytics store: usage in memory for a day, within
 // analytics.memory_max_bytes, fed by the embedded aggregator through a
 // writer that flushes every second.
-func newDevUsage(sd *shutdown, app config.App, logger *slog.Logger) (*sink.Memory, *sink.Writer, error) {
+func newDevUsage(sd *shutdown, app config.App, logger *slog.Logger, reg *metrics.Registry) (*sink.Memory, *sink.Writer, error) {
 	mem := sink.NewMemory(24 * time.Hour)
 	mem.SetMaxBytes(app.Analytics.MemoryMaxBytes)
+	mem.RegisterMetrics(reg)
 	w, err := sink.NewWriter(sink.WriterConfig{FlushInterval: 100 * time.Millisecond, Logger: logger}, mem)
 	if err != nil {
 		return nil, nil, staged("analytics", err)
@@ -325,38 +301,45 @@ func newDevUsage(sd *shutdown, app config.App, logger *slog.Logger) (*sink.Memor
 }
 
 // newDecisionCounter counts the decisions the APIs answer, per rule.
-func newDecisionCounter(rules *config.Store) *decisions.Counter { return decisions.New(rules.Load) }
+func newDecisionCounter(rules *config.Store, reg *metrics.Registry) *decisions.Counter {
+	n := decisions.New(rules.Load)
+	n.Register(reg)
+	return n
+}
+
+// checkerHTTPIn is what the HTTP listener of every process that decides
+// (dev and checker) takes.
+type checkerHTTPIn struct {
+	fx.In
+	SD        *shutdown
+	App       config.App
+	Checker   *checker.Checker
+	Decisions *decisions.Counter
+	RLS       *rls.Server
+	Rules     *config.Store
+	Logger    *slog.Logger
+	Metrics   *metrics.Registry
+}
 
 // newCheckerHTTP is the HTTP listener of a process that decides (dev and
 // checker): the check API, Envoy's /json, admin, metrics and health.
-// prod is the checker's producer (dev: the in-memory bus); ready nil means
-// always ready; more, when set, registers the process's own metrics (dev:
-// its in-memory analytics).
-func newCheckerHTTP(sd *shutdown, app config.App, c *checker.Checker, n *decisions.Counter, rs *rls.Server,
-	rules *config.Store, logger *slog.Logger, prod events.Producer, an *analytics.Handler, ready func() error,
-	q *deferred.Queue, tickets counters.Tickets, drain *deferred.Drain, more func(*metrics.Registry)) (*httpapi.Server, error) {
+// Its queue appends deferred requests to topic and keeps their tickets
+// in tickets; ready nil means always ready.
+func newCheckerHTTP(in checkerHTTPIn, an *analytics.Handler, topic events.Publisher, tickets counters.Deferrals,
+	ready func() error) (*httpapi.Server, error) {
+	app, c := in.App, in.Checker
+	q := newQueue(topic, tickets, app, c)
+	q.RegisterMetrics(in.Metrics)
 	mux := http.NewServeMux()
 	an.WithAccess(analytics.Access{Token: app.Analytics.Token, MaxWindow: app.Analytics.MaxWindow,
 		MaxConcurrent: app.Analytics.MaxConcurrent}).Register(mux)
 	dashboard.Register(mux)
-	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes, logx.New(logger, 10*time.Second), n, httpapi.WithQueue(q),
+	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes, logx.New(in.Logger, 10*time.Second), in.Decisions, httpapi.WithQueue(q),
 		httpapi.WithBounds(app.Limits)))
 	mux.Handle("GET /v1/deferred/{ticket}", httpapi.TicketHandler(tickets))
-	mux.Handle("/json", rls.JSONHandler(rs, app.HTTP.MaxBodyBytes))
-	admin.New(rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, logger).WithKeys(c).Register(mux)
-	reg := metrics.New()
-	processMetrics(reg)
-	checkerMetrics(reg, c, prod)
-	rlsMetrics(reg, rs)
-	queueMetrics(reg, q)
-	if drain != nil {
-		drainMetrics(reg, drain)
-	}
-	if more != nil {
-		more(reg)
-	}
-	n.Register(reg)
-	mux.Handle("GET /metrics", reg)
+	mux.Handle("/json", rls.JSONHandler(in.RLS, app.HTTP.MaxBodyBytes))
+	admin.New(in.Rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, in.Logger).WithKeys(c).Register(mux)
+	mux.Handle("GET /metrics", in.Metrics)
 	httpapi.Health(mux, ready)
-	return newHTTPServer(sd, app, mux, app.HTTP.WriteTimeout, reg)
+	return newHTTPServer(in.SD, app, mux, app.HTTP.WriteTimeout, in.Metrics)
 }

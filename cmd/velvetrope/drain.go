@@ -18,7 +18,6 @@ import (
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/metrics"
-	"github.com/velvetrope/velvetrope/limiter"
 )
 
 // runDrain implements `velvetrope drain`: the deferred topic's consumer
@@ -67,61 +66,33 @@ func newQueue(pub events.Publisher, store counters.Deferrals, app config.App, c 
 	return deferred.NewQueue(pub, store, nil, app.Deferred.StateRetention).WithHasher(c).WithMaxBytes(app.Deferred.MaxBytes)
 }
 
-// queueMetrics exposes a queue's enqueues.
-func queueMetrics(reg *metrics.Registry, q *deferred.Queue) {
-	reg.Counter("velvetrope_deferred_enqueued_total", "Deferred requests appended to the deferred topic.", func() float64 { return float64(q.Enqueued.Load()) })
-	reg.Counter("velvetrope_deferred_enqueue_errors_total", "Deferred requests the topic or the ticket store refused (answered deny, with defer_error).",
-		func() float64 { return float64(q.EnqueueErrors.Load()) })
-	reg.Counter("velvetrope_deferred_payloads_refused_total", "Deferred requests whose payload was refused (too large or malformed).",
-		func() float64 { return float64(q.Refused.Load()) })
-	reg.Labeled("velvetrope_deferred_refused_total", "Requests that would have been deferred, refused at a bound of the queue "+
-		"(answered deny, with defer_error): the rule's defer.max_queued for the key, or deferred.max_bytes in all.", "counter", "reason",
-		func() map[string]float64 {
-			return map[string]float64{deferred.BoundMaxQueued: float64(q.FullKey.Load()), deferred.BoundMaxBytes: float64(q.FullBytes.Load())}
-		})
-	reg.Counter("velvetrope_deferred_repeats_total", "Deferred requests whose request_id was deferred before: answered that ticket, not queued again.",
-		func() float64 { return float64(q.Repeats.Load()) })
+// drainIn is what a drain (dev's or the drain process's) is built from
+// beside its topic, dead letters and tickets: the process's checker
+// decides its releases under the live rules.
+type drainIn struct {
+	fx.In
+	App     config.App
+	Logger  *slog.Logger
+	Checker *checker.Checker
+	Rules   *config.Store
 }
 
-// drainMetrics exposes a drain's work.
-func drainMetrics(reg *metrics.Registry, d *deferred.Drain) {
-	reg.Gauge("velvetrope_drain_queue_depth", "Deferred items this drain holds: waiting for budget or being delivered.",
-		func() float64 { n, _, _ := d.Depth(); return float64(n) })
-	reg.Labeled("velvetrope_drain_queue_age_seconds", "Age of the items held (since enqueued), by quantile.", "gauge", "quantile",
-		func() map[string]float64 {
-			_, p50, p99 := d.Depth()
-			return map[string]float64{"0.5": p50.Seconds(), "0.99": p99.Seconds()}
-		})
-	reg.Counter("velvetrope_drain_records_total", "Records read from the deferred topic.", func() float64 { return float64(d.Fetched.Load()) })
-	reg.Counter("velvetrope_drain_releases_total", "Items the counters admitted again (each charged once).", func() float64 { return float64(d.Releases.Load()) })
-	reg.Counter("velvetrope_drain_release_waits_total", "Release decisions that said not yet.", func() float64 { return float64(d.Waits.Load()) })
-	reg.Counter("velvetrope_drain_deliveries_total", "Items the target accepted (2xx).", func() float64 { return float64(d.Deliveries.Load()) })
-	reg.Counter("velvetrope_drain_retries_total", "Delivery attempts that failed and were tried again.", func() float64 { return float64(d.Retries.Load()) })
-	reg.Counter("velvetrope_drain_duplicates_total", "Records of tickets already finished (re-read after a crash or rebalance), not delivered again.",
-		func() float64 { return float64(d.Duplicates.Load()) })
-	reg.Counter("velvetrope_drain_store_errors_total", "Release decisions or ticket writes the counter store failed.", func() float64 { return float64(d.StoreErrors.Load()) })
-	reg.Counter("velvetrope_drain_commit_errors_total", "Offset commits that failed (retried).", func() float64 { return float64(d.CommitErrs.Load()) })
-	reg.Labeled("velvetrope_drain_dead_letters_total", "Items set aside on the dead-letter topic, by reason.", "counter", "reason",
-		func() map[string]float64 {
-			out := map[string]float64{}
-			for k, v := range d.DeadLetters() {
-				out[k] = float64(v)
-			}
-			return out
-		})
+// newDrain maps the application config onto a drain reading topic,
+// setting items aside on dead and keeping their tickets in tickets.
+func (in drainIn) newDrain(topic events.Consumer, dead events.Publisher, tickets counters.Deferrals) (*deferred.Drain, error) {
+	df := in.App.Deferred
+	d, err := deferred.NewDrain(deferred.DrainConfig{Consumer: topic, DeadLetters: dead, Checker: in.Checker,
+		Rules: in.Rules.Load, Tickets: tickets, Workers: df.Workers, MaxInFlight: df.MaxInFlight, DeliveryTimeout: df.DeliveryTimeout,
+		BackoffMin: df.BackoffMin, BackoffMax: df.BackoffMax, Retention: df.StateRetention, Logger: in.Logger})
+	return d, staged("drain", err)
 }
 
-// drainConfig maps the application config onto a drain's.
-func drainConfig(app config.App, logger *slog.Logger) deferred.DrainConfig {
-	df := app.Deferred
-	return deferred.DrainConfig{Workers: df.Workers, MaxInFlight: df.MaxInFlight, DeliveryTimeout: df.DeliveryTimeout,
-		BackoffMin: df.BackoffMin, BackoffMax: df.BackoffMax, Retention: df.StateRetention, Logger: logger}
-}
-
-// startDrain runs d for the process's life.
+// startDrain runs d for the process's life (dev's and the drain
+// process's), its metrics on reg.
 // It stops with the listeners (stopListeners): it is an intake of the
 // process, deciding through its checker, which stops after it.
-func startDrain(sd *shutdown, d *deferred.Drain, logger *slog.Logger) {
+func startDrain(sd *shutdown, d *deferred.Drain, logger *slog.Logger, reg *metrics.Registry) {
+	d.RegisterMetrics(reg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	sd.hook(stopListeners, "drain", func(context.Context) error {
@@ -149,25 +120,12 @@ func startDrain(sd *shutdown, d *deferred.Drain, logger *slog.Logger) {
 func drainModule(app config.App, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(app, logger),
+		fx.Provide(newShutdown, newRegistry, newRuleStore),
+		sharedBackends,
+		provideChecker("-drain"),
 		fx.Provide(
-			newShutdown,
-			newRuleStore,
-			newRedis,
-			newCounters,
-			newKafkaProducer,
-			func(sd *shutdown, app config.App, logger *slog.Logger, rules *config.Store, store *counters.Redis,
-				prod *events.KafkaProducer) (*checker.Checker, error) {
-				cfg := checkerConfig(app, logger)
-				cfg.InstanceName = app.InstanceID + "-drain"
-				c, err := checker.New(cfg, rules, store, prod, limiter.SystemClock{})
-				if err != nil {
-					return nil, staged("checker", err)
-				}
-				sd.hook(stopWork, "checker", c.Start, c.Stop)
-				return c, nil
-			},
-			func(sd *shutdown, app config.App, logger *slog.Logger, rules *config.Store, store *counters.Redis,
-				c *checker.Checker) (*deferred.Drain, *events.KafkaConsumer, error) {
+			func(sd *shutdown, store *counters.Redis, in drainIn) (*deferred.Drain, *events.KafkaConsumer, error) {
+				app := in.App
 				sec, err := kafkaSecurity(app)
 				if err != nil {
 					return nil, nil, staged("kafka", err)
@@ -189,25 +147,17 @@ func drainModule(app config.App, logger *slog.Logger) fx.Option {
 				if err != nil {
 					return nil, nil, err
 				}
-				cfg := drainConfig(app, logger)
-				cfg.Consumer, cfg.DeadLetters, cfg.Checker, cfg.Rules, cfg.Tickets = cons, dlq, c, rules.Load, store
-				d, err := deferred.NewDrain(cfg)
+				d, err := in.newDrain(cons, dlq, store)
 				if err != nil {
-					return nil, nil, staged("drain", err)
+					return nil, nil, err
 				}
 				// registered before the drain's run: it closes after it
 				sd.stop(stopListeners, "kafka "+app.Kafka.DeferredTopic+" consumer", cons.Close)
 				return d, cons, nil
 			},
-			func(sd *shutdown, app config.App, c *checker.Checker, d *deferred.Drain, cons *events.KafkaConsumer,
-				prod *events.KafkaProducer) (*httpapi.Server, error) {
+			func(sd *shutdown, app config.App, c *checker.Checker, cons *events.KafkaConsumer,
+				reg *metrics.Registry) (*httpapi.Server, error) {
 				mux := http.NewServeMux()
-				reg := metrics.New()
-				processMetrics(reg)
-				drainMetrics(reg, d)
-				checkerMetrics(reg, c, prod)
-				reg.Gauge("velvetrope_drain_consumer_lag", "Records the drain's consumer is behind the deferred topic's end.",
-					func() float64 { return float64(cons.Lag()) })
 				mux.Handle("GET /metrics", reg)
 				httpapi.Health(mux, func() error {
 					if err := c.StoreReady(); err != nil {
@@ -243,7 +193,9 @@ type devDeferred struct {
 // aside).
 const devDeadLetterBytes = 16 << 20
 
-func newDevDeferred(sd *shutdown, app config.App) (devDeferred, error) {
+// newDevDeferred is dev's deferred topic, closed with the producers, and
+// its dead letters.
+func newDevDeferred(sd *shutdown, app config.App, reg *metrics.Registry) (devDeferred, error) {
 	topic, err := events.NewMemBus(16, 1<<20)
 	if err != nil {
 		return devDeferred{}, err
@@ -253,8 +205,9 @@ func newDevDeferred(sd *shutdown, app config.App) (devDeferred, error) {
 	// unfinished item, which a commit cannot pass: twice the bound.
 	topic.LimitBytes(2 * app.Deferred.MaxBytes)
 	sd.stop(stopProducer, "deferred bus", topic.Close)
-	return devDeferred{topic: topic, pub: devTopic{topic, 2 * app.Deferred.MaxBytes},
-		dead: deferred.NewMemDeadLetters(devDeadLetterBytes)}, nil
+	dead := deferred.NewMemDeadLetters(devDeadLetterBytes)
+	dead.RegisterMetrics(reg)
+	return devDeferred{topic: topic, pub: devTopic{topic, 2 * app.Deferred.MaxBytes}, dead: dead}, nil
 }
 
 // devTopic is dev's deferred topic as a publisher: a full bus says which
@@ -274,10 +227,6 @@ func (t devTopic) Publish(ctx context.Context, msgs []events.Message) error {
 }
 
 // newDevDrain is dev's drain, over dev's own checker and buses.
-func newDevDrain(app config.App, logger *slog.Logger, dd devDeferred, c *checker.Checker, rules *config.Store,
-	store *counters.MemStore) (*deferred.Drain, error) {
-	cfg := drainConfig(app, logger)
-	cfg.Consumer, cfg.DeadLetters, cfg.Checker, cfg.Rules, cfg.Tickets = dd.topic, dd.dead, c, rules.Load, store
-	d, err := deferred.NewDrain(cfg)
-	return d, staged("drain", err)
+func newDevDrain(dd devDeferred, store *counters.MemStore, in drainIn) (*deferred.Drain, error) {
+	return in.newDrain(dd.topic, dd.dead, store)
 }

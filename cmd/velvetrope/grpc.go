@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"go.uber.org/fx"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/reflection"
@@ -34,15 +35,27 @@ func (g *grpcListener) Addr() string {
 	return g.lis.Addr().String()
 }
 
-// newRLS builds the Envoy rate limit service over c and, unless grpc.addr
-// is empty, its gRPC listener, with server reflection unless
+// rlsIn is what the Envoy rate limit service is built from.
+type rlsIn struct {
+	fx.In
+	SD        *shutdown
+	App       config.App
+	Checker   *checker.Checker
+	Decisions *decisions.Counter
+	Logger    *slog.Logger
+	Metrics   *metrics.Registry
+}
+
+// newRLS builds the Envoy rate limit service over the checker and, unless
+// grpc.addr is empty, its gRPC listener, with server reflection unless
 // grpc.reflection is false. It stops with the listeners (stopListeners):
 // no call is in flight when the checker makes its final flush.
-func newRLS(sd *shutdown, app config.App, c *checker.Checker, n *decisions.Counter,
-	logger *slog.Logger) (*rls.Server, *grpcListener, error) {
-	s := rls.New(c, rls.Options{ResponseHeaders: app.GRPC.ResponseHeaders, Logger: logger,
-		Bounds: app.Limits, Decisions: n, MaxConcurrentStreams: uint32(app.GRPC.MaxConcurrentStreams),
+func newRLS(in rlsIn) (*rls.Server, *grpcListener, error) {
+	sd, app, logger := in.SD, in.App, in.Logger
+	s := rls.New(in.Checker, rls.Options{ResponseHeaders: app.GRPC.ResponseHeaders, Logger: logger,
+		Bounds: app.Limits, Decisions: in.Decisions, MaxConcurrentStreams: uint32(app.GRPC.MaxConcurrentStreams),
 		CallTimeout: app.GRPC.CallTimeout})
+	s.RegisterMetrics(in.Metrics)
 	gl := &grpcListener{}
 	if app.GRPC.Addr == "" {
 		return s, gl, nil
@@ -99,12 +112,7 @@ func newHTTPServer(sd *shutdown, app config.App, mux http.Handler, writeTimeout 
 	srv := httpapi.NewServer(app.HTTP.Addr, mux, app.HTTP.ReadTimeout, writeTimeout)
 	srv.UseTLS(tlsCfg)
 	srv.LimitInFlight(app.HTTP.MaxInFlight, app.HTTP.MaxBodyBytes, app.HTTP.MaxBodyBytesInFlight)
-	reg.Gauge("velvetrope_http_in_flight", "HTTP requests being decided, their bodies received (at most http.max_in_flight; /healthz, /readyz and /metrics not counted).",
-		func() float64 { return float64(srv.InFlight()) })
-	reg.Gauge("velvetrope_http_body_bytes", "Memory of the HTTP request bodies being received or decided (at most http.max_body_bytes_in_flight).",
-		func() float64 { return float64(srv.BodyBytes()) })
-	reg.Counter("velvetrope_http_busy_total", "HTTP requests answered 503 because http.max_in_flight requests or http.max_body_bytes_in_flight bytes of bodies were in flight.",
-		func() float64 { return float64(srv.Busy()) })
+	srv.RegisterMetrics(reg)
 	sd.hook(stopListeners, "http", srv.Start, srv.Stop)
 	return srv, nil
 }

@@ -134,3 +134,26 @@ func TestShutdownPartialStart(t *testing.T) {
 		})
 	}
 }
+
+// TestShutdownOrderDrain is TestShutdownOrder for the drain process
+// (against the real Redis and Kafka): its drain and consumer stop with
+// the listeners, then its checker makes its last flush, then the
+// dead-letter writer and the producer close, then Redis.
+func TestShutdownOrderDrain(t *testing.T) {
+	app := realApp(t)
+	var sd *shutdown
+	var srv *httpapi.Server
+	a := fxtest.New(t, drainModule(app, slog.New(slog.NewTextHandler(io.Discard, nil))), fx.Populate(&sd, &srv),
+		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }))
+	a.RequireStart()
+	var log stopLog
+	sd.observe = log.observe
+	a.RequireStop()
+	want := []string{"listeners/http", "listeners/drain", "listeners/kafka " + app.Kafka.DeferredTopic + " consumer",
+		"work/checker",
+		"producer/kafka " + deadLetterTopic(app), "producer/kafka",
+		"clients/redis"}
+	if got := log.get(); !slices.Equal(got, want) {
+		t.Fatalf("stop order:\n got %s\nwant %s", strings.Join(got, ", "), strings.Join(want, ", "))
+	}
+}

@@ -9,6 +9,7 @@ package metrics
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 
@@ -22,26 +23,32 @@ import (
 type Registry struct {
 	mu      sync.Mutex
 	reg     *prometheus.Registry
-	byName  map[string]prometheus.Collector
+	byName  map[string]entry
 	handler http.Handler
+}
+
+// entry is a registered metric and the line [Registry.Described] gives it.
+type entry struct {
+	c    prometheus.Collector
+	line string
 }
 
 // New returns an empty registry.
 func New() *Registry {
 	reg := prometheus.NewRegistry()
-	return &Registry{reg: reg, byName: map[string]prometheus.Collector{},
+	return &Registry{reg: reg, byName: map[string]entry{},
 		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})}
 }
 
 // Counter registers a monotonic counter read from value. Names must start
 // with "velvetrope_" and be unique; a second registration replaces the first.
 func (r *Registry) Counter(name, help string, value func() float64) {
-	r.add(name, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, value))
+	r.add(name, help, "counter", nil, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, value))
 }
 
 // Gauge registers a gauge read from value.
 func (r *Registry) Gauge(name, help string, value func() float64) {
-	r.add(name, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, value))
+	r.add(name, help, "gauge", nil, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, value))
 }
 
 // Labeled registers a metric with one label, its values read from values
@@ -55,7 +62,7 @@ func (r *Registry) Labeled(name, help, kind, label string, values func() map[str
 	default:
 		panic("metrics: kind must be counter or gauge") // a programming error, caught by tests
 	}
-	r.add(name, &labeled{desc: prometheus.NewDesc(name, help, []string{label}, nil), kind: vt, values: values})
+	r.add(name, help, kind, []string{label}, &labeled{desc: prometheus.NewDesc(name, help, []string{label}, nil), kind: vt, values: values})
 }
 
 // Sample is one series of a multi-label metric: label values in the order
@@ -76,20 +83,35 @@ func (r *Registry) Multi(name, help, kind string, labels []string, samples func(
 	default:
 		panic("metrics: kind must be counter or gauge") // a programming error, caught by tests
 	}
-	r.add(name, &multi{desc: prometheus.NewDesc(name, help, labels, nil), kind: vt, samples: samples})
+	r.add(name, help, kind, labels, &multi{desc: prometheus.NewDesc(name, help, labels, nil), kind: vt, samples: samples})
 }
 
-func (r *Registry) add(name string, c prometheus.Collector) {
+func (r *Registry) add(name, help, kind string, labels []string, c prometheus.Collector) {
 	if !strings.HasPrefix(name, "velvetrope_") {
 		panic(fmt.Sprintf("metrics: %q: names start with velvetrope_", name)) // a programming error, caught by tests
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if old, ok := r.byName[name]; ok {
-		r.reg.Unregister(old)
+		r.reg.Unregister(old.c)
 	}
 	r.reg.MustRegister(c)
-	r.byName[name] = c
+	r.byName[name] = entry{c: c, line: fmt.Sprintf("%s %s {%s} %s", name, kind, strings.Join(labels, ","), help)}
+}
+
+// Described lists every metric registered, one line each, sorted:
+// "name kind {labels} help". It is what a scrape can show, whether or not
+// a metric has a sample yet (a labeled one with no series has none), so
+// that a test can hold a process's metrics to a list.
+func (r *Registry) Described() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.byName))
+	for _, e := range r.byName {
+		out = append(out, e.line)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // ServeHTTP writes every metric in the format the scraper asks for (the
@@ -136,7 +158,7 @@ func (m *multi) Collect(ch chan<- prometheus.Metric) {
 
 // Histogram registers a histogram in seconds read from h when scraped.
 func (r *Registry) Histogram(name, help string, h *hist.Histogram) {
-	r.add(name, &histogram{desc: prometheus.NewDesc(name, help, nil, nil), h: h})
+	r.add(name, help, "histogram", nil, &histogram{desc: prometheus.NewDesc(name, help, nil, nil), h: h})
 }
 
 type histogram struct {

@@ -74,3 +74,23 @@ func TestHistogramExposition(t *testing.T) {
 		}
 	}
 }
+
+// TestDescribed: every metric registered has its line, those without a
+// sample (a labeled metric with no series) too, and a name registered
+// twice has one.
+func TestDescribed(t *testing.T) {
+	r := New()
+	r.Counter("velvetrope_b_total", "B things.", func() float64 { return 0 })
+	r.Counter("velvetrope_b_total", "B things.", func() float64 { return 1 })
+	r.Gauge("velvetrope_a", "A level.", func() float64 { return 2 })
+	r.Labeled("velvetrope_c_total", "C by rule.", "counter", "rule", func() map[string]float64 { return nil })
+	r.Multi("velvetrope_d", "D.", "gauge", []string{"x", "y"}, func() []Sample { return nil })
+	var h hist.Histogram
+	r.Histogram("velvetrope_e_seconds", "E.", &h)
+	want := []string{"velvetrope_a gauge {} A level.", "velvetrope_b_total counter {} B things.",
+		"velvetrope_c_total counter {rule} C by rule.", "velvetrope_d gauge {x,y} D.", "velvetrope_e_seconds histogram {} E."}
+	got := r.Described()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

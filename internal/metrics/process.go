@@ -1,17 +1,15 @@
-package main
+package metrics
 
 import (
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
-
-	"github.com/velvetrope/velvetrope/internal/metrics"
 )
 
-// processMetrics exposes what a soak or an operator watches for growth:
-// goroutines, resident memory and the Go heap.
-func processMetrics(reg *metrics.Registry) {
+// RegisterProcess exposes what a soak or an operator watches for growth:
+// goroutines, resident memory and the Go heap, as velvetrope_process_*.
+func RegisterProcess(reg *Registry) {
 	reg.Gauge("velvetrope_process_goroutines", "Goroutines of this process.", func() float64 { return float64(runtime.NumGoroutine()) })
 	reg.Gauge("velvetrope_process_resident_bytes", "Resident memory of this process (Linux; -1 elsewhere).", residentBytes)
 	reg.Gauge("velvetrope_process_heap_bytes", "Bytes of live and not yet collected heap objects.", func() float64 {
