@@ -2,7 +2,6 @@ package checker
 
 import (
 	"context"
-	"errors"
 	"math"
 	"testing"
 	"time"
@@ -52,128 +51,6 @@ func boundChecker(t *testing.T) (*Checker, *counters.MemStore, *clock) {
 	return c, ms, clk
 }
 
-// TestControlBounds: every number an operator sends in a control (ttl,
-// limit under each throttle) at 0, at its bound, one past it and where it
-// used to overflow: accepted values are stored as given and apply; the
-// others are refused with a field error naming the field, and nothing is
-// stored.
-func TestControlBounds(t *testing.T) {
-	maxElastic := config.MaxRequestsPerUnit(config.ThrottleElastic)
-	maxSoft := config.MaxRequestsPerUnit(config.ThrottleSoft)
-	maxBurst := int64(math.MaxInt64 / 1000)
-	tests := []struct {
-		name   string
-		key    string
-		action string
-		limit  int64
-		ttl    time.Duration
-		field  string // "" accepted
-	}{
-		{"ttl 0: until deleted", "hard", counters.ActionDeny, 0, 0, ""},
-		{"ttl at the bound", "hard", counters.ActionDeny, 0, MaxControlTTL, ""},
-		{"ttl past the bound", "hard", counters.ActionDeny, 0, MaxControlTTL + 1, "ttl"},
-		{"ttl 2500000h (wrapped the expiry)", "hard", counters.ActionDeny, 0, 2_500_000 * time.Hour, "ttl"},
-		{"ttl the int64 maximum", "hard", counters.ActionAllow, 0, math.MaxInt64, "ttl"},
-		{"ttl negative", "hard", counters.ActionAllow, 0, -time.Nanosecond, "ttl"},
-		{"hard limit 0", "hard", counters.ActionLimit, 0, time.Hour, ""},
-		{"hard limit at the int64 maximum", "hard", counters.ActionLimit, math.MaxInt64, time.Hour, ""},
-		{"hard limit negative", "hard", counters.ActionLimit, -1, time.Hour, "limit"},
-		{"elastic limit 0", "elastic", counters.ActionLimit, 0, time.Hour, ""},
-		{"elastic limit at the bound", "elastic", counters.ActionLimit, maxElastic, time.Hour, ""},
-		{"elastic limit past the bound", "elastic", counters.ActionLimit, maxElastic + 1, time.Hour, "limit"},
-		{"elastic limit 2^62 (overflowed × max_multiplier)", "elastic", counters.ActionLimit, 1 << 62, time.Hour, "limit"},
-		{"elastic limit the int64 maximum", "elastic", counters.ActionLimit, math.MaxInt64, time.Hour, "limit"},
-		{"soft limit at the bound", "soft", counters.ActionLimit, maxSoft, time.Hour, ""},
-		{"soft limit past the bound", "soft", counters.ActionLimit, maxSoft + 1, time.Hour, "limit"},
-		{"soft limit 2^62", "soft", counters.ActionLimit, 1 << 62, time.Hour, "limit"},
-		{"burst limit at the bound", "burst", counters.ActionLimit, maxBurst, time.Hour, ""},
-		{"burst limit past the bound (burst × limit)", "burst", counters.ActionLimit, maxBurst + 1, time.Hour, "limit"},
-	}
-	for i, tc := range tests {
-		c, _, clk := boundChecker(t)
-		es := []config.Entry{{Key: tc.key, Value: "v"}}
-		ct, err := c.SetControl(context.Background(), ControlSpec{Domain: "api", Entries: es, Action: tc.action, Limit: tc.limit, TTL: tc.ttl})
-		if tc.field != "" {
-			var fe *ratelimit.FieldError
-			if !errors.As(err, &fe) || fe.Field != tc.field {
-				t.Errorf("step %d %s: got %v, want a field error on %s", i, tc.name, err, tc.field)
-			}
-			if n := len(c.Controls()); n != 0 {
-				t.Errorf("step %d %s: refused, yet %d controls listed", i, tc.name, n)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("step %d %s: got %v, want it accepted", i, tc.name, err)
-			continue
-		}
-		if tc.ttl > 0 && ct.ExpiresAt != clk.Now()+int64(tc.ttl) {
-			t.Errorf("step %d %s: expires at %d, want now + ttl = %d", i, tc.name, ct.ExpiresAt, clk.Now()+int64(tc.ttl))
-		}
-		if got := c.Controls(); len(got) != 1 || got[0].ID != ct.ID {
-			t.Errorf("step %d %s: listed %+v, want the control", i, tc.name, got)
-		}
-		var d ratelimit.Decision
-		if err := c.Check(context.Background(), req(1, tc.key, "v"), &d); err != nil {
-			t.Fatal(err)
-		}
-		st := d.Statuses[0]
-		switch {
-		case tc.action == counters.ActionDeny && d.Code != ratelimit.OverLimit:
-			t.Errorf("step %d %s: a deny in force answered %s", i, tc.name, d.Code)
-		case tc.action == counters.ActionLimit && tc.limit > 0 && (d.Code != ratelimit.OK || st.Remaining < 0 || st.Limit != tc.limit):
-			t.Errorf("step %d %s: one hit under limit %d: %s, limit %d, remaining %d", i, tc.name, tc.limit, d.Code, st.Limit, st.Remaining)
-		case tc.action == counters.ActionLimit && tc.limit == 0 && d.Code != ratelimit.OverLimit:
-			t.Errorf("step %d %s: limit 0 answered %s, want a refusal", i, tc.name, d.Code)
-		}
-		if tc.ttl > 0 { // it applies until its ttl, not one nanosecond past it
-			clk.ns.Add(int64(tc.ttl))
-			if err := c.SyncControls(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if n := len(c.Controls()); n != 0 {
-				t.Errorf("step %d %s: %d controls listed after the ttl", i, tc.name, n)
-			}
-		}
-	}
-}
-
-// TestPoolCapacityBounds: a pool's capacity from PUT /v1/pools is held to
-// the bound of a rule file's pool (config.CheckPoolCapacity).
-func TestPoolCapacityBounds(t *testing.T) {
-	tests := []struct {
-		capacity int64
-		ok       bool
-	}{
-		{-1, false}, {0, false}, {1, true}, {1 << 40, true}, {1<<40 + 1, true}, {math.MaxInt64, true},
-	}
-	for i, tc := range tests {
-		c, _, _ := boundChecker(t)
-		err := c.SetPool(context.Background(), "api", "shared", tc.capacity)
-		if want := config.CheckPoolCapacity(tc.capacity); (err == nil) != (want == nil) {
-			t.Errorf("step %d capacity %d: got %v, the rule file's bound says %v", i, tc.capacity, err, want)
-		}
-		var fe *ratelimit.FieldError
-		switch {
-		case !tc.ok && (!errors.As(err, &fe) || fe.Field != "requests_per_unit"):
-			t.Errorf("step %d capacity %d: got %v, want a field error on requests_per_unit", i, tc.capacity, err)
-		case tc.ok && err != nil:
-			t.Errorf("step %d capacity %d: got %v, want it accepted", i, tc.capacity, err)
-		case tc.ok:
-			// An elastic tenant borrows at once from the pool at that capacity.
-			for range 5 {
-				var d ratelimit.Decision
-				if err := c.Check(context.Background(), req(1, "elastic", "acme"), &d); err != nil {
-					t.Fatal(err)
-				}
-				if d.Code != ratelimit.OK {
-					t.Errorf("step %d capacity %d: a borrower was refused: %s", i, tc.capacity, codes(d))
-				}
-			}
-		}
-	}
-}
-
 // TestStoredControlsOutOfBounds: a control read from the store is input
 // too (written by another version, or by hand): one whose numbers are out
 // of bounds is not applied, and never makes the checker derive an
@@ -204,9 +81,9 @@ func TestStoredControlsOutOfBounds(t *testing.T) {
 	if st := d.Statuses[0]; d.Code != ratelimit.OK || st.Limit != 4 {
 		t.Fatalf("an out-of-bounds stored limit: %s limit %d, want the file's rule (limit 4)", d.Code, st.Limit)
 	}
-	for _, p := range c.Pools(ctx) {
-		if p.Override || p.Capacity != 1000 {
-			t.Fatalf("an out-of-bounds stored capacity applied: %+v", p)
+	for _, p := range c.Rules().Pools() {
+		if r := c.PoolRule(p); r != p || r.Limit != 1000 {
+			t.Fatalf("an out-of-bounds stored capacity applied: %s decides with %+v", p.ID, r)
 		}
 	}
 }
@@ -220,9 +97,7 @@ func TestHugeLimitSchedules(t *testing.T) {
 	for _, limit := range []int64{math.MaxInt64 / 2, math.MaxInt64 / 3, math.MaxInt64 - 1, 1 << 40} {
 		c, _, clk := boundChecker(t)
 		es := []config.Entry{{Key: "hard", Value: "v"}}
-		if _, err := c.SetControl(ctx, ControlSpec{Domain: "api", Entries: es, Action: counters.ActionLimit, Limit: limit, TTL: time.Hour}); err != nil {
-			t.Fatal(err)
-		}
+		putControl(t, c, counters.ActionLimit, limit, time.Hour, es)
 		for i := range 400 {
 			clk.ns.Add(int64(time.Millisecond))
 			var d ratelimit.Decision
@@ -239,11 +114,11 @@ func TestHugeLimitSchedules(t *testing.T) {
 		}
 		clk.ns.Add(int64(time.Second))
 		c.Refresh(ctx)
-		st, err := c.Inspect(ctx, "api", es)
-		if err != nil || st.Local == nil {
-			t.Fatalf("limit %d: inspect: %+v %v", limit, st, err)
+		v, err := c.Counter(c.Rules().Match("api", es), es, clk.Now())
+		if err != nil || !v.Held {
+			t.Fatalf("limit %d: the counter's view: %+v %v", limit, v, err)
 		}
-		if next := time.Duration(st.Local.NextRefresh - clk.Now()); next < c.cfg.MaxRefresh-time.Millisecond {
+		if next := time.Duration(v.NextRefresh - clk.Now()); next < c.cfg.MaxRefresh-time.Millisecond {
 			t.Errorf("limit %d: next refresh in %v, want the far band's %v", limit, next, c.cfg.MaxRefresh)
 		}
 	}

@@ -87,9 +87,7 @@ func TestBucketViewKeepsUnappliedHitsAcrossAReset(t *testing.T) {
 			t.Fatal("refused a fresh bucket")
 		}
 	}
-	if _, err := b.c.Reset(context.Background(), "api", []config.Entry{{Key: "slowbucket", Value: "x"}}); err != nil {
-		t.Fatal(err)
-	}
+	resetCounter(t, b.c, []config.Entry{{Key: "slowbucket", Value: "x"}})
 	clk.ns.Add(int64(time.Millisecond))
 	a.prod.hold = true // the 100 stay unapplied until the read
 	charges := a.store.charges.Load()

@@ -41,9 +41,7 @@ func TestRefreshShowingRoomEndsTheOverBand(t *testing.T) {
 	}
 
 	es := []config.Entry{{Key: "huge", Value: "x"}}
-	if _, err := b.Reset(context.Background(), "api", es); err != nil {
-		t.Fatal(err)
-	}
+	resetCounter(t, b, es)
 	var d ratelimit.Decision
 	if err := b.Check(context.Background(), req(995, "huge", "x"), &d); err != nil || !d.Allowed() {
 		t.Fatalf("b after the reset: %v %v", d.Code, err)

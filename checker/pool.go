@@ -1,13 +1,7 @@
 package checker
 
 import (
-	"context"
-	"errors"
-	"fmt"
-
 	"github.com/velvetrope/velvetrope/config"
-	"github.com/velvetrope/velvetrope/counters"
-	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -131,77 +125,4 @@ func (c *Checker) poolRule(pool *config.Rule) *config.Rule {
 		}
 	}
 	return pool
-}
-
-// PoolState is one pool as Pools lists it.
-type PoolState struct {
-	Domain string `json:"domain"`
-	Name   string `json:"name"`
-	Unit   string `json:"unit"`
-	// Capacity is what the pool admits per window now: the file's, or an
-	// operator's (Override) until deleted.
-	Capacity     int64 `json:"capacity"`
-	FileCapacity int64 `json:"file_capacity"`
-	Override     bool  `json:"override"`
-	// Used is what the pool's current window has counted in the store
-	// (-1: the store did not answer).
-	Used int64 `json:"used"`
-}
-
-// SetPool sets a pool's capacity for every checker (an operator's or an
-// autoscaler's call), applied here at once and by the others within a
-// control poll.
-func (c *Checker) SetPool(ctx context.Context, domain, name string, capacity int64) error {
-	if c.ctlStore == nil {
-		return ErrNoControls
-	}
-	pr := c.rules.Load().Pool(domain, name)
-	switch {
-	case pr == nil:
-		return &ratelimit.FieldError{Field: "pool", Err: fmt.Errorf("%w: no pool %q in domain %q", ErrNoPool, name, domain)}
-	}
-	if err := config.CheckPoolCapacity(capacity); err != nil { // the bound of a rule file's pool
-		return &ratelimit.FieldError{Field: "requests_per_unit", Err: err}
-	}
-	es := pr.Path
-	ct := counters.Control{ID: counters.ControlID(domain, es), Domain: domain, Entries: es, Action: counters.ActionPool,
-		Limit: capacity, Rule: pr.ID, CreatedAt: c.clock.Now()}
-	if err := c.ctlStore.PutControl(ctx, ct); err != nil {
-		return fmt.Errorf("checker: storing pool capacity: %w", err)
-	}
-	return c.SyncControls(ctx)
-}
-
-// ResetPool returns a pool to its file's capacity; it reports whether an
-// operator's capacity was in force.
-func (c *Checker) ResetPool(ctx context.Context, domain, name string) (bool, error) {
-	pr := c.rules.Load().Pool(domain, name)
-	if pr == nil {
-		return false, &ratelimit.FieldError{Field: "pool", Err: fmt.Errorf("%w: no pool %q in domain %q", ErrNoPool, name, domain)}
-	}
-	return c.DeleteControl(ctx, counters.ControlID(domain, pr.Path))
-}
-
-// ErrNoPool is a pool the rules do not define.
-var ErrNoPool = errors.New("unknown pool")
-
-// Pools lists every pool of the rules, with its capacity in force and
-// what its current window has used.
-func (c *Checker) Pools(ctx context.Context) []PoolState {
-	var out []PoolState
-	now := c.clock.Now()
-	for _, pr := range c.rules.Load().Pools() {
-		r := c.poolRule(pr)
-		st := PoolState{Domain: pr.Domain, Name: pr.Name, Unit: pr.Unit.String(), Capacity: r.Limit, FileCapacity: pr.Limit,
-			Override: r != pr, Used: -1}
-		key := string(config.AppendCounterKey(nil, pr, pr.Path))
-		items := []counters.ReadItem{{Key: key, Kind: counters.KindWindow, Window: limiter.WindowStart(now, int64(pr.Window))}}
-		rctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
-		if err := c.store.Read(rctx, c.instance, items); err == nil {
-			st.Used = items[0].Total
-		}
-		cancel()
-		out = append(out, st)
-	}
-	return out
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/operate"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -61,7 +62,7 @@ func TestControlsAcrossCheckers(t *testing.T) {
 			if err := b.Check(ctx, q, &d); err != nil || !d.Allowed() {
 				t.Fatalf("before: %v %v", d.Code, err)
 			}
-			if _, err := a.SetControl(ctx, checker.ControlSpec{Domain: "api", Entries: es, Action: counters.ActionDeny, Reason: "abuse"}); err != nil {
+			if _, err := operate.New(a, store).SetControl(ctx, operate.ControlSpec{Domain: "api", Entries: es, Action: counters.ActionDeny, Reason: "abuse"}); err != nil {
 				t.Fatal(err)
 			}
 			deadline := time.Now().Add(5 * time.Second)

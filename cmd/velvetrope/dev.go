@@ -29,6 +29,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/logx"
 	"github.com/velvetrope/velvetrope/internal/metrics"
+	"github.com/velvetrope/velvetrope/operate"
 	"github.com/velvetrope/velvetrope/rls"
 	"github.com/velvetrope/velvetrope/sink"
 )
@@ -319,6 +320,7 @@ type checkerHTTPIn struct {
 	Rules     *config.Store
 	Logger    *slog.Logger
 	Metrics   *metrics.Registry
+	Store     counters.Store // the checker's, for its operator (admin)
 }
 
 // newCheckerHTTP is the HTTP listener of a process that decides (dev and
@@ -338,7 +340,7 @@ func newCheckerHTTP(in checkerHTTPIn, an *analytics.Handler, topic events.Publis
 		httpapi.WithBounds(app.Limits)))
 	mux.Handle("GET /v1/deferred/{ticket}", httpapi.TicketHandler(tickets))
 	mux.Handle("/json", rls.JSONHandler(in.RLS, app.HTTP.MaxBodyBytes))
-	admin.New(in.Rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, in.Logger).WithKeys(c).Register(mux)
+	admin.New(in.Rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, in.Logger).WithKeys(operate.New(c, in.Store)).Register(mux)
 	mux.Handle("GET /metrics", in.Metrics)
 	httpapi.Health(mux, ready)
 	return newHTTPServer(in.SD, app, mux, app.HTTP.WriteTimeout, in.Metrics)

@@ -18,25 +18,25 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/internal/strictjson"
+	"github.com/velvetrope/velvetrope/operate"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
-// Keys is what the per-key operator endpoints act on; *checker.Checker
+// Keys is what the per-key operator endpoints act on; *operate.Operator
 // implements it.
 type Keys interface {
-	Inspect(ctx context.Context, domain string, entries []config.Entry) (checker.KeyState, error)
-	Reset(ctx context.Context, domain string, entries []config.Entry) (checker.ResetResult, error)
-	SetControl(ctx context.Context, spec checker.ControlSpec) (counters.Control, error)
+	Inspect(ctx context.Context, domain string, entries []config.Entry) (operate.KeyState, error)
+	Reset(ctx context.Context, domain string, entries []config.Entry) (operate.ResetResult, error)
+	SetControl(ctx context.Context, spec operate.ControlSpec) (counters.Control, error)
 	DeleteControl(ctx context.Context, id string) (bool, error)
 	Controls() []counters.Control
 	ControlFor(domain string, entries []config.Entry) (counters.Control, bool)
 	SetPool(ctx context.Context, domain, name string, capacity int64) error
 	ResetPool(ctx context.Context, domain, name string) (bool, error)
-	Pools(ctx context.Context) []checker.PoolState
+	Pools(ctx context.Context) []operate.PoolState
 }
 
 // Admin serves the endpoints over one rule store.
@@ -84,7 +84,7 @@ func (a *Admin) Register(mux *http.ServeMux) {
 
 // PoolsJSON is the body of GET /v1/pools.
 type PoolsJSON struct {
-	Pools []checker.PoolState `json:"pools"`
+	Pools []operate.PoolState `json:"pools"`
 }
 
 // PoolRequest is the body of PUT /v1/pools/{domain}/{name}.
@@ -95,7 +95,7 @@ type PoolRequest struct {
 func (a *Admin) listPools(w http.ResponseWriter, r *http.Request) (string, int) {
 	ps := a.keys.Pools(r.Context())
 	if ps == nil {
-		ps = []checker.PoolState{}
+		ps = []operate.PoolState{}
 	}
 	writeJSON(w, http.StatusOK, PoolsJSON{Pools: ps})
 	return fmt.Sprintf("listed %d", len(ps)), http.StatusOK
@@ -113,7 +113,7 @@ func (a *Admin) setPool(w http.ResponseWriter, r *http.Request) (string, int) {
 	}
 	domain, name := r.PathValue("domain"), r.PathValue("name")
 	if err := a.keys.SetPool(r.Context(), domain, name, *pr.RequestsPerUnit); err != nil {
-		if errors.Is(err, checker.ErrNoPool) {
+		if errors.Is(err, operate.ErrNoPool) {
 			return refuse(w, http.StatusNotFound, err)
 		}
 		return refuseKey(w, err)
@@ -130,7 +130,7 @@ func (a *Admin) resetPool(w http.ResponseWriter, r *http.Request) (string, int) 
 	domain, name := r.PathValue("domain"), r.PathValue("name")
 	had, err := a.keys.ResetPool(r.Context(), domain, name)
 	if err != nil {
-		if errors.Is(err, checker.ErrNoPool) {
+		if errors.Is(err, operate.ErrNoPool) {
 			return refuse(w, http.StatusNotFound, err)
 		}
 		return refuseKey(w, err)
@@ -142,7 +142,7 @@ func (a *Admin) resetPool(w http.ResponseWriter, r *http.Request) (string, int) 
 // KeyJSON is the body of GET /v1/keys: the counter's state and the
 // operator control in force for the descriptor, if any.
 type KeyJSON struct {
-	checker.KeyState
+	operate.KeyState
 	Control *counters.Control `json:"control,omitempty"`
 }
 
@@ -230,12 +230,12 @@ func (a *Admin) setControl(w http.ResponseWriter, r *http.Request) (string, int)
 	var ttl time.Duration
 	if cr.TTL != "" {
 		// ParseDuration refuses what overflows an int64 of nanoseconds;
-		// SetControl bounds the rest (checker.MaxControlTTL)
+		// SetControl bounds the rest (operate.MaxControlTTL)
 		if ttl, err = time.ParseDuration(cr.TTL); err != nil {
-			return refuse(w, http.StatusBadRequest, fmt.Errorf("ttl: want a duration such as 15m or 24h, up to %v, got %q", checker.MaxControlTTL, cr.TTL))
+			return refuse(w, http.StatusBadRequest, fmt.Errorf("ttl: want a duration such as 15m or 24h, up to %v, got %q", operate.MaxControlTTL, cr.TTL))
 		}
 	}
-	ct, err := a.keys.SetControl(r.Context(), checker.ControlSpec{Domain: domain, Entries: es, Action: cr.Action,
+	ct, err := a.keys.SetControl(r.Context(), operate.ControlSpec{Domain: domain, Entries: es, Action: cr.Action,
 		Limit: cr.Limit, TTL: ttl, Reason: cr.Reason})
 	if err != nil {
 		return refuseKey(w, err)
@@ -311,14 +311,14 @@ func refuse(w http.ResponseWriter, status int, err error) (string, int) {
 	return "refused: " + err.Error(), status
 }
 
-// refuseKey maps a checker error: field errors are the caller's, the rest
+// refuseKey maps an operator error: field errors are the caller's, the rest
 // the store's.
 func refuseKey(w http.ResponseWriter, err error) (string, int) {
 	var fe *ratelimit.FieldError
 	switch {
 	case errors.As(err, &fe):
 		return refuse(w, http.StatusBadRequest, err)
-	case errors.Is(err, checker.ErrNoControls), errors.Is(err, checker.ErrNoReset):
+	case errors.Is(err, operate.ErrNoControls), errors.Is(err, operate.ErrNoReset):
 		return refuse(w, http.StatusNotImplemented, err)
 	}
 	return refuse(w, http.StatusServiceUnavailable, err)

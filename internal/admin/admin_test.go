@@ -17,6 +17,7 @@ import (
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/operate"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -151,7 +152,8 @@ func TestInspectKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := checker.New(checker.Config{}, store, counters.NewMemStore(), bus, limiter.SystemClock{})
+	ms := counters.NewMemStore()
+	c, err := checker.New(checker.Config{}, store, ms, bus, limiter.SystemClock{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +164,7 @@ func TestInspectKeys(t *testing.T) {
 	}
 	var log bytes.Buffer
 	mux := http.NewServeMux()
-	New(store, nil, "tok", 1<<16, slog.New(slog.NewTextHandler(&log, nil))).WithKeys(c).Register(mux)
+	New(store, nil, "tok", 1<<16, slog.New(slog.NewTextHandler(&log, nil))).WithKeys(operate.New(c, ms)).Register(mux)
 	cases := []struct {
 		name, query, token string
 		code               int
@@ -215,13 +217,14 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := checker.New(checker.Config{HashKey: []byte("k")}, store, counters.NewMemStore(), bus, limiter.SystemClock{})
+	ms := counters.NewMemStore()
+	c, err := checker.New(checker.Config{HashKey: []byte("k")}, store, ms, bus, limiter.SystemClock{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
 	mux := http.NewServeMux()
-	New(store, nil, "tok", 1<<12, slog.New(slog.NewTextHandler(&log, nil))).WithKeys(c).Register(mux)
+	New(store, nil, "tok", 1<<12, slog.New(slog.NewTextHandler(&log, nil))).WithKeys(operate.New(c, ms)).Register(mux)
 	decide := func(k, v string) ratelimit.Code {
 		var d ratelimit.Decision
 		if err := c.Check(context.Background(), &ratelimit.Request{Domain: "api", Hits: 1, Descriptors: []ratelimit.Descriptor{
@@ -321,13 +324,14 @@ descriptors:
 	}
 	store := config.NewStore(set)
 	bus, _ := events.NewMemBus(1, 1<<20)
-	c, err := checker.New(checker.Config{}, store, counters.NewMemStore(), bus, limiter.SystemClock{})
+	ms := counters.NewMemStore()
+	c, err := checker.New(checker.Config{}, store, ms, bus, limiter.SystemClock{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
 	mux := http.NewServeMux()
-	New(store, nil, "tok", 1<<12, slog.New(slog.NewTextHandler(&log, nil))).WithKeys(c).Register(mux)
+	New(store, nil, "tok", 1<<12, slog.New(slog.NewTextHandler(&log, nil))).WithKeys(operate.New(c, ms)).Register(mux)
 	admitted := func() int {
 		n := 0
 		for range 20 {

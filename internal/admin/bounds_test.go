@@ -14,6 +14,7 @@ import (
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/operate"
 )
 
 // TestOperatorValueBounds: every number the admin API takes (a control's
@@ -43,12 +44,13 @@ descriptors:
 	}
 	store := config.NewStore(set)
 	bus, _ := events.NewMemBus(1, 1<<20)
-	c, err := checker.New(checker.Config{}, store, counters.NewMemStore(), bus, limiter.SystemClock{})
+	ms := counters.NewMemStore()
+	c, err := checker.New(checker.Config{}, store, ms, bus, limiter.SystemClock{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	New(store, nil, "tok", 1<<12, slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))).WithKeys(c).Register(mux)
+	New(store, nil, "tok", 1<<12, slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))).WithKeys(operate.New(c, ms)).Register(mux)
 	maxElastic := config.MaxRequestsPerUnit(config.ThrottleElastic)
 	control := func(v, action, extra string) string {
 		return fmt.Sprintf(`{"domain":"shop","descriptor":"%s","action":"%s"%s}`, v, action, extra)
@@ -81,7 +83,7 @@ descriptors:
 			t.Fatalf("step %d %s: got %d %s, want %d containing %q", i, s.name, rec.Code, rec.Body, s.code, s.contains)
 		}
 	}
-	if n := len(c.Controls()); n != 4 {
-		t.Fatalf("%d controls in force, want the 4 accepted: %+v", n, c.Controls())
+	if cs := operate.New(c, ms).Controls(); len(cs) != 4 {
+		t.Fatalf("%d controls in force, want the 4 accepted: %+v", len(cs), cs)
 	}
 }

@@ -17,11 +17,13 @@ import (
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/operate"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 type fleet struct {
 	checkers []*checker.Checker
+	ops      []*operate.Operator // of checkers, in order
 	agg      *aggregator.Kafka
 	store    *counters.Redis
 	stop     func()
@@ -62,13 +64,14 @@ func startFleet(t *testing.T, rules string, n int) *fleet {
 			t.Fatal(err)
 		}
 		prod.Start(ctx)
-		c, err := checker.New(checker.Config{InstanceName: fmt.Sprintf("c%d", i)}, config.NewStore(rs),
-			counters.NewRedis(rc, prefix, 0), prod, limiter.SystemClock{})
+		cs := counters.NewRedis(rc, prefix, 0)
+		c, err := checker.New(checker.Config{InstanceName: fmt.Sprintf("c%d", i)}, config.NewStore(rs), cs, prod, limiter.SystemClock{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.Start(ctx)
 		fl.checkers = append(fl.checkers, c)
+		fl.ops = append(fl.ops, operate.New(c, cs))
 		closers = append(closers, func() {
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
@@ -369,7 +372,7 @@ func TestElasticPoolAcrossTwoCheckers(t *testing.T) {
 	if n := loadOn(fl.checkers, "globex", 40); n != 5 {
 		t.Fatalf("globex with the pool used up: admitted %d, want its own 5", n)
 	}
-	if err := fl.checkers[0].SetPool(context.Background(), "api", "shared", 20); err != nil {
+	if err := fl.ops[0].SetPool(context.Background(), "api", "shared", 20); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1100 * time.Millisecond) // integration test: one control poll (1 s) of the other checker
@@ -380,7 +383,7 @@ func TestElasticPoolAcrossTwoCheckers(t *testing.T) {
 		t.Fatal("the test straddled midnight UTC; run it again")
 	}
 	waitTotal(t, fl, "api:#pool:shared|#pool=shared", window, 20)
-	ps := fl.checkers[1].Pools(context.Background())
+	ps := fl.ops[1].Pools(context.Background())
 	if len(ps) != 1 || ps[0].Capacity != 20 || !ps[0].Override || ps[0].Used != 20 {
 		t.Fatalf("pools: %+v", ps)
 	}

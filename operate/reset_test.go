@@ -1,4 +1,4 @@
-package checker
+package operate
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/ratelimit"
@@ -45,7 +46,7 @@ descriptors:
 
 // resetPair is two checkers over one counters.MemStore whose deltas reach the
 // store when prod releases them.
-func resetPair(t *testing.T) (a, b *Checker, prod *applyProducer, clk *clock) {
+func resetPair(t *testing.T) (a, b *node, prod *applyProducer, clk *clock) {
 	t.Helper()
 	ms := counters.NewMemStore()
 	clk = &clock{}
@@ -53,19 +54,13 @@ func resetPair(t *testing.T) (a, b *Checker, prod *applyProducer, clk *clock) {
 	ms.SetClock(clk)
 	prod = &applyProducer{store: ms}
 	rules := ruleStore(t, resetRules)
-	mk := func(name string) *Checker {
-		c, err := New(Config{InstanceName: name}, rules, ms, prod, clk)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	mk := func(name string) *node { return newNode(t, checker.Config{InstanceName: name}, rules, ms, prod, clk) }
 	return mk("a"), mk("b"), prod, clk
 }
 
 // admitted sends single hits through c until one is refused (at most n)
 // and returns how many were admitted, flushing after each.
-func admitted(t *testing.T, c *Checker, n int, kv ...string) int {
+func admitted(t *testing.T, c *node, n int, kv ...string) int {
 	t.Helper()
 	got := 0
 	for range n {
@@ -95,11 +90,11 @@ func TestResetGivesTheLimitBack(t *testing.T) {
 			a, b, _, clk := resetPair(t)
 			// sync lets the other checker read what one admitted (a hot
 			// key's other shards are known from reads only).
-			sync := func(c *Checker) {
+			sync := func(c *node) {
 				clk.ns.Add(int64(time.Second))
 				c.Refresh(ctx)
 			}
-			for _, c := range []*Checker{a, b} { // both hold the key, so reads cover its shards
+			for _, c := range []*node{a, b} { // both hold the key, so reads cover its shards
 				var d ratelimit.Decision
 				if err := c.Check(ctx, req(0, key, "k"), &d); err != nil {
 					t.Fatal(err)
