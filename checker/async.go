@@ -17,6 +17,7 @@ import (
 	"github.com/velvetrope/velvetrope/events"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/internal/breaker"
+	"github.com/velvetrope/velvetrope/internal/controlset"
 	"github.com/velvetrope/velvetrope/internal/hist"
 	"github.com/velvetrope/velvetrope/internal/logx"
 	"github.com/velvetrope/velvetrope/internal/rates"
@@ -312,7 +313,7 @@ type Checker struct {
 	// Operator controls: the store (nil when the counter store keeps
 	// none), what the request path applies, and the poller's state.
 	ctlStore   counters.ControlStore
-	controls   atomic.Pointer[controlSet]
+	controls   atomic.Pointer[controlset.Set]
 	ctlMu      sync.Mutex
 	ctlVersion int64
 

@@ -114,8 +114,10 @@ func (c *Checker) prepare(req *ratelimit.Request, d *ratelimit.Decision, slotBuf
 		req = c.applyHashing(req, matched)
 	}
 	if cs := c.controls.Load(); cs != nil {
-		if m := cs.domains[req.Domain]; m != nil {
-			c.applyControls(m, req, matched, p.now)
+		if m := cs.Domain(req.Domain); m != nil {
+			if n := cs.Apply(m, req, matched, p.now); n > 0 {
+				c.Stats.Controlled.Add(uint64(n))
+			}
 		}
 	}
 	for _, r := range matched {

@@ -29,7 +29,7 @@ func (c *Checker) StoreTimeout() time.Duration { return c.cfg.StoreTimeout }
 // apply). The slice is shared: never modify it.
 func (c *Checker) InForce() (list []counters.Control, applied int) {
 	if cs := c.controls.Load(); cs != nil {
-		return cs.list, cs.n
+		return cs.List(), cs.Applied()
 	}
 	return nil, 0
 }

@@ -120,7 +120,7 @@ func (s *slot) entriesOf(req *ratelimit.Request) []config.Entry {
 // capacity for it (controls).
 func (c *Checker) poolRule(pool *config.Rule) *config.Rule {
 	if cs := c.controls.Load(); cs != nil {
-		if r := cs.pools[pool.ID]; r != nil {
+		if r := cs.Pool(pool.ID); r != nil {
 			return r
 		}
 	}
