@@ -481,7 +481,7 @@ func (c *Checker) status(st *ratelimit.Status, s *slot, denied bool, now int64) 
 	st.Remaining = max(rem-over, 0)
 	st.ResetAfter = max(s.resetAfter, 0)
 	if st.ResetAfter == 0 { // the counter is fresh: say when it would reset
-		st.ResetAfter = freshReset(r, now)
+		st.ResetAfter = r.FreshReset(now)
 	}
 	st.Degraded = s.call == callFailed
 	switch {

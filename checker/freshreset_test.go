@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
-	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -71,30 +69,6 @@ func TestProbeOfFreshKeyReportsReset(t *testing.T) {
 					key, offset, probe.ResetAfter, hit.ResetAfter, after.ResetAfter)
 			}
 		}
-	}
-}
-
-// TestFreshReset pins the formula per algorithm against the limiter's own
-// answer for one hit on an empty state.
-func TestFreshReset(t *testing.T) {
-	now := t0 + int64(17300*time.Millisecond)
-	for _, alg := range []config.Algorithm{config.AlgEnvoy, config.AlgFixedWindow, config.AlgSlidingWindow, config.AlgTokenBucket,
-		config.AlgLeakyBucket, config.AlgGCRA, config.AlgSlidingLog} {
-		for _, limit := range []int64{1, 7, 1000, 1 << 40} {
-			r := &config.Rule{Algorithm: alg, Limit: limit, Window: time.Minute}
-			lim := alg.Limiter(limit, limit, time.Minute)
-			var st limiter.State
-			d, err := lim.AllowAt(&st, now, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := freshReset(r, now); got != d.ResetAfter {
-				t.Errorf("%s limit %d: freshReset %v, the limiter's one hit %v", or(string(alg), "envoy"), limit, got, d.ResetAfter)
-			}
-		}
-	}
-	if got := freshReset(&config.Rule{Unlimited: true, Window: time.Minute}, t0); got != 0 {
-		t.Errorf("unlimited: %v", got)
 	}
 }
 

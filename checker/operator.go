@@ -38,11 +38,6 @@ func (c *Checker) InForce() (list []counters.Control, applied int) {
 // its capacity as an operator set it, else as its rule file says.
 func (c *Checker) PoolRule(pool *config.Rule) *config.Rule { return c.poolRule(pool) }
 
-// FreshReset is the reset a counter of r reports at now while it is
-// fresh, with nothing to forget: when a hit charged now would be, as a
-// check's status says (freshReset).
-func FreshReset(r *config.Rule, now int64) time.Duration { return freshReset(r, now) }
-
 // CounterView is this checker's own view of one counter at an instant
 // ([Checker.Counter]): what it would decide the next request from, before
 // any store read.

@@ -102,6 +102,42 @@ func (r *Rule) Ceiling() int64 { return r.ceiling }
 // ceiling) and the ceiling for windows.
 func (r *Rule) Capacity() int64 { return r.capacity }
 
+// FreshReset is the reset a counter of r reports while it is fresh (empty
+// window, full bucket, empty log: the algorithms' own ResetAfter is then
+// 0, nothing to forget): when a hit charged at now would be forgotten,
+// which is what a request of one hit reports. A probe (hits 0) of a fresh
+// key then says when its window or bucket would reset, as the request
+// after it will, rather than 0:
+//
+//   - fixed windows and Envoy's: the end of the window containing now
+//     (windows aligned to the Unix epoch);
+//   - sliding_window: the end of the next window, where a hit of this one
+//     stops weighing;
+//   - sliding_log: one window from now;
+//   - token_bucket, leaky_bucket, gcra: one hit's refill, window / limit
+//     rounded up.
+func (r *Rule) FreshReset(now int64) time.Duration {
+	W := int64(r.Window)
+	if W <= 0 || r.Unlimited {
+		return 0
+	}
+	into := now - limiter.WindowStart(now, W)
+	switch {
+	case r.Algorithm == AlgSlidingWindow:
+		return time.Duration(2*W - into)
+	case r.Algorithm == AlgSlidingLog:
+		return r.Window
+	case r.Algorithm.Bucket():
+		l := max(r.Limit, 1)
+		d := W / l
+		if W%l != 0 {
+			d++
+		}
+		return time.Duration(d)
+	}
+	return time.Duration(W - into)
+}
+
 // derive computes the values the hot path reads on every decision.
 func (r *Rule) derive() {
 	r.ceiling = r.Limit

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/velvetrope/velvetrope/checker"
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/limiter"
@@ -164,7 +163,7 @@ func (o *Operator) probe(ctx context.Context, st KeyState, r *config.Rule, key s
 	if !p.Unlimited {
 		p.Allowed = p.Remaining >= 1
 		if p.ResetAfterMs == 0 && r.Limit > 0 { // fresh: when it would reset, as a check's status says
-			p.ResetAfterMs = checker.FreshReset(r, now).Milliseconds()
+			p.ResetAfterMs = r.FreshReset(now).Milliseconds()
 		}
 	}
 	st.Probe = p
