@@ -21,6 +21,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/hist"
 	"github.com/velvetrope/velvetrope/internal/logx"
 	"github.com/velvetrope/velvetrope/internal/rates"
+	"github.com/velvetrope/velvetrope/internal/skewclock"
 	"github.com/velvetrope/velvetrope/internal/valuehash"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/ratelimit"
@@ -275,8 +276,8 @@ type Checker struct {
 	rules    *config.Store
 	store    counters.Store
 	prod     events.Producer
-	clock    *storeClock  // the given clock, clamped to the store's
-	live     atomic.Int32 // live checkers, as the registry last said (0: not yet)
+	clock    *skewclock.Clock // the given clock, clamped to the store's
+	live     atomic.Int32     // live checkers, as the registry last said (0: not yet)
 	local    *limiter.Keyed
 	instance string
 	seed     maphash.Seed
@@ -340,7 +341,7 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	if rules == nil || cs == nil || prod == nil || clock == nil {
 		return nil, errors.New("checker: New needs rules, a counter store, a producer and a clock")
 	}
-	sc := &storeClock{base: clock}
+	sc := skewclock.New(clock)
 	local, err := limiter.NewKeyed(limiter.WithMaxKeys(cfg.LocalMaxKeys), limiter.WithClock(sc))
 	if err != nil {
 		return nil, err
