@@ -177,7 +177,7 @@ func (c *Checker) failurePolicy(s *slot, now, cost int64) {
 func (c *Checker) applyCharges(slots []slot, now int64) {
 	for i := range slots {
 		s := &slots[i]
-		if !s.stored() || s.e == nil || s.e.gone {
+		if !s.stored() || s.e == nil || s.e.life == lifeGone {
 			continue
 		}
 		switch {

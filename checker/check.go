@@ -329,8 +329,8 @@ func (c *Checker) entryFor(sh *shard, s *slot, req *ratelimit.Request, now int64
 // wake puts a parked entry used again back in the refresh heap: its view
 // is stale, so it decides near until the store answers, and is read soon.
 func (c *Checker) wake(sh *shard, e *entry, now int64) {
-	if e.parked {
-		e.parked, e.stale = false, true
+	if e.life == lifeParked {
+		e.life, e.stale = lifeHeld, true
 		sh.parkedStale++
 		sh.schedule(e, now+int64(c.cfg.MinRefresh))
 	}

@@ -109,7 +109,7 @@ func (c *Checker) flush(ctx context.Context, all bool) error {
 			deltas = append(deltas, sh.orphans...)
 			sh.orphans = nil
 			for _, e := range sh.dirty {
-				if !e.gone && e.emit == emitDue {
+				if e.life != lifeGone && e.emit == emitDue {
 					deltas = c.appendDeltas(deltas, e)
 					e.emit = emitClean
 				}
@@ -171,7 +171,7 @@ func (c *Checker) flushSlot(deltas []*eventsv1.Delta, sh *shard, t, tick int64, 
 			kept++
 		default:
 			sh.unlazy(e)
-			if !e.gone {
+			if e.life != lifeGone {
 				deltas = c.appendDeltas(deltas, e)
 			}
 		}

@@ -90,7 +90,7 @@ func (c *Checker) Counter(r *config.Rule, es []config.Entry, now int64) (Counter
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.lookup(h, r, es)
-	if e == nil || e.gone {
+	if e == nil || e.life == lifeGone {
 		return v, nil
 	}
 	v.Held = true
@@ -128,14 +128,14 @@ func (c *Checker) Forget(ctx context.Context, r *config.Rule, es []config.Entry)
 		sh.tombs[i], sh.tombs[j] = 0, 0
 	}
 	e := sh.lookup(h, r, es)
-	held := e != nil && !e.gone
+	held := e != nil && e.life != lifeGone
 	if held {
 		e.overUntil, e.room, e.roomUntil = 0, 0, 0
-		if e.parked {
+		if e.life == lifeParked {
 			sh.parkedStale++
 		}
-		e.active, e.parked = true, false // a read to make, even of a key nobody uses now
-		sh.schedule(e, now)              // learn the reset before the next decision
+		e.active, e.life = true, lifeHeld // a read to make, even of a key nobody uses now
+		sh.schedule(e, now)               // learn the reset before the next decision
 	}
 	sh.mu.Unlock()
 	if held {

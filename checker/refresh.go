@@ -46,7 +46,7 @@ func (c *Checker) Refresh(ctx context.Context) {
 		e, it := ents[i], &items[i]
 		sh := &c.shards[e.hash&c.mask]
 		sh.mu.Lock()
-		if !e.gone {
+		if e.life != lifeGone {
 			if tags[i] == tagOwn {
 				if e.Answered() {
 					c.Stats.Staleness.Observe(time.Duration(now - e.LastAnswer()))
@@ -159,7 +159,7 @@ func (c *Checker) idle(sh *shard, e *entry, now int64) {
 		sh.schedule(e, e.used+after)
 		return
 	}
-	e.parked = true
+	e.life = lifeParked
 	sh.parked = append(sh.parked, parkedRef{e, e.used}) // out of the heap: popped, not pushed back
 }
 
@@ -176,7 +176,7 @@ func (c *Checker) dropParked(sh *shard, now int64) {
 		sh.parked[sh.parkedHead] = parkedRef{}
 		sh.parkedHead++
 		switch e := ref.e; {
-		case e.gone || !e.parked || e.used != ref.used: // used again, or evicted: stale
+		case e.life != lifeParked || e.used != ref.used: // used again, or evicted: stale
 			sh.parkedStale = max(0, sh.parkedStale-1)
 		case e.emit != emitClean:
 			sh.parked = append(sh.parked, ref)
@@ -190,7 +190,7 @@ func (c *Checker) dropParked(sh *shard, now int64) {
 	if live := len(sh.parked) - sh.parkedHead; sh.parkedStale > 64 && sh.parkedStale*2 > live {
 		kept := sh.parked[:0]
 		for _, ref := range sh.parked[sh.parkedHead:] {
-			if e := ref.e; !e.gone && e.parked && e.used == ref.used {
+			if e := ref.e; e.life == lifeParked && e.used == ref.used {
 				kept = append(kept, ref)
 			}
 		}

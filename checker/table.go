@@ -55,15 +55,23 @@ type entry struct {
 	heapIdx  int32 // index in the shard's refresh heap; -1 when not in it
 	bytes    int32 // the heap it holds, as estimated when created (membytes.go)
 	emit     emitState
+	life     life
 	restored bool // created again after an eviction while over its limit
-	// active: decided on since the store last answered. A key nobody
-	// decides on has nothing to learn from a read: the refresher parks it
-	// (no reads, only its idle eviction) until a decision wakes it.
-	// A parked key's view may be long stale (other instances may use it
-	// all along): its next decision is near, whatever its band (stale).
-	active, parked, stale bool
-	gone                  bool // evicted: flusher and refresher skip it
+	// active: decided on since the store last answered: a key nobody
+	// decides on has nothing to learn from a read (the refresher parks
+	// it). stale: its view may be long stale (parked while other
+	// instances used it): its next decision is near, whatever its band.
+	active, stale bool
 }
+
+// life is where an entry stands in its shard.
+type life uint8
+
+const (
+	lifeHeld   life = iota // in the table and the refresh heap
+	lifeParked             // unused: out of the heap, no reads, only its idle eviction, until a decision wakes it
+	lifeGone               // evicted: the flusher and the refresher skip it
+)
 
 // emitState is where an entry's pending consumption waits.
 type emitState uint8
@@ -154,10 +162,10 @@ func (sh *shard) remove(e *entry) {
 	if e.heapIdx >= 0 {
 		heap.Remove(&sh.refresh, int(e.heapIdx))
 	}
-	if e.parked {
+	if e.life == lifeParked {
 		sh.parkedStale++
 	}
-	e.gone = true
+	e.life = lifeGone
 	// The emission wheel may still point at it for up to a turn (its
 	// stale places are skipped, not searched for): what it copied from
 	// the request goes now, so that an evicted key frees its bytes at
