@@ -29,45 +29,24 @@ import (
 
 // Config tunes the async Checker. Zero values take the defaults shown:
 // config.DefaultChecker's, a process's defaults, for every setting a
-// process has too (MaxBytes apart: zero means no bound in bytes).
+// process has too (MaxBytes apart: zero means no bound in bytes). The
+// settings a process has are explained under their names (checker.*,
+// limiter.max_keys) in docs/configuration.md.
 type Config struct {
 	// InstanceName is this checker's configured name; the instance id is
 	// the name, "/", and a nonce drawn at every start.
 	InstanceName string
-	MaxKeys      int // counter keys held in memory (1<<20)
-	// MaxBytes bounds the key table in bytes as well (0: by MaxKeys
-	// alone): the heap its keys hold — each key's entry, strings and
-	// state, estimated when it is created (membytes.go) — within one key.
-	MaxBytes int64
-	Shards   int // lock shards, a power of two (256)
-	// LocalMaxKeys bounds the keys of `mode: local` rules the in-process
-	// limiter keeps (limiter.max_keys; 1<<20). Each takes a fixed ~200
-	// bytes whatever its request values: the limiter keys by a 128-bit
-	// digest of the counter key (their analytics entry is in the key
-	// table, under MaxKeys and MaxBytes).
-	LocalMaxKeys int
+	MaxKeys      int   // counter keys held in memory (1<<20)
+	MaxBytes     int64 // the key table's heap, as estimated per key (0: MaxKeys alone)
+	Shards       int   // lock shards, a power of two (256)
+	LocalMaxKeys int   // keys of `mode: local` rules in the in-process limiter (1<<20)
 
-	// FlushInterval: how often deltas are emitted (50 ms). It is part of
-	// the pipeline lag; a key with several decisions per interval sends
-	// one delta for all of them, which is what keeps the delta pipeline
-	// cheap (at 10 ms the Envoy API benchmark sent about one delta per
-	// call and lost a fifth of its throughput to it).
-	FlushInterval  time.Duration
-	FlushThreshold int // dirty keys that trigger an early flush (4096)
-	// MaxEmitInterval: how long a key far from its limit may hold its
-	// consumption before it is emitted (1 s; at most FlushInterval turns
-	// emission in proportion to need off). Such a key needs its
-	// consumption in the shared counter only as fast as another instance
-	// could come to need it: it is emitted at the next flush as soon as
-	// what it holds could matter to any instance's band.
-	MaxEmitInterval time.Duration
-	// MaxHeldHits and MaxHeldTotal bound what emission in proportion to
-	// need holds back — hits decided in memory and not yet emitted, which
-	// a crash (kill -9) loses: per key (256; a key holding more goes at
-	// the next flush, so a fast key holds MaxHeldHits / its rate, not
-	// MaxEmitInterval) and in all (1<<20; each lock shard its share: a
-	// safety bound, since below a busy checker's second of slow keys'
-	// traffic it sends them at every flush).
+	FlushInterval   time.Duration // how often deltas are emitted (50 ms)
+	FlushThreshold  int           // dirty keys that trigger an early flush (4096)
+	MaxEmitInterval time.Duration // how long a key far from its limit may hold its consumption (1 s)
+	// MaxHeldHits and MaxHeldTotal bound what such keys hold back, per
+	// key (256) and in all (1<<20; each lock shard its share): what a
+	// kill -9 loses beside one flush.
 	MaxHeldHits, MaxHeldTotal int64
 	MaxBuffered               int // deltas held while the producer refuses them (1<<20)
 
@@ -76,9 +55,9 @@ type Config struct {
 	MaxRefresh  time.Duration // every tracked key is re-read at least this often (5 s)
 	PipelineLag time.Duration // expected delay from admission to the store (250 ms)
 
-	// The near-limit threshold is max(NearFloor, limit × NearFloorPercent
-	// / 100, global rate × (MaxRefresh-bounded refresh interval +
-	// PipelineLag) × SafetyPercent / 100).
+	// The near band's width is max(NearFloor, limit × NearFloorPercent /
+	// 100, the fleet's rate × (MinRefresh + PipelineLag) × SafetyPercent /
+	// 100).
 	SafetyPercent    int64 // 200
 	NearFloor        int64 // 2 hits
 	NearFloorPercent int64 // 1 % of the limit
@@ -87,21 +66,20 @@ type Config struct {
 	IdempotencyTTL time.Duration // request ids remembered (1 min; 0 disables)
 	ControlPoll    time.Duration // how often operator controls are re-read (1 s)
 	// Heartbeat: how often this checker lists itself in the store's
-	// registry of live checkers (1 s); it stays listed for InstanceTTL
-	// (3 heartbeats). Each heartbeat also reads the store's clock:
-	// this checker's clock is kept within MaxClockSkew of it (100 ms).
+	// registry of live checkers (1 s), where it stays InstanceTTL (3
+	// heartbeats); each reads the store's clock, which this checker's is
+	// kept within MaxClockSkew of (100 ms).
 	Heartbeat    time.Duration
 	InstanceTTL  time.Duration
 	MaxClockSkew time.Duration
 	// Bounds limit the size of a request (zero fields:
 	// config.DefaultLimits).
 	Bounds config.LimitsConfig
-	// StoreTimeout is the deadline of one decision's store calls, and of
+	// StoreTimeout is the deadline of one decision's store calls and of
 	// one refresh read (150 ms): past it the failure policy decides.
-	StoreTimeout time.Duration
-	// BreakerFailures consecutive store failures (5) open the circuit
-	// breaker for BreakerOpenFor (1 s): meanwhile no store call is made
-	// and the failure policies decide at once; then one call probes.
+	// BreakerFailures consecutive failures (5) open the circuit breaker
+	// for BreakerOpenFor (1 s): no store call meanwhile.
+	StoreTimeout    time.Duration
 	BreakerFailures int64
 	BreakerOpenFor  time.Duration
 	// HashKey keys the hash of hash_values entries; every checker that
