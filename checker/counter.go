@@ -371,9 +371,32 @@ func (w *windowCounter) absorbCharge(c *Checker, e *entry, now int64, q *counter
 // reads implements counter: its own counter and, for a hot key, every
 // other shard, in the current window and (sliding) the previous.
 func (w *windowCounter) reads(c *Checker, e *entry, items []counters.ReadItem, ents []*entry, tags []uint8) ([]counters.ReadItem, []*entry, []uint8) {
-	items, ents, tags = c.windowItems(items, ents, tags, e, w.cur.start)
+	items, ents, tags = w.items(c, items, ents, tags, e, w.cur.start)
 	if e.rule.Algorithm == config.AlgSlidingWindow && w.prev.start > 0 {
-		items, ents, tags = c.windowItems(items, ents, tags, e, w.prev.start)
+		items, ents, tags = w.items(c, items, ents, tags, e, w.prev.start)
+	}
+	return items, ents, tags
+}
+
+// items appends the reads of window start of e: its own counter and,
+// for a hot key, every other shard.
+func (w *windowCounter) items(c *Checker, items []counters.ReadItem, ents []*entry, tags []uint8, e *entry, start int64) ([]counters.ReadItem, []*entry, []uint8) {
+	items = append(items, counters.ReadItem{Key: e.skey, Kind: counters.KindWindow, Window: start})
+	ents, tags = append(ents, e), append(tags, tagOwn)
+	if hotNear(e) { // the shared counter of its near-band charges
+		items = append(items, counters.ReadItem{Key: e.key, Kind: counters.KindWindow, Window: start})
+		ents, tags = append(ents, e), append(tags, tagHot)
+	}
+	if n := e.rule.Shards; n > 1 {
+		mine := c.shardOf(n)
+		tag := tagOtherFirst
+		for j := range n {
+			if j != mine {
+				items = append(items, counters.ReadItem{Key: counters.ShardKey(e.key, j), Kind: counters.KindWindow, Window: start})
+				ents, tags = append(ents, e), append(tags, tag)
+				tag = tagOther
+			}
+		}
 	}
 	return items, ents, tags
 }

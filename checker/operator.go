@@ -50,12 +50,12 @@ type CounterView struct {
 	// set.
 	Held bool
 	// Remaining is what is left before the next request; ResetAfter
-	// (buckets and local counters) when the counter resets as it stands:
-	// what a request of cost 0 would report.
+	// when the counter resets as it stands: what a request of cost 0
+	// would report.
 	Remaining  int64
 	ResetAfter time.Duration
-	// A window counter: the window's count as this checker estimates it
-	// (every instance's), its own part, its hits not yet emitted, the
+	// The count as this checker estimates it (a window's, every
+	// instance's), its own part, its hits not yet emitted, the
 	// other instances' rate (hits per second) and how many instances
 	// share the key; refused from memory until OverUntil (0: not over),
 	// re-read at NextRefresh (Unix ns).
@@ -81,8 +81,7 @@ func (c *Checker) Counter(r *config.Rule, es []config.Entry, now int64) (Counter
 		v.Remaining, v.ResetAfter = d.Remaining, d.ResetAfter
 		return v, err
 	}
-	bucket := kindOf(r) == counters.KindTAT
-	if bucket {
+	if r.Algorithm.Bucket() {
 		v.Bucket = gcraOf(r)
 	}
 	h := c.counterHash(r, es)
@@ -94,13 +93,10 @@ func (c *Checker) Counter(r *config.Rule, es []config.Entry, now int64) (Counter
 		return v, nil
 	}
 	v.Held = true
-	if bucket {
-		v.Remaining, v.ResetAfter = e.ctr.state(c, e, now, 0)
-		return v, nil
-	}
 	e.ctr.roll(c, sh, e, now)
 	lk := e.ctr.look(c, e, now, 0)
-	v.Used, v.Mine, v.Remaining, v.Pending = lk.used, lk.mine, lk.remaining, int64(e.pend.Counted)
+	v.Remaining, v.ResetAfter = e.ctr.state(c, e, now, 0)
+	v.Used, v.Mine, v.Pending = lk.used, lk.mine, int64(e.pend.Counted)
 	v.OthersRate, v.Instances, v.NextRefresh = e.Others, int(e.Instances), e.nextRefresh
 	if e.overUntil > now {
 		v.OverUntil = e.overUntil

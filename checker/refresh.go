@@ -123,29 +123,6 @@ const (
 	tagHot // a hot key's shared counter (hot.go)
 )
 
-// windowItems appends the reads of window start of e: its own counter and,
-// for a hot key, every other shard.
-func (c *Checker) windowItems(items []counters.ReadItem, ents []*entry, tags []uint8, e *entry, start int64) ([]counters.ReadItem, []*entry, []uint8) {
-	items = append(items, counters.ReadItem{Key: e.skey, Kind: counters.KindWindow, Window: start})
-	ents, tags = append(ents, e), append(tags, tagOwn)
-	if hotNear(e) { // the shared counter of its near-band charges
-		items = append(items, counters.ReadItem{Key: e.key, Kind: counters.KindWindow, Window: start})
-		ents, tags = append(ents, e), append(tags, tagHot)
-	}
-	if n := e.rule.Shards; n > 1 {
-		mine := c.shardOf(n)
-		tag := tagOtherFirst
-		for j := range n {
-			if j != mine {
-				items = append(items, counters.ReadItem{Key: counters.ShardKey(e.key, j), Kind: counters.KindWindow, Window: start})
-				ents, tags = append(ents, e), append(tags, tag)
-				tag = tagOther
-			}
-		}
-	}
-	return items, ents, tags
-}
-
 // idle handles a due key nobody decided on since the store last answered
 // (requires the shard lock): a read would teach nothing. Unused for
 // parkAfter, it is parked — a key seen once, as most are at a per-IP or
