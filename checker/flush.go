@@ -41,20 +41,15 @@ func (c *Checker) every(interval time.Duration, wake <-chan struct{}, timeout ti
 }
 
 // emitSoon queues e's pending consumption (requires the shard lock), cost
-// more hits about to be counted. It waits in the emission wheel, up to
-// MaxEmitInterval (and never past the end of its window or its analytics
-// minute), while what it holds that the store lacks — hits decided in
-// memory, pend.counted — is at most room / (2 × instances), room being the
-// far band's margin at this decision (-1: the decision was not far), at
-// most MaxHeldHits, and its shard's lazy keys hold at most their share of
-// MaxHeldTotal; else it goes at the next flush. Then the consumption all
-// instances hold back is at most half the far band's margin, which
-// therefore still lies between their view and the near band
-// (docs/design.md, emission), and what a crash can take with it is
-// bounded per key and in all (a fast key holds a short time: MaxHeldHits
-// over its rate). Consumption the store already has (charges, sync
-// decisions) and refusals that charge nothing are analytics only and
-// always wait.
+// more hits about to be counted, in proportion to need (docs/design.md,
+// "Emission in proportion to need"): it waits in the emission wheel, up
+// to MaxEmitInterval and never past the end of its window or its minute,
+// while what it holds that the store lacks is at most room / (2 ×
+// instances) — room being the far band's margin at this decision (-1: not
+// far) —, at most MaxHeldHits, and its shard's lazy keys hold at most
+// their share of MaxHeldTotal; else it goes at the next flush. What the
+// store already has (charges, sync decisions) and refusals that charge
+// nothing are analytics only and always wait.
 func (c *Checker) emitSoon(sh *shard, e *entry, now, cost, room int64) {
 	if e.emit == emitDue {
 		return // due at the next flush already

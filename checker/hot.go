@@ -5,20 +5,9 @@ import (
 )
 
 // A hot key spread over shards (`shards: N`) counts its far-band
-// consumption in this instance's own shard, which spreads Kafka
-// partitions, aggregator work and Redis writes. Near its limit, under the
-// default near_limit: sync, every instance charges one counter instead:
-// the unsharded key, whose script checks its own total (every instance's
-// near-band charges, atomically) plus the shards as this instance last
-// read them (its own with its unapplied hits). So near the limit all
-// admissions are serialised through one place and see each other, as for
-// an unsharded key; what the check can miss is the far-band consumption
-// of the other shards since the last read, which the near band's
-// threshold covers as it covers in-flight hits (refresh interval plus
-// pipeline lag). Cost: one more read per refresh (the shared counter) and
-// near-band charges on one Redis slot. Sliding windows keep charging
-// their own shard (the previous window's weight would need every shard in
-// one script): a small overshoot there is measured, not excluded.
+// consumption in this instance's own shard and, near its limit under
+// near_limit: sync, charges the one unsharded counter every instance
+// charges there (docs/design.md, "Hot keys: shards: N").
 
 // hotNear says whether e's near-band charges go to the shared counter
 // (a window counter: config allows shards on window algorithms only).

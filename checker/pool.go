@@ -5,17 +5,11 @@ import (
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
-// Elastic throttling: a rule with `throttle: {type: elastic, pool: P,
-// max_multiplier: M}` admits up to M × its limit (its ceiling), and
-// whatever it admits above its own limit must fit in pool P as well: a
-// shared counter of the domain (config.RuleSet.Pool), decided like any
-// async rule — memory far from its limit, an atomic store charge near it.
-// The pool's slot follows its borrowers in a Check; a request whose
-// borrowing the pool refuses is refused whole, and charges nothing (both
-// rules are algorithm rules). Whether an admission borrows is judged from
-// the borrower's view at the decision, and when the borrower is charged
-// in the store (near its limit) from that charge's answer: the pool slot
-// is then decided again with what the answers say (redecidePool).
+// Elastic throttling (docs/design.md, "Elastic pools"): a pool's slot
+// follows its borrowers' in a Check, costing what they take above their
+// own limits, judged from each borrower's view or, when it is charged in
+// the store, from the charge's answer (the pool slot is then decided
+// again: redecidePool).
 
 // poolSlots appends, after the descriptors' slots, one slot per pool an
 // elastic rule of the request borrows from (slotBuf has room: check counted).
