@@ -11,6 +11,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/internal/testrules"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -39,18 +40,8 @@ func newNode(t testing.TB, cfg checker.Config, rules *config.Store, ms *counters
 	return &node{Checker: c, Operator: New(c, ms), rules: rules}
 }
 
-func ruleStore(t testing.TB, src string) *config.Store {
-	t.Helper()
-	f, err := config.ParseRules("rules.yaml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := config.Compile([]*config.File{f})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return config.NewStore(rs)
-}
+// ruleStore is the rule store of a rule file's text.
+func ruleStore(t testing.TB, src string) *config.Store { return testrules.Store(t, src) }
 
 // applyProducer hands every delta straight to a counters.MemStore, as an
 // aggregator with no lag would.
