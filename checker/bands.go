@@ -48,11 +48,8 @@ func (c *Checker) bandOf(e *entry, lk *look, now, cost int64) (band, int64) {
 
 // replan re-reads a far key before it can reach its band at the rate it
 // goes now: a key that speeds up is refreshed sooner than the refresher
-// planned. Checked once per live-rate window (requires the lock).
+// planned. Called once per live-rate window, when e.Recheck (requires the lock).
 func (c *Checker) replan(sh *shard, e *entry, now, room int64) {
-	if !e.Recheck {
-		return
-	}
 	e.Recheck = false
 	if rate := e.Fleet(e.used); rate > 0 {
 		// room × 1 s in 128 bits: a limit near the int64 bound has room for it

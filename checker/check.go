@@ -17,22 +17,38 @@ import (
 // only for a malformed request (a *FieldError) or an internal fault.
 func (c *Checker) Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
 	// Working memory: on the stack for the common small request (zeroing a
-	// few slots is cheaper than a pool round trip), pooled for large ones.
-	if len(req.Descriptors) <= smallRequest {
+	// few slots is cheaper than a pool round trip; one descriptor, the most
+	// common, zeroes two: its own and its pool's), pooled for large ones.
+	var err error
+	switch n := len(req.Descriptors); {
+	case n <= 1:
+		var slots [2]slot
+		var locks [2]int
+		var matched [1]*config.Rule
+		err = c.checkStack(ctx, req, d, slots[:], locks[:0], matched[:])
+	case n <= smallRequest:
 		var slots [smallRequest]slot
 		var locks [smallRequest]int
 		var matched [smallRequest]*config.Rule
-		var bufp *[]byte // taken from the pool only for local-mode keys
-		err := c.check(ctx, req, d, slots[:], locks[:0], matched[:], &bufp)
-		if bufp != nil {
-			c.keyBufs.Put(bufp)
-		}
-		if err == errMoreSlots { // elastic rules' pools did not fit
-			return c.checkLarge(ctx, req, d)
-		}
-		return err
+		err = c.checkStack(ctx, req, d, slots[:], locks[:0], matched[:])
+	default:
+		return c.checkLarge(ctx, req, d)
 	}
-	return c.checkLarge(ctx, req, d)
+	if err == errMoreSlots { // elastic rules' pools did not fit
+		return c.checkLarge(ctx, req, d)
+	}
+	return err
+}
+
+// checkStack decides with the caller's (stack) working memory.
+func (c *Checker) checkStack(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision, slots []slot, locks []int,
+	matched []*config.Rule) error {
+	var bufp *[]byte // taken from the pool only for local-mode keys
+	err := c.check(ctx, req, d, slots, locks, matched, &bufp)
+	if bufp != nil {
+		c.keyBufs.Put(bufp)
+	}
+	return err
 }
 
 // checkLarge decides with pooled working memory: requests of many
@@ -40,6 +56,7 @@ func (c *Checker) Check(ctx context.Context, req *ratelimit.Request, d *ratelimi
 func (c *Checker) checkLarge(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
 	sc := c.scratch.Get().(*scratch)
 	defer c.scratch.Put(sc)
+	clear(sc.slots[:min(2*len(req.Descriptors), len(sc.slots))]) // keys expects zero slots, as the stack's are
 	bufp := &sc.buf
 	return c.check(ctx, req, d, sc.slots[:], sc.locks[:0], sc.matched[:], &bufp)
 }
@@ -55,10 +72,10 @@ const smallRequest = 4
 // (each descriptor from memory, or its store call readied), settle (the
 // store calls, the request's answer, the commit) and report (statuses).
 //
-// (prepare returns it by value, and the phases after it store no
-// pointer in it: a pointer stored through a pointer counts as leaked, and
-// the slots and locks are on the caller's stack. The request is not part
-// of it for the same reason: its pointers may leak.)
+// (Only check stores the slots and locks in it, a local: a pointer stored
+// through a pointer counts as leaked, and they are on the caller's stack.
+// The request is not part of it for the same reason: its pointers may
+// leak.)
 type pass struct {
 	now    int64
 	fp     uint64 // the request id's fingerprint (RequestIDs)
@@ -74,10 +91,12 @@ type pass struct {
 
 func (c *Checker) check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision, slotBuf []slot, locks []int,
 	matchBuf []*config.Rule, buf **[]byte) error {
-	p, req, err := c.prepare(req, d, slotBuf, locks, matchBuf, buf)
+	var p pass
+	slots, locks, req, err := c.prepare(&p, req, d, slotBuf, locks, matchBuf, buf)
 	if p.done || err != nil {
 		return err
 	}
+	p.slots, p.locks = slots, locks
 	c.lock(p.locks)
 	c.decideAll(&p, req)
 	c.settle(&p, req)
@@ -91,20 +110,20 @@ func (c *Checker) check(ctx context.Context, req *ratelimit.Request, d *ratelimi
 
 // prepare validates the request, answers a replayed request id (done),
 // matches the rules, applies hashing (the request it returns) and
-// controls, and keys every descriptor and pool; errMoreSlots when slotBuf
-// is too small.
-func (c *Checker) prepare(req *ratelimit.Request, d *ratelimit.Decision, slotBuf []slot, locks []int, matchBuf []*config.Rule,
-	buf **[]byte) (pass, *ratelimit.Request, error) {
-	p := pass{done: true, locks: locks}
+// controls, and keys every descriptor and pool (the slots and the locks
+// it returns); errMoreSlots when slotBuf is too small.
+func (c *Checker) prepare(p *pass, req *ratelimit.Request, d *ratelimit.Decision, slotBuf []slot, locks []int,
+	matchBuf []*config.Rule, buf **[]byte) ([]slot, []int, *ratelimit.Request, error) {
+	p.done = true
 	rs := c.rules.Load()
 	dom, known := rs.Lookup(req.Domain)
 	if err := req.ValidateBounds(known, &c.cfg.Bounds); err != nil {
-		return p, req, err
+		return nil, nil, req, err
 	}
 	p.now = c.clock.Now()
 	fp, done, err := c.ids.Replay(req, p.now, d)
 	if err != nil || done {
-		return p, req, err
+		return nil, nil, req, err
 	}
 	p.fp, p.n = fp, len(req.Descriptors)
 	d.Statuses = slices.Grow(d.Statuses[:0], p.n)[:p.n]
@@ -126,22 +145,26 @@ func (c *Checker) prepare(req *ratelimit.Request, d *ratelimit.Decision, slotBuf
 		}
 	}
 	if p.n+p.pools > len(slotBuf) {
-		return p, req, errMoreSlots // nothing changed yet: decided again with more room
+		return nil, nil, req, errMoreSlots // nothing changed yet: decided again with more room
 	}
-	p.slots = slotBuf[:p.n]
-	c.keys(buf, req, matched, p.slots)
+	slots := slotBuf[:p.n]
+	c.keys(buf, req, matched, slots)
 	if p.pools > 0 {
-		p.slots = c.poolSlots(slotBuf, p.slots, req)
+		slots = c.poolSlots(slotBuf, slots, req)
 	}
-	for i := range p.slots { // ascending and unique: shards are always locked in one order
-		if s := &p.slots[i]; s.sh >= 0 {
-			if j, found := slices.BinarySearch(p.locks, s.sh); !found {
-				p.locks = slices.Insert(p.locks, j, s.sh)
+	for i := range slots { // ascending and unique: shards are always locked in one order
+		switch s := &slots[i]; {
+		case s.sh < 0:
+		case len(locks) == 0: // the common one-shard request: no search
+			locks = append(locks, s.sh)
+		default:
+			if j, found := slices.BinarySearch(locks, s.sh); !found {
+				locks = slices.Insert(locks, j, s.sh)
 			}
 		}
 	}
 	p.done = false
-	return p, req, nil
+	return slots, locks, req, nil
 }
 
 // decideAll decides every slot from memory, or readies its store call
@@ -274,16 +297,17 @@ func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 		return
 	}
 	s.need = needMemory
-	lk := e.ctr.look(c, e, now, cost)
+	lk := &sh.lk
+	e.ctr.look(c, e, now, cost, lk)
 	s.post = lk.post
 	if r.Pool != nil { // elastic: over its own limit it borrows (judged from this view)
 		s.setAbove(lk.ceiling-lk.remaining+cost, cost)
 	}
 	farRoom := int64(-1) // the far band's margin, for emitSoon; -1: not far
-	switch b, room := c.bandOf(e, &lk, now, cost); b {
+	switch b, room := c.bandOf(e, lk, now, cost); b {
 	case bandOver:
 		sh.stats.over++
-		c.denyFromMemory(s, &lk, now, cost)
+		c.denyFromMemory(s, lk, now, cost)
 	case bandNear:
 		sh.stats.near++
 		if r.NearLimit == config.NearSync {
@@ -292,12 +316,14 @@ func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 		}
 		// near_limit: async spends only this instance's slice of what
 		// remained (bands.go)
-		c.judge(s, &lk, now, cost, c.capped(e, now, cost, lk.remaining, lk.ceiling))
+		c.judge(s, lk, now, cost, c.capped(e, now, cost, lk.remaining, lk.ceiling))
 	default:
 		sh.stats.far++
 		farRoom = room
-		c.replan(sh, e, now, room)
-		c.judge(s, &lk, now, cost, false)
+		if e.Recheck {
+			c.replan(sh, e, now, room)
+		}
+		c.judge(s, lk, now, cost, false)
 	}
 	if !s.allowed && r.Shadow {
 		s.shadowed = true
@@ -310,7 +336,7 @@ func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 func (c *Checker) entryFor(sh *shard, s *slot, req *ratelimit.Request, now int64) *entry {
 	r := s.rule
 	e := sh.lookup(s.h, r, s.entriesOf(req))
-	if e != nil && e.ctr.kind() != kindOf(r) {
+	if e != nil && e.rule != r && e.ctr.kind() != kindOf(r) { // (an entry's counter is always of its rule's kind)
 		// the entry a blocked counter's refusals were counted in (or a
 		// reload changed the rule's algorithm): its state is of another
 		// kind, so the counter starts afresh from the store
@@ -321,7 +347,9 @@ func (c *Checker) entryFor(sh *shard, s *slot, req *ratelimit.Request, now int64
 		e = c.create(sh, s, req, now)
 	}
 	s.e, e.rule, e.used, e.active = e, r, now, true
-	c.wake(sh, e, now)
+	if e.life == lifeParked {
+		c.wake(sh, e, now)
+	}
 	e.ctr.roll(c, sh, e, now)
 	return e
 }
@@ -329,20 +357,16 @@ func (c *Checker) entryFor(sh *shard, s *slot, req *ratelimit.Request, now int64
 // wake puts a parked entry used again back in the refresh heap: its view
 // is stale, so it decides near until the store answers, and is read soon.
 func (c *Checker) wake(sh *shard, e *entry, now int64) {
-	if e.life == lifeParked {
-		e.life, e.stale = lifeHeld, true
-		sh.parkedStale++
-		sh.schedule(e, now+int64(c.cfg.MinRefresh))
-	}
+	e.life, e.stale = lifeHeld, true
+	sh.parkedStale++
+	sh.schedule(e, now+int64(c.cfg.MinRefresh))
 }
 
 // judge decides s from memory (requires the lock). Envoy-semantics rules
 // are charged here, allowed or not: every call counts.
 func (c *Checker) judge(s *slot, lk *look, now, cost int64, capped bool) {
 	e := s.e
-	v := e.ctr.judge(c, e, *lk, now, cost, capped)
-	s.allowed, s.never, s.remaining = v.allowed, v.never, v.remaining
-	s.resetAfter, s.resetBefore, s.retryAfter = v.resetAfter, v.resetBefore, v.retryAfter
+	s.verdict = e.ctr.judge(c, e, lk, now, cost, capped)
 	if s.rule.Algorithm == config.AlgEnvoy {
 		s.charged = true
 		c.count(s, now, cost, s.allowed)
@@ -365,7 +389,9 @@ func (c *Checker) blockedEntry(s *slot, req *ratelimit.Request, now int64) {
 	if e == nil {
 		e = c.create(sh, s, req, now)
 	}
-	c.wake(sh, e, now) // back in the heap, where its idle eviction happens
+	if e.life == lifeParked {
+		c.wake(sh, e, now) // back in the heap, where its idle eviction happens
+	}
 	s.e, e.used, e.active = e, now, true
 	e.ctr.roll(c, sh, e, now)
 	c.emitSoon(sh, e, now, 0, -1)
@@ -553,17 +579,9 @@ type slot struct {
 	call  storeCall
 	later countLater // the analytics tally that waits for the request's answer
 
-	allowed  bool // this descriptor admits the request
+	verdict       // this descriptor's answer (remaining: against the ceiling, after this request)
 	shadowed bool // refused by a shadow-mode rule: the request is not
-	never    bool // the cost never fits
 	charged  bool // consumption already recorded (Envoy semantics, sync, local)
-
-	remaining  int64 // against the ceiling, after this request
-	resetAfter time.Duration
-	retryAfter time.Duration
-	// resetBefore is the reset as things stand, reported when the request
-	// is refused by another descriptor and nothing is charged here.
-	resetBefore time.Duration
 
 	// above is what an elastic borrower takes above its own limit (what
 	// its pool pays: the part of cost beyond the limit, not all of it);

@@ -32,12 +32,12 @@ type counter interface {
 	// roll moves to the window holding now; consumption pending for the
 	// window left behind leaves as orphans (requires the shard lock).
 	roll(c *Checker, sh *shard, e *entry, now int64)
-	// look is the key's view for a request of cost at now: computed once
-	// per decision, for the band and the decision both.
-	look(c *Checker, e *entry, now, cost int64) look
+	// look fills lk with the key's view for a request of cost at now:
+	// computed once per decision, for the band and the decision both.
+	look(c *Checker, e *entry, now, cost int64, lk *look)
 	// judge decides a request of cost from memory, given its look; capped:
 	// past this instance's slice (near_limit: async).
-	judge(c *Checker, e *entry, lk look, now, cost int64, capped bool) verdict
+	judge(c *Checker, e *entry, lk *look, now, cost int64, capped bool) verdict
 	// state is what remains now, and when the counter resets once cost
 	// more is charged (cost 0: as it stands).
 	state(c *Checker, e *entry, now, cost int64) (remaining int64, resetAfter time.Duration)
@@ -107,13 +107,16 @@ type look struct {
 	post limiter.State
 }
 
-// verdict is a decision from memory.
+// verdict is a descriptor's decision.
 type verdict struct {
-	allowed, never bool
-	remaining      int64 // after this request
-	resetAfter     time.Duration
-	resetBefore    time.Duration // the reset if nothing is charged (another rule refused)
-	retryAfter     time.Duration
+	allowed    bool  // the descriptor admits the request
+	never      bool  // the cost never fits
+	remaining  int64 // after this request
+	resetAfter time.Duration
+	// resetBefore is the reset as things stand, reported when another
+	// descriptor refuses the request and nothing is charged here.
+	resetBefore time.Duration
+	retryAfter  time.Duration
 }
 
 // learned is what a charge's answer said of the key.
@@ -226,9 +229,9 @@ func (w *windowCounter) roll(c *Checker, sh *shard, e *entry, now int64) {
 }
 
 // look implements counter.
-func (w *windowCounter) look(c *Checker, e *entry, now, _ int64) look {
+func (w *windowCounter) look(c *Checker, e *entry, now, _ int64, lk *look) {
 	r := e.rule
-	lk := look{ceiling: r.Ceiling(), pred: e.InFlight(c.cfg.PipelineLag)}
+	lk.ceiling, lk.pred, lk.post = r.Ceiling(), e.InFlight(c.cfg.PipelineLag), limiter.State{} // (try: a bucket's only)
 	if !w.cur.known {
 		lk.pred += e.Others * min(now-w.cur.start, int64(r.Window)) / int64(time.Second)
 	}
@@ -236,10 +239,16 @@ func (w *windowCounter) look(c *Checker, e *entry, now, _ int64) look {
 	if r.Algorithm != config.AlgSlidingWindow {
 		lk.used = lk.mine + w.curOthers(e.x)
 		lk.remaining = max(0, lk.ceiling-lk.used)
-		return lk
+		return
 	}
 	sc := w.slidingCounts(e, now)
 	lk.used, lk.remaining = sc.Cur, sc.Remaining(lk.ceiling)
+}
+
+// view is the key's look at now for no cost (a report, not a decision).
+func (w *windowCounter) view(c *Checker, e *entry, now int64) look {
+	var lk look
+	w.look(c, e, now, 0, &lk)
 	return lk
 }
 
@@ -257,7 +266,7 @@ func (w *windowCounter) slidingCounts(e *entry, now int64) limiter.SlidingCounts
 
 // judge implements counter. Envoy's window charges every call: its
 // report is of the counter after the call, whatever the answer.
-func (w *windowCounter) judge(c *Checker, e *entry, lk look, now, cost int64, capped bool) verdict {
+func (w *windowCounter) judge(c *Checker, e *entry, lk *look, now, cost int64, capped bool) verdict {
 	r := e.rule
 	fits := cost <= lk.ceiling
 	// A floored remaining decides as the exact weighted comparison does
@@ -274,7 +283,7 @@ func (w *windowCounter) judge(c *Checker, e *entry, lk look, now, cost int64, ca
 	if !v.allowed {
 		v.never = !fits
 		if fits {
-			v.retryAfter = w.retry(e, &lk, now, cost)
+			v.retryAfter = w.retry(e, lk, now, cost)
 		}
 		if capped { // a new slice comes with the next store answer
 			v.retryAfter = max(v.retryAfter, c.cfg.MinRefresh)
@@ -314,7 +323,7 @@ func (w *windowCounter) retry(e *entry, lk *look, now, cost int64) time.Duration
 
 // state implements counter.
 func (w *windowCounter) state(c *Checker, e *entry, now, cost int64) (int64, time.Duration) {
-	return w.look(c, e, now, 0).remaining, w.reset(e, now, cost)
+	return w.view(c, e, now).remaining, w.reset(e, now, cost)
 }
 
 // fillCharge implements counter.
@@ -357,7 +366,7 @@ func (w *windowCounter) absorbCharge(c *Checker, e *entry, now int64, q *counter
 	}
 	e.Learn(now, w.curOthers(e.x), w.curMine(e.x), res.Instances)
 	w.addCharged(chargedNow)
-	lk := w.look(c, e, now, 0)
+	lk := w.view(c, e, now)
 	l := learned{remaining: lk.remaining, resetAfter: w.reset(e, now, 0), roomUntil: w.cur.start + int64(e.rule.Window)}
 	if !allowed {
 		l.never = cost > lk.ceiling
@@ -413,7 +422,7 @@ func (w *windowCounter) absorbRead(c *Checker, e *entry, it *counters.ReadItem, 
 	default:
 		return 0, 0, 0, false // the window rolled while reading
 	}
-	lk := w.look(c, e, now, 0)
+	lk := w.view(c, e, now)
 	return lk.remaining, lk.pred, lk.ceiling, true
 }
 
@@ -512,19 +521,19 @@ func (b *bucketCounter) mine() int64 { return b.cum + b.cumCharged }
 
 // look implements counter: one evaluation serves the band, the decision
 // and the commit.
-func (b *bucketCounter) look(c *Checker, e *entry, now, cost int64) look {
+func (b *bucketCounter) look(c *Checker, e *entry, now, cost int64, lk *look) {
 	g := gcraOf(e.rule)
-	lk := look{post: b.gs, ceiling: g.Burst, pred: e.InFlight(c.cfg.PipelineLag), mine: b.mine()}
+	// (field by field: the trial overwrites try, and zeroing it first costs)
+	lk.used, lk.post, lk.ceiling, lk.pred, lk.mine = 0, b.gs, g.Burst, e.InFlight(c.cfg.PipelineLag), b.mine()
 	lk.try, _ = g.AllowAt(&lk.post, now, cost)
 	lk.remaining = lk.try.Remaining
 	if lk.try.Allowed {
 		lk.remaining += cost
 	}
-	return lk
 }
 
 // judge implements counter.
-func (b *bucketCounter) judge(c *Checker, e *entry, lk look, now, cost int64, capped bool) verdict {
+func (b *bucketCounter) judge(c *Checker, e *entry, lk *look, now, cost int64, capped bool) verdict {
 	try := lk.try
 	v := verdict{allowed: try.Allowed && !capped, resetAfter: try.ResetAfter} // the prediction chose the band, it does not refuse
 	if v.allowed {

@@ -94,7 +94,8 @@ func (c *Checker) Counter(r *config.Rule, es []config.Entry, now int64) (Counter
 	}
 	v.Held = true
 	e.ctr.roll(c, sh, e, now)
-	lk := e.ctr.look(c, e, now, 0)
+	lk := &sh.lk
+	e.ctr.look(c, e, now, 0, lk)
 	v.Remaining, v.ResetAfter = e.ctr.state(c, e, now, 0)
 	v.Used, v.Mine, v.Pending = lk.used, lk.mine, int64(e.pend.Counted)
 	v.OthersRate, v.Instances, v.NextRefresh = e.Others, int(e.Instances), e.nextRefresh

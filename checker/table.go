@@ -103,7 +103,11 @@ type shard struct {
 	refresh     refreshHeap
 	tombs       []int64 // "over until" by hash slot; allocated on first eviction
 	stats       shardStats
-	_           [40]byte
+	// lk is the look of the decision at work (under mu, one at a time):
+	// on the heap, so the counter's interface calls take its pointer
+	// without a stack value escaping, and nothing copies it.
+	lk look
+	_  [64]byte // the next shard's lock on another cache line
 }
 
 // lookup finds the entry of rule r for the request values es.
@@ -270,23 +274,22 @@ func descText(es []config.Entry) string { return string(config.AppendDescriptorT
 // and the request values, its entry's in the key table (no key string is
 // built on the request path; the table compares values on lookup), and
 // for local rules the key string in the pooled buffer as well (the
-// in-process limiter keys by it).
+// in-process limiter keys by it). The slots must be zero.
 func (c *Checker) keys(bufpp **[]byte, req *ratelimit.Request, rules []*config.Rule, slots []slot) {
 	var buf []byte
 	if *bufpp != nil {
 		buf = (**bufpp)[:0]
 	}
-	var offs [config.MaxDescriptors + 1]int
 	for i, r := range rules {
 		s := &slots[i]
-		*s = slot{rule: r, sh: -1, idx: i, dupOf: -1, poolSlot: -1, cost: req.HitsOf(i)}
+		// (field by field: the slots are zero, and writing all of one costs)
+		s.rule, s.sh, s.idx, s.dupOf, s.poolSlot, s.cost = r, -1, i, -1, -1, req.HitsOf(i)
 		switch {
 		case req.Release:
 			s.role = roleRelease
 		case r != nil && r.OnExceed == config.ExceedDefer && !req.NoDefer:
 			s.role = roleDefer
 		}
-		offs[i] = len(buf)
 		if r == nil || r.Unlimited {
 			continue
 		}
@@ -316,14 +319,15 @@ func (c *Checker) keys(bufpp **[]byte, req *ratelimit.Request, rules []*config.R
 			}
 		}
 	}
-	offs[len(rules)] = len(buf)
 	if *bufpp == nil {
 		return // no local-mode key
 	}
 	**bufpp = buf
-	for i := range rules {
-		if offs[i+1] > offs[i] { // aliases the buffer; the limiter copies what it keeps
-			slots[i].key = unsafe.String(&buf[offs[i]], offs[i+1]-offs[i])
+	at := 0 // every local key is localKeyBytes long, in the order of its descriptors
+	for i, r := range rules {
+		if r != nil && !r.Unlimited && r.Mode == config.ModeLocal { // aliases the buffer; the limiter copies what it keeps
+			slots[i].key = unsafe.String(&buf[at], localKeyBytes)
+			at += localKeyBytes
 		}
 	}
 }
