@@ -20,33 +20,26 @@ func (c *Checker) Check(ctx context.Context, req *ratelimit.Request, d *ratelimi
 	// few slots is cheaper than a pool round trip; one descriptor, the most
 	// common, zeroes two: its own and its pool's), pooled for large ones.
 	var err error
+	var bufp *[]byte // taken from the pool only for local-mode keys
 	switch n := len(req.Descriptors); {
 	case n <= 1:
 		var slots [2]slot
 		var locks [2]int
 		var matched [1]*config.Rule
-		err = c.checkStack(ctx, req, d, slots[:], locks[:0], matched[:])
+		err = c.check(ctx, req, d, slots[:], locks[:0], matched[:], &bufp)
 	case n <= smallRequest:
 		var slots [smallRequest]slot
 		var locks [smallRequest]int
 		var matched [smallRequest]*config.Rule
-		err = c.checkStack(ctx, req, d, slots[:], locks[:0], matched[:])
+		err = c.check(ctx, req, d, slots[:], locks[:0], matched[:], &bufp)
 	default:
 		return c.checkLarge(ctx, req, d)
 	}
-	if err == errMoreSlots { // elastic rules' pools did not fit
-		return c.checkLarge(ctx, req, d)
-	}
-	return err
-}
-
-// checkStack decides with the caller's (stack) working memory.
-func (c *Checker) checkStack(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision, slots []slot, locks []int,
-	matched []*config.Rule) error {
-	var bufp *[]byte // taken from the pool only for local-mode keys
-	err := c.check(ctx, req, d, slots, locks, matched, &bufp)
 	if bufp != nil {
 		c.keyBufs.Put(bufp)
+	}
+	if err == errMoreSlots { // elastic rules' pools did not fit
+		return c.checkLarge(ctx, req, d)
 	}
 	return err
 }
