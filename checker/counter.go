@@ -22,7 +22,7 @@ import (
 // live on the stack (Check allocates nothing).
 type counter interface {
 	kind() counters.Kind
-	// size is the heap the counter's own allocation takes (membytes.go).
+	// size is what the counter adds to its entry's allocation (membytes.go).
 	size() int
 	// window is the current window's start and end (a bucket: 0 and
 	// math.MaxInt64, a window it never leaves).
@@ -77,12 +77,24 @@ type counter interface {
 	fillDelta(e *entry, d *eventsv1.Delta)
 }
 
-// newCounter is the counter of rule r's keys.
-func newCounter(r *config.Rule) counter {
+// newEntry allocates an entry for rule r's keys with its counter in one
+// allocation: a decision reads both, and the counter beside the entry
+// costs no pointer chase to another place in the heap.
+func newEntry(r *config.Rule) *entry {
 	if kindOf(r) == counters.KindTAT {
-		return new(bucketCounter)
+		p := new(struct {
+			entry
+			b bucketCounter
+		})
+		p.ctr = &p.b
+		return &p.entry
 	}
-	return new(windowCounter)
+	p := new(struct {
+		entry
+		w windowCounter
+	})
+	p.ctr = &p.w
+	return &p.entry
 }
 
 // kindOf is the kind of r's counters. A blocked rule's entry only counts

@@ -18,26 +18,29 @@ import (
 // at that instant. Nothing is walked per decision: a decision on a known
 // key changes no estimate.
 
-// entryOverhead is what a key costs beyond its own strings: its entry,
-// its slot in the shard's map (a swiss table of 8-byte keys and pointers
+// entryOverhead is what a key costs beyond its own strings and its entry
+// with its counter (one allocation): its slot in the shard's map (a swiss table of 8-byte keys and pointers
 // at 7/8 load, doubling as it grows: about 40 bytes), and one place in
 // each of the shard's queues that may hold it (refresh heap, emission
 // wheel, dirty list: 8 bytes each; parked list: 16), with their slack as
 // they grow.
-var entryOverhead = heapsize.Of(int(unsafe.Sizeof(entry{}))) + 40 + 2*(3*8+16)
+var entryOverhead int64 = 40 + 2*(3*8+16)
+
+// minEntryBytes is the least a key costs: its overhead and its entry with
+// the smaller counter.
+var minEntryBytes = entryOverhead + heapsize.Of(int(unsafe.Sizeof(entry{})+min(unsafe.Sizeof(windowCounter{}), unsafe.Sizeof(bucketCounter{}))))
 
 // entryBytes estimates the heap e holds; ownVals are the bytes of the
 // request values it copied (a wildcard rule's shared pattern values are
 // the rule's, not the key's).
 func entryBytes(e *entry, ownVals []string) int64 {
-	n := entryOverhead + heapsize.Of(len(e.key)) + heapsize.Of(len(e.desc)) + heapsize.Of(len(e.vals)*int(unsafe.Sizeof("")))
+	n := entryOverhead + heapsize.Of(int(unsafe.Sizeof(entry{}))+e.ctr.size()) + heapsize.Of(len(e.key)) + heapsize.Of(len(e.desc)) + heapsize.Of(len(e.vals)*int(unsafe.Sizeof("")))
 	if e.skey != e.key {
 		n += heapsize.Of(len(e.skey))
 	}
 	for _, v := range ownVals {
 		n += heapsize.Of(len(v))
 	}
-	n += heapsize.Of(e.ctr.size())
 	if r := e.rule; r.NearLimit == config.NearAsync || r.Shards > 1 {
 		n += heapsize.Of(int(unsafe.Sizeof(extra{}))) // made on first use (bands.go, hot.go)
 	}
@@ -75,11 +78,11 @@ func (c *Checker) makeRoom(i int, need, now int64) {
 
 // tombKeys is how many keys a shard's tombstone table is sized for: the
 // keys the shard can hold by count, or by bytes when that is fewer (every
-// key takes at least entryOverhead).
+// key takes at least minEntryBytes).
 func (c *Checker) tombKeys() int {
 	n := c.perShard
 	if c.cfg.MaxBytes > 0 {
-		n = min(n, int(c.cfg.MaxBytes/int64(len(c.shards))/entryOverhead)+1)
+		n = min(n, int(c.cfg.MaxBytes/int64(len(c.shards))/minEntryBytes)+1)
 	}
 	return n
 }

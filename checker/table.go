@@ -386,9 +386,9 @@ func (c *Checker) create(sh *shard, s *slot, req *ratelimit.Request, now int64) 
 		owned = append(owned, vals[i])
 	}
 	key := string(config.AppendCounterKey(nil, s.rule, es))
-	e := &entry{key: key, skey: c.storeKey(key, s.rule), vals: vals, desc: descText(es),
-		hash: s.h, rule: s.rule, ctr: newCounter(s.rule), heapIdx: -1, answerRemaining: -1, created: now,
-		usage: tally.NewMinute(c.streams.Add(1))}
+	e := newEntry(s.rule)
+	e.key, e.skey, e.vals, e.desc, e.hash, e.rule = key, c.storeKey(key, s.rule), vals, descText(es), s.h, s.rule
+	e.heapIdx, e.answerRemaining, e.created, e.usage = -1, -1, now, tally.NewMinute(c.streams.Add(1))
 	need := entryBytes(e, owned)
 	e.bytes = int32(min(need, 1<<31-1))
 	c.makeRoom(s.sh, need, now)
