@@ -202,7 +202,6 @@ func (w *windowCounter) absorb(total, own, base, ownMem, ownSync int64, fresh bo
 	w.cur.total, w.cur.own, w.cur.base, w.cur.known = total, own, base, true
 }
 
-// roll implements counter.
 func (w *windowCounter) roll(c *Checker, sh *shard, e *entry, now int64) {
 	W := int64(e.rule.Window)
 	ws := limiter.WindowStart(now, W)
@@ -240,7 +239,6 @@ func (w *windowCounter) roll(c *Checker, sh *shard, e *entry, now int64) {
 	e.room, e.roomUntil = 0, 0
 }
 
-// look implements counter.
 func (w *windowCounter) look(c *Checker, e *entry, now, _ int64, lk *look) {
 	r := e.rule
 	lk.ceiling, lk.pred, lk.post = r.Ceiling(), e.InFlight(c.cfg.PipelineLag), limiter.State{} // (try: a bucket's only)
@@ -333,12 +331,10 @@ func (w *windowCounter) retry(e *entry, lk *look, now, cost int64) time.Duration
 	return time.Duration(w.slidingCounts(e, now).RetryAfter(lk.ceiling, cost))
 }
 
-// state implements counter.
 func (w *windowCounter) state(c *Checker, e *entry, now, cost int64) (int64, time.Duration) {
 	return w.view(c, e, now).remaining, w.reset(e, now, cost)
 }
 
-// fillCharge implements counter.
 func (w *windowCounter) fillCharge(_ *Checker, e *entry, q *counters.ChargeRequest) {
 	r := e.rule
 	q.Window, q.Ceiling, q.OwnEmitted, q.OtherShards = w.cur.start, r.Ceiling(), w.cur.emitted, w.cur.shards
@@ -355,7 +351,6 @@ func (w *windowCounter) fillCharge(_ *Checker, e *entry, q *counters.ChargeReque
 	}
 }
 
-// absorbCharge implements counter.
 func (w *windowCounter) absorbCharge(c *Checker, e *entry, now int64, q *counters.ChargeRequest, res *counters.ChargeResult,
 	cost int64, charged, allowed bool) learned {
 	if w.cur.start != q.Window { // the window rolled meanwhile: nothing to learn
@@ -422,7 +417,6 @@ func (w *windowCounter) items(c *Checker, items []counters.ReadItem, ents []*ent
 	return items, ents, tags
 }
 
-// absorbRead implements counter.
 func (w *windowCounter) absorbRead(c *Checker, e *entry, it *counters.ReadItem, now int64) (int64, int64, int64, bool) {
 	switch it.Window {
 	case w.cur.start:
@@ -544,7 +538,6 @@ func (b *bucketCounter) look(c *Checker, e *entry, now, cost int64, lk *look) {
 	}
 }
 
-// judge implements counter.
 func (b *bucketCounter) judge(c *Checker, e *entry, lk *look, now, cost int64, capped bool) verdict {
 	try := lk.try
 	v := verdict{allowed: try.Allowed && !capped, resetAfter: try.ResetAfter} // the prediction chose the band, it does not refuse
@@ -564,7 +557,6 @@ func (b *bucketCounter) judge(c *Checker, e *entry, lk *look, now, cost int64, c
 	return v
 }
 
-// state implements counter.
 func (b *bucketCounter) state(_ *Checker, e *entry, now, cost int64) (int64, time.Duration) {
 	p := b.peek(e.rule, now, 0)
 	if cost > 0 {
@@ -573,7 +565,6 @@ func (b *bucketCounter) state(_ *Checker, e *entry, now, cost int64) (int64, tim
 	return p.Remaining, p.ResetAfter
 }
 
-// admit implements counter.
 func (b *bucketCounter) admit(e *entry, now, cost int64, post limiter.State, held bool) {
 	if held {
 		b.gs = post
@@ -582,13 +573,11 @@ func (b *bucketCounter) admit(e *entry, now, cost int64, post limiter.State, hel
 	gcraOf(e.rule).AllowAt(&b.gs, now, cost)
 }
 
-// fillCharge implements counter.
 func (b *bucketCounter) fillCharge(_ *Checker, e *entry, q *counters.ChargeRequest) {
 	g := gcraOf(e.rule)
 	q.Burst, q.RateTokens, q.OwnCum, q.LocalTAT = g.Burst, e.rule.Limit, b.cum, g.TAT(&b.gs)
 }
 
-// absorbCharge implements counter.
 func (b *bucketCounter) absorbCharge(c *Checker, e *entry, now int64, _ *counters.ChargeRequest, res *counters.ChargeResult,
 	cost int64, charged, allowed bool) learned {
 	r := e.rule
@@ -616,12 +605,10 @@ func (b *bucketCounter) absorbCharge(c *Checker, e *entry, now int64, _ *counter
 	return l
 }
 
-// reads implements counter.
 func (b *bucketCounter) reads(_ *Checker, e *entry, items []counters.ReadItem, ents []*entry, tags []uint8) ([]counters.ReadItem, []*entry, []uint8) {
 	return append(items, counters.ReadItem{Key: e.skey, Kind: counters.KindTAT}), append(ents, e), append(tags, tagOwn)
 }
 
-// absorbRead implements counter.
 func (b *bucketCounter) absorbRead(c *Checker, e *entry, it *counters.ReadItem, now int64) (int64, int64, int64, bool) {
 	if !e.Answered() {
 		b.rebase(it.OwnMem, it.OwnSync, 0)
@@ -631,7 +618,6 @@ func (b *bucketCounter) absorbRead(c *Checker, e *entry, it *counters.ReadItem, 
 	return b.peek(e.rule, now, 0).Remaining, e.InFlight(c.cfg.PipelineLag), e.rule.Capacity(), true
 }
 
-// fillDelta implements counter.
 func (b *bucketCounter) fillDelta(e *entry, d *eventsv1.Delta) {
 	g := gcraOf(e.rule)
 	d.RateTokens, d.Burst, d.TatAfterUnixNanos = e.rule.Limit, g.Burst, g.TAT(&b.gs)

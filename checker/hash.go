@@ -32,41 +32,15 @@ func matchRules(dom config.Domain, req *ratelimit.Request, matched []*config.Rul
 	return matched
 }
 
-// apply returns req with the values of hashed entries replaced, as a copy
-// (the caller's request is not modified), or req itself when no matched
-// rule hashes.
+// applyHashing returns req with the values of hashed entries replaced,
+// as a copy, or req itself when no matched rule hashes.
 func (c *Checker) applyHashing(req *ratelimit.Request, matched []*config.Rule) *ratelimit.Request {
-	need := false
-	for _, r := range matched {
-		if r != nil && r.Hashed != nil {
-			need = true
-			break
-		}
-	}
-	if !need {
-		return req
-	}
-	if c.hash.Random() {
+	out := c.hash.Request(req, matched)
+	if out != req && c.hash.Random() {
 		c.hashLog.Do(func() {
 			c.cfg.Logger.Warn("hash_values rules are hashed with a random per-process key: set checker.hash_key " +
 				"(VELVETROPE_HASH_KEY) to the same secret on every checker, or their counters are not shared")
 		})
 	}
-	cp := *req
-	cp.Descriptors = make([]ratelimit.Descriptor, len(req.Descriptors))
-	copy(cp.Descriptors, req.Descriptors)
-	for i, r := range matched {
-		if r == nil || r.Hashed == nil {
-			continue
-		}
-		es := make([]config.Entry, len(cp.Descriptors[i].Entries))
-		copy(es, cp.Descriptors[i].Entries)
-		for j := range es {
-			if j < len(r.Hashed) && r.Hashed[j] {
-				es[j].Value = c.hash.Value(req.Domain, es[j].Key, es[j].Value)
-			}
-		}
-		cp.Descriptors[i].Entries = es
-	}
-	return &cp
+	return out
 }

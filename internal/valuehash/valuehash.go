@@ -11,6 +11,9 @@ import (
 	"encoding/hex"
 	"hash"
 	"sync"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // Hasher hashes values under one key. Instances that share counters must
@@ -55,4 +58,32 @@ func (h *Hasher) Value(domain, key, value string) string {
 	out := hex.EncodeToString(m.Sum(sum[:0])[:16])
 	h.macs.Put(m)
 	return out
+}
+
+// Request returns req with the values its rules hash replaced (rules[i]
+// is descriptor i's, nil for none), as a copy: the caller's request is not
+// modified. It returns req itself when no rule hashes.
+func (h *Hasher) Request(req *ratelimit.Request, rules []*config.Rule) *ratelimit.Request {
+	need := false
+	for _, r := range rules {
+		need = need || r != nil && r.Hashed != nil
+	}
+	if !need {
+		return req
+	}
+	cp := *req
+	cp.Descriptors = append([]ratelimit.Descriptor(nil), req.Descriptors...)
+	for i, r := range rules {
+		if r == nil || r.Hashed == nil {
+			continue
+		}
+		es := append([]config.Entry(nil), cp.Descriptors[i].Entries...)
+		for j := range es {
+			if j < len(r.Hashed) && r.Hashed[j] {
+				es[j].Value = h.Value(req.Domain, es[j].Key, es[j].Value)
+			}
+		}
+		cp.Descriptors[i].Entries = es
+	}
+	return &cp
 }

@@ -1,6 +1,11 @@
 package valuehash
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/ratelimit"
+)
 
 // TestValue: a keyed hash of 32 hex digits that depends on the key, the
 // domain and the entry key as well as the value.
@@ -31,5 +36,49 @@ func TestValue(t *testing.T) {
 	r2, _ := New(nil)
 	if !r1.Random() || r1.Value("api", "user", "priya") == r2.Value("api", "user", "priya") {
 		t.Fatal("random keys: want Random and different hashes per process")
+	}
+}
+
+// TestRequest: only the entries a rule hashes change, in a copy; a request
+// no rule hashes is returned as it is.
+func TestRequest(t *testing.T) {
+	h, _ := New([]byte("secret"))
+	hashing := &config.Rule{Hashed: []bool{false, true}}
+	plain := &config.Rule{}
+	mk := func() *ratelimit.Request {
+		return &ratelimit.Request{Domain: "api", Descriptors: []ratelimit.Descriptor{
+			{Entries: []config.Entry{{Key: "tenant", Value: "acme"}, {Key: "user", Value: "priya"}}},
+			{Entries: []config.Entry{{Key: "user", Value: "priya"}}},
+		}}
+	}
+	tests := []struct {
+		name  string
+		rules []*config.Rule
+		want  [2][]string // descriptor values after
+		copy  bool        // a rule hashes: the answer is a copy
+	}{
+		{"no rule hashes", []*config.Rule{plain, nil}, [2][]string{{"acme", "priya"}, {"priya"}}, false},
+		{"second entry of the first", []*config.Rule{hashing, plain},
+			[2][]string{{"acme", h.Value("api", "user", "priya")}, {"priya"}}, true},
+		{"beyond the rule's entries", []*config.Rule{plain, hashing}, [2][]string{{"acme", "priya"}, {"priya"}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := mk()
+			got := h.Request(req, tt.rules)
+			for i, d := range got.Descriptors {
+				for j, e := range d.Entries {
+					if e.Value != tt.want[i][j] {
+						t.Errorf("descriptor %d entry %d: %q, want %q", i, j, e.Value, tt.want[i][j])
+					}
+				}
+			}
+			if orig := mk(); req.Descriptors[0].Entries[1] != orig.Descriptors[0].Entries[1] {
+				t.Error("the caller's request was modified")
+			}
+			if copied := got != req; copied != tt.copy {
+				t.Errorf("returned a copy: %v, want %v", copied, tt.copy)
+			}
+		})
 	}
 }
