@@ -170,13 +170,19 @@ type rig struct {
 
 func newRig(t testing.TB, cfg Config) *rig {
 	t.Helper()
+	return newRigRules(t, cfg, asyncRules)
+}
+
+// newRigRules is newRig over the rules of rules.
+func newRigRules(t testing.TB, cfg Config, rules string) *rig {
+	t.Helper()
 	ms := counters.NewMemStore()
 	cs := &countingStore{MemStore: ms}
 	prod := &applyProducer{store: ms}
 	clk := &clock{}
 	clk.ns.Store(t0)
 	ms.SetClock(clk)
-	c, err := New(cfg, ruleStore(t, asyncRules), cs, prod, clk)
+	c, err := New(cfg, ruleStore(t, rules), cs, prod, clk)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -26,14 +25,7 @@ descriptors:
 // request's refusal under a rule that denies a deferral (the drain would
 // then queue work nobody may run).
 func TestLargeRequestsStartClean(t *testing.T) {
-	ms := counters.NewMemStore()
-	clk := &clock{}
-	clk.ns.Store(t0)
-	ms.SetClock(clk)
-	c, err := New(Config{}, ruleStore(t, largeRules), ms, &applyProducer{store: ms}, clk)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newRigRules(t, Config{}, largeRules).c
 	many := func(key string, n int) *ratelimit.Request {
 		kv := make([]string, 0, 2*n)
 		for i := range n {
