@@ -354,7 +354,7 @@ func TestChargeAnsweredAfterItsWindowRolledCounts(t *testing.T) {
 	clk := &clock{}
 	clk.ns.Store(t0 + int64(999*time.Millisecond))
 	ms.SetClock(clk)
-	c, err := New(Config{StoreTimeout: time.Minute}, ruleStore(t, `domain: api
+	c, err := New(Config{CheckerConfig: config.CheckerConfig{StoreTimeout: time.Minute}}, ruleStore(t, `domain: api
 descriptors:
   - key: roll
     algorithm: fixed_window

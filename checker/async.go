@@ -27,119 +27,45 @@ import (
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
-// Config tunes the async Checker. Zero values take the defaults shown:
-// config.DefaultChecker's, a process's defaults, for every setting a
-// process has too (MaxBytes apart: zero means no bound in bytes). The
-// settings a process has are explained under their names (checker.*,
-// limiter.max_keys) in docs/configuration.md.
+// Config tunes the async Checker: the settings a process has too
+// (checker.* in docs/configuration.md; zero fields take their defaults,
+// [config.CheckerConfig.WithDefaults]), and the library's own.
 type Config struct {
+	config.CheckerConfig
 	// InstanceName is this checker's configured name; the instance id is
 	// the name, "/", and a nonce drawn at every start.
-	InstanceName string
-	MaxKeys      int   // counter keys held in memory (1<<20)
-	MaxBytes     int64 // the key table's heap, as estimated per key (0: MaxKeys alone)
-	Shards       int   // lock shards, a power of two (256)
-	LocalMaxKeys int   // keys of `mode: local` rules in the in-process limiter (1<<20)
-
-	FlushInterval   time.Duration // how often deltas are emitted (50 ms)
-	FlushThreshold  int           // dirty keys that trigger an early flush (4096)
-	MaxEmitInterval time.Duration // how long a key far from its limit may hold its consumption (1 s)
-	// MaxHeldHits and MaxHeldTotal bound what such keys hold back, per
-	// key (256) and in all (1<<20; each lock shard its share): what a
-	// kill -9 loses beside one flush.
-	MaxHeldHits, MaxHeldTotal int64
-	MaxBuffered               int // deltas held while the producer refuses them (1<<20)
-
-	RefreshTick time.Duration // refresher wake-up (10 ms)
-	MinRefresh  time.Duration // shortest re-read interval of a key (50 ms)
-	MaxRefresh  time.Duration // every tracked key is re-read at least this often (5 s)
-	PipelineLag time.Duration // expected delay from admission to the store (250 ms)
-
-	// The near band's width is max(NearFloor, limit × NearFloorPercent /
-	// 100, the fleet's rate × (MinRefresh + PipelineLag) × SafetyPercent /
-	// 100).
-	SafetyPercent    int64 // 200
-	NearFloor        int64 // 2 hits
-	NearFloorPercent int64 // 1 % of the limit
-
-	IdleAfter      time.Duration // a clean key unused this long is dropped (2 min)
-	IdempotencyTTL time.Duration // request ids remembered (1 min; 0 disables)
-	ControlPoll    time.Duration // how often operator controls are re-read (1 s)
-	// Heartbeat: how often this checker lists itself in the store's
-	// registry of live checkers (1 s), where it stays InstanceTTL (3
-	// heartbeats); each reads the store's clock, which this checker's is
-	// kept within MaxClockSkew of (100 ms).
-	Heartbeat    time.Duration
-	InstanceTTL  time.Duration
-	MaxClockSkew time.Duration
+	InstanceName   string
+	Shards         int           // lock shards, a power of two (256)
+	LocalMaxKeys   int           // keys of `mode: local` rules in the in-process limiter (limiter.DefaultMaxKeys)
+	FlushThreshold int           // dirty keys that trigger an early flush (4096)
+	MaxBuffered    int           // deltas held while the producer refuses them (1<<20)
+	RefreshTick    time.Duration // refresher wake-up (10 ms)
+	IdempotencyTTL time.Duration // request ids remembered (0: none; limiter.idempotency_ttl)
 	// Bounds limit the size of a request (zero fields:
 	// config.DefaultLimits).
 	Bounds config.LimitsConfig
-	// StoreTimeout is the deadline of one decision's store calls and of
-	// one refresh read (150 ms): past it the failure policy decides.
-	// BreakerFailures consecutive failures (5) open the circuit breaker
-	// for BreakerOpenFor (1 s): no store call meanwhile.
-	StoreTimeout    time.Duration
-	BreakerFailures int64
-	BreakerOpenFor  time.Duration
-	// HashKey keys the hash of hash_values entries; every checker that
-	// shares counters needs the same one (empty: a random key per process).
-	HashKey []byte
-	Logger  *slog.Logger
+	Logger *slog.Logger
 }
 
-// defaults fills the zero fields: with the process's defaults
-// (config.DefaultChecker, their one home) where a process sets them too,
-// with the library's own where only it has the setting.
+// defaults fills the zero fields and checks what the engine needs (a
+// process's config validated more: config.App.Validate).
 func (c *Config) defaults() error {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
+	c.CheckerConfig = c.CheckerConfig.WithDefaults()
+	zero := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
 		}
 	}
-	num := func(d *int64, v int64) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	app := config.DefaultChecker()
+	zero(&c.Shards, 256)
+	zero(&c.LocalMaxKeys, limiter.DefaultMaxKeys)
+	zero(&c.FlushThreshold, 4096)
+	zero(&c.MaxBuffered, 1<<20)
 	if c.InstanceName == "" {
 		c.InstanceName = "checker"
 	}
-	if c.MaxKeys == 0 {
-		c.MaxKeys = app.MaxKeys
+	if c.RefreshTick == 0 {
+		c.RefreshTick = 10 * time.Millisecond
 	}
-	if c.LocalMaxKeys == 0 {
-		c.LocalMaxKeys = limiter.DefaultMaxKeys
-	}
-	if c.Shards == 0 {
-		c.Shards = 256
-	}
-	if c.FlushThreshold == 0 {
-		c.FlushThreshold = 4096
-	}
-	if c.MaxBuffered == 0 {
-		c.MaxBuffered = 1 << 20
-	}
-	num(&c.MaxHeldHits, app.MaxHeldHits)
-	num(&c.MaxHeldTotal, app.MaxHeldTotal)
-	def(&c.FlushInterval, app.FlushInterval)
-	def(&c.MaxEmitInterval, app.MaxEmitInterval)
-	def(&c.RefreshTick, 10*time.Millisecond)
-	def(&c.MinRefresh, app.MinRefresh)
-	def(&c.MaxRefresh, app.MaxRefresh)
-	def(&c.PipelineLag, app.PipelineLag)
-	def(&c.IdleAfter, app.IdleAfter)
-	def(&c.ControlPoll, app.ControlPoll)
-	def(&c.Heartbeat, app.Heartbeat)
-	def(&c.InstanceTTL, config.InstanceTTLBeats*c.Heartbeat)
-	def(&c.MaxClockSkew, app.MaxClockSkew)
-	def(&c.StoreTimeout, app.StoreTimeout)
-	def(&c.BreakerOpenFor, app.BreakerOpenFor)
-	num(&c.BreakerFailures, app.BreakerFailures)
-	num(&c.SafetyPercent, app.SafetyPercent)
-	num(&c.NearFloor, app.NearFloor)
-	num(&c.NearFloorPercent, app.NearFloorPct)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -333,7 +259,7 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 		localSeeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
 		shards:     make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1), perShard: max(cfg.MaxKeys/cfg.Shards, 1),
 		heldPerShard: max(cfg.MaxHeldTotal/int64(cfg.Shards), 1),
-		band: rates.Band{Floor: cfg.NearFloor, FloorPercent: cfg.NearFloorPercent,
+		band: rates.Band{Floor: cfg.NearFloor, FloorPercent: cfg.NearFloorPct,
 			Cover: (cfg.MinRefresh + cfg.PipelineLag) * time.Duration(cfg.SafetyPercent) / 100},
 		flushNow: make(chan struct{}, 1)}
 	for i := range c.shards {
@@ -345,7 +271,7 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	for _, l := range []**logx.Limited{&c.logFlush, &c.logStore, &c.logRefresh, &c.logControls} {
 		*l = logx.New(cfg.Logger, 10*time.Second)
 	}
-	if c.hash, err = valuehash.New(cfg.HashKey); err != nil {
+	if c.hash, err = valuehash.New([]byte(cfg.HashKey)); err != nil {
 		return nil, err
 	}
 	c.brk = breaker.New(cfg.BreakerFailures, cfg.BreakerOpenFor)

@@ -2,6 +2,7 @@ package checker
 
 import (
 	"context"
+	"github.com/velvetrope/velvetrope/config"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -28,7 +29,7 @@ descriptors:
 func benchChecker(b *testing.B, maxKeys int) *Checker {
 	b.Helper()
 	ms := counters.NewMemStore()
-	c, err := New(Config{MaxKeys: maxKeys, FlushThreshold: 1 << 30}, ruleStore(b, benchRules), ms,
+	c, err := New(Config{CheckerConfig: config.CheckerConfig{MaxKeys: maxKeys}, FlushThreshold: 1 << 30}, ruleStore(b, benchRules), ms,
 		&applyProducer{store: ms}, sysClock{})
 	if err != nil {
 		b.Fatal(err)
@@ -196,7 +197,7 @@ descriptors:
 func BenchmarkKeyTableBytes(b *testing.B) {
 	const keys = 1_000_000
 	for b.Loop() {
-		c, err := New(Config{MaxKeys: 2 * keys, FlushThreshold: 1 << 30}, ruleStore(b, memoryRules), &nullStore{counters.NewMemStore()},
+		c, err := New(Config{CheckerConfig: config.CheckerConfig{MaxKeys: 2 * keys}, FlushThreshold: 1 << 30}, ruleStore(b, memoryRules), &nullStore{counters.NewMemStore()},
 			nullProducer{}, sysClock{})
 		if err != nil {
 			b.Fatal(err)

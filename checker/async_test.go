@@ -396,7 +396,7 @@ func TestAsyncTwoInstancesNoOvershoot(t *testing.T) {
 }
 
 func TestAsyncKeyTableBounded(t *testing.T) {
-	r := newRig(t, Config{MaxKeys: 1024, Shards: 16})
+	r := newRig(t, Config{CheckerConfig: config.CheckerConfig{MaxKeys: 1024}, Shards: 16})
 	for i := range 100_000 {
 		r.check(t, 1, "nearasync", "attacker-"+strconv.Itoa(i))
 		if i%5000 == 0 {
@@ -425,7 +425,7 @@ func TestAsyncKeyTableBounded(t *testing.T) {
 }
 
 func TestAsyncEvictedOverKeyStaysOver(t *testing.T) {
-	r := newRig(t, Config{MaxKeys: 1, Shards: 1})
+	r := newRig(t, Config{CheckerConfig: config.CheckerConfig{MaxKeys: 1}, Shards: 1})
 	for range 30 {
 		r.check(t, 1, "closed", "victim")
 	}
@@ -440,7 +440,7 @@ func TestAsyncEvictedOverKeyStaysOver(t *testing.T) {
 }
 
 func TestAsyncIdleKeysEvicted(t *testing.T) {
-	r := newRig(t, Config{IdleAfter: time.Minute})
+	r := newRig(t, Config{CheckerConfig: config.CheckerConfig{IdleAfter: time.Minute}})
 	r.check(t, 1, "fixed", "idle")
 	r.c.Flush(context.Background())
 	r.clk.ns.Add(int64(10 * time.Minute))
@@ -454,7 +454,7 @@ func TestAsyncIdleKeysEvicted(t *testing.T) {
 }
 
 func TestAsyncStartStopFlushes(t *testing.T) {
-	r := newRig(t, Config{FlushInterval: time.Hour})
+	r := newRig(t, Config{CheckerConfig: config.CheckerConfig{FlushInterval: time.Hour}})
 	r.c.Start(context.Background())
 	r.check(t, 4, "fixed", "a")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -474,7 +474,8 @@ func TestAsyncStartStopFlushes(t *testing.T) {
 func TestNewRejectsBadConfig(t *testing.T) {
 	ms := counters.NewMemStore()
 	rules := ruleStore(t, asyncRules)
-	for i, cfg := range []Config{{Shards: 3}, {MaxKeys: 1, Shards: 4}, {MinRefresh: time.Hour, MaxRefresh: time.Second}, {SafetyPercent: 50}} {
+	for i, cfg := range []Config{{Shards: 3}, {CheckerConfig: config.CheckerConfig{MaxKeys: 1}, Shards: 4},
+		{CheckerConfig: config.CheckerConfig{MinRefresh: time.Hour, MaxRefresh: time.Second}}, {CheckerConfig: config.CheckerConfig{SafetyPercent: 50}}} {
 		if _, err := New(cfg, rules, ms, &applyProducer{store: ms}, &clock{}); err == nil {
 			t.Fatalf("config %d accepted", i)
 		}

@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/ratelimit"
 	"testing"
 	"time"
@@ -54,8 +55,8 @@ func TestBandEdge(t *testing.T) {
 		cfg       Config
 		threshold int64
 	}{
-		{"near_floor", Config{NearFloor: 400}, 400},
-		{"near_floor_percent", Config{NearFloor: 1, NearFloorPercent: 30}, 300},
+		{"near_floor", Config{CheckerConfig: config.CheckerConfig{NearFloor: 400}}, 400},
+		{"near_floor_percent", Config{CheckerConfig: config.CheckerConfig{NearFloor: 1, NearFloorPct: 30}}, 300},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"github.com/velvetrope/velvetrope/config"
 	"testing"
 	"time"
 
@@ -18,8 +19,9 @@ func TestBandWidth(t *testing.T) {
 		want rates.Band
 	}{
 		{Config{}, rates.Band{Floor: 2, FloorPercent: 1, Cover: 600 * time.Millisecond}},
-		{Config{NearFloor: 5, NearFloorPercent: 3, MinRefresh: 100 * time.Millisecond, PipelineLag: 100 * time.Millisecond,
-			SafetyPercent: 150}, rates.Band{Floor: 5, FloorPercent: 3, Cover: 300 * time.Millisecond}},
+		{Config{
+			CheckerConfig: config.CheckerConfig{NearFloor: 5, NearFloorPct: 3, MinRefresh: 100 * time.Millisecond, PipelineLag: 100 * time.Millisecond, SafetyPercent: 150},
+		}, rates.Band{Floor: 5, FloorPercent: 3, Cover: 300 * time.Millisecond}},
 	} {
 		if got := newRig(t, c.cfg).c.band; got != c.want {
 			t.Fatalf("config %+v: band %+v, want %+v", c.cfg, got, c.want)

@@ -97,7 +97,7 @@ func TestLargestValidRequestMakesDeliverableDeltas(t *testing.T) {
 // checker grew without bound). Now idle keys are dropped in every shard on
 // every pass and the passes rotate.
 func TestRefreshReachesEveryShard(t *testing.T) {
-	r := newRig(t, Config{Shards: 4, MaxKeys: 1 << 16})
+	r := newRig(t, Config{CheckerConfig: config.CheckerConfig{MaxKeys: 1 << 16}, Shards: 4})
 	const idleKeys, activeKeys = 4000, 5 * refreshBatch
 	for i := range idleKeys {
 		r.check(t, 1, "fixed", fmt.Sprintf("idle-%d", i))

@@ -41,7 +41,7 @@ func boundChecker(t *testing.T) (*Checker, *counters.MemStore, *clock) {
 	clk := &clock{}
 	clk.ns.Store(t0)
 	ms.SetClock(clk)
-	c, err := New(Config{HashKey: []byte("k"), InstanceName: "c"}, ruleStore(t, boundRules), ms, &applyProducer{store: ms}, clk)
+	c, err := New(Config{CheckerConfig: config.CheckerConfig{HashKey: "k"}, InstanceName: "c"}, ruleStore(t, boundRules), ms, &applyProducer{store: ms}, clk)
 	if err != nil {
 		t.Fatal(err)
 	}

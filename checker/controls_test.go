@@ -41,7 +41,7 @@ func controlPair(t *testing.T) (a, b *Checker, clk *clock) {
 	ms.SetClock(clk)
 	rules := ruleStore(t, controlRules)
 	mk := func() *Checker {
-		c, err := New(Config{HashKey: []byte("k"), InstanceName: "c"}, rules, ms, &applyProducer{store: ms}, clk)
+		c, err := New(Config{CheckerConfig: config.CheckerConfig{HashKey: "k"}, InstanceName: "c"}, rules, ms, &applyProducer{store: ms}, clk)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +110,7 @@ func TestBlockedCountersReachTheAnalytics(t *testing.T) {
 	clk.ns.Store(t0)
 	ms.SetClock(clk)
 	prod := &applyProducer{store: ms}
-	c, err := New(Config{HashKey: []byte("k"), InstanceName: "c"}, ruleStore(t, rules), ms, prod, clk)
+	c, err := New(Config{CheckerConfig: config.CheckerConfig{HashKey: "k"}, InstanceName: "c"}, ruleStore(t, rules), ms, prod, clk)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func TestDefaultsAreTheProcesss(t *testing.T) {
 		{"PipelineLag", c.PipelineLag, app.PipelineLag},
 		{"SafetyPercent", c.SafetyPercent, app.SafetyPercent},
 		{"NearFloor", c.NearFloor, app.NearFloor},
-		{"NearFloorPercent", c.NearFloorPercent, app.NearFloorPct},
+		{"NearFloorPct", c.NearFloorPct, app.NearFloorPct},
 		{"IdleAfter", c.IdleAfter, app.IdleAfter},
 		{"ControlPoll", c.ControlPoll, app.ControlPoll},
 		{"Heartbeat", c.Heartbeat, app.Heartbeat},
@@ -48,7 +48,7 @@ func TestDefaultsAreTheProcesss(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", k.name, k.got, k.want)
 		}
 	}
-	c = Config{Heartbeat: 2 * time.Second}
+	c = Config{CheckerConfig: config.CheckerConfig{Heartbeat: 2 * time.Second}}
 	if err := c.defaults(); err != nil {
 		t.Fatal(err)
 	}

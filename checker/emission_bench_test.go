@@ -2,6 +2,7 @@ package checker
 
 import (
 	"context"
+	"github.com/velvetrope/velvetrope/config"
 	"math"
 	"strconv"
 	"testing"
@@ -69,10 +70,10 @@ func BenchmarkEmissionAtThousandKeys(b *testing.B) {
 		cfg  Config
 	}{
 		{"default", Config{}},
-		{"uncapped", Config{MaxHeldHits: 1 << 40, MaxHeldTotal: 1 << 50}}, // held up to MaxEmitInterval, as before the caps
-		{"held-128-16k", Config{MaxHeldHits: 128, MaxHeldTotal: 16384}},
-		{"held-64-8k", Config{MaxHeldHits: 64, MaxHeldTotal: 8192}},
-		{"every-flush", Config{MaxEmitInterval: 50 * time.Millisecond}}, // no emission in proportion to need
+		{"uncapped", Config{CheckerConfig: config.CheckerConfig{MaxHeldHits: 1 << 40, MaxHeldTotal: 1 << 50}}}, // held up to MaxEmitInterval, as before the caps
+		{"held-128-16k", Config{CheckerConfig: config.CheckerConfig{MaxHeldHits: 128, MaxHeldTotal: 16384}}},
+		{"held-64-8k", Config{CheckerConfig: config.CheckerConfig{MaxHeldHits: 64, MaxHeldTotal: 8192}}},
+		{"every-flush", Config{CheckerConfig: config.CheckerConfig{MaxEmitInterval: 50 * time.Millisecond}}}, // no emission in proportion to need
 	} {
 		b.Run(v.name, func(b *testing.B) { emissionRun(b, v.cfg, reqs, weight[:], sum) })
 	}

@@ -2,6 +2,7 @@ package checker
 
 import (
 	"context"
+	"github.com/velvetrope/velvetrope/config"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func TestSkewedClockOpensNoEarlyWindow(t *testing.T) {
 			store := &clock{}
 			store.ns.Store(t0 + int64(500*time.Millisecond)) // mid-window on the store's clock
 			ms.SetClock(store)
-			c, err := New(Config{MaxClockSkew: tc.maxSkew}, ruleStore(t, asyncRules), ms, &applyProducer{store: ms},
+			c, err := New(Config{CheckerConfig: config.CheckerConfig{MaxClockSkew: tc.maxSkew}}, ruleStore(t, asyncRules), ms, &applyProducer{store: ms},
 				offsetClock{store, int64(4700 * time.Millisecond)})
 			if err != nil {
 				t.Fatal(err)

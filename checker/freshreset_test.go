@@ -3,6 +3,7 @@ package checker
 import (
 	"context"
 	"fmt"
+	"github.com/velvetrope/velvetrope/config"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ func TestProbeOfFreshKeyReportsReset(t *testing.T) {
 	clk := &clock{}
 	clk.ns.Store(t0)
 	ms.SetClock(clk)
-	c, err := New(Config{HashKey: []byte("k"), InstanceName: "c"}, ruleStore(t, b.String()), ms, &applyProducer{store: ms}, clk)
+	c, err := New(Config{CheckerConfig: config.CheckerConfig{HashKey: "k"}, InstanceName: "c"}, ruleStore(t, b.String()), ms, &applyProducer{store: ms}, clk)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func TestHashValuesNeverLeave(t *testing.T) {
 		clk := &clock{}
 		clk.ns.Store(t0)
 		ms.SetClock(clk)
-		c, err := New(Config{HashKey: []byte("shared secret")}, ruleStore(t, hashRules), ms, prod, clk)
+		c, err := New(Config{CheckerConfig: config.CheckerConfig{HashKey: "shared secret"}}, ruleStore(t, hashRules), ms, prod, clk)
 		if err != nil {
 			t.Fatal(err)
 		}

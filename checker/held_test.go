@@ -2,6 +2,7 @@ package checker
 
 import (
 	"context"
+	"github.com/velvetrope/velvetrope/config"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -40,7 +41,7 @@ func TestHeldHitsBounded(t *testing.T) {
 	ctx := context.Background()
 	ms := int64(time.Millisecond)
 	t.Run("per key", func(t *testing.T) {
-		r := newRig(t, Config{MaxHeldHits: 20})
+		r := newRig(t, Config{CheckerConfig: config.CheckerConfig{MaxHeldHits: 20}})
 		for range 10 { // past the young-key period, with store answers: far
 			r.check(t, 1, "huge", "fast")
 			r.clk.ns.Add(50 * ms)
@@ -61,7 +62,7 @@ func TestHeldHitsBounded(t *testing.T) {
 		}
 	})
 	t.Run("in all", func(t *testing.T) {
-		r := newRig(t, Config{MaxHeldTotal: 64, Shards: 4})
+		r := newRig(t, Config{CheckerConfig: config.CheckerConfig{MaxHeldTotal: 64}, Shards: 4})
 		keys := make([]string, 200)
 		for i := range keys {
 			keys[i] = "k" + strconv.Itoa(i)
@@ -86,7 +87,7 @@ func TestHeldHitsBounded(t *testing.T) {
 		}
 	})
 	t.Run("exact", func(t *testing.T) {
-		r := newRig(t, Config{MaxKeys: 64, Shards: 4, MaxHeldHits: 8, MaxHeldTotal: 40})
+		r := newRig(t, Config{CheckerConfig: config.CheckerConfig{MaxKeys: 64, MaxHeldHits: 8, MaxHeldTotal: 40}, Shards: 4})
 		rng := rand.New(rand.NewPCG(1, 2))
 		for step := range 5000 {
 			r.clk.ns.Add(rng.Int64N(20 * ms))

@@ -92,7 +92,7 @@ func TestKeyBytesEstimateIsHonest(t *testing.T) {
 			if shape.valueBytes > 0 {
 				n = 2000
 			}
-			c, err := New(Config{MaxKeys: 4 * n, FlushThreshold: 1 << 30}, ruleStore(t, bigKeyRules), &nullStore{counters.NewMemStore()},
+			c, err := New(Config{CheckerConfig: config.CheckerConfig{MaxKeys: 4 * n}, FlushThreshold: 1 << 30}, ruleStore(t, bigKeyRules), &nullStore{counters.NewMemStore()},
 				nullProducer{}, sysClock{})
 			if err != nil {
 				t.Fatal(err)
@@ -150,7 +150,7 @@ func TestMaxBytesBoundsTheTable(t *testing.T) {
 			ms := counters.NewMemStore()
 			clk := &clock{}
 			clk.ns.Store(t0)
-			ch, err := New(Config{MaxKeys: c.maxKeys, MaxBytes: maxBytes, Shards: 4}, ruleStore(t, bigKeyRules), ms, &applyProducer{store: ms}, clk)
+			ch, err := New(Config{CheckerConfig: config.CheckerConfig{MaxKeys: c.maxKeys, MaxBytes: maxBytes}, Shards: 4}, ruleStore(t, bigKeyRules), ms, &applyProducer{store: ms}, clk)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,7 +19,7 @@ func TestOverridesHashLikeTheirRule(t *testing.T) {
 	prod := &applyProducer{store: ms}
 	clk := &clock{}
 	clk.ns.Store(t0)
-	c, err := New(Config{HashKey: []byte("k")}, rules, ms, prod, clk)
+	c, err := New(Config{CheckerConfig: config.CheckerConfig{HashKey: "k"}}, rules, ms, prod, clk)
 	if err != nil {
 		t.Fatal(err)
 	}

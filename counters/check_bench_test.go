@@ -65,7 +65,7 @@ func BenchmarkCheckFarBandRedis(b *testing.B) { benchBand(b, "async", checker.Co
 
 // near: a floor above the limit keeps every decision in the near band
 func BenchmarkCheckNearBandRedis(b *testing.B) {
-	benchBand(b, "async", checker.Config{NearFloor: 2_000_000_000})
+	benchBand(b, "async", checker.Config{CheckerConfig: config.CheckerConfig{NearFloor: 2_000_000_000}})
 }
 
 func BenchmarkCheckSyncModeRedis(b *testing.B) { benchBand(b, "sync", checker.Config{}) }

@@ -45,7 +45,7 @@ func TestControlsAcrossCheckers(t *testing.T) {
 				t.Fatal(err)
 			}
 			mk := func() *checker.Checker {
-				c, err := checker.New(checker.Config{ControlPoll: 20 * time.Millisecond}, config.NewStore(rs), store, bus, limiter.SystemClock{})
+				c, err := checker.New(checker.Config{CheckerConfig: config.CheckerConfig{ControlPoll: 20 * time.Millisecond}}, config.NewStore(rs), store, bus, limiter.SystemClock{})
 				if err != nil {
 					t.Fatal(err)
 				}

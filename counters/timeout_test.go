@@ -43,7 +43,7 @@ func TestPausedRedisCostsNoWaiting(t *testing.T) {
 	defer admin.Close()
 	f, _ := config.ParseRules("p.yaml", []byte(pausedRules))
 	rs, _ := config.Compile([]*config.File{f})
-	ch, err := checker.New(checker.Config{StoreTimeout: 150 * time.Millisecond, BreakerFailures: 3, BreakerOpenFor: time.Hour},
+	ch, err := checker.New(checker.Config{CheckerConfig: config.CheckerConfig{StoreTimeout: 150 * time.Millisecond, BreakerFailures: 3, BreakerOpenFor: time.Hour}},
 		config.NewStore(rs), counters.NewRedis(rc, testsvc.Unique("pause"), 0), nopProducer{}, limiter.SystemClock{})
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ descriptors:
 		ms := counters.NewMemStore()
 		ms.SetClock(limiter.SystemClock{})
 		bus, _ := events.NewMemBus(1, 100)
-		c, err := checker.New(checker.Config{HashKey: []byte("secret")}, rules, ms, bus, limiter.SystemClock{})
+		c, err := checker.New(checker.Config{CheckerConfig: config.CheckerConfig{HashKey: "secret"}}, rules, ms, bus, limiter.SystemClock{})
 		if err != nil {
 			t.Fatal(err)
 		}

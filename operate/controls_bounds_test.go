@@ -43,7 +43,7 @@ func boundChecker(t *testing.T) (*node, *counters.MemStore, *clock) {
 	clk := &clock{}
 	clk.ns.Store(t0)
 	ms.SetClock(clk)
-	c := newNode(t, checker.Config{HashKey: []byte("k"), InstanceName: "c"}, ruleStore(t, boundRules), ms, &applyProducer{store: ms}, clk)
+	c := newNode(t, checker.Config{CheckerConfig: config.CheckerConfig{HashKey: "k"}, InstanceName: "c"}, ruleStore(t, boundRules), ms, &applyProducer{store: ms}, clk)
 	if err := c.SyncControls(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func controlPair(t *testing.T) (a, b *node, clk *clock) {
 	ms.SetClock(clk)
 	rules := ruleStore(t, controlRules)
 	mk := func() *node {
-		n := newNode(t, checker.Config{HashKey: []byte("k"), InstanceName: "c"}, rules, ms, &applyProducer{store: ms}, clk)
+		n := newNode(t, checker.Config{CheckerConfig: config.CheckerConfig{HashKey: "k"}, InstanceName: "c"}, rules, ms, &applyProducer{store: ms}, clk)
 		if err := n.SyncControls(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -36,7 +36,7 @@ func TestInspect(t *testing.T) {
 	clk := &clock{}
 	clk.ns.Store(t0)
 	ms.SetClock(clk)
-	c := newNode(t, checker.Config{HashKey: []byte("k")}, ruleStore(t, hashRules+`  - key: bucket
+	c := newNode(t, checker.Config{CheckerConfig: config.CheckerConfig{HashKey: "k"}}, ruleStore(t, hashRules+`  - key: bucket
     algorithm: token_bucket
     rate_limit: {unit: second, requests_per_unit: 5}
 `), ms, prod, clk)

@@ -74,13 +74,6 @@ func provideChecker(instanceSuffix string) fx.Option {
 
 // checkerConfig maps the application config onto the checker's.
 func checkerConfig(app config.App, logger *slog.Logger) checker.Config {
-	ck := app.Checker
-	return checker.Config{InstanceName: app.InstanceID, MaxKeys: ck.MaxKeys, MaxBytes: ck.MaxBytes, LocalMaxKeys: app.Limiter.MaxKeys, FlushInterval: ck.FlushInterval, MaxEmitInterval: ck.MaxEmitInterval,
-		MaxHeldHits: ck.MaxHeldHits, MaxHeldTotal: ck.MaxHeldTotal,
-		Heartbeat: ck.Heartbeat, InstanceTTL: ck.InstanceTTL, MaxClockSkew: ck.MaxClockSkew,
-		MinRefresh: ck.MinRefresh, MaxRefresh: ck.MaxRefresh, PipelineLag: ck.PipelineLag,
-		SafetyPercent: ck.SafetyPercent, NearFloor: ck.NearFloor, NearFloorPercent: ck.NearFloorPct,
-		IdleAfter: ck.IdleAfter, ControlPoll: ck.ControlPoll, IdempotencyTTL: app.Limiter.IdempotencyTTL, HashKey: []byte(ck.HashKey),
-		Bounds: app.Limits, StoreTimeout: ck.StoreTimeout, BreakerFailures: ck.BreakerFailures, BreakerOpenFor: ck.BreakerOpenFor,
-		Logger: logger}
+	return checker.Config{CheckerConfig: app.Checker, InstanceName: app.InstanceID, LocalMaxKeys: app.Limiter.MaxKeys,
+		IdempotencyTTL: app.Limiter.IdempotencyTTL, Bounds: app.Limits, Logger: logger}
 }

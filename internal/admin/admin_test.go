@@ -218,7 +218,7 @@ descriptors:
 		t.Fatal(err)
 	}
 	ms := counters.NewMemStore()
-	c, err := checker.New(checker.Config{HashKey: []byte("k")}, store, ms, bus, limiter.SystemClock{})
+	c, err := checker.New(checker.Config{CheckerConfig: config.CheckerConfig{HashKey: "k"}}, store, ms, bus, limiter.SystemClock{})
 	if err != nil {
 		t.Fatal(err)
 	}
