@@ -351,7 +351,7 @@ func (c *Checker) entryFor(sh *shard, s *slot, req *ratelimit.Request, now int64
 // is stale, so it decides near until the store answers, and is read soon.
 func (c *Checker) wake(sh *shard, e *entry, now int64) {
 	e.life, e.stale = lifeHeld, true
-	sh.parkedStale++
+	sh.parked.Staled()
 	sh.schedule(e, now+int64(c.cfg.MinRefresh))
 }
 

@@ -120,16 +120,13 @@ func (c *Checker) Forget(ctx context.Context, r *config.Rule, es []config.Entry)
 	h := c.counterHash(r, es)
 	sh := &c.shards[h&c.mask]
 	sh.mu.Lock()
-	if sh.tombs != nil {
-		i, j := tombSlots(h, len(sh.tombs))
-		sh.tombs[i], sh.tombs[j] = 0, 0
-	}
+	sh.tombs.Forget(h)
 	e := sh.lookup(h, r, es)
 	held := e != nil && e.life != lifeGone
 	if held {
 		e.overUntil, e.room, e.roomUntil = 0, 0, 0
 		if e.life == lifeParked {
-			sh.parkedStale++
+			sh.parked.Staled()
 		}
 		e.active, e.life = true, lifeHeld // a read to make, even of a key nobody uses now
 		sh.schedule(e, now)               // learn the reset before the next decision

@@ -137,49 +137,25 @@ func (c *Checker) idle(sh *shard, e *entry, now int64) {
 		return
 	}
 	e.life = lifeParked
-	sh.parked = append(sh.parked, parkedRef{e, e.used}) // out of the heap: popped, not pushed back
+	sh.parked.Push(e, e.used) // out of the heap: popped, not pushed back
 }
 
 // dropParked evicts the parked entries of sh unused for IdleAfter
 // (requires the shard lock); an entry still holding pending consumption
 // (the producer refusing) waits for a later pass.
 func (c *Checker) dropParked(sh *shard, now int64) {
-	idle := now - int64(c.cfg.IdleAfter)
-	// (the queue's end as it was: a dirty entry put back goes behind it,
-	// for a later pass; looking at it again in this one spun forever,
-	// holding the shard lock, while the producer refused)
-	for end := len(sh.parked); sh.parkedHead < end && sh.parked[sh.parkedHead].used < idle; {
-		ref := sh.parked[sh.parkedHead]
-		sh.parked[sh.parkedHead] = parkedRef{}
-		sh.parkedHead++
-		switch e := ref.e; {
-		case e.life != lifeParked || e.used != ref.used: // used again, or evicted: stale
-			sh.parkedStale = max(0, sh.parkedStale-1)
-		case e.emit != emitClean:
-			sh.parked = append(sh.parked, ref)
-		default:
-			c.dropEntry(sh, e, now)
+	sh.parked.Drain(now-int64(c.cfg.IdleAfter), stillParked, func(e *entry) bool {
+		if e.emit != emitClean {
+			return false
 		}
-	}
-	// References to entries used again or evicted since are dropped
-	// before their turn once they are most of the queue: an evicted
-	// entry must not stay reachable for IdleAfter.
-	if live := len(sh.parked) - sh.parkedHead; sh.parkedStale > 64 && sh.parkedStale*2 > live {
-		kept := sh.parked[:0]
-		for _, ref := range sh.parked[sh.parkedHead:] {
-			if e := ref.e; e.life == lifeParked && e.used == ref.used {
-				kept = append(kept, ref)
-			}
-		}
-		clear(sh.parked[len(kept):])
-		sh.parked, sh.parkedHead, sh.parkedStale = kept, 0, 0
-	}
-	if sh.parkedHead > 64 && sh.parkedHead*2 > len(sh.parked) {
-		n := copy(sh.parked, sh.parked[sh.parkedHead:])
-		clear(sh.parked[n:])
-		sh.parked, sh.parkedHead = sh.parked[:n], 0
-	}
+		c.dropEntry(sh, e, now)
+		return true
+	})
 }
+
+// stillParked says a reference to e parked at its use used is current: e
+// was neither used again nor evicted since.
+func stillParked(e *entry, used int64) bool { return e.life == lifeParked && e.used == used }
 
 // parkAfter is how long a key goes unused before the refresher stops
 // reading it: a key used less often pays one (batched) store charge per

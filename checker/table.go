@@ -14,7 +14,9 @@ import (
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/internal/heapsize"
 	"github.com/velvetrope/velvetrope/internal/rates"
+	"github.com/velvetrope/velvetrope/internal/stampq"
 	"github.com/velvetrope/velvetrope/internal/tally"
+	"github.com/velvetrope/velvetrope/internal/tombs"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -94,15 +96,13 @@ type shard struct {
 	// sum of their pend.counted): what a crash would lose of this shard
 	// beside the due deltas, bounded by Config.MaxHeldTotal / shards.
 	held int64
-	// parked entries, oldest use first (roughly: parked a second after
-	// use), for their idle eviction without a place in the refresh heap
-	parked      []parkedRef
-	parkedHead  int
-	parkedStale int               // references in parked whose entry was used again or evicted since
-	orphans     []*eventsv1.Delta // pending consumption of evicted dirty entries
-	refresh     refreshHeap
-	tombs       []int64 // "over until" by hash slot; allocated on first eviction
-	stats       shardStats
+	// parked entries by their last use, for their idle eviction without
+	// a place in the refresh heap
+	parked  stampq.Queue[*entry]
+	orphans []*eventsv1.Delta // pending consumption of evicted dirty entries
+	refresh refreshHeap
+	tombs   tombs.Table // allocated on first eviction
+	stats   shardStats
 	// lk is the look of the decision at work (under mu, one at a time):
 	// on the heap, so the counter's interface calls take its pointer
 	// without a stack value escaping, and nothing copies it.
@@ -167,7 +167,7 @@ func (sh *shard) remove(e *entry) {
 		heap.Remove(&sh.refresh, int(e.heapIdx))
 	}
 	if e.life == lifeParked {
-		sh.parkedStale++
+		sh.parked.Staled()
 	}
 	e.life = lifeGone
 	// The emission wheel may still point at it for up to a turn (its
@@ -220,13 +220,6 @@ func (sh *shard) markLazy(e *entry, tick int64, slots int) {
 	sh.wheel[i] = append(sh.wheel[i], e)
 }
 
-// parkedRef is a parked entry and its last use when parked: a reference
-// whose entry was used since (or evicted) is stale.
-type parkedRef struct {
-	e    *entry
-	used int64
-}
-
 // schedule (re)places e in the refresh heap at t (requires sh.mu held).
 func (sh *shard) schedule(e *entry, t int64) {
 	e.nextRefresh = t
@@ -258,12 +251,6 @@ func (h *refreshHeap) Pop() any {
 	*h = old[:len(old)-1]
 	e.heapIdx = -1
 	return e
-}
-
-// tombSlots picks two slots of a tombstone table of n (a power of two).
-func tombSlots(h uint64, n int) (int, int) {
-	m := uint64(n - 1)
-	return int((h >> 17) & m), int((h >> 41) & m)
 }
 
 // descText renders entries as analytics name them
@@ -393,11 +380,8 @@ func (c *Checker) create(sh *shard, s *slot, req *ratelimit.Request, now int64) 
 	e.bytes = int32(min(need, 1<<31-1))
 	c.makeRoom(s.sh, need, now)
 	c.bytes.Add(int64(e.bytes))
-	if sh.tombs != nil {
-		i, j := tombSlots(s.h, len(sh.tombs))
-		if t := min(sh.tombs[i], sh.tombs[j]); t > now {
-			e.overUntil, e.restored = t, true
-		}
+	if t := sh.tombs.Until(s.h); t > now {
+		e.overUntil, e.restored = t, true
 	}
 	sh.insert(e)
 	// A new key's decisions are store charges until it is known (young,
@@ -449,25 +433,15 @@ func (c *Checker) dropEntry(sh *shard, e *entry, now int64) {
 	}
 	if e.overUntil > now {
 		if sh.tombs == nil {
-			sh.tombs = make([]int64, tombSize(c.tombKeys()))
+			sh.tombs = tombs.New(c.tombKeys())
 			c.bytes.Add(heapsize.Of(8 * len(sh.tombs)))
 		}
-		i, j := tombSlots(e.hash, len(sh.tombs))
-		sh.tombs[i] = max(sh.tombs[i], e.overUntil)
-		sh.tombs[j] = max(sh.tombs[j], e.overUntil)
+		sh.tombs.Mark(e.hash, e.overUntil)
 	}
 	sh.remove(e)
 	c.bytes.Add(-int64(e.bytes))
 	c.Stats.Evictions.Add(1)
 	c.Stats.Keys.Add(-1)
-}
-
-func tombSize(n int) int {
-	s := 64
-	for s < n {
-		s <<= 1
-	}
-	return s
 }
 
 // storeKey is where this instance's consumption of key goes in the store:
