@@ -12,13 +12,13 @@ import (
 )
 
 // Check decides req into d, reusing d.Statuses' capacity. Far from every
-// limit it touches only memory and allocates nothing; near a limit it makes
-// one atomic store call per descriptor that needs one. It returns an error
-// only for a malformed request (a *FieldError) or an internal fault.
+// limit it touches only memory and allocates nothing; near one it makes an
+// atomic store call per descriptor that needs one. Its error is a
+// malformed request's (a *FieldError) or an internal fault.
 func (c *Checker) Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
-	// Working memory: on the stack for the common small request (zeroing a
-	// few slots is cheaper than a pool round trip; one descriptor, the most
-	// common, zeroes two: its own and its pool's), pooled for large ones.
+	// Working memory on the stack for small requests (zeroing a few slots
+	// is cheaper than a pool round trip; one descriptor: its slot and its
+	// pool's), pooled for large ones.
 	var err error
 	var bufp *[]byte // taken from the pool only for local-mode keys
 	switch n := len(req.Descriptors); {
@@ -44,8 +44,8 @@ func (c *Checker) Check(ctx context.Context, req *ratelimit.Request, d *ratelimi
 	return err
 }
 
-// checkLarge decides with pooled working memory: requests of many
-// descriptors, or whose pools need more slots than the stack gives.
+// checkLarge decides with pooled working memory (many descriptors, or
+// pools that need more slots than the stack gives).
 func (c *Checker) checkLarge(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
 	sc := c.scratch.Get().(*scratch)
 	defer c.scratch.Put(sc)
@@ -57,21 +57,17 @@ func (c *Checker) checkLarge(ctx context.Context, req *ratelimit.Request, d *rat
 // errMoreSlots asks Check to decide again with pooled working memory.
 var errMoreSlots = errors.New("checker: more slots needed")
 
-// smallRequest is the most descriptors decided with stack memory.
 const smallRequest = 4
 
-// pass is one Check's working state, on the caller's stack: the request
-// goes through four phases — prepare (match, key, lock order), decide
-// (each descriptor from memory, or its store call readied), settle (the
-// store calls, the request's answer, the commit) and report (statuses).
-//
-// (Only check stores the slots and locks in it, a local: a pointer stored
-// through a pointer counts as leaked, and they are on the caller's stack.
-// The request is not part of it for the same reason: its pointers may
-// leak.)
+// pass is one Check's working state through its four phases: prepare
+// (match, key, lock order), decide (from memory, or a store call
+// readied), settle (store calls, the request's answer, the commit) and
+// report (statuses). Only check, where it is a local, stores the stack's
+// slots and locks in it (a pointer stored through a pointer counts as
+// leaked; the request is not in it for the same reason).
 type pass struct {
 	now    int64
-	fp     uint64 // the request id's fingerprint (RequestIDs)
+	fp     uint64 // the request id's fingerprint
 	slots  []slot // the descriptors' (the first n), then their pools'
 	n      int
 	pools  int
@@ -102,9 +98,8 @@ func (c *Checker) check(ctx context.Context, req *ratelimit.Request, d *ratelimi
 }
 
 // prepare validates the request, answers a replayed request id (done),
-// matches the rules, applies hashing (the request it returns) and
-// controls, and keys every descriptor and pool (the slots and the locks
-// it returns); errMoreSlots when slotBuf is too small.
+// matches rules, hashes values (the request returned), applies controls
+// and keys every descriptor and pool; errMoreSlots: slotBuf is too small.
 func (c *Checker) prepare(p *pass, req *ratelimit.Request, d *ratelimit.Decision, slotBuf []slot, locks []int,
 	matchBuf []*config.Rule, buf **[]byte) ([]slot, []int, *ratelimit.Request, error) {
 	p.done = true
@@ -160,8 +155,7 @@ func (c *Checker) prepare(p *pass, req *ratelimit.Request, d *ratelimit.Decision
 	return slots, locks, req, nil
 }
 
-// decideAll decides every slot from memory, or readies its store call
-// (requires the locks).
+// decideAll decides every slot (requires the locks).
 func (c *Checker) decideAll(p *pass, req *ratelimit.Request) {
 	for i := range p.slots {
 		s := &p.slots[i]
@@ -181,10 +175,9 @@ func (c *Checker) decideAll(p *pass, req *ratelimit.Request) {
 	}
 }
 
-// settle makes the store calls without any lock held (each within
-// StoreTimeout: a slow store costs a request at most that per call, then
-// the failure policy decides), answers the request and commits its
-// decisions (requires the locks; they are dropped around the calls).
+// settle makes the store calls with the locks dropped (each within
+// StoreTimeout, then the failure policy decides), answers the request and
+// commits its decisions (requires the locks).
 func (c *Checker) settle(p *pass, req *ratelimit.Request) {
 	if p.sync {
 		c.unlock(p.locks)
@@ -192,10 +185,8 @@ func (c *Checker) settle(p *pass, req *ratelimit.Request) {
 		c.lock(p.locks)
 		c.applyCharges(p.slots, p.now)
 	}
-	// A pool's refusal is its borrowers' before anyone asks whether the
-	// request defers: a borrower refused by its pool is refused by its own
-	// rule, which may not defer (issue 19: a spent pool answered defer
-	// under rules that deny, and the ticket failed in the drain).
+	// A pool's refusal is its borrowers' before the request may defer: a
+	// spent pool must not answer defer under rules that deny.
 	if p.pools > 0 {
 		refusedByPool(p.slots, p.n)
 	}
@@ -221,7 +212,7 @@ func (c *Checker) settle(p *pass, req *ratelimit.Request) {
 	}
 }
 
-// report fills the statuses, remembers a request id's answer and wakes
+// report fills the statuses, remembers the request id's answer and wakes
 // the flusher when enough keys wait.
 func (c *Checker) report(p *pass, req *ratelimit.Request, d *ratelimit.Decision) {
 	d.Code = p.code
@@ -256,9 +247,9 @@ func (c *Checker) unlock(idx []int) {
 	}
 }
 
-// decide makes the memory part of one descriptor's decision, or readies
-// its store call (requires the slot's shard lock): the key's view is
-// computed once, placed in a band (bandOf) and decided there.
+// decide makes one descriptor's decision from memory, or readies its
+// store call (requires its shard lock): the key's view, computed once, is
+// placed in a band (bandOf) and decided there.
 func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 	r, cost := s.rule, s.cost
 	switch {
@@ -275,11 +266,10 @@ func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 	sh := &c.shards[s.sh]
 	e := c.entryFor(sh, s, req, now)
 	switch {
-	case r.Mode == config.ModeLocal: // the limiter decides; the entry takes the decision to the analytics
+	case r.Mode == config.ModeLocal: // the limiter decides; the entry carries it to the analytics
 		c.decideLocal(s, now, cost)
 		return
-	case r.Algorithm != config.AlgEnvoy && cost > r.Capacity(): // can never fit: no store call
-		// (commit counts the refusal for analytics, once)
+	case r.Algorithm != config.AlgEnvoy && cost > r.Capacity(): // never fits: no store call (commit counts it)
 		s.need, s.allowed, s.never, s.shadowed = needMemory, false, true, r.Shadow
 		s.remaining, s.resetAfter = e.ctr.state(c, e, now, 0)
 		s.remaining = 0 // as the exact limiter reports a cost it can never admit
@@ -307,8 +297,7 @@ func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 			c.prepareCharge(s, now, cost)
 			return
 		}
-		// near_limit: async spends only this instance's slice of what
-		// remained (bands.go)
+		// near_limit: async spends this instance's slice (bands.go)
 		c.judge(s, lk, now, cost, c.capped(e, now, cost, lk.remaining, lk.ceiling))
 	default:
 		sh.stats.far++
@@ -324,15 +313,14 @@ func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 	c.emitSoon(sh, e, now, cost, farRoom)
 }
 
-// entryFor finds or creates s's entry and readies it for a decision at
-// now (requires the shard lock).
+// entryFor finds or creates s's entry, ready for a decision at now
+// (requires the shard lock).
 func (c *Checker) entryFor(sh *shard, s *slot, req *ratelimit.Request, now int64) *entry {
 	r := s.rule
 	e := sh.lookup(s.h, r, s.entriesOf(req))
-	if e != nil && e.rule != r && e.ctr.kind() != kindOf(r) { // (an entry's counter is always of its rule's kind)
-		// the entry a blocked counter's refusals were counted in (or a
-		// reload changed the rule's algorithm): its state is of another
-		// kind, so the counter starts afresh from the store
+	if e != nil && e.rule != r && e.ctr.kind() != kindOf(r) {
+		// a blocked counter's entry, or a reload changed the algorithm:
+		// its state is of another kind, so it starts afresh from the store
 		c.dropEntry(sh, e, now)
 		e = nil
 	}
@@ -348,15 +336,15 @@ func (c *Checker) entryFor(sh *shard, s *slot, req *ratelimit.Request, now int64
 }
 
 // wake puts a parked entry used again back in the refresh heap: its view
-// is stale, so it decides near until the store answers, and is read soon.
+// is stale, so it decides near until the store answers.
 func (c *Checker) wake(sh *shard, e *entry, now int64) {
 	e.life, e.stale = lifeHeld, true
 	sh.parked.Staled()
 	sh.schedule(e, now+int64(c.cfg.MinRefresh))
 }
 
-// judge decides s from memory (requires the lock). Envoy-semantics rules
-// are charged here, allowed or not: every call counts.
+// judge decides s from memory (requires the lock); Envoy's semantics
+// charges every call here, allowed or not.
 func (c *Checker) judge(s *slot, lk *look, now, cost int64, capped bool) {
 	e := s.e
 	s.verdict = e.ctr.judge(c, e, lk, now, cost, capped)
@@ -369,13 +357,11 @@ func (c *Checker) judge(s *slot, lk *look, now, cost int64, capped bool) {
 	}
 }
 
-// blockedEntry gives a refusal of a blocked counter (requests_per_unit 0,
-// a deny control) the key's entry, so that commit counts it in the
-// analytics like any refusal: a blocked client hammering is exactly what
-// the top-denied keys must show. Nothing is charged or decided with it;
-// an entry the counter already has keeps its rule (lifting a control
-// finds it as it was), and a new one is a window counter of the blocked
-// rule, which nothing but its analytics ever uses.
+// blockedEntry gives a blocked counter's refusal (requests_per_unit 0, a
+// deny control) the key's entry, so that commit counts it in the
+// analytics: a blocked client hammering is what the top-denied keys must
+// show. An existing entry keeps its rule (lifting a control finds it as
+// it was); a new one is a window counter used for analytics only.
 func (c *Checker) blockedEntry(s *slot, req *ratelimit.Request, now int64) {
 	sh := &c.shards[s.sh]
 	e := sh.lookup(s.h, s.rule, s.entriesOf(req))
@@ -390,8 +376,8 @@ func (c *Checker) blockedEntry(s *slot, req *ratelimit.Request, now int64) {
 	c.emitSoon(sh, e, now, 0, -1)
 }
 
-// denyFromMemory refuses while a key is known to be over its limit: no
-// store call. Envoy-semantics rules still count the call.
+// denyFromMemory refuses a key known to be over its limit, with no store
+// call (Envoy's semantics still counts it).
 func (c *Checker) denyFromMemory(s *slot, lk *look, now, cost int64) {
 	e := s.e
 	s.allowed = false
@@ -407,8 +393,7 @@ func (c *Checker) denyFromMemory(s *slot, lk *look, now, cost int64) {
 
 // decideLocal runs a `mode: local` rule on the in-process limiter: Envoy
 // rules are charged now, algorithm rules peeked and charged at commit
-// (requires the lock of s.e, which only carries the decisions to the
-// analytics: no store call, no read).
+// (requires the lock of s.e, which carries the decisions to analytics).
 func (c *Checker) decideLocal(s *slot, now, cost int64) {
 	s.need = needLocal
 	var ld limiter.Decision
@@ -420,7 +405,6 @@ func (c *Checker) decideLocal(s *slot, now, cost int64) {
 		ld, err = c.local.PeekAt(s.key, s.rule.Limiter, now, cost)
 	}
 	if err != nil && !errors.Is(err, limiter.ErrCostExceedsLimit) {
-		// parameters the config validated; a time out of range is the only way here
 		s.allowed, s.never = false, true
 		return
 	}
@@ -432,13 +416,11 @@ func (c *Checker) decideLocal(s *slot, now, cost int64) {
 	}
 }
 
-// commit records the memory decisions of algorithm rules once the request
-// stands (requires the locks): a refused request charges them nothing.
-// Every decision not counted yet is counted now, as the request was
-// answered (deferred: it was deferred).
-//
-// held says the locks were held since the decisions: a bucket's state
-// computed then is still current and is stored as is.
+// commit records the memory decisions once the request stands (requires
+// the locks): a refused request charges algorithm rules nothing, and
+// every decision not counted yet is counted as the request was answered.
+// held: the locks were kept since the decisions (a bucket's state
+// computed then is still current).
 func (c *Checker) commit(slots []slot, denied, deferred, held bool, now int64) {
 	for i := range slots {
 		s := &slots[i]
@@ -450,9 +432,8 @@ func (c *Checker) commit(slots []slot, denied, deferred, held bool, now int64) {
 				c.countRefused(s, s.e, now, cost, deferred)
 				break
 			}
-			// a sync decision refunded because another rule refused is
-			// refused (charged: the counter holds it — Envoy's semantics,
-			// or a refund that failed)
+			// a sync decision refunded is refused (unless the counter
+			// holds it: Envoy's semantics, or a failed refund)
 			c.countAnalytics(s, now, cost, s.allowed && (!denied || s.charged), deferred)
 		case s.need == needLocal:
 			allowed := s.allowed // Envoy's semantics: charged as decided, whatever the request's fate
@@ -489,8 +470,8 @@ func (c *Checker) status(st *ratelimit.Status, s *slot, denied bool, now int64) 
 	st.Limit = r.Limit
 	over := r.Ceiling() - r.Limit
 	rem := s.remaining
-	// A peek reported what would remain after the request; nothing was
-	// charged after all. (Store answers already describe the counter as it is.)
+	// a peek reported what would remain after a charge that never came
+	// (a store answer describes the counter as it is)
 	if denied && s.allowed && !s.charged && (s.need != needCharge || s.call == callSkipped) {
 		rem += cost
 		if s.need == needMemory {
@@ -519,7 +500,7 @@ func (c *Checker) status(st *ratelimit.Status, s *slot, denied bool, now int64) 
 	}
 }
 
-// scratch is the per-Check working memory, pooled.
+// scratch is a large Check's working memory, pooled.
 type scratch struct {
 	buf     []byte
 	slots   [2 * config.MaxDescriptors]slot // a descriptor's slot, and its pool's
@@ -527,7 +508,7 @@ type scratch struct {
 	matched [config.MaxDescriptors]*config.Rule
 }
 
-// need says how a descriptor is decided.
+// need is how a descriptor is decided.
 type need uint8
 
 const (
@@ -538,7 +519,7 @@ const (
 	needLocal              // mode: local: the in-process limiter
 )
 
-// role is what a slot is in its request.
+// role is a slot's part in its request.
 type role uint8
 
 const (
@@ -576,18 +557,15 @@ type slot struct {
 	shadowed bool // refused by a shadow-mode rule: the request is not
 	charged  bool // consumption already recorded (Envoy semantics, sync, local)
 
-	// above is what an elastic borrower takes above its own limit (what
-	// its pool pays: the part of cost beyond the limit, not all of it);
-	// poolSlot (>= 0) is a borrower's pool slot; entries are a pool
-	// slot's (its counter's).
+	// above is what an elastic borrower takes beyond its own limit (what
+	// its pool pays); poolSlot (>= 0) is its pool's slot; entries a pool
+	// slot's counter's.
 	above    int64
 	poolSlot int
 	entries  []config.Entry
 
-	w *syncWork // the store call, when one is made
-	// post is a bucket key's state after this request's charge, computed
-	// once by the look and stored by the commit.
-	post limiter.State
+	w    *syncWork     // the store call, when one is made
+	post limiter.State // a bucket's state after the cost (look), stored by commit
 }
 
 // stored says the slot is decided by a store call.

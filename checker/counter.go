@@ -12,74 +12,54 @@ import (
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
-// counter is a key's algorithm state: a window counter (fixed, sliding,
-// Envoy's fixed window) or a bucket (token bucket, GCRA and the leaky
-// meter share one async form). It is the one place that knows the kind:
-// deciding, charging, refreshing and emitting go through it.
-//
-// Its methods take and return values, never a request's slot: a pointer
-// passed through an interface call escapes, and a small request's slots
-// live on the stack (Check allocates nothing).
+// counter is a key's algorithm state, the one place that knows the kind:
+// a window counter (fixed, sliding, Envoy's) or a bucket (token bucket,
+// GCRA and the leaky meter share one async form). Its methods never take
+// a slot: a pointer passed through an interface call escapes, and a small
+// request's slots live on the stack. All require the shard lock.
 type counter interface {
 	kind() counters.Kind
-	// size is what the counter adds to its entry's allocation (membytes.go).
-	size() int
-	// window is the current window's start and end (a bucket: 0 and
-	// math.MaxInt64, a window it never leaves).
+	size() int // what it adds to its entry's allocation (membytes.go)
+	// window is the current window (a bucket: 0 to math.MaxInt64).
 	window(r *config.Rule) (start, end int64)
-	// known says the store has answered for the current window.
-	known() bool
-	// roll moves to the window holding now; consumption pending for the
-	// window left behind leaves as orphans (requires the shard lock).
+	known() bool // the store answered for the current window
+	// roll moves to the window holding now; what was pending for the one
+	// left behind leaves as orphans.
 	roll(c *Checker, sh *shard, e *entry, now int64)
-	// look fills lk with the key's view for a request of cost at now:
-	// computed once per decision, for the band and the decision both.
+	// look fills lk, once per decision, for the band and the decision.
 	look(c *Checker, e *entry, now, cost int64, lk *look)
-	// judge decides a request of cost from memory, given its look; capped:
-	// past this instance's slice (near_limit: async).
+	// judge decides from memory; capped: past this instance's slice.
 	judge(c *Checker, e *entry, lk *look, now, cost int64, capped bool) verdict
-	// state is what remains now, and when the counter resets once cost
-	// more is charged (cost 0: as it stands).
+	// state is what remains now, and the reset once cost more is charged.
 	state(c *Checker, e *entry, now, cost int64) (remaining int64, resetAfter time.Duration)
-	// admit records an admission decided from memory in the counter's
-	// own view: post is look's state after the cost, current while held
-	// (the lock held since the look).
+	// admit records an admission decided from memory; post is look's
+	// state after the cost, still current when held (the lock kept).
 	admit(e *entry, now, cost int64, post limiter.State, held bool)
-	// addMemory and addCharged count this instance's consumption: decided
-	// in memory (the aggregator applies it) or charged by the store.
-	addMemory(cost int64)
-	addCharged(cost int64)
-	// mineMemory is this instance's consumption decided in memory, as a
-	// delta's own_after reports it.
-	mineMemory() int64
+	addMemory(cost int64)  // this instance's hits decided in memory
+	addCharged(cost int64) // this instance's hits the store charged
+	mineMemory() int64     // the former, as a delta's own_after reports it
 	// ownCounts is what this instance counted in the current window and
-	// the store's part of it that is this instance's, which measure the
-	// pipeline's lag (false: not measured on this kind).
+	// the store's part of it that is its own: they measure the pipeline's
+	// lag (ok false: not on this kind).
 	ownCounts() (counted, own int64, ok bool)
-	// fillCharge fills the kind's part of a near-band charge.
 	fillCharge(c *Checker, e *entry, q *counters.ChargeRequest)
-	// absorbCharge takes in a charge's answer (requires the lock).
 	absorbCharge(c *Checker, e *entry, now int64, q *counters.ChargeRequest, res *counters.ChargeResult, cost int64,
 		charged, allowed bool) learned
-	// reads appends the store reads of a refresh (tags: refresh item tags).
+	// reads appends a refresh's store reads (tags: refresh item tags).
 	reads(c *Checker, e *entry, items []counters.ReadItem, ents []*entry, tags []uint8) ([]counters.ReadItem, []*entry, []uint8)
-	// absorbRead takes in a refresh read of this instance's own counter:
-	// what remains, the others' in-flight prediction and the ceiling; ok
-	// false when the read is of no current window.
+	// absorbRead takes in a read of this instance's own counter; ok false
+	// when it is of no current window.
 	absorbRead(c *Checker, e *entry, it *counters.ReadItem, now int64) (remaining, pred, ceiling int64, ok bool)
-	// absorbOther takes in a refresh read of another counter of the key
-	// (a hot key's shared counter and other shards).
+	// absorbOther takes in a read of another counter of a hot key.
 	absorbOther(e *entry, tag uint8, it *counters.ReadItem)
-	// parkable says the refresher may stop reading the key while unused:
-	// its charges carry all a decision needs.
+	// parkable: the refresher may stop reading the key while unused (its
+	// charges carry all a decision needs).
 	parkable(r *config.Rule) bool
-	// fillDelta fills the kind's part of a delta.
 	fillDelta(e *entry, d *eventsv1.Delta)
 }
 
-// newEntry allocates an entry for rule r's keys with its counter in one
-// allocation: a decision reads both, and the counter beside the entry
-// costs no pointer chase to another place in the heap.
+// newEntry allocates an entry with its counter beside it: one allocation,
+// no pointer chase on a decision.
 func newEntry(r *config.Rule) *entry {
 	if kindOf(r) == counters.KindTAT {
 		p := new(struct {
@@ -97,8 +77,8 @@ func newEntry(r *config.Rule) *entry {
 	return &p.entry
 }
 
-// kindOf is the kind of r's counters. A blocked rule's entry only counts
-// refusals: a window, whatever its algorithm.
+// kindOf is the kind of r's counters (a blocked rule's, which only count
+// refusals: a window).
 func kindOf(r *config.Rule) counters.Kind {
 	if r.Algorithm.Bucket() && r.Limit > 0 {
 		return counters.KindTAT
@@ -113,21 +93,18 @@ type look struct {
 	pred      int64 // predicted others' in-flight consumption
 	remaining int64 // what is left now, before this request
 	ceiling   int64
-	// a bucket's trial of the request, and its state after the charge,
-	// which the commit stores while the lock was held since
+	// a bucket's trial of the request and its state after it (commit)
 	try  limiter.Decision
 	post limiter.State
 }
 
 // verdict is a descriptor's decision.
 type verdict struct {
-	allowed    bool  // the descriptor admits the request
-	never      bool  // the cost never fits
-	remaining  int64 // after this request
-	resetAfter time.Duration
-	// resetBefore is the reset as things stand, reported when another
-	// descriptor refuses the request and nothing is charged here.
-	resetBefore time.Duration
+	allowed     bool  // the descriptor admits the request
+	never       bool  // the cost never fits
+	remaining   int64 // after this request
+	resetAfter  time.Duration
+	resetBefore time.Duration // as things stand: reported when nothing is charged
 	retryAfter  time.Duration
 }
 
@@ -141,8 +118,7 @@ type learned struct {
 	roomUntil  int64 // how long the answer's room is trusted
 }
 
-// windowCounter is a window-kind key's state: the current and previous
-// window.
+// windowCounter is a window-kind key's current and previous window.
 type windowCounter struct {
 	cur, prev winState
 }
@@ -155,10 +131,8 @@ type winState struct {
 	total   int64 // the store's applied total at the last answer (this instance's shard)
 	own     int64 // the part of total that is this instance's
 	shards  int64 // the other shards' totals at the last read (`shards: N`)
-	// base is this instance's part (emitted + charged) when an operator
-	// last reset the counter: counted, but no longer used.
-	base  int64
-	known bool // the store answered for this window
+	base    int64 // this instance's part when an operator last reset the counter
+	known   bool  // the store answered for this window
 }
 
 // others is the applied consumption of other instances in w.
@@ -189,11 +163,10 @@ func (w *windowCounter) admit(*entry, int64, int64, limiter.State, bool) {}
 
 func (w *windowCounter) fillDelta(_ *entry, d *eventsv1.Delta) { d.WindowStartUnixNanos = w.cur.start }
 
-// absorb takes in a store answer for the current window. fresh says the
-// key was created since the store last answered: the store then knows
-// parts of this instance's consumption the entry has forgotten, less
-// chargedNow, the hits of the charge that produced the answer, which the
-// caller counts itself.
+// absorb takes in a store answer for the current window. A key created
+// since it last answered (fresh) takes back what the store knows of its
+// consumption, less chargedNow (the answering charge's own hits, which
+// the caller counts).
 func (w *windowCounter) absorb(total, own, base, ownMem, ownSync int64, fresh bool, chargedNow int64) {
 	if fresh {
 		w.cur.emitted = max(w.cur.emitted, ownMem)
@@ -208,13 +181,11 @@ func (w *windowCounter) roll(c *Checker, sh *shard, e *entry, now int64) {
 	if ws <= w.cur.start {
 		return // same window, or a clock behind it: stay
 	}
-	// own_after only once the store has told us our part (a key created
-	// again counts from zero until then, and the counter adds all of it)
-	own := int64(0)
+	own := int64(0) // (own_after: as in appendDeltas)
 	if e.Answered() {
 		own = w.cur.emitted
 	}
-	if e.emit == emitLazy { // nothing left to emit once its orphans go: the next decision queues it anew
+	if e.emit == emitLazy { // its orphans carry all: the next decision queues it anew
 		sh.unlazy(e)
 		e.emit = emitClean
 	}
@@ -255,16 +226,15 @@ func (w *windowCounter) look(c *Checker, e *entry, now, _ int64, lk *look) {
 	lk.used, lk.remaining = sc.Cur, sc.Remaining(lk.ceiling)
 }
 
-// view is the key's look at now for no cost (a report, not a decision).
+// view is the key's look for no cost (a report).
 func (w *windowCounter) view(c *Checker, e *entry, now int64) look {
 	var lk look
 	w.look(c, e, now, 0, &lk)
 	return lk
 }
 
-// slidingCounts is a sliding window key's counts at now, everything known
-// to have happened (requires the lock): the previous window counts only
-// when it is the one just before the current.
+// slidingCounts is a sliding window key's counts at now: the previous
+// window only when it is the one just before.
 func (w *windowCounter) slidingCounts(e *entry, now int64) limiter.SlidingCounts {
 	W := int64(e.rule.Window)
 	sc := limiter.SlidingCounts{Cur: w.curMine(e.x) + w.curOthers(e.x), Elapsed: now - w.cur.start, Window: W}
@@ -274,15 +244,13 @@ func (w *windowCounter) slidingCounts(e *entry, now int64) limiter.SlidingCounts
 	return sc
 }
 
-// judge implements counter. Envoy's window charges every call: its
-// report is of the counter after the call, whatever the answer.
+// judge: Envoy's window charges every call, and reports the counter
+// after it whatever the answer.
 func (w *windowCounter) judge(c *Checker, e *entry, lk *look, now, cost int64, capped bool) verdict {
 	r := e.rule
 	fits := cost <= lk.ceiling
-	// A floored remaining decides as the exact weighted comparison does
-	// (limiter.SlidingCounts.Remaining). The prediction chose the band; a
-	// decision counts only consumption known to have happened, so no rule
-	// refuses below its limit on a guess.
+	// (a floored remaining decides as the exact weighted comparison; the
+	// prediction chose the band, not the answer: no refusal on a guess)
 	v := verdict{allowed: fits && cost <= lk.remaining && !capped, remaining: lk.remaining}
 	v.resetBefore = w.reset(e, now, 0)
 	v.resetAfter = v.resetBefore
@@ -322,8 +290,7 @@ func (w *windowCounter) reset(e *entry, now, cost int64) time.Duration {
 	return time.Duration(w.cur.start + int64(e.rule.Window) - now)
 }
 
-// retry is when cost fits again if nothing else arrives (as
-// limiter.FixedWindow and limiter.SlidingWindow compute it).
+// retry is when cost fits again if nothing else arrives.
 func (w *windowCounter) retry(e *entry, lk *look, now, cost int64) time.Duration {
 	if e.rule.Algorithm != config.AlgSlidingWindow {
 		return time.Duration(w.cur.start + int64(e.rule.Window) - now)
@@ -384,8 +351,7 @@ func (w *windowCounter) absorbCharge(c *Checker, e *entry, now int64, q *counter
 	return l
 }
 
-// reads implements counter: its own counter and, for a hot key, every
-// other shard, in the current window and (sliding) the previous.
+// reads: the current window and (sliding) the previous.
 func (w *windowCounter) reads(c *Checker, e *entry, items []counters.ReadItem, ents []*entry, tags []uint8) ([]counters.ReadItem, []*entry, []uint8) {
 	items, ents, tags = w.items(c, items, ents, tags, e, w.cur.start)
 	if e.rule.Algorithm == config.AlgSlidingWindow && w.prev.start > 0 {
@@ -394,8 +360,8 @@ func (w *windowCounter) reads(c *Checker, e *entry, items []counters.ReadItem, e
 	return items, ents, tags
 }
 
-// items appends the reads of window start of e: its own counter and,
-// for a hot key, every other shard.
+// items appends the reads of window start: e's own counter and a hot
+// key's shared counter and other shards.
 func (w *windowCounter) items(c *Checker, items []counters.ReadItem, ents []*entry, tags []uint8, e *entry, start int64) ([]counters.ReadItem, []*entry, []uint8) {
 	items = append(items, counters.ReadItem{Key: e.skey, Kind: counters.KindWindow, Window: start})
 	ents, tags = append(ents, e), append(tags, tagOwn)
@@ -432,8 +398,7 @@ func (w *windowCounter) absorbRead(c *Checker, e *entry, it *counters.ReadItem, 
 	return lk.remaining, lk.pred, lk.ceiling, true
 }
 
-// absorbOther implements counter: another shard of a hot key is summed
-// into the window's others.
+// absorbOther sums another shard into the window's others.
 func (w *windowCounter) absorbOther(e *entry, tag uint8, it *counters.ReadItem) {
 	if tag == tagHot {
 		w.learnHot(e, it.Window, it.Total, it.Own, it.Base, it.OwnSync)
@@ -451,10 +416,9 @@ func (w *windowCounter) absorbOther(e *entry, tag uint8, it *counters.ReadItem) 
 	}
 }
 
-// bucketCounter is a bucket-kind key's state: this instance's exact view
-// of the bucket (a GCRA state that its own admissions advance and store
-// answers raise), its cumulative counted hits, and the store's cumulative
-// totals at the last answer.
+// bucketCounter is this instance's exact view of a bucket (a GCRA state
+// its admissions advance and store answers raise), its cumulative hits
+// and the store's at the last answer.
 type bucketCounter struct {
 	gs          limiter.State
 	cum         int64 // hits decided in memory, cumulative
@@ -475,61 +439,49 @@ func (b *bucketCounter) mineMemory() int64                             { return 
 func (b *bucketCounter) ownCounts() (int64, int64, bool)               { return 0, 0, false }
 func (b *bucketCounter) absorbOther(*entry, uint8, *counters.ReadItem) {}
 
-// parkable implements counter: never. A bucket's charge carries this
-// instance's own view of the TAT, which an operator's reset makes wrong
-// until a read tells it.
+// parkable: never. A charge carries this instance's view of the TAT,
+// which an operator's reset makes wrong until a read tells it.
 func (b *bucketCounter) parkable(*config.Rule) bool { return false }
 
-// gcraOf is the async form of every bucket algorithm: token bucket, GCRA
-// and the leaky-bucket meter admit the same requests.
+// gcraOf is the async form of every bucket algorithm (they admit alike).
 func gcraOf(r *config.Rule) limiter.GCRA {
 	return limiter.GCRA{Burst: r.Capacity(), Rate: limiter.Rate{Tokens: r.Limit, Period: r.Window}}
 }
 
-// peek is what the bucket would answer at now for cost, without changing
-// it (cost 0: its remaining and reset).
+// peek is what the bucket would answer, unchanged.
 func (b *bucketCounter) peek(r *config.Rule, now, cost int64) limiter.Decision {
 	st := b.gs
 	d, _ := gcraOf(r).AllowAt(&st, now, cost)
 	return d
 }
 
-// rebase takes in this instance's parts the store knows when the key was
-// created again (as windowCounter.absorb does for a fresh key).
+// rebase: a fresh key's windowCounter.absorb.
 func (b *bucketCounter) rebase(ownMem, ownSync, chargedNow int64) {
 	b.cum = max(b.cum, ownMem)
 	b.cumCharged = max(b.cumCharged, ownSync-chargedNow)
 }
 
-// absorb takes in the store's bucket at now: an operator reset forgets
-// this instance's view, and the view is raised to the store's TAT plus what
-// this instance counted that the store has not applied yet.
+// absorb raises the view to the store's TAT plus what the store lacks of
+// this instance's; an operator's reset (gen) forgets the view first.
 func (b *bucketCounter) absorb(r *config.Rule, found bool, tat, cum, own, ownMem, gen, now int64) {
 	if !found {
 		return
 	}
 	if gen != b.gen {
 		b.gs, b.gen = limiter.State{}, gen
-		// The reset bucket's TAT lies in the past (0 when nothing came
-		// since): the unapplied hits count from now, or the view,
-		// forgotten with the reset, would forget them too.
-		tat = max(tat, now)
+		tat = max(tat, now) // unapplied hits count from now, not from a past TAT
 	}
 	b.storeCum, b.storeOwnCum = cum, own
 	gcraOf(r).Raise(&b.gs, tat+counters.Span(max(0, b.cum-ownMem), int64(r.Window), r.Limit))
 }
 
-// others is the other instances' applied consumption; mine everything
-// this instance counted.
 func (b *bucketCounter) others() int64 { return max(0, b.storeCum-b.storeOwnCum) }
 
 func (b *bucketCounter) mine() int64 { return b.cum + b.cumCharged }
 
-// look implements counter: one evaluation serves the band, the decision
-// and the commit.
 func (b *bucketCounter) look(c *Checker, e *entry, now, cost int64, lk *look) {
 	g := gcraOf(e.rule)
-	// (field by field: the trial overwrites try, and zeroing it first costs)
+	// (field by field: zeroing try, which the trial overwrites, costs)
 	lk.used, lk.post, lk.ceiling, lk.pred, lk.mine = 0, b.gs, g.Burst, e.InFlight(c.cfg.PipelineLag), b.mine()
 	lk.try, _ = g.AllowAt(&lk.post, now, cost)
 	lk.remaining = lk.try.Remaining

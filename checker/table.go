@@ -20,13 +20,10 @@ import (
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
-// entry is the async state of one counter key. Every field is guarded by
-// its shard's mutex.
+// entry is one counter key's state, guarded by its shard's mutex.
 type entry struct {
-	key string // counter key: rule id and request values
-	// skey is the key in the store: key, or key#shard for a hot key spread
-	// over shards (`shards: N`), where this instance's consumption goes.
-	skey    string
+	key     string   // counter key: rule id and request values
+	skey    string   // where this instance's consumption goes: key, or a hot key's key#shard
 	vals    []string // the request values (patterns where shared), compared on lookup
 	next    *entry   // the next entry with the same hash
 	desc    string   // descriptor text, for analytics
@@ -37,32 +34,28 @@ type entry struct {
 	ctr counter // the algorithm's state: a window counter or a bucket
 	x   *extra  // near_limit: async slices, hot-key near charges: those keys only
 
-	// answerRemaining is what remained at the last store answer (-1: none
-	// yet) and sinceAnswer this instance's consumption since: while the
-	// store is down, local_budget admits up to answerRemaining / instances.
+	// what remained at the last store answer (-1: none yet) and this
+	// instance's consumption since: local_budget's share while it is down
 	answerRemaining, sinceAnswer int64
 	rates.Rates                        // learned from store answers and measured as it decides
 	overUntil                    int64 // deny from memory until then
-	// room is what a store answer left, trusted until roomUntil: a cost
-	// above it is refused from memory.
-	room, roomUntil int64
-	used            int64 // last decision
-	nextRefresh     int64
-	lazyTick        int64 // the emission wheel's tick a lazy entry waits for
+	room, roomUntil              int64 // what a store answer left, trusted until then: a cost above it is refused
+	used                         int64 // last decision
+	nextRefresh                  int64
+	lazyTick                     int64 // the emission wheel's tick a lazy entry waits for
 
 	pend, pendApplied tally.Pending
 	usage             tally.Minute // this minute's usage so far, carried by every delta
 
-	// the small fields last, together: no padding between them
+	// (the small fields last: no padding between them)
 	heapIdx  int32 // index in the shard's refresh heap; -1 when not in it
 	bytes    int32 // the heap it holds, as estimated when created (membytes.go)
 	emit     emitState
 	life     life
 	restored bool // created again after an eviction while over its limit
-	// active: decided on since the store last answered: a key nobody
-	// decides on has nothing to learn from a read (the refresher parks
-	// it). stale: its view may be long stale (parked while other
-	// instances used it): its next decision is near, whatever its band.
+	// active: decided on since the store last answered (else a read
+	// teaches nothing: the refresher parks it); stale: its view may be
+	// long stale (parked): its next decision is near, whatever its band.
 	active, stale bool
 }
 
@@ -92,9 +85,8 @@ type shard struct {
 	dirty []*entry   // entries whose pending consumption goes at the next flush
 	wheel [][]*entry // lazy entries by flush tick (mod its length); made on first use
 	lazyN int        // entries waiting in the wheel
-	// held is the hits the lazy entries hold that the store lacks (the
-	// sum of their pend.counted): what a crash would lose of this shard
-	// beside the due deltas, bounded by Config.MaxHeldTotal / shards.
+	// held is what the lazy entries hold that the store lacks (what a
+	// crash loses beside the due deltas), at most MaxHeldTotal / shards.
 	held int64
 	// parked entries by their last use, for their idle eviction without
 	// a place in the refresh heap
@@ -103,9 +95,8 @@ type shard struct {
 	refresh refreshHeap
 	tombs   tombs.Table // allocated on first eviction
 	stats   shardStats
-	// lk is the look of the decision at work (under mu, one at a time):
-	// on the heap, so the counter's interface calls take its pointer
-	// without a stack value escaping, and nothing copies it.
+	// lk is the look of the decision at work (one at a time, under mu):
+	// here, interface calls take its pointer with no stack value escaping.
 	lk look
 	_  [64]byte // the next shard's lock on another cache line
 }
@@ -120,8 +111,8 @@ func (sh *shard) lookup(h uint64, r *config.Rule, es []config.Entry) *entry {
 	return nil
 }
 
-// matches reports whether e is the counter of rule r for values es. Rules
-// are compared by id: a reloaded rule set keeps its counters.
+// matches reports whether e is r's counter for es (rules by id: a
+// reloaded rule set keeps its counters).
 func (e *entry) matches(r *config.Rule, es []config.Entry) bool {
 	if e.rule != r && e.rule.ID != r.ID || len(e.vals) != len(es) {
 		return false
@@ -170,17 +161,14 @@ func (sh *shard) remove(e *entry) {
 		sh.parked.Staled()
 	}
 	e.life = lifeGone
-	// The emission wheel may still point at it for up to a turn (its
-	// stale places are skipped, not searched for): what it copied from
-	// the request goes now, so that an evicted key frees its bytes at
-	// once. Nothing reads them once it is gone (its pending deltas were
-	// built first).
+	// The emission wheel may point at it for a turn more: what it copied
+	// from the request goes now (its deltas were built first).
 	e.key, e.skey, e.desc, e.vals = "", "", "", nil
 }
 
-// markDirty queues e for the next flush (requires sh.mu held); it reports
-// whether e was not queued for it yet. A lazy entry moves up (its place in
-// the wheel goes stale and is skipped).
+// markDirty queues e for the next flush (requires sh.mu held), reporting
+// whether it was not queued yet; a lazy entry's place in the wheel goes
+// stale.
 func (sh *shard) markDirty(e *entry) bool {
 	switch e.emit {
 	case emitDue:
@@ -193,19 +181,17 @@ func (sh *shard) markDirty(e *entry) bool {
 	return true
 }
 
-// unlazy takes a lazy e out of the wheel's count and its held hits out of
-// the shard's, leaving it clean (requires sh.mu held; before its pending
-// consumption is emitted or reset). Its place in the wheel goes stale and
-// is skipped.
+// unlazy takes a lazy e and its held hits out of the shard's counts,
+// clean, before its pending consumption goes (requires sh.mu held; its
+// place in the wheel goes stale).
 func (sh *shard) unlazy(e *entry) {
 	sh.lazyN--
 	sh.held -= int64(e.pend.Counted)
 	e.emit = emitClean
 }
 
-// markLazy queues a clean e for flush tick tick (requires sh.mu held; tick
-// within the wheel's span of now); an entry already queued keeps its
-// earlier turn.
+// markLazy queues a clean e for flush tick tick, within the wheel's span
+// (requires sh.mu held); one already queued keeps its turn.
 func (sh *shard) markLazy(e *entry, tick int64, slots int) {
 	if e.emit != emitClean {
 		return
@@ -253,15 +239,13 @@ func (h *refreshHeap) Pop() any {
 	return e
 }
 
-// descText renders entries as analytics name them
-// ([config.AppendDescriptorText]).
+// descText renders entries as the analytics name them.
 func descText(es []config.Entry) string { return string(config.AppendDescriptorText(nil, es)) }
 
-// keys identifies every descriptor's counter: a 64-bit hash of the rule
-// and the request values, its entry's in the key table (no key string is
-// built on the request path; the table compares values on lookup), and
-// for local rules the key string in the pooled buffer as well (the
-// in-process limiter keys by it). The slots must be zero.
+// keys identifies every descriptor's counter by a 64-bit hash of its rule
+// and values (no key string on the request path: the table compares
+// values on lookup), and a local rule's by its limiter key too, in the
+// pooled buffer. The slots must be zero.
 func (c *Checker) keys(bufpp **[]byte, req *ratelimit.Request, rules []*config.Rule, slots []slot) {
 	var buf []byte
 	if *bufpp != nil {
@@ -269,7 +253,7 @@ func (c *Checker) keys(bufpp **[]byte, req *ratelimit.Request, rules []*config.R
 	}
 	for i, r := range rules {
 		s := &slots[i]
-		// (field by field: the slots are zero, and writing all of one costs)
+		// (field by field: the slots are zero, and writing a whole one costs)
 		s.rule, s.sh, s.idx, s.dupOf, s.poolSlot, s.cost = r, -1, i, -1, -1, req.HitsOf(i)
 		switch {
 		case req.Release:
@@ -280,8 +264,6 @@ func (c *Checker) keys(bufpp **[]byte, req *ratelimit.Request, rules []*config.R
 		if r == nil || r.Unlimited {
 			continue
 		}
-		// (a blocked counter, limit 0, has an entry too: its refusals
-		// reach the analytics through it)
 		es := req.Descriptors[i].Entries
 		if r.Mode == config.ModeLocal {
 			if *bufpp == nil {
@@ -292,12 +274,10 @@ func (c *Checker) keys(bufpp **[]byte, req *ratelimit.Request, rules []*config.R
 			buf = config.AppendCounterKey(buf, r, es)
 			buf = c.appendLocalKey(buf[:at], buf[at:])
 		}
-		// (a local rule's entry in the table carries its decisions to
-		// the analytics; its counter is the in-process limiter's)
+		// (a blocked or local rule's entry carries its decisions to analytics)
 		s.h = c.counterHash(r, es)
 		s.sh = int(s.h & c.mask)
-		// Descriptors naming the same counter are decided together: their
-		// hits add up, and each reports the counter after all of them.
+		// descriptors naming the same counter are decided together
 		for j := range i {
 			if p := &slots[j]; p.dupOf < 0 && p.rule == r && config.SameCounter(req.Descriptors[j].Entries, es, r) {
 				s.dupOf, s.sh = j, -1
@@ -319,15 +299,14 @@ func (c *Checker) keys(bufpp **[]byte, req *ratelimit.Request, rules []*config.R
 	}
 }
 
-// localKeyBytes is the length of a local-mode key in the in-process
-// limiter: a 128-bit digest of its counter key, so that a key costs the
-// limiter the same few bytes whatever values it carries.
+// localKeyBytes is a local-mode key's length in the in-process limiter:
+// a 128-bit digest of its counter key, the same few bytes whatever its
+// values.
 const localKeyBytes = 16
 
-// appendLocalKey appends the limiter key of counter key key to buf (key
-// may alias buf's spare capacity: it is read before anything is written).
-// Two independent 64-bit hashes under seeds drawn at start: a collision
-// takes about 2^64 keys, and nobody outside the process knows the seeds.
+// appendLocalKey appends the limiter key of counter key key (which may
+// alias buf's spare capacity) to buf: two 64-bit hashes under seeds drawn
+// at start, which nobody outside the process knows.
 func (c *Checker) appendLocalKey(buf, key []byte) []byte {
 	a, b := maphash.Bytes(c.localSeeds[0], key), maphash.Bytes(c.localSeeds[1], key)
 	var d [localKeyBytes]byte
@@ -339,8 +318,8 @@ func (c *Checker) appendLocalKey(buf, key []byte) []byte {
 // localKey is the limiter key of counter key key (off the request path).
 func (c *Checker) localKey(key string) string { return string(c.appendLocalKey(nil, []byte(key))) }
 
-// counterHash hashes a counter's identity: the rule id and each value
-// (the pattern, for wildcard entries that share a threshold).
+// counterHash hashes a counter's rule id and values (a shared wildcard's
+// pattern).
 func (c *Checker) counterHash(r *config.Rule, es []config.Entry) uint64 {
 	h := maphash.String(c.seed, r.ID)
 	for i := range es {
@@ -354,8 +333,7 @@ func (c *Checker) counterHash(r *config.Rule, es []config.Entry) uint64 {
 }
 
 // create adds a key to sh (requires sh.mu held), evicting first when the
-// shard is full or the table is over its bytes, and starts it over its
-// limit if its tombstone says so.
+// shard or the table's bytes are full; its tombstone may start it over.
 func (c *Checker) create(sh *shard, s *slot, req *ratelimit.Request, now int64) *entry {
 	if sh.len() >= c.perShard {
 		c.evict(sh, now, false)
@@ -384,11 +362,9 @@ func (c *Checker) create(sh *shard, s *slot, req *ratelimit.Request, now int64) 
 		e.overUntil, e.restored = t, true
 	}
 	sh.insert(e)
-	// A new key's decisions are store charges until it is known (young,
-	// near_limit: sync): their answers teach it, and a read helps only
-	// once it decides from memory, which reschedules it (recheck). Keys
-	// that decide from memory while young, or that only reads teach
-	// (buckets, hot-key shards), are read soon.
+	// A young near_limit: sync key charges the store, whose answers teach
+	// it: a read helps once it decides from memory, which reschedules it.
+	// Keys only reads teach (buckets, hot keys) are read soon.
 	first := int64(c.cfg.MinRefresh)
 	if parkable(e) && s.rule.NearLimit == config.NearSync {
 		first = min(int64(c.cfg.MaxRefresh), int64(parkAfter))
@@ -399,11 +375,8 @@ func (c *Checker) create(sh *shard, s *slot, req *ratelimit.Request, now int64) 
 }
 
 // evict drops the least recently used of a sample of sh's keys (requires
-// sh.mu held) and reports whether it dropped one: not when the shard is
-// empty or, with older, when the sample's oldest was used at now (it may
-// belong to the request being decided). A dirty victim's consumption is
-// kept as orphan deltas; an over-limit victim is remembered in the
-// tombstones.
+// sh.mu held), reporting whether it did: with older, not one used at now
+// (it may be the request's own).
 func (c *Checker) evict(sh *shard, now int64, older bool) bool {
 	var victim *entry
 	n := 0
@@ -425,7 +398,8 @@ func (c *Checker) evict(sh *shard, now int64, older bool) bool {
 	return true
 }
 
-// dropEntry removes e (requires sh.mu held).
+// dropEntry removes e (requires sh.mu held): its pending consumption
+// leaves as orphans, and an over-limit key is remembered by its tombstone.
 func (c *Checker) dropEntry(sh *shard, e *entry, now int64) {
 	if e.emit != emitClean {
 		c.Stats.EvictedDirty.Add(1)
@@ -444,9 +418,8 @@ func (c *Checker) dropEntry(sh *shard, e *entry, now int64) {
 	c.Stats.Keys.Add(-1)
 }
 
-// storeKey is where this instance's consumption of key goes in the store:
-// a hot key spread over shards (`shards: N`) has one per shard, and an
-// instance always uses the same one.
+// storeKey is where this instance's consumption of key goes: a hot key
+// (`shards: N`) has one per shard, the instance always the same.
 func (c *Checker) storeKey(key string, r *config.Rule) string {
 	if r.Shards <= 1 {
 		return key
