@@ -94,9 +94,8 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// Stats are the checker's counters that background passes and the rarer
-// decision paths update (monotonic, atomic). Per-decision counters live in
-// the shards; [Checker.Snapshot] adds everything up.
+// Stats are the counters background passes and the rarer decision paths
+// update (monotonic, atomic); [Checker.Snapshot] adds the shards' to them.
 type Stats struct {
 	SyncCharges, Refunds     atomic.Uint64
 	Degraded                 atomic.Uint64
@@ -105,22 +104,18 @@ type Stats struct {
 	EmitErrors               atomic.Uint64
 	Evictions, EvictedDirty  atomic.Uint64
 	Keys                     atomic.Int64
-	// Controlled counts descriptors an operator control decided;
-	// ControlErrors failed reads of the control store.
-	Controlled, ControlErrors atomic.Uint64
-	// StoreErrors counts store charges that failed (the failure policy
-	// decided); refresh failures are RefreshErrors.
-	StoreErrors atomic.Uint64
+	Controlled               atomic.Uint64 // descriptors an operator control decided
+	ControlErrors            atomic.Uint64 // failed reads of the control store
+	StoreErrors              atomic.Uint64 // failed store charges (refreshes: RefreshErrors)
 	// EmitLatency: from a key's first pending decision to the producer
-	// accepting its delta. Staleness: the age of a key's store view when
-	// a refresh replaces it.
+	// accepting its delta; Staleness: a store view's age when refreshed.
 	EmitLatency, Staleness hist.Histogram
 	// decisions that locked no shard (local-mode or unlimited rules only)
 	unsharded, unshardedDenied atomic.Uint64
 }
 
-// shardStats are per-decision counters, guarded by the shard's mutex so
-// that the request path updates no shared cache line.
+// shardStats are per-decision counters under the shard's mutex: the
+// request path updates no shared cache line.
 type shardStats struct {
 	decisions, denied, far, near, over uint64
 }
@@ -134,12 +129,10 @@ type Snapshot struct {
 	Flushes, DeltasEmitted, EmitErrors uint64
 	Evictions, EvictedDirty            uint64
 	Keys                               int64
-	// KeyBytes is the key table's heap as estimated (Config.MaxBytes).
-	KeyBytes int64
-	// HeldHits is what emission in proportion to need holds back now:
-	// hits decided in memory that no delta carries yet (at most
-	// Config.MaxHeldTotal), what a kill -9 would lose beside the keys due
-	// at the next flush.
+	KeyBytes                           int64 // the key table's heap as estimated (Config.MaxBytes)
+	// HeldHits is what lazy keys hold back now, decided in memory and in
+	// no delta yet (at most MaxHeldTotal): what a kill -9 would lose
+	// beside the keys due at the next flush.
 	HeldHits                  int64
 	Controlled, ControlErrors uint64
 }
@@ -170,30 +163,26 @@ func (c *Checker) Snapshot() Snapshot {
 	return s
 }
 
-// Checker is the async checker (docs/design.md): it decides from
-// counters held in memory, pays one atomic store call per decision only
-// near a limit, and emits consumption deltas off the request path. Rules
-// with `mode: local` run on an exact in-process limiter; `mode: sync`
-// rules charge the store on every decision. Safe for concurrent use.
+// Checker is the async checker (docs/design.md): it decides from counters
+// in memory, makes one atomic store call per decision only near a limit,
+// and emits consumption deltas off the request path. Safe for concurrent
+// use.
 type Checker struct {
-	cfg      Config
-	rules    *config.Store
-	store    counters.Store
-	prod     events.Producer
-	clock    *skewclock.Clock // the given clock, clamped to the store's
-	live     atomic.Int32     // live checkers, as the registry last said (0: not yet)
-	local    *limiter.Keyed
-	instance string
-	seed     maphash.Seed
-	// localSeeds key the digest local-mode keys go by in the in-process
-	// limiter (localKey).
-	localSeeds [2]maphash.Seed
-	shards     []shard
-	mask       uint64
-	perShard   int
-	band       rates.Band // the near band's sizing (Config's near floor, refresh, lag and safety)
-	// heldPerShard is a lock shard's share of MaxHeldTotal.
-	heldPerShard int64
+	cfg          Config
+	rules        *config.Store
+	store        counters.Store
+	prod         events.Producer
+	clock        *skewclock.Clock // the given clock, clamped to the store's
+	live         atomic.Int32     // live checkers, as the registry last said (0: not yet)
+	local        *limiter.Keyed
+	instance     string
+	seed         maphash.Seed
+	localSeeds   [2]maphash.Seed // local-mode keys' digest (localKey)
+	shards       []shard
+	mask         uint64
+	perShard     int
+	band         rates.Band // the near band's sizing
+	heldPerShard int64      // a lock shard's share of MaxHeldTotal
 	seq          atomic.Uint64
 	streams      atomic.Uint64 // analytics stream ids, one per key entry
 	bytes        atomic.Int64  // the key table's estimated heap (membytes.go)
@@ -215,8 +204,8 @@ type Checker struct {
 	readEnts    []*entry
 	readTags    []uint8
 
-	// Operator controls: the store (nil when the counter store keeps
-	// none), what the request path applies, and the poller's state.
+	// operator controls: their store (nil: none), what the request path
+	// applies, and the poller's state
 	ctlStore   counters.ControlStore
 	controls   atomic.Pointer[controlset.Set]
 	ctlMu      sync.Mutex
@@ -225,19 +214,16 @@ type Checker struct {
 	brk  *breaker.Breaker
 	stop chan struct{}
 	wg   sync.WaitGroup
-	// one rate-limited log per kind of warning, so that one kind repeating
-	// never hides another
+	// one rate-limited log per kind: one repeating never hides another
 	logFlush, logStore, logRefresh, logControls *logx.Limited
 	hash                                        *valuehash.Hasher // hash_values entries
 	hashLog                                     sync.Once
 
-	// Stats are updated by every decision and background pass.
 	Stats Stats
 }
 
-// New returns a Checker deciding with the live rules of store, charging
-// and reading counters in cs, emitting deltas through prod and reading
-// time from clock. Start runs its flusher and refresher.
+// New returns a Checker deciding with the live rules, charging and
+// reading counters in cs, emitting deltas through prod, on clock.
 func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Producer, clock limiter.Clock) (*Checker, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -287,13 +273,13 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 }
 
 // storeLanes is how many batches of store charges are in flight at once:
-// enough to keep the store's connection busy while a batch is answered,
-// few enough that a busy front sends many charges per round trip.
+// the connection stays busy while one is answered, and a busy front still
+// sends many charges per round trip.
 const storeLanes = 4
 
 // Queue reports consumption not yet handed to the producer: keys with
-// pending consumption (lazy ones, far from their limits, among them), and
-// deltas the producer refused and that wait for the next flush.
+// pending consumption (of them, lazy ones), and deltas the producer
+// refused, waiting for the next flush.
 func (c *Checker) Queue() (dirtyKeys, lazyKeys int64, buffered int) {
 	c.flushMu.Lock()
 	buffered = len(c.buffered)
@@ -307,14 +293,13 @@ func (c *Checker) Queue() (dirtyKeys, lazyKeys int64, buffered int) {
 	return c.dirtyN.Load() + lazyKeys, lazyKeys, buffered
 }
 
-// Breaker reports the counter store's circuit breaker: its state now,
-// how often it opened and how many store calls it refused.
+// Breaker reports the store's circuit breaker: its state, how often it
+// opened and the calls it refused.
 func (c *Checker) Breaker() (state breaker.State, opens, rejected uint64) {
 	return c.brk.State(c.clock.Now()), c.brk.Opens.Load(), c.brk.Rejected.Load()
 }
 
-// StoreReady reports whether the counter store answers, as far as the
-// breaker knows: an error while it is open.
+// StoreReady is an error while the store's breaker is open.
 func (c *Checker) StoreReady() error {
 	if c.brk.State(c.clock.Now()) == breaker.Open {
 		return fmt.Errorf("%w: circuit breaker open after repeated failures", counters.ErrStoreUnavailable)
@@ -328,13 +313,13 @@ func (c *Checker) Instance() string { return c.instance }
 // Rules returns the live rule set.
 func (c *Checker) Rules() *config.RuleSet { return c.rules.Load() }
 
-// Start runs the flusher, the refresher and, when the store keeps
-// operator controls, their poller (a first read that fails is logged: the
-// checker starts without controls and the poller retries).
+// Start runs the flusher, the refresher, the heartbeat and, when the
+// store keeps operator controls, their poller (first calls that fail are
+// logged and retried in the background).
 func (c *Checker) Start(ctx context.Context) error {
 	c.stop = make(chan struct{})
 	hctx, cancel := context.WithTimeout(ctx, 4*c.cfg.StoreTimeout)
-	if err := c.heartbeat(hctx); err != nil { // decisions may start before the store answers
+	if err := c.heartbeat(hctx); err != nil {
 		c.cfg.Logger.Warn("first heartbeat to the counter store failed; retrying in the background", "error", err)
 	}
 	cancel()
@@ -352,8 +337,7 @@ func (c *Checker) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the background loops and emits everything counted (a final
-// flush), within ctx.
+// Stop ends the background loops and emits everything counted, within ctx.
 func (c *Checker) Stop(ctx context.Context) error {
 	if c.stop == nil {
 		return nil

@@ -6,38 +6,27 @@ import (
 	"github.com/velvetrope/velvetrope/internal/rates"
 )
 
-// band is where a decision stands against its key's limit
-// (docs/design.md, bands).
+// band is where a decision stands against its key's limit (docs/design.md).
 type band uint8
 
 const (
-	// bandFar: room beyond the near band's threshold: decided from
-	// memory, nothing else.
-	bandFar band = iota
-	// bandNear: within the threshold, or the key too young, stale or
-	// lagging to know: a store charge (near_limit: sync), or this
-	// instance's slice of what remained (near_limit: async).
-	bandNear
-	// bandOver: a store answer said there is no room (for this cost), and
-	// what this instance knows agrees: refused from memory, so abusive
-	// traffic costs no store calls.
-	bandOver
+	bandFar  band = iota // room beyond the near band: decided from memory
+	bandNear             // within it, or too young, stale or lagging to know: a store charge, or a slice
+	bandOver             // a store answer and this view agree there is no room: refused from memory
 )
 
-// bandOf places a decision of cost on e at now, given its look (requires
-// the lock); room is the far band's margin beyond the threshold.
+// bandOf places a decision of cost on e, given its look (requires the
+// lock); room is the far band's margin beyond the threshold.
 func (c *Checker) bandOf(e *entry, lk *look, now, cost int64) (band, int64) {
-	// (a stale view's refusal is not trusted: a reset or a new limit may
-	// have made room since; a probe, cost 0, always passes; a key evicted
-	// while over and created again knows nothing yet but that it was over)
+	// (not a stale view's refusal: a reset may have made room; not a
+	// probe's; a key restored from its tombstone knows only it was over)
 	over := !e.stale && (e.overUntil > now || (cost > e.room && now < e.roomUntil))
 	if over && cost > 0 && (cost > lk.remaining || e.restored && !e.Answered()) {
 		return bandOver, 0
 	}
-	// Until two store answers have taught the key's global rate, the
-	// others' in-flight consumption cannot be bounded: stay near. A young
-	// key stays near too: its other users may not have reached the store
-	// yet (two checkers starting together each see one instance).
+	// Near until two answers taught the fleet's rate (the others'
+	// in-flight hits cannot be bounded before), and while young: its
+	// other users may not have reached the store yet.
 	room := lk.remaining - lk.pred - cost - e.Threshold(c.band, e.used, lk.ceiling)
 	if room < 0 || !e.Taught() || e.stale || now-e.created < int64(c.cfg.MinRefresh+c.cfg.PipelineLag) ||
 		e.x != nil && e.x.lagging {
@@ -46,9 +35,8 @@ func (c *Checker) bandOf(e *entry, lk *look, now, cost int64) (band, int64) {
 	return bandFar, room
 }
 
-// replan re-reads a far key before it can reach its band at the rate it
-// goes now: a key that speeds up is refreshed sooner than the refresher
-// planned. Called once per live-rate window, when e.Recheck (requires the lock).
+// replan re-reads a far key that sped up before it can reach its band
+// (once per live-rate window, when e.Recheck; requires the lock).
 func (c *Checker) replan(sh *shard, e *entry, now, room int64) {
 	e.Recheck = false
 	if rate := e.Fleet(e.used); rate > 0 {
@@ -59,11 +47,9 @@ func (c *Checker) replan(sh *shard, e *entry, now, room int64) {
 	}
 }
 
-// extra is what only some keys need, kept out of every entry: the slice
-// of a near_limit: async key and the samples that measure its pipeline's
-// lag, and what a hot key spread over shards (`shards: N`) knows of the
-// near-band charges every instance makes at its one shared counter
-// (hot.go).
+// extra is what only some keys need: a near_limit: async key's slice
+// and lag samples, and what a hot key (`shards: N`) knows of the
+// near-band charges at its shared counter (hot.go).
 type extra struct {
 	rates.Slice
 	lag                           rates.Lag
@@ -79,13 +65,11 @@ func (e *entry) more() *extra {
 	return e.x
 }
 
-// capped says whether cost more hits would take this instance past its
-// slice (requires the lock; remaining is the key's view now). The first
-// slice of a window is cut from that view; a key this instance has not
-// read in its current window — never read, or a window just begun — gets the ceiling
-// divided by the live checkers (cold start); afterwards each refresh at
-// least one pipeline lag after the last cut re-cuts it (recut). Alone, a
-// checker needs no slice: its estimate is exact.
+// capped says whether cost more hits take this instance past its slice
+// (requires the lock). A window's first slice is cut from the view, or,
+// not read in this window yet, is the ceiling over the live checkers; a
+// refresh a pipeline lag after the last cut re-cuts it (recut). Alone, a
+// checker needs no slice.
 func (c *Checker) capped(e *entry, now, cost, remaining, ceiling int64) bool {
 	n := c.fleet(e)
 	if n <= 1 || cost <= 0 {
@@ -95,21 +79,18 @@ func (c *Checker) capped(e *entry, now, cost, remaining, ceiling int64) bool {
 	q := &e.more().Slice
 	if start, _ := e.ctr.window(e.rule); fresh || q.Window != start {
 		*q = rates.Slice{At: now, Window: start, Mine: ceiling / n}
-		if e.Answered() && e.ctr.known() { // read in this window: its view
+		if e.Answered() && e.ctr.known() {
 			q.Mine = rates.Cut(max(0, remaining-e.InFlight(c.cfg.PipelineLag)), n, e.Own, e.Own+e.Others)
 		}
 	}
 	return q.Spent+cost > q.Mine
 }
 
-// recut gives e a new slice after a store answer (requires the lock):
-// its share of what remained, less the others' predicted in-flight hits.
-// A slice lasts at least one pipeline lag — the configured one, or the
-// lag measured on this instance's own consumption when that is longer (a
-// consumer group still joining, a backlog) — so the others' consumption
-// from the slices cut before it has reached the store when it is re-cut;
-// the slices of one round add up to at most what remained (rates.Cut). While
-// the lag is beyond what the samples measure, no slice is re-cut.
+// recut gives e a new slice after a store answer (requires the lock): its
+// share of what remained less the others' in-flight hits. A slice lasts
+// at least a pipeline lag — configured, or measured on this instance's
+// consumption when longer — so that the slices cut before it have reached
+// the store; the slices of a round add up to at most what remained.
 func (c *Checker) recut(e *entry, now, remaining int64) {
 	if e.x == nil {
 		return
@@ -123,9 +104,7 @@ func (c *Checker) recut(e *entry, now, remaining int64) {
 	inFlight := e.InFlight(c.cfg.PipelineLag)
 	if counted, own, ok := e.ctr.ownCounts(); ok { // measured on this instance's own consumption
 		measured, ok := e.x.lag.Measure(now, start, counted, own, lag)
-		// while the store's answers lag beyond the samples, the key stays
-		// in the near band: a far decision would trust a view that misses
-		// the others' spending
+		// lagging beyond the samples: near, no far decision on such a view
 		e.x.lagging = !ok || measured > 2*lag
 		if !ok {
 			return

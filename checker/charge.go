@@ -11,10 +11,7 @@ import (
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
-// The near band and `mode: sync`: one atomic store charge per descriptor,
-// made without any lock held, and what its answer teaches the key.
-
-// prepareCharge fills s.w.Charge for a store charge (requires the lock).
+// prepareCharge readies a near-band store charge (requires the lock).
 func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 	e, r := s.e, s.rule
 	s.need = needCharge
@@ -30,16 +27,15 @@ func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 	e.ctr.fillCharge(c, e, q)
 }
 
-// charge runs the prepared store charges without any lock held. Envoy
-// rules are charged whatever happens; algorithm rules only while the
-// request stands, and refunded if a later descriptor refuses it. It
-// returns whether the request is refused.
+// charge makes the readied store calls without any lock held, and
+// reports whether the request is refused. Envoy rules are charged
+// whatever happens; algorithm rules only while the request stands,
+// refunded when a later descriptor refuses it.
 func (c *Checker) charge(slots []slot, denied bool, req *ratelimit.Request, now int64) bool {
 	for i := range slots {
 		s := &slots[i]
 		if s.role == rolePool && !denied {
-			// the borrowers before it have their answers: the pool pays
-			// what they took above their own limits by those answers
+			// the borrowers before it have their answers: the pool pays by them
 			c.redecidePool(s, slots, req, now)
 			if !s.allowed && s.need == needMemory && !s.shadowed {
 				denied = true
@@ -51,7 +47,7 @@ func (c *Checker) charge(slots []slot, denied bool, req *ratelimit.Request, now 
 		cost := s.cost
 		if denied && !s.w.Charge.ChargeDenied { // already refused: not worth a charge
 			s.call = callSkipped
-			if s.need == needExact { // the store alone knows this counter: probe it for the status
+			if s.need == needExact { // only the store knows it: probe for the status
 				s.w.SyncReq.Cost, s.w.SyncReq.RequestID = 0, ""
 				c.call(s.w, now)
 			}
@@ -72,8 +68,7 @@ func (c *Checker) charge(slots []slot, denied bool, req *ratelimit.Request, now 
 		default:
 			s.allowed, s.charged = s.w.Answer.Allowed, s.w.Answer.Allowed || s.w.Charge.ChargeDenied
 			if s.rule.Pool != nil && s.allowed {
-				// borrowing is what the store's count says, not this view
-				s.setAbove(s.w.Answer.Total, cost)
+				s.setAbove(s.w.Answer.Total, cost) // by the store's count, not this view
 			}
 		}
 		if !s.allowed && !s.rule.Shadow {
@@ -87,7 +82,7 @@ func (c *Checker) charge(slots []slot, denied bool, req *ratelimit.Request, now 
 }
 
 // call makes one store call through the batcher, unless the breaker is
-// open (then w.Err says so and the failure policy decides).
+// open (w.Err says so).
 func (c *Checker) call(w *syncWork, now int64) {
 	var probe bool
 	if probe, w.Err = c.admit(now); w.Err == nil {
@@ -96,8 +91,7 @@ func (c *Checker) call(w *syncWork, now int64) {
 	}
 }
 
-// refund takes back the charges of a refused request: it charges nothing
-// to algorithm rules (Envoy's semantics keeps every call).
+// refund takes back a refused request's charges of algorithm rules.
 func (c *Checker) refund(slots []slot) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.StoreTimeout)
 	defer cancel()
@@ -116,16 +110,14 @@ func (c *Checker) refund(slots []slot) {
 			q := s.w.Charge
 			if err := c.store.Refund(ctx, &q); err == nil {
 				s.charged = false
-				s.w.Answer.Refunded(&q) // the answer described the counter with this charge in it
+				s.w.Answer.Refunded(&q) // the answer counted it in
 			}
 		}
 	}
 }
 
-// redecidePool decides a pool slot again, without any lock held, when
-// its borrowers' store answers changed what they borrow: the pool's shard
-// is locked for the decision alone. A pool no borrower uses any more is
-// left alone.
+// redecidePool decides a pool slot again, its shard locked for that
+// alone, when its borrowers' store answers changed what they borrow.
 func (c *Checker) redecidePool(p *slot, slots []slot, req *ratelimit.Request, now int64) {
 	cost := borrowed(p, slots)
 	decided := p.need != needNone
@@ -143,8 +135,8 @@ func (c *Checker) redecidePool(p *slot, slots []slot, req *ratelimit.Request, no
 	c.unlock(lk)
 }
 
-// admit asks the breaker whether a store call may go out now; probe says
-// the call is the half-open probe, to be reported to c.brk.done.
+// admit asks the breaker whether a store call may go out now; probe: it
+// is the half-open probe.
 func (c *Checker) admit(now int64) (probe bool, err error) {
 	ok, probe := c.brk.Allow(now)
 	if !ok {
@@ -166,7 +158,6 @@ func (c *Checker) failurePolicy(s *slot, now, cost int64) {
 	case config.FailClosed:
 		s.allowed = false
 	case config.FailLocalBudget:
-		// this instance's share of what remained at the last answer
 		s.allowed = s.w.budgetOK
 	default: // open
 		s.allowed = true
@@ -205,10 +196,9 @@ func (c *Checker) applyCharges(slots []slot, now int64) {
 	}
 }
 
-// answerExact reports what the store said of a `mode: sync` decision it
-// ran whole; a probe (the request was refused already) as the exact
-// engine's peek would. Its analytics wait for the request's answer: a
-// refund when another rule refused still counts as answered.
+// answerExact reports a `mode: sync` decision the store ran whole; a
+// probe (the request refused already) as the exact engine's peek would.
+// Its analytics wait for the request's answer.
 func (c *Checker) answerExact(s *slot) {
 	res, cost := s.w.SyncAnswer, s.cost
 	s.remaining, s.resetAfter = res.Remaining, res.ResetAfter
@@ -231,14 +221,12 @@ func (c *Checker) answerExact(s *slot) {
 }
 
 // answerCharge takes in a near-band charge's answer: the counter learns
-// from it (counter.absorbCharge), the decision is reported from it, and
-// a refusal teaches how long the key stays over.
+// from it, the status reports it, a refusal says how long the key is over.
 func (c *Checker) answerCharge(s *slot, now int64) {
 	e, cost := s.e, s.cost
 	l := e.ctr.absorbCharge(c, e, now, &s.w.Charge, &s.w.Answer, cost, s.charged, s.allowed)
 	if l.rolled {
-		// the decision still counts: analytics only (its hits are the
-		// earlier window's, which the store holds)
+		// analytics only: its hits are the earlier window's, in the store
 		if s.charged {
 			p := &e.pendApplied
 			p.Tally(now, cost, s.allowed, refusalOf(s, false), true)
@@ -266,23 +254,18 @@ func (c *Checker) answerCharge(s *slot, now int64) {
 		if l.remaining <= 0 {
 			e.overUntil = max(e.overUntil, now+int64(s.retryAfter))
 		}
-		// The room only shrinks within a window (a bucket's grows: one
-		// token's time): larger costs are refused from memory until then
-		// or until a refresh says otherwise.
+		// larger costs are refused from memory while the room is trusted
 		e.room, e.roomUntil = l.remaining, l.roomUntil
 	}
 }
 
-// degradedDecision finishes a failed charge under the lock (the failure
-// policy decided): what it admitted is counted for the aggregator to add
-// later.
+// degradedDecision finishes a charge the failure policy decided (under
+// the lock): what it admitted is counted for the aggregator to add.
 func (c *Checker) degradedDecision(s *slot, now, cost int64) {
 	e := s.e
 	if s.need == needExact {
-		// A `mode: sync` counter is the store's own (the exact engine's
-		// keys): hits admitted now cannot be added to it later — the
-		// aggregator applies deltas to the async counters — so they go to
-		// the analytics only, and the counter never holds them.
+		// a `mode: sync` counter is the exact engine's, which no delta
+		// reaches: what it admits now goes to the analytics only
 		s.later = laterAnalytics // counted with the request's answer
 		s.remaining, s.resetAfter = e.ctr.state(c, e, now, 0)
 		c.emitSoon(&c.shards[s.sh], e, now, 0, -1)
@@ -306,8 +289,7 @@ func (c *Checker) degradedDecision(s *slot, now, cost int64) {
 	}
 }
 
-// prepareExact readies a `mode: sync` decision that the store runs whole
-// (requires the lock).
+// prepareExact readies a `mode: sync` decision the store runs whole.
 func (c *Checker) prepareExact(s *slot, req *ratelimit.Request, cost int64) {
 	s.need = needExact
 	s.w = c.work(s.w)
@@ -331,12 +313,10 @@ func (c *Checker) releaseWork(slots []slot) {
 // syncWork is one store call of a Check, sent through the batcher.
 type syncWork struct {
 	counters.Call
-	// budgetOK: local_budget would admit the charge if the store fails
-	// (this instance's share of what remained at the last answer)
-	budgetOK bool
+	budgetOK bool // within local_budget's share, should the store fail
 }
 
-// work readies a pooled syncWork for a new charge (w: the slot's, if any).
+// work readies a pooled syncWork (w: the slot's, if any).
 func (c *Checker) work(w *syncWork) *syncWork {
 	if w == nil {
 		w = c.works.Get().(*syncWork)

@@ -21,8 +21,8 @@ func (c *Checker) flushLoop() {
 	})
 }
 
-// every runs fn every interval (and whenever wake fires) until Stop, each
-// run with its own timeout.
+// every runs fn every interval and when wake fires, until Stop, each run
+// with its own timeout.
 func (c *Checker) every(interval time.Duration, wake <-chan struct{}, timeout time.Duration, fn func(context.Context)) {
 	defer c.wg.Done()
 	t := time.NewTicker(interval)
@@ -40,16 +40,13 @@ func (c *Checker) every(interval time.Duration, wake <-chan struct{}, timeout ti
 	}
 }
 
-// emitSoon queues e's pending consumption (requires the shard lock), cost
-// more hits about to be counted, in proportion to need (docs/design.md,
-// "Emission in proportion to need"): it waits in the emission wheel, up
-// to MaxEmitInterval and never past the end of its window or its minute,
-// while what it holds that the store lacks is at most room / (2 ×
-// instances) — room being the far band's margin at this decision (-1: not
-// far) —, at most MaxHeldHits, and its shard's lazy keys hold at most
-// their share of MaxHeldTotal; else it goes at the next flush. What the
-// store already has (charges, sync decisions) and refusals that charge
-// nothing are analytics only and always wait.
+// emitSoon queues e's pending consumption, cost more hits about to be
+// counted, in proportion to need (docs/design.md, "Emission in proportion
+// to need"; requires the shard lock). It waits in the emission wheel, up
+// to MaxEmitInterval and not past its window or minute, while what it
+// holds that the store lacks is at most room / (2 × instances) (room: the
+// far band's margin; -1: not far), MaxHeldHits and its shard's share of
+// MaxHeldTotal; else it goes at the next flush.
 func (c *Checker) emitSoon(sh *shard, e *entry, now, cost, room int64) {
 	if e.emit == emitDue {
 		return // due at the next flush already
@@ -66,9 +63,8 @@ func (c *Checker) emitSoon(sh *shard, e *entry, now, cost, room int64) {
 	if e.emit == emitLazy {
 		return // keeps its turn
 	}
+	// by the end of its minute and window: one delta each
 	due := min(now+int64(c.cfg.MaxEmitInterval), (now/int64(time.Minute)+1)*int64(time.Minute)-1)
-	// by the end of its window, so that a window's consumption goes in
-	// one delta (a decision in the next one emits it anyway)
 	_, end := e.ctr.window(e.rule)
 	due = min(due, end-1)
 	f := int64(c.cfg.FlushInterval)
@@ -76,14 +72,13 @@ func (c *Checker) emitSoon(sh *shard, e *entry, now, cost, room int64) {
 }
 
 // Flush emits every pending delta now, lazy ones included. Deltas the
-// producer refuses stay buffered, in order, ahead of later ones; while
-// MaxBuffered deltas wait, consumption keeps aggregating in the key table
-// instead (memory bounded by the keys, not by traffic), so nothing counted
-// is ever dropped.
+// producer refuses stay buffered, in order; while MaxBuffered wait,
+// consumption aggregates in the key table instead (bounded by the keys,
+// not the traffic): nothing counted is dropped.
 func (c *Checker) Flush(ctx context.Context) error { return c.flush(ctx, true) }
 
-// flush emits what is due: every key queued for the next flush, and the
-// lazy keys whose tick has come (all of them with all).
+// flush emits the keys queued for it and the lazy keys whose tick has
+// come (all of them with all).
 func (c *Checker) flush(ctx context.Context, all bool) error {
 	c.flushMu.Lock()
 	defer c.flushMu.Unlock()
@@ -98,9 +93,8 @@ func (c *Checker) flush(ctx context.Context, all bool) error {
 		for i := range c.shards {
 			sh := &c.shards[i]
 			sh.mu.Lock()
-			// Orphans first: they were built before the deltas built now,
-			// and a key's deltas must carry their minute usage in sequence
-			// order (the newest sequence's row wins in the analytics).
+			// orphans first: a key's minute usage must go in sequence
+			// order (the newest sequence's row wins in the analytics)
 			deltas = append(deltas, sh.orphans...)
 			sh.orphans = nil
 			for _, e := range sh.dirty {
@@ -121,9 +115,8 @@ func (c *Checker) flush(ctx context.Context, all bool) error {
 		c.dirtyN.Store(0)
 		c.lastTick = tick
 	}
-	// Sequences are assigned in the order of production, so that per
-	// partition they only grow: the aggregator drops anything not above
-	// the highest sequence it applied.
+	// sequences in the order of production: per partition they only
+	// grow (the aggregator drops what is not above its highest applied)
 	for _, d := range deltas[fresh:] {
 		d.Sequence = c.seq.Add(1)
 	}
@@ -148,9 +141,9 @@ func (c *Checker) flush(ctx context.Context, all bool) error {
 	return nil
 }
 
-// flushSlot emits the lazy entries of wheel slot t that are due by tick
-// (every one with all), keeps those queued for a later turn of the wheel,
-// and drops stale places (requires the shard lock).
+// flushSlot emits wheel slot t's lazy entries due by tick (every one
+// with all), keeps those of a later turn and drops stale places
+// (requires the shard lock).
 func (c *Checker) flushSlot(deltas []*eventsv1.Delta, sh *shard, t, tick int64, all bool) []*eventsv1.Delta {
 	i := t % int64(len(sh.wheel))
 	if i < 0 {
@@ -160,7 +153,7 @@ func (c *Checker) flushSlot(deltas []*eventsv1.Delta, sh *shard, t, tick int64, 
 	for _, e := range slot {
 		switch {
 		case e.emit != emitLazy || e.lazyTick%int64(len(sh.wheel)) != i:
-			// promoted, emitted or re-queued elsewhere since: a stale place
+			// a stale place: promoted, emitted or queued elsewhere since
 		case e.lazyTick > tick && !all:
 			slot[kept] = e // a later turn of the wheel (the clock went back)
 			kept++
@@ -179,8 +172,8 @@ func (c *Checker) flushSlot(deltas []*eventsv1.Delta, sh *shard, t, tick int64, 
 // appendDeltas moves e's pending consumption into deltas (requires the
 // shard lock).
 func (c *Checker) appendDeltas(deltas []*eventsv1.Delta, e *entry) []*eventsv1.Delta {
-	// own_after only once the store has told us our part (a key created
-	// again counts from zero until then, and the counter adds all of it)
+	// own_after only once the store told us our part (a key created again
+	// counts from zero until then, and the counter adds all of it)
 	own := int64(0)
 	if e.Answered() {
 		own = e.ctr.mineMemory()
@@ -196,8 +189,7 @@ func (c *Checker) appendDeltas(deltas []*eventsv1.Delta, e *entry) []*eventsv1.D
 	return deltas
 }
 
-// drain moves a departing entry's pending consumption to the shard's
-// orphans (requires the shard lock).
+// drain moves a departing entry's pending consumption to the orphans.
 func (c *Checker) drain(sh *shard, e *entry) {
 	if e.emit == emitLazy {
 		sh.unlazy(e)
@@ -206,14 +198,12 @@ func (c *Checker) drain(sh *shard, e *entry) {
 	e.emit = emitClean
 }
 
-// delta builds the wire delta of one pending slot (Sequence is set when
-// it is produced).
+// delta builds the wire delta of p (Sequence is set when produced).
 func (c *Checker) delta(e *entry, p *tally.Pending, applied bool, ownAfter int64) *eventsv1.Delta {
 	r := e.rule
 	alg := r.Algorithm
 	if r.Limit == 0 {
-		// a blocked counter's entry counts refusals only: analytics, nothing
-		// to add (and a window, whatever the blocked rule's algorithm)
+		// a blocked counter's entry counts refusals only (analytics, a window)
 		applied = true
 		if alg.Bucket() {
 			alg = config.AlgFixedWindow
@@ -229,17 +219,16 @@ func (c *Checker) delta(e *entry, p *tally.Pending, applied bool, ownAfter int64
 	return d
 }
 
-// count records consumption decided in memory (requires the lock): to the
-// own counters, and to the pending delta. A refusal counted all the same
-// (Envoy's semantics) is tallied as its rule decided: the call is charged
-// to it whatever the answer (and such a refusal never defers).
+// count records consumption decided in memory in the counter and the
+// pending delta (requires the lock); a refusal counted all the same
+// (Envoy's semantics) is tallied as its rule decided (it never defers).
 func (c *Checker) count(s *slot, now, cost int64, allowed bool) {
 	e := s.e
 	p := &e.pend
 	p.Tally(now, cost, allowed, refusalOf(s, false), true)
 	e.Observe(now, cost)
 	p.Counted += uint64(cost)
-	if e.emit == emitLazy { // held back: what a crash would lose (emitSoon bounds it)
+	if e.emit == emitLazy { // held back (emitSoon bounds it)
 		c.shards[e.hash&c.mask].held += cost
 	}
 	e.sinceAnswer += cost
@@ -249,9 +238,8 @@ func (c *Checker) count(s *slot, now, cost int64, allowed bool) {
 	e.ctr.addMemory(cost)
 }
 
-// countApplied records consumption the store already applied (a charge)
-// in the pending delta; the counter counted it with the answer
-// (counter.absorbCharge).
+// countApplied records a charge the store applied in the pending delta
+// (the counter took it in with the answer).
 func (c *Checker) countApplied(s *slot, now, cost int64, allowed bool) {
 	e := s.e
 	e.Observe(now, cost)
@@ -260,10 +248,8 @@ func (c *Checker) countApplied(s *slot, now, cost int64, allowed bool) {
 	p.Counted += uint64(cost)
 }
 
-// countRefused records a refusal that charged nothing (analytics only),
-// as its caller was answered (refusalOf; deferred: the request was). A
-// pool that had room for a borrowing another rule refused counts
-// nothing: it neither lent nor refused.
+// countRefused records a refusal that charged nothing, as its caller was
+// answered (refusalOf); a pool that had room neither lent nor refused.
 func (c *Checker) countRefused(s *slot, e *entry, now, cost int64, deferred bool) {
 	if s.role == rolePool && s.allowed {
 		return
@@ -271,10 +257,8 @@ func (c *Checker) countRefused(s *slot, e *entry, now, cost int64, deferred bool
 	e.pend.Tally(now, cost, false, refusalOf(s, deferred), false)
 }
 
-// countAnalytics records a decision the counters already hold: one the
-// store ran whole (`mode: sync`), or one the in-process limiter of a
-// `mode: local` rule made. Emitted as already applied, for analytics only;
-// a refusal as its caller was answered (deferred: the request was).
+// countAnalytics records a decision the counters already hold (`mode:
+// sync`: the store's; `mode: local`: the limiter's), for the analytics.
 func (c *Checker) countAnalytics(s *slot, now, cost int64, allowed, deferred bool) {
 	p := &s.e.pendApplied
 	p.Tally(now, cost, allowed, refusalOf(s, deferred), false)
@@ -283,10 +267,9 @@ func (c *Checker) countAnalytics(s *slot, now, cost int64, allowed, deferred boo
 	}
 }
 
-// countLater is a slot's analytics tally that waits for the request's
-// answer (commit): a refusal counts as the caller was answered, which is
-// known only once every descriptor has decided. Only tallies that count
-// no hits wait (the hits a delta counts stay within its tallied costs).
+// countLater is a slot's tally that waits for the request's answer
+// (commit): a refusal counts as the caller was answered. Only tallies
+// that count no hits wait.
 type countLater uint8
 
 const (
@@ -295,13 +278,11 @@ const (
 	laterAnalytics            // countAnalytics of a `mode: sync` decision, as the caller was answered
 )
 
-// above records that an admission of s, already tallied in p, went above
-// its rule's own limit: borrowing from its pool, or into a soft
-// throttle's overage (s.remaining: after the admission). The statuses
-// say the same (Status.Elastic, Status.OverSoft).
+// above records that an admission of s tallied in p went above its own
+// limit: borrowing, or into a soft overage (Status.Elastic, OverSoft).
 func above(p *tally.Pending, s *slot) {
 	switch {
-	case s.role == roleRelease: // no decision counted (tally), so none above the limit either
+	case s.role == roleRelease: // no decision counted, none above
 	case s.rule.Pool != nil:
 		if s.borrows() {
 			p.Elastic++
@@ -311,19 +292,16 @@ func above(p *tally.Pending, s *slot) {
 	}
 }
 
-// overSoft reports whether remaining (against r's ceiling, after an
-// admission) lies in a soft throttle's overage: above r's own limit.
+// overSoft reports whether remaining (against r's ceiling) lies in a
+// soft throttle's overage.
 func overSoft(r *config.Rule, remaining int64) bool {
 	over := r.Ceiling() - r.Limit
 	return r.Pool == nil && over > 0 && remaining < over
 }
 
-// refusalOf says how a refusal of slot s counts, deferred saying the
-// request was deferred: a shadow rule's own refusal is shadow-denied
-// (the status says Shadowed; a request another rule refused is refused
-// under it too), any other as the request was answered — deferred
-// under every rule when it was, denied when not (a deferring rule's
-// refusal included: the caller was denied).
+// refusalOf is how s's refusal counts: a shadow rule's own is
+// shadow-denied, any other as the request was answered (deferred or
+// denied; a deferring rule's too when the request was denied).
 func refusalOf(s *slot, deferred bool) tally.Refusal {
 	switch {
 	case s.role == roleRelease:

@@ -10,23 +10,20 @@ import (
 )
 
 // The engine's side of package operate (an operator's actions on a
-// running checker): the few handles they need. Off the decision path,
-// this is the one file that reads or changes a key's entry.
+// running checker): off the decision path, the one file that reads or
+// changes a key's entry for them.
 
-// Now reads the checker's clock: the one it was given, kept within
-// Config.MaxClockSkew of the counter store's. Its windows start and its
-// controls expire by it.
+// Now reads the checker's clock, kept within MaxClockSkew of the store's:
+// its windows start and its controls expire by it.
 func (c *Checker) Now() int64 { return c.clock.Now() }
 
-// StoreTimeout is Config.StoreTimeout (defaults applied): the deadline of
-// one decision's store calls.
+// StoreTimeout is the deadline of one decision's store calls.
 func (c *Checker) StoreTimeout() time.Duration { return c.cfg.StoreTimeout }
 
-// InForce returns the operator controls as of the last read of the
-// control store ([Checker.SyncControls]): every control live at that
-// read, pool capacities included, in no set order, and how many of them
-// the request path matches descriptors against (those the live rules can
-// apply). The slice is shared: never modify it.
+// InForce returns the controls live at the last read of the control store
+// ([Checker.SyncControls]), pool capacities included, in no set order,
+// and how many of them the live rules apply. The slice is shared: never
+// modify it.
 func (c *Checker) InForce() (list []counters.Control, applied int) {
 	if cs := c.controls.Load(); cs != nil {
 		return cs.List(), cs.Applied()
@@ -34,45 +31,34 @@ func (c *Checker) InForce() (list []counters.Control, applied int) {
 	return nil, 0
 }
 
-// PoolRule returns the rule a pool of the live rules decides with now:
-// its capacity as an operator set it, else as its rule file says.
+// PoolRule returns the rule a pool decides with now: its capacity as an
+// operator set it, else as its rule file says.
 func (c *Checker) PoolRule(pool *config.Rule) *config.Rule { return c.poolRule(pool) }
 
-// CounterView is this checker's own view of one counter at an instant
-// ([Checker.Counter]): what it would decide the next request from, before
-// any store read.
+// CounterView is this checker's view of one counter ([Checker.Counter]):
+// what it would decide the next request from, before any store read.
 type CounterView struct {
-	// StoreKey is where this checker's consumption of the counter goes
-	// in the store (its own shard of a `shards: N` counter).
-	StoreKey string
-	// Held says the key table holds the counter (window and bucket
-	// counters); of one it does not hold, only StoreKey and Bucket are
-	// set.
+	StoreKey string // where this checker's consumption goes (its shard of a hot key)
+	// Held says the key table holds the counter; if not, only StoreKey
+	// and Bucket are set.
 	Held bool
-	// Remaining is what is left before the next request; ResetAfter
-	// when the counter resets as it stands: what a request of cost 0
-	// would report.
+	// Remaining and ResetAfter are what a request of cost 0 would report.
 	Remaining  int64
 	ResetAfter time.Duration
-	// The count as this checker estimates it (a window's, every
-	// instance's), its own part, its hits not yet emitted, the
-	// other instances' rate (hits per second) and how many instances
-	// share the key; refused from memory until OverUntil (0: not over),
-	// re-read at NextRefresh (Unix ns).
+	// The count as estimated (a window's, every instance's), its own part,
+	// its hits not yet emitted, the others' rate (hits per second) and the
+	// instances sharing it; refused from memory until OverUntil (0: not
+	// over), re-read at NextRefresh (Unix ns).
 	Used, Mine, Pending, OthersRate int64
 	Instances                       int
 	OverUntil, NextRefresh          int64
-	// Bucket is the algorithm a bucket counter is decided with, held or
-	// not: one the key table does not hold stands as the store's TAT says.
-	Bucket limiter.GCRA
+	Bucket                          limiter.GCRA // a bucket counter's algorithm, held or not
 }
 
-// Counter returns this checker's view at now of the counter of rule r
-// (a limit above 0, mode async or local) for values es, hashed as the
-// checker counts them. It charges nothing, records no decision and calls
-// no store; a held window counter is first rolled to now, as a decision
-// would. A local counter is the in-process limiter's, whose error it
-// returns.
+// Counter returns this checker's view at now of rule r's counter (a limit
+// above 0, mode async or local) for values es, hashed as it counts them.
+// It charges nothing and calls no store; a held window counter is rolled
+// to now, as a decision would. A local counter's error is the limiter's.
 func (c *Checker) Counter(r *config.Rule, es []config.Entry, now int64) (CounterView, error) {
 	key := string(config.AppendCounterKey(nil, r, es))
 	v := CounterView{StoreKey: c.storeKey(key, r)}
@@ -105,12 +91,10 @@ func (c *Checker) Counter(r *config.Rule, es []config.Entry, now int64) (Counter
 	return v, nil
 }
 
-// Forget drops what this checker holds of the counter of rule r for
-// values es (hashed) once an operator reset it in the store: all of a
-// `mode: local` counter, which lives only here; of any other, what it
-// remembers of being over the limit (an evicted key's tombstone too, or
-// it would come back refused), and a held key re-reads the store at once,
-// within ctx, so that its next decision knows of the reset.
+// Forget drops what this checker holds of rule r's counter for values es
+// (hashed) once an operator reset it in the store: all of a `mode: local`
+// counter (it lives only here); of another, that it was over (its
+// tombstone too), and a held key re-reads the store at once, within ctx.
 func (c *Checker) Forget(ctx context.Context, r *config.Rule, es []config.Entry) {
 	if r.Mode == config.ModeLocal {
 		c.local.Reset(c.localKey(string(config.AppendCounterKey(nil, r, es))), r.Limiter)
@@ -128,8 +112,8 @@ func (c *Checker) Forget(ctx context.Context, r *config.Rule, es []config.Entry)
 		if e.life == lifeParked {
 			sh.parked.Staled()
 		}
-		e.active, e.life = true, lifeHeld // a read to make, even of a key nobody uses now
-		sh.schedule(e, now)               // learn the reset before the next decision
+		e.active, e.life = true, lifeHeld // read now, even if nobody uses it
+		sh.schedule(e, now)
 	}
 	sh.mu.Unlock()
 	if held {

@@ -16,11 +16,10 @@ const refreshBatch = 4096
 
 func (c *Checker) refreshLoop() { c.every(c.cfg.RefreshTick, nil, 5*time.Second, c.Refresh) }
 
-// Refresh re-reads the keys whose refresh is due and drops idle ones. A
-// key is due when it could reach its near-limit band before its next read
-// at the rate observed for it (and at least every MaxRefresh): the cost of
-// refreshing grows with the keys that approach their limits, not with all
-// keys.
+// Refresh re-reads the keys due and drops idle ones. A key is due when
+// at its rate it could reach its near band before its next read (and at
+// least every MaxRefresh): reads grow with the keys near their limits,
+// not with all keys.
 func (c *Checker) Refresh(ctx context.Context) {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
@@ -61,15 +60,11 @@ func (c *Checker) Refresh(ctx context.Context) {
 	}
 }
 
-// collectDue pops the keys due at now: idle ones are dropped, parked ones
-// left unread, the others' reads collected, up to refreshBatch (requires
-// c.refreshMu).
-//
-// Each pass starts where the last one stopped: when more keys are due
-// than one pass reads, every shard still gets its turn (starting at shard
-// 0 every time starved the last shards of reads and evictions). Once the
-// batch is full, the remaining shards still drop their due idle keys,
-// which costs no read: eviction never waits on Redis.
+// collectDue pops the keys due at now: idle ones are dropped, parked
+// ones left unread, up to refreshBatch others' reads collected (requires
+// c.refreshMu). A pass starts where the last stopped, so that every shard
+// gets its turn; once the batch is full the rest still drop their idle
+// keys: eviction never waits on the store.
 func (c *Checker) collectDue(now int64) ([]counters.ReadItem, []*entry, []uint8) {
 	items, ents, tags := c.readItems[:0], c.readEnts[:0], c.readTags[:0]
 	idle := now - int64(c.cfg.IdleAfter)
@@ -94,13 +89,12 @@ func (c *Checker) collectDue(now int64) ([]counters.ReadItem, []*entry, []uint8)
 			e := heap.Pop(&sh.refresh).(*entry)
 			switch {
 			case e.rule.Mode == config.ModeLocal || e.rule.Limit == 0:
-				// its counter is in this process, or it only counts a blocked
-				// counter's refusals: nothing to read, only its idle eviction
+				// nothing to read (the limiter's, or refusals only): its idle eviction
 				c.idle(sh, e, now)
 			case !e.active && e.Answered() && parkable(e):
 				c.idle(sh, e, now) // nothing to learn: no read
 			default:
-				// provisional: put back far out, so a failed read loses nothing
+				// put back far out: a failed read loses nothing
 				sh.schedule(e, now+int64(c.cfg.MaxRefresh))
 				items, ents, tags = e.ctr.reads(c, e, items, ents, tags)
 			}
@@ -125,11 +119,8 @@ const (
 
 // idle handles a due key nobody decided on since the store last answered
 // (requires the shard lock): a read would teach nothing. Unused for
-// parkAfter, it is parked — a key seen once, as most are at a per-IP or
-// per-user front — and only its idle eviction stays scheduled, until a
-// decision wakes it (its view then stale: that decision is near). Until
-// then its read waits for the moment it could be parked, and is made
-// only if a decision comes first.
+// parkAfter — a key seen once, as most of a per-IP front — it is parked
+// until a decision wakes it, only its idle eviction due.
 func (c *Checker) idle(sh *shard, e *entry, now int64) {
 	after := min(int64(c.cfg.MaxRefresh), int64(parkAfter))
 	if now-e.used < after {
@@ -140,9 +131,8 @@ func (c *Checker) idle(sh *shard, e *entry, now int64) {
 	sh.parked.Push(e, e.used) // out of the heap: popped, not pushed back
 }
 
-// dropParked evicts the parked entries of sh unused for IdleAfter
-// (requires the shard lock); an entry still holding pending consumption
-// (the producer refusing) waits for a later pass.
+// dropParked evicts sh's parked entries unused for IdleAfter (requires
+// the lock); one still holding pending consumption waits for a later pass.
 func (c *Checker) dropParked(sh *shard, now int64) {
 	sh.parked.Drain(now-int64(c.cfg.IdleAfter), stillParked, func(e *entry) bool {
 		if e.emit != emitClean {
@@ -153,22 +143,17 @@ func (c *Checker) dropParked(sh *shard, now int64) {
 	})
 }
 
-// stillParked says a reference to e parked at its use used is current: e
-// was neither used again nor evicted since.
+// stillParked: e, parked at its use used, was not used or evicted since.
 func stillParked(e *entry, used int64) bool { return e.life == lifeParked && e.used == used }
 
 // parkAfter is how long a key goes unused before the refresher stops
-// reading it: a key used less often pays one (batched) store charge per
-// use instead of a read every refresh.
+// reading it: one used less often pays a charge per use, not reads.
 const parkAfter = time.Second
 
-// parkable says whether e may be parked: window counters only, not spread
-// over shards (only reads tell a hot key its other shards; buckets:
-// bucketCounter.parkable).
+// parkable says whether e may be parked (counter.parkable).
 func parkable(e *entry) bool { return e.ctr.parkable(e.rule) }
 
-// applyRead records one read answer and schedules the next (requires the
-// shard lock).
+// applyRead records a read answer and schedules the next (requires the lock).
 func (c *Checker) applyRead(sh *shard, e *entry, it *counters.ReadItem, now int64) {
 	remaining, pred, ceiling, ok := e.ctr.absorbRead(c, e, it, now)
 	if !ok {
@@ -196,7 +181,7 @@ func (c *Checker) applyRead(sh *shard, e *entry, it *counters.ReadItem, now int6
 		next = min(next, rates.MulDiv(room, int64(time.Second), 2*rate)) // 128 bits: room may be near the int64 bound
 	}
 	next = max(next, int64(c.cfg.MinRefresh))
-	if end < math.MaxInt64-int64(c.cfg.MinRefresh) { // a new window needs its first read soon after it starts
+	if end < math.MaxInt64-int64(c.cfg.MinRefresh) { // a new window's first read soon after it starts
 		next = min(next, end+int64(c.cfg.MinRefresh)-now)
 	}
 	sh.schedule(e, now+max(next, int64(c.cfg.RefreshTick)))
