@@ -204,12 +204,7 @@ type Checker struct {
 	readEnts    []*entry
 	readTags    []uint8
 
-	// operator controls: their store (nil: none), what the request path
-	// applies, and the poller's state
-	ctlStore   counters.ControlStore
-	controls   atomic.Pointer[controlset.Set]
-	ctlMu      sync.Mutex
-	ctlVersion int64
+	ctl *controlset.Poller // operator controls (nil: the store keeps none)
 
 	brk  *breaker.Breaker
 	stop chan struct{}
@@ -261,7 +256,9 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 		return nil, err
 	}
 	c.brk = breaker.New(cfg.BreakerFailures, cfg.BreakerOpenFor)
-	c.ctlStore, _ = cs.(counters.ControlStore)
+	if cst, ok := cs.(counters.ControlStore); ok {
+		c.ctl = controlset.NewPoller(cst, rules, c.seed)
+	}
 	if cfg.IdempotencyTTL > 0 {
 		c.ids = ratelimit.NewRequestIDs(cfg.IdempotencyTTL, 1<<16)
 	}
@@ -327,7 +324,7 @@ func (c *Checker) Start(ctx context.Context) error {
 	go c.flushLoop()
 	go c.refreshLoop()
 	go c.heartbeatLoop()
-	if c.ctlStore != nil {
+	if c.ctl != nil {
 		if err := c.SyncControls(ctx); err != nil {
 			c.cfg.Logger.Warn("operator controls not read at start; retrying in the background", "err", err)
 		}

@@ -7,32 +7,24 @@ import (
 	"github.com/velvetrope/velvetrope/internal/heapsize"
 )
 
-// The key table's bound in bytes (Config.MaxBytes). Every key carries an
-// estimate of the heap it holds, made once when it is created — the
-// entry, its place in its shard's map and queues, the strings it copied
-// from the request (counter key, values, descriptor text) and the state
-// its rule gives it — and the table keeps the running total. A key
-// created while the total is over the bound evicts first, as a full
-// shard does: the least recently used of a sample of its shard, then, if
-// its shard has nothing older to give, of the next shards that are free
-// at that instant. Nothing is walked per decision: a decision on a known
-// key changes no estimate.
+// The key table's bound in bytes (MaxBytes): every key carries an
+// estimate of its heap made when it is created (entry, places in its
+// shard's map and queues, copied strings, its rule's state), and the
+// table keeps the total. A key created over the bound evicts first, as a
+// full shard does. A decision on a known key changes no estimate.
 
-// entryOverhead is what a key costs beyond its own strings and its entry
-// with its counter (one allocation): its slot in the shard's map (a swiss table of 8-byte keys and pointers
-// at 7/8 load, doubling as it grows: about 40 bytes), and one place in
-// each of the shard's queues that may hold it (refresh heap, emission
-// wheel, dirty list: 8 bytes each; parked list: 16), with their slack as
-// they grow.
+// entryOverhead is a key's cost beyond its strings, entry and counter:
+// its slot in the shard's map (a swiss table of 8-byte keys and pointers
+// at 7/8 load, doubling: about 40 bytes) and a place in each queue that
+// may hold it (refresh heap, wheel, dirty list: 8 bytes; parked: 16),
+// with their slack as they grow.
 var entryOverhead int64 = 40 + 2*(3*8+16)
 
-// minEntryBytes is the least a key costs: its overhead and its entry with
-// the smaller counter.
+// minEntryBytes is the least a key costs (with the smaller counter).
 var minEntryBytes = entryOverhead + heapsize.Of(int(unsafe.Sizeof(entry{})+min(unsafe.Sizeof(windowCounter{}), unsafe.Sizeof(bucketCounter{}))))
 
-// entryBytes estimates the heap e holds; ownVals are the bytes of the
-// request values it copied (a wildcard rule's shared pattern values are
-// the rule's, not the key's).
+// entryBytes estimates the heap e holds; ownVals are the values it copied
+// (a shared wildcard's pattern is the rule's).
 func entryBytes(e *entry, ownVals []string) int64 {
 	n := entryOverhead + heapsize.Of(int(unsafe.Sizeof(entry{}))+e.ctr.size()) + heapsize.Of(len(e.key)) + heapsize.Of(len(e.desc)) + heapsize.Of(len(e.vals)*int(unsafe.Sizeof("")))
 	if e.skey != e.key {
@@ -47,17 +39,14 @@ func entryBytes(e *entry, ownVals []string) int64 {
 	return n
 }
 
-// maxSteal bounds the other shards one creation tries to evict from when
-// its own shard has nothing older to give.
+// maxSteal bounds the other shards one creation evicts from.
 const maxSteal = 8
 
-// makeRoom evicts until need more bytes fit within MaxBytes (requires the
-// lock of shard i): the least recently used of its own keys first, then of
-// the next shards whose lock is free at this instant (TryLock: shards are
-// otherwise locked in ascending order only, so waiting for one here could
-// deadlock). Keys used at now may belong to the request being decided and
-// are never evicted. If nothing can be evicted the key is created anyway:
-// the total exceeds the bound by at most that key until the next creation.
+// makeRoom evicts until need more bytes fit within MaxBytes (requires
+// shard i's lock): its own least recently used keys, then the next
+// shards' whose lock is free (TryLock: waiting out of ascending order
+// could deadlock), never one used at now (the request's own). If nothing
+// can go, the key exceeds the bound until the next creation.
 func (c *Checker) makeRoom(i int, need, now int64) {
 	if c.cfg.MaxBytes <= 0 {
 		return
@@ -76,9 +65,8 @@ func (c *Checker) makeRoom(i int, need, now int64) {
 	}
 }
 
-// tombKeys is how many keys a shard's tombstone table is sized for: the
-// keys the shard can hold by count, or by bytes when that is fewer (every
-// key takes at least minEntryBytes).
+// tombKeys is the keys a shard's tombstone table is sized for: what it
+// can hold by count, or by bytes when fewer.
 func (c *Checker) tombKeys() int {
 	n := c.perShard
 	if c.cfg.MaxBytes > 0 {

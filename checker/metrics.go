@@ -62,5 +62,5 @@ func (c *Checker) RegisterMetrics(reg MetricsRegistry) {
 		func() float64 { _, l, _ := c.Queue(); return float64(l) })
 	reg.Gauge("velvetrope_checker_queue_buffered_deltas", "Deltas the producer refused, waiting for the next flush.", func() float64 { _, _, b := c.Queue(); return float64(b) })
 	reg.Counter("velvetrope_checker_controlled_total", "Descriptors an operator control (allow, deny, limit) decided.", snap(func(s Snapshot) uint64 { return s.Controlled }))
-	reg.Gauge("velvetrope_checker_controls", "Operator controls in force.", func() float64 { return float64(c.controls.Load().Listed(c.clock.Now())) })
+	reg.Gauge("velvetrope_checker_controls", "Operator controls in force.", func() float64 { return float64(c.ctl.Current().Listed(c.clock.Now())) })
 }

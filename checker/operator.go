@@ -25,7 +25,7 @@ func (c *Checker) StoreTimeout() time.Duration { return c.cfg.StoreTimeout }
 // and how many of them the live rules apply. The slice is shared: never
 // modify it.
 func (c *Checker) InForce() (list []counters.Control, applied int) {
-	if cs := c.controls.Load(); cs != nil {
+	if cs := c.ctl.Current(); cs != nil {
 		return cs.List(), cs.Applied()
 	}
 	return nil, 0

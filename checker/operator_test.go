@@ -29,7 +29,7 @@ func putControl(t testing.TB, c *Checker, action string, limit int64, ttl time.D
 	if ttl > 0 {
 		ct.ExpiresAt = now + int64(ttl)
 	}
-	if err := c.ctlStore.PutControl(context.Background(), ct); err != nil {
+	if err := c.store.(counters.ControlStore).PutControl(context.Background(), ct); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.SyncControls(context.Background()); err != nil {
@@ -41,7 +41,7 @@ func putControl(t testing.TB, c *Checker, action string, limit int64, ttl time.D
 // deleteControl deletes the control id from the store and here at once.
 func deleteControl(t testing.TB, c *Checker, id string) {
 	t.Helper()
-	if _, err := c.ctlStore.DeleteControl(context.Background(), id); err != nil {
+	if _, err := c.store.(counters.ControlStore).DeleteControl(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.SyncControls(context.Background()); err != nil {

@@ -113,7 +113,7 @@ func (s *slot) entriesOf(req *ratelimit.Request) []config.Entry {
 // poolRule is the rule pool decides with: the file's, or an operator's
 // capacity for it (controls).
 func (c *Checker) poolRule(pool *config.Rule) *config.Rule {
-	if cs := c.controls.Load(); cs != nil {
+	if cs := c.ctl.Current(); cs != nil {
 		if r := cs.Pool(pool.ID); r != nil {
 			return r
 		}
