@@ -15,11 +15,11 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
-	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/internal/breaker"
 	"github.com/velvetrope/velvetrope/internal/controlset"
 	"github.com/velvetrope/velvetrope/internal/hist"
 	"github.com/velvetrope/velvetrope/internal/logx"
+	"github.com/velvetrope/velvetrope/internal/outbox"
 	"github.com/velvetrope/velvetrope/internal/rates"
 	"github.com/velvetrope/velvetrope/internal/skewclock"
 	"github.com/velvetrope/velvetrope/internal/valuehash"
@@ -100,16 +100,13 @@ type Stats struct {
 	SyncCharges, Refunds     atomic.Uint64
 	Degraded                 atomic.Uint64
 	Refreshes, RefreshErrors atomic.Uint64
-	Flushes, DeltasEmitted   atomic.Uint64
-	EmitErrors               atomic.Uint64
+	Flushes                  atomic.Uint64
 	Evictions, EvictedDirty  atomic.Uint64
 	Keys                     atomic.Int64
-	Controlled               atomic.Uint64 // descriptors an operator control decided
-	ControlErrors            atomic.Uint64 // failed reads of the control store
-	StoreErrors              atomic.Uint64 // failed store charges (refreshes: RefreshErrors)
-	// EmitLatency: from a key's first pending decision to the producer
-	// accepting its delta; Staleness: a store view's age when refreshed.
-	EmitLatency, Staleness hist.Histogram
+	Controlled               atomic.Uint64  // descriptors an operator control decided
+	ControlErrors            atomic.Uint64  // failed reads of the control store
+	StoreErrors              atomic.Uint64  // failed store charges (refreshes: RefreshErrors)
+	Staleness                hist.Histogram // a store view's age when a refresh replaces it
 	// decisions that locked no shard (local-mode or unlimited rules only)
 	unsharded, unshardedDenied atomic.Uint64
 }
@@ -143,7 +140,7 @@ func (c *Checker) Snapshot() Snapshot {
 		Decisions: c.Stats.unsharded.Load(), Denied: c.Stats.unshardedDenied.Load(),
 		SyncCharges: c.Stats.SyncCharges.Load(), Refunds: c.Stats.Refunds.Load(), Degraded: c.Stats.Degraded.Load(),
 		Refreshes: c.Stats.Refreshes.Load(), RefreshErrors: c.Stats.RefreshErrors.Load(),
-		Flushes: c.Stats.Flushes.Load(), DeltasEmitted: c.Stats.DeltasEmitted.Load(), EmitErrors: c.Stats.EmitErrors.Load(),
+		Flushes: c.Stats.Flushes.Load(), DeltasEmitted: c.out.Emitted.Load(), EmitErrors: c.out.Errors.Load(),
 		Evictions: c.Stats.Evictions.Load(), EvictedDirty: c.Stats.EvictedDirty.Load(), Keys: c.Stats.Keys.Load(),
 		KeyBytes:   c.bytes.Load(),
 		Controlled: c.Stats.Controlled.Load(), ControlErrors: c.Stats.ControlErrors.Load(),
@@ -181,9 +178,8 @@ type Checker struct {
 	shards       []shard
 	mask         uint64
 	perShard     int
-	band         rates.Band // the near band's sizing
-	heldPerShard int64      // a lock shard's share of MaxHeldTotal
-	seq          atomic.Uint64
+	band         rates.Band    // the near band's sizing
+	heldPerShard int64         // a lock shard's share of MaxHeldTotal
 	streams      atomic.Uint64 // analytics stream ids, one per key entry
 	bytes        atomic.Int64  // the key table's estimated heap (membytes.go)
 	ids          *ratelimit.RequestIDs
@@ -197,7 +193,7 @@ type Checker struct {
 	slots       int          // emission wheel slots (0: no lazy emission)
 	lastTick    int64        // the last flush tick emitted (under flushMu)
 	flushMu     sync.Mutex
-	buffered    []*eventsv1.Delta // deltas the producer refused, oldest first (under flushMu)
+	out         *outbox.Outbox // deltas on their way to the producer (under flushMu)
 	refreshMu   sync.Mutex
 	refreshNext int                 // shard the next refresher pass starts at (under refreshMu)
 	readItems   []counters.ReadItem // refresher scratch (under refreshMu)
@@ -255,6 +251,7 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	if c.hash, err = valuehash.New([]byte(cfg.HashKey)); err != nil {
 		return nil, err
 	}
+	c.out = outbox.New(prod, cfg.MaxBuffered, flushBatch)
 	c.brk = breaker.New(cfg.BreakerFailures, cfg.BreakerOpenFor)
 	if cst, ok := cs.(counters.ControlStore); ok {
 		c.ctl = controlset.NewPoller(cst, rules, c.seed)
@@ -269,6 +266,9 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	return c, nil
 }
 
+// flushBatch is the most deltas handed to the producer in one call.
+const flushBatch = 2048
+
 // storeLanes is how many batches of store charges are in flight at once:
 // the connection stays busy while one is answered, and a busy front still
 // sends many charges per round trip.
@@ -279,7 +279,7 @@ const storeLanes = 4
 // refused, waiting for the next flush.
 func (c *Checker) Queue() (dirtyKeys, lazyKeys int64, buffered int) {
 	c.flushMu.Lock()
-	buffered = len(c.buffered)
+	buffered = c.out.Held()
 	c.flushMu.Unlock()
 	for i := range c.shards {
 		sh := &c.shards[i]

@@ -78,7 +78,7 @@ func TestLatencyHistograms(t *testing.T) {
 	if err := a.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if s := a.Stats.EmitLatency.Snapshot(); s.Count != 1 || s.SumSeconds != 0.02 {
+	if s := a.out.Latency.Snapshot(); s.Count != 1 || s.SumSeconds != 0.02 {
 		t.Fatalf("emit latency: %+v", s)
 	}
 	// a bucket key is read whether it is used or not (a window key

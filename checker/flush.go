@@ -9,14 +9,11 @@ import (
 	"github.com/velvetrope/velvetrope/internal/tally"
 )
 
-// flushBatch is the most deltas handed to the producer in one call.
-const flushBatch = 2048
-
 func (c *Checker) flushLoop() {
 	c.every(c.cfg.FlushInterval, c.flushNow, 10*time.Second, func(ctx context.Context) {
 		if err := c.flush(ctx, false); err != nil {
 			c.logFlush.Warn("emitting deltas failed; they stay buffered and are retried", "error", err,
-				"buffered", len(c.buffered))
+				"buffered", c.out.Held())
 		}
 	})
 }
@@ -82,9 +79,8 @@ func (c *Checker) Flush(ctx context.Context) error { return c.flush(ctx, true) }
 func (c *Checker) flush(ctx context.Context, all bool) error {
 	c.flushMu.Lock()
 	defer c.flushMu.Unlock()
-	deltas := c.buffered
-	fresh := len(deltas)
-	if len(deltas) < c.cfg.MaxBuffered {
+	var deltas []*eventsv1.Delta
+	if !c.out.Full() {
 		tick := c.clock.Now() / int64(c.cfg.FlushInterval)
 		from := max(c.lastTick+1, tick-int64(c.slots)+1)
 		if all {
@@ -115,30 +111,8 @@ func (c *Checker) flush(ctx context.Context, all bool) error {
 		c.dirtyN.Store(0)
 		c.lastTick = tick
 	}
-	// sequences in the order of production: per partition they only
-	// grow (the aggregator drops what is not above its highest applied)
-	for _, d := range deltas[fresh:] {
-		d.Sequence = c.seq.Add(1)
-	}
 	c.Stats.Flushes.Add(1)
-	for len(deltas) > 0 {
-		n := min(len(deltas), flushBatch)
-		if err := c.prod.Produce(ctx, deltas[:n]); err != nil {
-			c.Stats.EmitErrors.Add(1)
-			c.buffered = deltas
-			return err
-		}
-		c.Stats.DeltasEmitted.Add(uint64(n))
-		now := c.clock.Now()
-		for _, d := range deltas[:n] {
-			if d.FirstUnixNanos > 0 {
-				c.Stats.EmitLatency.Observe(time.Duration(now - d.FirstUnixNanos))
-			}
-		}
-		deltas = deltas[n:]
-	}
-	c.buffered = nil
-	return nil
+	return c.out.Send(ctx, deltas, c.clock.Now)
 }
 
 // flushSlot emits wheel slot t's lazy entries due by tick (every one

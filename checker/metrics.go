@@ -49,7 +49,7 @@ func (c *Checker) RegisterMetrics(reg MetricsRegistry) {
 		func() float64 { _, o, _ := c.Breaker(); return float64(o) })
 	reg.Counter("velvetrope_checker_store_breaker_rejected_total", "Store calls the open breaker refused without waiting.",
 		func() float64 { _, _, r := c.Breaker(); return float64(r) })
-	reg.Histogram("velvetrope_checker_emit_latency_seconds", "From a key's first pending decision to the producer accepting its delta.", &c.Stats.EmitLatency)
+	reg.Histogram("velvetrope_checker_emit_latency_seconds", "From a key's first pending decision to the producer accepting its delta.", &c.out.Latency)
 	reg.Histogram("velvetrope_checker_refresh_staleness_seconds", "Age of a key's store view when a refresh replaces it.", &c.Stats.Staleness)
 	reg.Gauge("velvetrope_checker_live_instances", "Checkers sharing the counter store, as its registry last said.",
 		func() float64 { l, _, _ := c.Fleet(); return float64(l) })
