@@ -115,7 +115,7 @@ func (c *Checker) prepare(p *pass, req *ratelimit.Request, d *ratelimit.Decision
 	}
 	p.fp, p.n = fp, len(req.Descriptors)
 	d.Statuses = slices.Grow(d.Statuses[:0], p.n)[:p.n]
-	matched := matchRules(dom, req, matchBuf[:p.n])
+	matched := req.Match(dom, matchBuf[:p.n])
 	config.DropReplaced(matched)
 	if !req.Prehashed {
 		req = c.applyHashing(req, matched)

@@ -9,33 +9,21 @@ import (
 // their keyed hashes, as the checker counts them (req itself when no rule
 // of it hashes): what may leave the process, e.g. a deferred request on
 // its topic. Descriptors that match no rule, or an unknown domain, are
-// left as they are.
+// left as they are; a rule another replaces hashes all the same (a value
+// its own rule hashes never leaves raw).
 func (c *Checker) Hashed(req *ratelimit.Request) *ratelimit.Request {
-	dom, known := c.rules.Load().Lookup(req.Domain)
-	if !known || req.Prehashed || len(req.Descriptors) > config.MaxDescriptors {
-		return req
-	}
-	var buf [config.MaxDescriptors]*config.Rule
-	matched := matchRules(dom, req, buf[:len(req.Descriptors)])
-	// (replaced rules too: a value its own rule hashes never leaves raw)
-	return c.applyHashing(req, matched)
-}
-
-// matchRules fills matched with each descriptor's rule: its own (an
-// override, a release naming it), else the one its entries match.
-func matchRules(dom config.Domain, req *ratelimit.Request, matched []*config.Rule) []*config.Rule {
-	for i := range req.Descriptors {
-		if matched[i] = req.Descriptors[i].Rule; matched[i] == nil {
-			matched[i] = dom.Match(req.Descriptors[i].Entries)
-		}
-	}
-	return matched
+	return c.warnRandom(req, c.hash.Hashed(c.rules.Load(), req))
 }
 
 // applyHashing returns req with the values of hashed entries replaced,
 // as a copy, or req itself when no matched rule hashes.
 func (c *Checker) applyHashing(req *ratelimit.Request, matched []*config.Rule) *ratelimit.Request {
-	out := c.hash.Request(req, matched)
+	return c.warnRandom(req, c.hash.Request(req, matched))
+}
+
+// warnRandom returns out, warning once when it hashed req's values with
+// a random key: counters no other checker shares.
+func (c *Checker) warnRandom(req, out *ratelimit.Request) *ratelimit.Request {
 	if out != req && c.hash.Random() {
 		c.hashLog.Do(func() {
 			c.cfg.Logger.Warn("hash_values rules are hashed with a random per-process key: set checker.hash_key " +

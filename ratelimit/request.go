@@ -34,6 +34,18 @@ func (r *Request) HitsOf(i int) int64 {
 	return r.Hits
 }
 
+// Match fills matched (one place per descriptor) with each descriptor's
+// rule in dom: its own (an override, a release naming it), else the one
+// its entries match (nil: none).
+func (r *Request) Match(dom config.Domain, matched []*config.Rule) []*config.Rule {
+	for i := range r.Descriptors {
+		if matched[i] = r.Descriptors[i].Rule; matched[i] == nil {
+			matched[i] = dom.Match(r.Descriptors[i].Entries)
+		}
+	}
+	return matched
+}
+
 // Request asks for a decision. Hits is the cost: 0 is a probe that reports
 // without consuming. A non-empty RequestID makes retries idempotent: the
 // same request (domain, descriptors, hits, overrides) with the same id

@@ -60,6 +60,18 @@ func (h *Hasher) Value(domain, key, value string) string {
 	return out
 }
 
+// Hashed returns req with the values its rules in rs hash replaced (req
+// itself when none does, when it is prehashed, its domain unknown or its
+// descriptors too many to match).
+func (h *Hasher) Hashed(rs *config.RuleSet, req *ratelimit.Request) *ratelimit.Request {
+	dom, known := rs.Lookup(req.Domain)
+	if !known || req.Prehashed || len(req.Descriptors) > config.MaxDescriptors {
+		return req
+	}
+	var buf [config.MaxDescriptors]*config.Rule
+	return h.Request(req, req.Match(dom, buf[:len(req.Descriptors)]))
+}
+
 // Request returns req with the values its rules hash replaced (rules[i]
 // is descriptor i's, nil for none), as a copy: the caller's request is not
 // modified. It returns req itself when no rule hashes.

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/testrules"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -80,5 +81,39 @@ func TestRequest(t *testing.T) {
 				t.Errorf("returned a copy: %v, want %v", copied, tt.copy)
 			}
 		})
+	}
+}
+
+// TestHashed: a request's values are hashed by the rules they match in
+// the rule set; an unknown domain or a prehashed request is left alone.
+func TestHashed(t *testing.T) {
+	h, _ := New([]byte("secret"))
+	rs := testrules.Store(t, `domain: api
+descriptors:
+  - key: user
+    hash_values: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`).Load()
+	mk := func(domain string, prehashed bool) *ratelimit.Request {
+		return &ratelimit.Request{Domain: domain, Prehashed: prehashed, Descriptors: []ratelimit.Descriptor{
+			{Entries: []config.Entry{{Key: "user", Value: "priya"}}}}}
+	}
+	tests := []struct {
+		name   string
+		req    *ratelimit.Request
+		hashed bool
+	}{
+		{"matched", mk("api", false), true},
+		{"unknown domain", mk("web", false), false},
+		{"prehashed", mk("api", true), false},
+	}
+	for _, tt := range tests {
+		got := h.Hashed(rs, tt.req)
+		if hashed := got != tt.req; hashed != tt.hashed {
+			t.Fatalf("%s: hashed %v, want %v", tt.name, hashed, tt.hashed)
+		}
+		if tt.hashed && got.Descriptors[0].Entries[0].Value != h.Value("api", "user", "priya") {
+			t.Fatalf("%s: value %q is not its hash", tt.name, got.Descriptors[0].Entries[0].Value)
+		}
 	}
 }
