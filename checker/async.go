@@ -17,6 +17,7 @@ import (
 	"github.com/velvetrope/velvetrope/events"
 	"github.com/velvetrope/velvetrope/internal/breaker"
 	"github.com/velvetrope/velvetrope/internal/controlset"
+	"github.com/velvetrope/velvetrope/internal/digest"
 	"github.com/velvetrope/velvetrope/internal/hist"
 	"github.com/velvetrope/velvetrope/internal/logx"
 	"github.com/velvetrope/velvetrope/internal/outbox"
@@ -174,7 +175,7 @@ type Checker struct {
 	local        *limiter.Keyed
 	instance     string
 	seed         maphash.Seed
-	localSeeds   [2]maphash.Seed // local-mode keys' digest (localKey)
+	localKeys    digest.Digester // local-mode keys in the limiter
 	shards       []shard
 	mask         uint64
 	perShard     int
@@ -233,8 +234,8 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	}
 	c := &Checker{cfg: cfg, rules: rules, store: cs, prod: prod, clock: sc, local: local,
 		instance: cfg.InstanceName + "/" + hex.EncodeToString(nonce[:]), seed: maphash.MakeSeed(),
-		localSeeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
-		shards:     make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1), perShard: max(cfg.MaxKeys/cfg.Shards, 1),
+		localKeys: digest.New(),
+		shards:    make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1), perShard: max(cfg.MaxKeys/cfg.Shards, 1),
 		heldPerShard: max(cfg.MaxHeldTotal/int64(cfg.Shards), 1),
 		band: rates.Band{Floor: cfg.NearFloor, FloorPercent: cfg.NearFloorPct,
 			Cover: (cfg.MinRefresh + cfg.PipelineLag) * time.Duration(cfg.SafetyPercent) / 100},

@@ -63,7 +63,7 @@ func (c *Checker) Counter(r *config.Rule, es []config.Entry, now int64) (Counter
 	key := string(config.AppendCounterKey(nil, r, es))
 	v := CounterView{StoreKey: c.storeKey(key, r)}
 	if r.Mode == config.ModeLocal {
-		d, err := c.local.PeekAt(c.localKey(key), r.Limiter, now, 0)
+		d, err := c.local.PeekAt(c.localKeys.String(key), r.Limiter, now, 0)
 		v.Remaining, v.ResetAfter = d.Remaining, d.ResetAfter
 		return v, err
 	}
@@ -97,7 +97,7 @@ func (c *Checker) Counter(r *config.Rule, es []config.Entry, now int64) (Counter
 // tombstone too), and a held key re-reads the store at once, within ctx.
 func (c *Checker) Forget(ctx context.Context, r *config.Rule, es []config.Entry) {
 	if r.Mode == config.ModeLocal {
-		c.local.Reset(c.localKey(string(config.AppendCounterKey(nil, r, es))), r.Limiter)
+		c.local.Reset(c.localKeys.String(string(config.AppendCounterKey(nil, r, es))), r.Limiter)
 		return
 	}
 	now := c.clock.Now()

@@ -2,7 +2,6 @@ package checker
 
 import (
 	"container/heap"
-	"encoding/binary"
 	"hash/fnv"
 	"hash/maphash"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/internal/digest"
 	"github.com/velvetrope/velvetrope/internal/heapsize"
 	"github.com/velvetrope/velvetrope/internal/rates"
 	"github.com/velvetrope/velvetrope/internal/stampq"
@@ -272,7 +272,7 @@ func (c *Checker) keys(bufpp **[]byte, req *ratelimit.Request, rules []*config.R
 			}
 			at := len(buf)
 			buf = config.AppendCounterKey(buf, r, es)
-			buf = c.appendLocalKey(buf[:at], buf[at:])
+			buf = c.localKeys.Append(buf[:at], buf[at:])
 		}
 		// (a blocked or local rule's entry carries its decisions to analytics)
 		s.h = c.counterHash(r, es)
@@ -290,33 +290,14 @@ func (c *Checker) keys(bufpp **[]byte, req *ratelimit.Request, rules []*config.R
 		return // no local-mode key
 	}
 	**bufpp = buf
-	at := 0 // every local key is localKeyBytes long, in the order of its descriptors
+	at := 0 // every local key is digest.Size long, in the order of its descriptors
 	for i, r := range rules {
 		if r != nil && !r.Unlimited && r.Mode == config.ModeLocal { // aliases the buffer; the limiter copies what it keeps
-			slots[i].key = unsafe.String(&buf[at], localKeyBytes)
-			at += localKeyBytes
+			slots[i].key = unsafe.String(&buf[at], digest.Size)
+			at += digest.Size
 		}
 	}
 }
-
-// localKeyBytes is a local-mode key's length in the in-process limiter:
-// a 128-bit digest of its counter key, the same few bytes whatever its
-// values.
-const localKeyBytes = 16
-
-// appendLocalKey appends the limiter key of counter key key (which may
-// alias buf's spare capacity) to buf: two 64-bit hashes under seeds drawn
-// at start, which nobody outside the process knows.
-func (c *Checker) appendLocalKey(buf, key []byte) []byte {
-	a, b := maphash.Bytes(c.localSeeds[0], key), maphash.Bytes(c.localSeeds[1], key)
-	var d [localKeyBytes]byte
-	binary.LittleEndian.PutUint64(d[:8], a)
-	binary.LittleEndian.PutUint64(d[8:], b)
-	return append(buf, d[:]...)
-}
-
-// localKey is the limiter key of counter key key (off the request path).
-func (c *Checker) localKey(key string) string { return string(c.appendLocalKey(nil, []byte(key))) }
 
 // counterHash hashes a counter's rule id and values (a shared wildcard's
 // pattern).
