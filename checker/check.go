@@ -257,14 +257,14 @@ func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 		s.need, s.allowed = needNone, true
 		return
 	case r.Limit == 0: // Envoy's block, or an operator's deny control
-		s.need, s.never = needMemory, true
+		s.need, s.never, s.shadowed = needMemory, true, r.Shadow
 		s.resetAfter = time.Duration(limiter.WindowStart(now, int64(r.Window)) + int64(r.Window) - now)
-		s.shadowed = r.Shadow
-		c.blockedEntry(s, req, now)
+		sh := &c.shards[s.sh]
+		c.emitSoon(sh, c.entryFor(sh, s, req, now, true), now, 0, -1)
 		return
 	}
 	sh := &c.shards[s.sh]
-	e := c.entryFor(sh, s, req, now)
+	e := c.entryFor(sh, s, req, now, false)
 	switch {
 	case r.Mode == config.ModeLocal: // the limiter decides; the entry carries it to the analytics
 		c.decideLocal(s, now, cost)
@@ -314,11 +314,14 @@ func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 }
 
 // entryFor finds or creates s's entry, ready for a decision at now
-// (requires the shard lock).
-func (c *Checker) entryFor(sh *shard, s *slot, req *ratelimit.Request, now int64) *entry {
+// (requires the shard lock). A blocked counter's (requests_per_unit 0, a
+// deny control) carries its refusals to the analytics — a blocked client
+// hammering is what the top-denied keys must show —, and an existing
+// entry keeps its rule and kind: lifting a control finds it as it was.
+func (c *Checker) entryFor(sh *shard, s *slot, req *ratelimit.Request, now int64, blocked bool) *entry {
 	r := s.rule
 	e := sh.lookup(s.h, r, s.entriesOf(req))
-	if e != nil && e.rule != r && e.ctr.kind() != kindOf(r) {
+	if e != nil && !blocked && e.rule != r && e.ctr.kind() != kindOf(r) {
 		// a blocked counter's entry, or a reload changed the algorithm:
 		// its state is of another kind, so it starts afresh from the store
 		c.dropEntry(sh, e, now)
@@ -327,7 +330,10 @@ func (c *Checker) entryFor(sh *shard, s *slot, req *ratelimit.Request, now int64
 	if e == nil {
 		e = c.create(sh, s, req, now)
 	}
-	s.e, e.rule, e.used, e.active = e, r, now, true
+	s.e, e.used, e.active = e, now, true
+	if !blocked {
+		e.rule = r
+	}
 	if e.life == lifeParked {
 		c.wake(sh, e, now)
 	}
@@ -355,25 +361,6 @@ func (c *Checker) judge(s *slot, lk *look, now, cost int64, capped bool) {
 			above(&e.pend, s)
 		}
 	}
-}
-
-// blockedEntry gives a blocked counter's refusal (requests_per_unit 0, a
-// deny control) the key's entry, so that commit counts it in the
-// analytics: a blocked client hammering is what the top-denied keys must
-// show. An existing entry keeps its rule (lifting a control finds it as
-// it was); a new one is a window counter used for analytics only.
-func (c *Checker) blockedEntry(s *slot, req *ratelimit.Request, now int64) {
-	sh := &c.shards[s.sh]
-	e := sh.lookup(s.h, s.rule, s.entriesOf(req))
-	if e == nil {
-		e = c.create(sh, s, req, now)
-	}
-	if e.life == lifeParked {
-		c.wake(sh, e, now) // back in the heap, where its idle eviction happens
-	}
-	s.e, e.used, e.active = e, now, true
-	e.ctr.roll(c, sh, e, now)
-	c.emitSoon(sh, e, now, 0, -1)
 }
 
 // denyFromMemory refuses a key known to be over its limit, with no store
