@@ -8,6 +8,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/internal/estimate"
 	"github.com/velvetrope/velvetrope/internal/tally"
 	"github.com/velvetrope/velvetrope/limiter"
 )
@@ -120,70 +121,40 @@ type learned struct {
 
 // windowCounter is a window-kind key's current and previous window.
 type windowCounter struct {
-	cur, prev winState
+	cur, prev estimate.Window
 }
-
-// winState is one window of a window-kind key.
-type winState struct {
-	start   int64 // window start, unix ns; 0 = none
-	emitted int64 // this instance's hits decided in memory in the window (exact)
-	charged int64 // this instance's hits the store charged in the window
-	total   int64 // the store's applied total at the last answer (this instance's shard)
-	own     int64 // the part of total that is this instance's
-	shards  int64 // the other shards' totals at the last read (`shards: N`)
-	base    int64 // this instance's part when an operator last reset the counter
-	known   bool  // the store answered for this window
-}
-
-// others is the applied consumption of other instances in w.
-func (w *winState) others() int64 { return max(0, w.total-w.own) + w.shards }
-
-// mine is everything this instance counted in w.
-func (w *winState) mine() int64 { return w.emitted + w.charged - w.base }
 
 func (w *windowCounter) kind() counters.Kind          { return counters.KindWindow }
 func (w *windowCounter) size() int                    { return int(unsafe.Sizeof(*w)) }
-func (w *windowCounter) known() bool                  { return w.cur.known }
-func (w *windowCounter) addMemory(cost int64)         { w.cur.emitted += cost }
-func (w *windowCounter) addCharged(cost int64)        { w.cur.charged += cost }
-func (w *windowCounter) mineMemory() int64            { return w.cur.emitted }
+func (w *windowCounter) known() bool                  { return w.cur.Known }
+func (w *windowCounter) addMemory(cost int64)         { w.cur.Emitted += cost }
+func (w *windowCounter) addCharged(cost int64)        { w.cur.Charged += cost }
+func (w *windowCounter) mineMemory() int64            { return w.cur.Emitted }
 func (w *windowCounter) parkable(r *config.Rule) bool { return r.Shards <= 1 }
 func (w *windowCounter) ownCounts() (int64, int64, bool) {
-	return w.cur.emitted + w.cur.charged, w.cur.own, true
+	return w.cur.Emitted + w.cur.Charged, w.cur.Own, true
 }
 
 func (w *windowCounter) window(r *config.Rule) (int64, int64) {
-	if w.cur.start == 0 {
+	if w.cur.Start == 0 {
 		return 0, math.MaxInt64
 	}
-	return w.cur.start, w.cur.start + int64(r.Window)
+	return w.cur.Start, w.cur.Start + int64(r.Window)
 }
 
 func (w *windowCounter) admit(*entry, int64, int64, limiter.State, bool) {}
 
-func (w *windowCounter) fillDelta(_ *entry, d *eventsv1.Delta) { d.WindowStartUnixNanos = w.cur.start }
-
-// absorb takes in a store answer for the current window. A key created
-// since it last answered (fresh) takes back what the store knows of its
-// consumption, less chargedNow (the answering charge's own hits, which
-// the caller counts).
-func (w *windowCounter) absorb(total, own, base, ownMem, ownSync int64, fresh bool, chargedNow int64) {
-	if fresh {
-		w.cur.emitted = max(w.cur.emitted, ownMem)
-		w.cur.charged = max(w.cur.charged, ownSync-chargedNow)
-	}
-	w.cur.total, w.cur.own, w.cur.base, w.cur.known = total, own, base, true
-}
+func (w *windowCounter) fillDelta(_ *entry, d *eventsv1.Delta) { d.WindowStartUnixNanos = w.cur.Start }
 
 func (w *windowCounter) roll(c *Checker, sh *shard, e *entry, now int64) {
 	W := int64(e.rule.Window)
 	ws := limiter.WindowStart(now, W)
-	if ws <= w.cur.start {
+	if ws <= w.cur.Start {
 		return // same window, or a clock behind it: stay
 	}
 	own := int64(0) // (own_after: as in appendDeltas)
 	if e.Answered() {
-		own = w.cur.emitted
+		own = w.cur.Emitted
 	}
 	if e.emit == emitLazy { // its orphans carry all: the next decision queues it anew
 		sh.unlazy(e)
@@ -197,12 +168,12 @@ func (w *windowCounter) roll(c *Checker, sh *shard, e *entry, now int64) {
 		sh.orphans = append(sh.orphans, c.delta(e, &e.pend, false, own))
 		e.pend = tally.Pending{}
 	}
-	if ws == w.cur.start+W {
+	if ws == w.cur.Start+W {
 		w.prev = w.cur
 	} else {
-		w.prev = winState{}
+		w.prev = estimate.Window{}
 	}
-	w.cur = winState{start: ws}
+	w.cur = estimate.Window{Start: ws}
 	e.answerRemaining, e.sinceAnswer = -1, 0 // nothing known of the new window yet
 	if e.overUntil <= ws {
 		e.overUntil = 0
@@ -213,8 +184,8 @@ func (w *windowCounter) roll(c *Checker, sh *shard, e *entry, now int64) {
 func (w *windowCounter) look(c *Checker, e *entry, now, _ int64, lk *look) {
 	r := e.rule
 	lk.ceiling, lk.pred, lk.post = r.Ceiling(), e.InFlight(c.cfg.PipelineLag), limiter.State{} // (try: a bucket's only)
-	if !w.cur.known {
-		lk.pred += e.Others * min(now-w.cur.start, int64(r.Window)) / int64(time.Second)
+	if !w.cur.Known {
+		lk.pred += e.Others * min(now-w.cur.Start, int64(r.Window)) / int64(time.Second)
 	}
 	lk.mine = w.curMine(e.x)
 	if r.Algorithm != config.AlgSlidingWindow {
@@ -237,9 +208,9 @@ func (w *windowCounter) view(c *Checker, e *entry, now int64) look {
 // window only when it is the one just before.
 func (w *windowCounter) slidingCounts(e *entry, now int64) limiter.SlidingCounts {
 	W := int64(e.rule.Window)
-	sc := limiter.SlidingCounts{Cur: w.curMine(e.x) + w.curOthers(e.x), Elapsed: now - w.cur.start, Window: W}
-	if w.prev.start == w.cur.start-W {
-		sc.Prev = w.prev.mine() + w.prev.others()
+	sc := limiter.SlidingCounts{Cur: w.curMine(e.x) + w.curOthers(e.x), Elapsed: now - w.cur.Start, Window: W}
+	if w.prev.Start == w.cur.Start-W {
+		sc.Prev = w.prev.Mine() + w.prev.Others()
 	}
 	return sc
 }
@@ -269,7 +240,7 @@ func (w *windowCounter) judge(c *Checker, e *entry, lk *look, now, cost int64, c
 	}
 	if r.Algorithm == config.AlgEnvoy {
 		v.remaining = max(0, lk.remaining-cost)
-		v.resetAfter = time.Duration(w.cur.start + int64(r.Window) - now)
+		v.resetAfter = time.Duration(w.cur.Start + int64(r.Window) - now)
 	}
 	if !v.allowed && lk.remaining <= 0 {
 		e.overUntil = max(e.overUntil, now+int64(v.retryAfter))
@@ -287,13 +258,13 @@ func (w *windowCounter) reset(e *entry, now, cost int64) time.Duration {
 	if w.curMine(e.x)+w.curOthers(e.x)+cost == 0 {
 		return 0
 	}
-	return time.Duration(w.cur.start + int64(e.rule.Window) - now)
+	return time.Duration(w.cur.Start + int64(e.rule.Window) - now)
 }
 
 // retry is when cost fits again if nothing else arrives.
 func (w *windowCounter) retry(e *entry, lk *look, now, cost int64) time.Duration {
 	if e.rule.Algorithm != config.AlgSlidingWindow {
-		return time.Duration(w.cur.start + int64(e.rule.Window) - now)
+		return time.Duration(w.cur.Start + int64(e.rule.Window) - now)
 	}
 	return time.Duration(w.slidingCounts(e, now).RetryAfter(lk.ceiling, cost))
 }
@@ -304,25 +275,25 @@ func (w *windowCounter) state(c *Checker, e *entry, now, cost int64) (int64, tim
 
 func (w *windowCounter) fillCharge(_ *Checker, e *entry, q *counters.ChargeRequest) {
 	r := e.rule
-	q.Window, q.Ceiling, q.OwnEmitted, q.OtherShards = w.cur.start, r.Ceiling(), w.cur.emitted, w.cur.shards
+	q.Window, q.Ceiling, q.OwnEmitted, q.OtherShards = w.cur.Start, r.Ceiling(), w.cur.Emitted, w.cur.Shards
 	q.ChargeDenied = r.Algorithm == config.AlgEnvoy
 	if hotNear(e) { // the shared counter: the shards as last read, own unapplied hits included (hot.go)
 		q.Key, q.OwnEmitted = e.key, 0
-		q.OtherShards = w.cur.shards + w.cur.total + max(0, w.cur.emitted-w.cur.own)
+		q.OtherShards = w.cur.Shards + w.cur.Total + max(0, w.cur.Emitted-w.cur.Own)
 	}
 	if r.Algorithm == config.AlgSlidingWindow {
 		q.Sliding = true
-		if w.prev.start == w.cur.start-int64(r.Window) {
-			q.PrevEmitted, q.PrevOtherShards = w.prev.emitted, w.prev.shards
+		if w.prev.Start == w.cur.Start-int64(r.Window) {
+			q.PrevEmitted, q.PrevOtherShards = w.prev.Emitted, w.prev.Shards
 		}
 	}
 }
 
 func (w *windowCounter) absorbCharge(c *Checker, e *entry, now int64, q *counters.ChargeRequest, res *counters.ChargeResult,
 	cost int64, charged, allowed bool) learned {
-	if w.cur.start != q.Window { // the window rolled meanwhile: nothing to learn
-		if charged && w.prev.start == q.Window {
-			w.prev.charged += cost // the store counted it in that window
+	if w.cur.Start != q.Window { // the window rolled meanwhile: nothing to learn
+		if charged && w.prev.Start == q.Window {
+			w.prev.Charged += cost // the store counted it in that window
 		}
 		return learned{rolled: true}
 	}
@@ -333,15 +304,15 @@ func (w *windowCounter) absorbCharge(c *Checker, e *entry, now int64, q *counter
 	if q.Key != e.skey { // the shared counter of a hot key: its own answer (hot.go)
 		w.learnHot(e, q.Window, res.Total, res.Own, res.Base, res.OwnSync-chargedNow)
 	} else {
-		w.absorb(res.Total, res.Own, res.Base, res.OwnMem, res.OwnSync, !e.Answered(), chargedNow)
+		w.cur.Absorb(res.Total, res.Own, res.Base, res.OwnMem, res.OwnSync, !e.Answered(), chargedNow)
 	}
-	if q.Sliding && w.prev.start == w.cur.start-q.WindowNanos {
-		w.prev.total, w.prev.own, w.prev.base, w.prev.known = res.PrevTotal, res.PrevOwn, res.PrevBase, true
+	if q.Sliding && w.prev.Start == w.cur.Start-q.WindowNanos {
+		w.prev.Total, w.prev.Own, w.prev.Base, w.prev.Known = res.PrevTotal, res.PrevOwn, res.PrevBase, true
 	}
 	e.Learn(now, w.curOthers(e.x), w.curMine(e.x), res.Instances)
 	w.addCharged(chargedNow)
 	lk := w.view(c, e, now)
-	l := learned{remaining: lk.remaining, resetAfter: w.reset(e, now, 0), roomUntil: w.cur.start + int64(e.rule.Window)}
+	l := learned{remaining: lk.remaining, resetAfter: w.reset(e, now, 0), roomUntil: w.cur.Start + int64(e.rule.Window)}
 	if !allowed {
 		l.never = cost > lk.ceiling
 		if !l.never {
@@ -353,9 +324,9 @@ func (w *windowCounter) absorbCharge(c *Checker, e *entry, now int64, q *counter
 
 // reads: the current window and (sliding) the previous.
 func (w *windowCounter) reads(c *Checker, e *entry, items []counters.ReadItem, ents []*entry, tags []uint8) ([]counters.ReadItem, []*entry, []uint8) {
-	items, ents, tags = w.items(c, items, ents, tags, e, w.cur.start)
-	if e.rule.Algorithm == config.AlgSlidingWindow && w.prev.start > 0 {
-		items, ents, tags = w.items(c, items, ents, tags, e, w.prev.start)
+	items, ents, tags = w.items(c, items, ents, tags, e, w.cur.Start)
+	if e.rule.Algorithm == config.AlgSlidingWindow && w.prev.Start > 0 {
+		items, ents, tags = w.items(c, items, ents, tags, e, w.prev.Start)
 	}
 	return items, ents, tags
 }
@@ -385,11 +356,11 @@ func (w *windowCounter) items(c *Checker, items []counters.ReadItem, ents []*ent
 
 func (w *windowCounter) absorbRead(c *Checker, e *entry, it *counters.ReadItem, now int64) (int64, int64, int64, bool) {
 	switch it.Window {
-	case w.cur.start:
-		w.absorb(it.Total, it.Own, it.Base, it.OwnMem, it.OwnSync, !e.Answered(), 0)
+	case w.cur.Start:
+		w.cur.Absorb(it.Total, it.Own, it.Base, it.OwnMem, it.OwnSync, !e.Answered(), 0)
 		e.Learn(now, w.curOthers(e.x), w.curMine(e.x), it.Instances)
-	case w.prev.start:
-		w.prev.total, w.prev.own, w.prev.base, w.prev.known = it.Total, it.Own, it.Base, true
+	case w.prev.Start:
+		w.prev.Total, w.prev.Own, w.prev.Base, w.prev.Known = it.Total, it.Own, it.Base, true
 		return 0, 0, 0, false
 	default:
 		return 0, 0, 0, false // the window rolled while reading
@@ -405,27 +376,20 @@ func (w *windowCounter) absorbOther(e *entry, tag uint8, it *counters.ReadItem) 
 		return
 	}
 	ws := &w.cur
-	if it.Window == w.prev.start {
+	if it.Window == w.prev.Start {
 		ws = &w.prev
 	}
 	if tag == tagOtherFirst {
-		ws.shards = 0
+		ws.Shards = 0
 	}
-	if it.Window == ws.start {
-		ws.shards += it.Total
+	if it.Window == ws.Start {
+		ws.Shards += it.Total
 	}
 }
 
-// bucketCounter is this instance's exact view of a bucket (a GCRA state
-// its admissions advance and store answers raise), its cumulative hits
-// and the store's at the last answer.
+// bucketCounter is a bucket-kind key's view of its bucket.
 type bucketCounter struct {
-	gs          limiter.State
-	cum         int64 // hits decided in memory, cumulative
-	cumCharged  int64 // hits the store charged, cumulative
-	storeOwnCum int64
-	storeCum    int64
-	gen         int64 // the bucket's resets, as the store last said
+	estimate.Bucket
 }
 
 func (b *bucketCounter) kind() counters.Kind                           { return counters.KindTAT }
@@ -433,9 +397,9 @@ func (b *bucketCounter) size() int                                     { return 
 func (b *bucketCounter) window(*config.Rule) (int64, int64)            { return 0, math.MaxInt64 }
 func (b *bucketCounter) known() bool                                   { return true }
 func (b *bucketCounter) roll(*Checker, *shard, *entry, int64)          {}
-func (b *bucketCounter) addMemory(cost int64)                          { b.cum += cost }
-func (b *bucketCounter) addCharged(cost int64)                         { b.cumCharged += cost }
-func (b *bucketCounter) mineMemory() int64                             { return b.cum }
+func (b *bucketCounter) addMemory(cost int64)                          { b.Cum += cost }
+func (b *bucketCounter) addCharged(cost int64)                         { b.CumCharged += cost }
+func (b *bucketCounter) mineMemory() int64                             { return b.Cum }
 func (b *bucketCounter) ownCounts() (int64, int64, bool)               { return 0, 0, false }
 func (b *bucketCounter) absorbOther(*entry, uint8, *counters.ReadItem) {}
 
@@ -443,46 +407,10 @@ func (b *bucketCounter) absorbOther(*entry, uint8, *counters.ReadItem) {}
 // which an operator's reset makes wrong until a read tells it.
 func (b *bucketCounter) parkable(*config.Rule) bool { return false }
 
-// gcraOf is the async form of every bucket algorithm (they admit alike).
-func gcraOf(r *config.Rule) limiter.GCRA {
-	return limiter.GCRA{Burst: r.Capacity(), Rate: limiter.Rate{Tokens: r.Limit, Period: r.Window}}
-}
-
-// peek is what the bucket would answer, unchanged.
-func (b *bucketCounter) peek(r *config.Rule, now, cost int64) limiter.Decision {
-	st := b.gs
-	d, _ := gcraOf(r).AllowAt(&st, now, cost)
-	return d
-}
-
-// rebase: a fresh key's windowCounter.absorb.
-func (b *bucketCounter) rebase(ownMem, ownSync, chargedNow int64) {
-	b.cum = max(b.cum, ownMem)
-	b.cumCharged = max(b.cumCharged, ownSync-chargedNow)
-}
-
-// absorb raises the view to the store's TAT plus what the store lacks of
-// this instance's; an operator's reset (gen) forgets the view first.
-func (b *bucketCounter) absorb(r *config.Rule, found bool, tat, cum, own, ownMem, gen, now int64) {
-	if !found {
-		return
-	}
-	if gen != b.gen {
-		b.gs, b.gen = limiter.State{}, gen
-		tat = max(tat, now) // unapplied hits count from now, not from a past TAT
-	}
-	b.storeCum, b.storeOwnCum = cum, own
-	gcraOf(r).Raise(&b.gs, tat+counters.Span(max(0, b.cum-ownMem), int64(r.Window), r.Limit))
-}
-
-func (b *bucketCounter) others() int64 { return max(0, b.storeCum-b.storeOwnCum) }
-
-func (b *bucketCounter) mine() int64 { return b.cum + b.cumCharged }
-
 func (b *bucketCounter) look(c *Checker, e *entry, now, cost int64, lk *look) {
-	g := gcraOf(e.rule)
+	g := estimate.GCRA(e.rule)
 	// (field by field: zeroing try, which the trial overwrites, costs)
-	lk.used, lk.post, lk.ceiling, lk.pred, lk.mine = 0, b.gs, g.Burst, e.InFlight(c.cfg.PipelineLag), b.mine()
+	lk.used, lk.post, lk.ceiling, lk.pred, lk.mine = 0, b.State, g.Burst, e.InFlight(c.cfg.PipelineLag), b.Mine()
 	lk.try, _ = g.AllowAt(&lk.post, now, cost)
 	lk.remaining = lk.try.Remaining
 	if lk.try.Allowed {
@@ -510,24 +438,24 @@ func (b *bucketCounter) judge(c *Checker, e *entry, lk *look, now, cost int64, c
 }
 
 func (b *bucketCounter) state(_ *Checker, e *entry, now, cost int64) (int64, time.Duration) {
-	p := b.peek(e.rule, now, 0)
+	p := b.Peek(e.rule, now, 0)
 	if cost > 0 {
-		return p.Remaining, b.peek(e.rule, now, cost).ResetAfter
+		return p.Remaining, b.Peek(e.rule, now, cost).ResetAfter
 	}
 	return p.Remaining, p.ResetAfter
 }
 
 func (b *bucketCounter) admit(e *entry, now, cost int64, post limiter.State, held bool) {
 	if held {
-		b.gs = post
+		b.State = post
 		return
 	}
-	gcraOf(e.rule).AllowAt(&b.gs, now, cost)
+	estimate.GCRA(e.rule).AllowAt(&b.State, now, cost)
 }
 
 func (b *bucketCounter) fillCharge(_ *Checker, e *entry, q *counters.ChargeRequest) {
-	g := gcraOf(e.rule)
-	q.Burst, q.RateTokens, q.OwnCum, q.LocalTAT = g.Burst, e.rule.Limit, b.cum, g.TAT(&b.gs)
+	g := estimate.GCRA(e.rule)
+	q.Burst, q.RateTokens, q.OwnCum, q.LocalTAT = g.Burst, e.rule.Limit, b.Cum, g.TAT(&b.State)
 }
 
 func (b *bucketCounter) absorbCharge(c *Checker, e *entry, now int64, _ *counters.ChargeRequest, res *counters.ChargeResult,
@@ -538,19 +466,19 @@ func (b *bucketCounter) absorbCharge(c *Checker, e *entry, now int64, _ *counter
 		if charged {
 			chargedNow = cost
 		}
-		b.rebase(res.OwnMem, res.OwnSync, chargedNow)
+		b.Rebase(res.OwnMem, res.OwnSync, chargedNow)
 	}
 	if charged {
-		gcraOf(r).AllowAt(&b.gs, now, cost) // own exact view, before the store's raise
+		estimate.GCRA(r).AllowAt(&b.State, now, cost) // own exact view, before the store's raise
 		b.addCharged(cost)
 	}
-	b.absorb(r, true, res.Total, res.Cum, res.Own, res.OwnMem, res.Gen, now)
-	e.Learn(now, b.others(), b.mine(), res.Instances)
-	probe := b.peek(r, now, 0)
+	b.Absorb(r, true, res.Total, res.Cum, res.Own, res.OwnMem, res.Gen, now)
+	e.Learn(now, b.Others(), b.Mine(), res.Instances)
+	probe := b.Peek(r, now, 0)
 	// a bucket's room grows: trust it for one token's time only
 	l := learned{remaining: probe.Remaining, resetAfter: probe.ResetAfter, roomUntil: now + counters.Span(1, int64(r.Window), r.Limit)}
 	if !allowed {
-		if d := b.peek(r, now, cost); !d.Allowed {
+		if d := b.Peek(r, now, cost); !d.Allowed {
 			l.retryAfter, l.never = d.RetryAfter, d.RetryNever()
 		}
 	}
@@ -563,14 +491,14 @@ func (b *bucketCounter) reads(_ *Checker, e *entry, items []counters.ReadItem, e
 
 func (b *bucketCounter) absorbRead(c *Checker, e *entry, it *counters.ReadItem, now int64) (int64, int64, int64, bool) {
 	if !e.Answered() {
-		b.rebase(it.OwnMem, it.OwnSync, 0)
+		b.Rebase(it.OwnMem, it.OwnSync, 0)
 	}
-	b.absorb(e.rule, it.Found, it.Total, it.Cum, it.Own, it.OwnMem, it.Gen, now)
-	e.Learn(now, b.others(), b.mine(), it.Instances)
-	return b.peek(e.rule, now, 0).Remaining, e.InFlight(c.cfg.PipelineLag), e.rule.Capacity(), true
+	b.Absorb(e.rule, it.Found, it.Total, it.Cum, it.Own, it.OwnMem, it.Gen, now)
+	e.Learn(now, b.Others(), b.Mine(), it.Instances)
+	return b.Peek(e.rule, now, 0).Remaining, e.InFlight(c.cfg.PipelineLag), e.rule.Capacity(), true
 }
 
 func (b *bucketCounter) fillDelta(e *entry, d *eventsv1.Delta) {
-	g := gcraOf(e.rule)
-	d.RateTokens, d.Burst, d.TatAfterUnixNanos = e.rule.Limit, g.Burst, g.TAT(&b.gs)
+	g := estimate.GCRA(e.rule)
+	d.RateTokens, d.Burst, d.TatAfterUnixNanos = e.rule.Limit, g.Burst, g.TAT(&b.State)
 }

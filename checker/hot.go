@@ -19,7 +19,7 @@ func hotNear(e *entry) bool {
 // hotOthers is the other instances' near-band charges at the shared
 // counter in the current window, as last answered (x: the key's extra).
 func (w *windowCounter) hotOthers(x *extra) int64 {
-	if x != nil && x.hotWindow == w.cur.start {
+	if x != nil && x.hotWindow == w.cur.Start {
 		return x.hotOthers
 	}
 	return 0
@@ -27,13 +27,13 @@ func (w *windowCounter) hotOthers(x *extra) int64 {
 
 // curOthers is the other instances' applied consumption in the current
 // window: their shards, and their charges at the shared counter.
-func (w *windowCounter) curOthers(x *extra) int64 { return w.cur.others() + w.hotOthers(x) }
+func (w *windowCounter) curOthers(x *extra) int64 { return w.cur.Others() + w.hotOthers(x) }
 
 // curMine is everything this instance counted in its current window,
 // less its part when an operator last reset the shared counter.
 func (w *windowCounter) curMine(x *extra) int64 {
-	m := w.cur.mine()
-	if x != nil && x.hotWindow == w.cur.start {
+	m := w.cur.Mine()
+	if x != nil && x.hotWindow == w.cur.Start {
 		m -= x.hotBase
 	}
 	return m
@@ -44,9 +44,9 @@ func (w *windowCounter) curMine(x *extra) int64 {
 // ownSync is this instance's charges there as the store holds them: a
 // key created again (after an eviction) takes back what it forgot.
 func (w *windowCounter) learnHot(e *entry, window, total, own, base, ownSync int64) {
-	if window == w.cur.start {
+	if window == w.cur.Start {
 		x := e.more()
 		x.hotWindow, x.hotOthers, x.hotBase = window, max(0, total-own), base
-		w.cur.charged = max(w.cur.charged, ownSync)
+		w.cur.Charged = max(w.cur.Charged, ownSync)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/internal/estimate"
 	"github.com/velvetrope/velvetrope/limiter"
 )
 
@@ -68,7 +69,7 @@ func (c *Checker) Counter(r *config.Rule, es []config.Entry, now int64) (Counter
 		return v, err
 	}
 	if r.Algorithm.Bucket() {
-		v.Bucket = gcraOf(r)
+		v.Bucket = estimate.GCRA(r)
 	}
 	h := c.counterHash(r, es)
 	sh := &c.shards[h&c.mask]
