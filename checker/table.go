@@ -118,11 +118,7 @@ func (e *entry) matches(r *config.Rule, es []config.Entry) bool {
 		return false
 	}
 	for i := range es {
-		v := es[i].Value
-		if i < len(r.Shared) && r.Shared[i] {
-			v = r.Path[i].Value
-		}
-		if e.vals[i] != v {
+		if e.vals[i] != r.CountedValue(i, es[i].Value) {
 			return false
 		}
 	}
@@ -304,11 +300,7 @@ func (c *Checker) keys(bufpp **[]byte, req *ratelimit.Request, rules []*config.R
 func (c *Checker) counterHash(r *config.Rule, es []config.Entry) uint64 {
 	h := maphash.String(c.seed, r.ID)
 	for i := range es {
-		v := es[i].Value
-		if i < len(r.Shared) && r.Shared[i] {
-			v = r.Path[i].Value
-		}
-		h = (h^maphash.String(c.seed, v))*0x9e3779b97f4a7c15 + uint64(i)
+		h = (h^maphash.String(c.seed, r.CountedValue(i, es[i].Value)))*0x9e3779b97f4a7c15 + uint64(i)
 	}
 	return h
 }
@@ -324,11 +316,10 @@ func (c *Checker) create(sh *shard, s *slot, req *ratelimit.Request, now int64) 
 	owned := vals[:0:0]
 	for i := range es {
 		if i < len(s.rule.Shared) && s.rule.Shared[i] {
-			vals[i] = s.rule.Path[i].Value
+			vals[i] = s.rule.Path[i].Value // the rule's
 			continue
 		}
-		// a copy: a request's strings may alias its caller's buffer
-		vals[i] = strings.Clone(es[i].Value)
+		vals[i] = strings.Clone(es[i].Value) // a copy: it may alias the caller's buffer
 		owned = append(owned, vals[i])
 	}
 	key := string(config.AppendCounterKey(nil, s.rule, es))

@@ -22,13 +22,18 @@ func AppendCounterKey(buf []byte, r *Rule, entries []Entry) []byte {
 		buf = append(buf, '|')
 		buf = AppendEscaped(buf, e.Key)
 		buf = append(buf, '=')
-		if i < len(r.Shared) && r.Shared[i] {
-			buf = AppendEscaped(buf, r.Path[i].Value)
-		} else {
-			buf = AppendEscaped(buf, e.Value)
-		}
+		buf = AppendEscaped(buf, r.CountedValue(i, e.Value))
 	}
 	return buf
+}
+
+// CountedValue is what entry i of value v counts by under r: v, or the
+// pattern of a "*" entry that shares one threshold.
+func (r *Rule) CountedValue(i int, v string) string {
+	if i < len(r.Shared) && r.Shared[i] {
+		return r.Path[i].Value
+	}
+	return v
 }
 
 // special reports the bytes [AppendEscaped] escapes: the separators of
