@@ -1,6 +1,7 @@
 package checker
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -52,25 +53,10 @@ type Config struct {
 // process's config validated more: config.App.Validate).
 func (c *Config) defaults() error {
 	c.CheckerConfig = c.CheckerConfig.WithDefaults()
-	zero := func(p *int, v int) {
-		if *p == 0 {
-			*p = v
-		}
-	}
-	zero(&c.Shards, 256)
-	zero(&c.LocalMaxKeys, limiter.DefaultMaxKeys)
-	zero(&c.FlushThreshold, 4096)
-	zero(&c.MaxBuffered, 1<<20)
-	if c.InstanceName == "" {
-		c.InstanceName = "checker"
-	}
-	if c.RefreshTick == 0 {
-		c.RefreshTick = 10 * time.Millisecond
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	c.Bounds = c.Bounds.WithDefaults()
+	c.Shards, c.LocalMaxKeys = cmp.Or(c.Shards, 256), cmp.Or(c.LocalMaxKeys, limiter.DefaultMaxKeys)
+	c.FlushThreshold, c.MaxBuffered = cmp.Or(c.FlushThreshold, 4096), cmp.Or(c.MaxBuffered, 1<<20)
+	c.InstanceName, c.RefreshTick = cmp.Or(c.InstanceName, "checker"), cmp.Or(c.RefreshTick, 10*time.Millisecond)
+	c.Logger, c.Bounds = cmp.Or(c.Logger, slog.New(slog.DiscardHandler)), c.Bounds.WithDefaults()
 	if err := c.Bounds.Validate(); err != nil {
 		return fmt.Errorf("checker: bounds: %w", err)
 	}

@@ -97,21 +97,16 @@ func (c *Checker) refund(slots []slot) {
 	defer cancel()
 	for i := range slots {
 		s := &slots[i]
-		if s.need == needExact && s.w.Err == nil && s.charged && !s.w.Charge.ChargeDenied {
-			c.Stats.Refunds.Add(1)
-			q := s.w.SyncReq
-			if err := c.store.RefundSync(ctx, &q, s.w.SyncAnswer.Token); err == nil {
-				s.charged = false
-			}
+		if !s.stored() || s.w.Err != nil || !s.charged || s.w.Charge.ChargeDenied {
 			continue
 		}
-		if s.need == needCharge && s.w.Err == nil && s.charged && !s.w.Charge.ChargeDenied {
-			c.Stats.Refunds.Add(1)
-			q := s.w.Charge
-			if err := c.store.Refund(ctx, &q); err == nil {
-				s.charged = false
-				s.w.Answer.Refunded(&q) // the answer counted it in
-			}
+		c.Stats.Refunds.Add(1)
+		if s.need == needExact {
+			q := s.w.SyncReq
+			s.charged = c.store.RefundSync(ctx, &q, s.w.SyncAnswer.Token) != nil
+		} else if q := s.w.Charge; c.store.Refund(ctx, &q) == nil {
+			s.charged = false
+			s.w.Answer.Refunded(&q) // the answer counted it in
 		}
 	}
 }
