@@ -1,7 +1,6 @@
 package checker
 
 import (
-	"container/heap"
 	"context"
 	"math"
 	"time"
@@ -74,9 +73,9 @@ func (c *Checker) collectDue(now int64) ([]counters.ReadItem, []*entry, []uint8)
 		sh := &c.shards[i]
 		sh.mu.Lock()
 		c.dropParked(sh, now)
-		for len(sh.refresh) > 0 && sh.refresh[0].nextRefresh <= now {
-			if e := sh.refresh[0]; e.used < idle && e.emit == emitClean {
-				heap.Pop(&sh.refresh)
+		for sh.refresh.Len() > 0 && sh.refresh.Min().nextRefresh <= now {
+			if e := sh.refresh.Min(); e.used < idle && e.emit == emitClean {
+				sh.refresh.Pop()
 				c.dropEntry(sh, e, now)
 				continue
 			}
@@ -86,7 +85,7 @@ func (c *Checker) collectDue(now int64) ([]counters.ReadItem, []*entry, []uint8)
 				}
 				break
 			}
-			e := heap.Pop(&sh.refresh).(*entry)
+			e := sh.refresh.Pop()
 			switch {
 			case e.rule.Mode == config.ModeLocal || e.rule.Limit == 0:
 				// nothing to read (the limiter's, or refusals only): its idle eviction

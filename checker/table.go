@@ -1,7 +1,6 @@
 package checker
 
 import (
-	"container/heap"
 	"hash/fnv"
 	"hash/maphash"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 	"github.com/velvetrope/velvetrope/internal/digest"
 	"github.com/velvetrope/velvetrope/internal/heapsize"
+	"github.com/velvetrope/velvetrope/internal/minheap"
 	"github.com/velvetrope/velvetrope/internal/rates"
 	"github.com/velvetrope/velvetrope/internal/stampq"
 	"github.com/velvetrope/velvetrope/internal/tally"
@@ -91,9 +91,9 @@ type shard struct {
 	// parked entries by their last use, for their idle eviction without
 	// a place in the refresh heap
 	parked  stampq.Queue[*entry]
-	orphans []*eventsv1.Delta // pending consumption of evicted dirty entries
-	refresh refreshHeap
-	tombs   tombs.Table // allocated on first eviction
+	orphans []*eventsv1.Delta    // pending consumption of evicted dirty entries
+	refresh minheap.Heap[*entry] // by next refresh
+	tombs   tombs.Table          // allocated on first eviction
 	stats   shardStats
 	// lk is the look of the decision at work (one at a time, under mu):
 	// here, interface calls take its pointer with no stack value escaping.
@@ -151,7 +151,7 @@ func (sh *shard) remove(e *entry) {
 	e.next = nil
 	sh.n--
 	if e.heapIdx >= 0 {
-		heap.Remove(&sh.refresh, int(e.heapIdx))
+		sh.refresh.Remove(e)
 	}
 	if e.life == lifeParked {
 		sh.parked.Staled()
@@ -205,35 +205,12 @@ func (sh *shard) markLazy(e *entry, tick int64, slots int) {
 // schedule (re)places e in the refresh heap at t (requires sh.mu held).
 func (sh *shard) schedule(e *entry, t int64) {
 	e.nextRefresh = t
-	if e.heapIdx >= 0 {
-		heap.Fix(&sh.refresh, int(e.heapIdx))
-	} else {
-		heap.Push(&sh.refresh, e)
-	}
+	sh.refresh.Set(e)
 }
 
-// refreshHeap orders entries by next refresh time.
-type refreshHeap []*entry
-
-func (h refreshHeap) Len() int           { return len(h) }
-func (h refreshHeap) Less(i, j int) bool { return h[i].nextRefresh < h[j].nextRefresh }
-func (h refreshHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx, h[j].heapIdx = int32(i), int32(j)
-}
-func (h *refreshHeap) Push(x any) {
-	e := x.(*entry)
-	e.heapIdx = int32(len(*h))
-	*h = append(*h, e)
-}
-func (h *refreshHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	e.heapIdx = -1
-	return e
-}
+// HeapPlace and HeapKey place an entry in its shard's refresh heap.
+func (e *entry) HeapPlace() *int32 { return &e.heapIdx }
+func (e *entry) HeapKey() int64    { return e.nextRefresh }
 
 // descText renders entries as the analytics name them.
 func descText(es []config.Entry) string { return string(config.AppendDescriptorText(nil, es)) }
