@@ -101,10 +101,8 @@ func (c *Checker) flush(ctx context.Context, all bool) error {
 			}
 			clear(sh.dirty)
 			sh.dirty = sh.dirty[:0]
-			if sh.wheel != nil {
-				for t := from; t <= tick; t++ {
-					deltas = c.flushSlot(deltas, sh, t, tick, all)
-				}
+			for t := from; t <= tick; t++ {
+				deltas = c.flushSlot(deltas, sh, t, tick, all)
 			}
 			sh.mu.Unlock()
 		}
@@ -115,31 +113,23 @@ func (c *Checker) flush(ctx context.Context, all bool) error {
 	return c.out.Send(ctx, deltas, c.clock.Now)
 }
 
-// flushSlot emits wheel slot t's lazy entries due by tick (every one
-// with all), keeps those of a later turn and drops stale places
+// flushSlot emits the lazy entries of tick t's place due by tick (every
+// one with all), keeps those of a later turn and drops stale places
 // (requires the shard lock).
 func (c *Checker) flushSlot(deltas []*eventsv1.Delta, sh *shard, t, tick int64, all bool) []*eventsv1.Delta {
-	i := t % int64(len(sh.wheel))
-	if i < 0 {
-		i += int64(len(sh.wheel))
-	}
-	slot, kept := sh.wheel[i], 0
-	for _, e := range slot {
+	sh.wheel.Turn(t, func(e *entry) bool {
 		switch {
-		case e.emit != emitLazy || e.lazyTick%int64(len(sh.wheel)) != i:
-			// a stale place: promoted, emitted or queued elsewhere since
+		case e.emit != emitLazy || !sh.wheel.Same(e.lazyTick, t):
+			return false // a stale place: promoted, emitted or queued elsewhere since
 		case e.lazyTick > tick && !all:
-			slot[kept] = e // a later turn of the wheel (the clock went back)
-			kept++
-		default:
-			sh.unlazy(e)
-			if e.life != lifeGone {
-				deltas = c.appendDeltas(deltas, e)
-			}
+			return true // a later turn of the wheel (the clock went back)
 		}
-	}
-	clear(slot[kept:])
-	sh.wheel[i] = slot[:kept]
+		sh.unlazy(e)
+		if e.life != lifeGone {
+			deltas = c.appendDeltas(deltas, e)
+		}
+		return false
+	})
 	return deltas
 }
 

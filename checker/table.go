@@ -17,6 +17,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/stampq"
 	"github.com/velvetrope/velvetrope/internal/tally"
 	"github.com/velvetrope/velvetrope/internal/tombs"
+	"github.com/velvetrope/velvetrope/internal/wheel"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -82,9 +83,9 @@ type shard struct {
 	mu    sync.Mutex
 	keys  map[uint64]*entry // by counter hash; equal hashes chain through entry.next
 	n     int
-	dirty []*entry   // entries whose pending consumption goes at the next flush
-	wheel [][]*entry // lazy entries by flush tick (mod its length); made on first use
-	lazyN int        // entries waiting in the wheel
+	dirty []*entry            // entries whose pending consumption goes at the next flush
+	wheel wheel.Wheel[*entry] // lazy entries by flush tick
+	lazyN int                 // entries waiting in the wheel
 	// held is what the lazy entries hold that the store lacks (what a
 	// crash loses beside the due deltas), at most MaxHeldTotal / shards.
 	held int64
@@ -192,14 +193,10 @@ func (sh *shard) markLazy(e *entry, tick int64, slots int) {
 	if e.emit != emitClean {
 		return
 	}
-	if sh.wheel == nil {
-		sh.wheel = make([][]*entry, slots)
-	}
 	e.emit, e.lazyTick = emitLazy, tick
 	sh.lazyN++
 	sh.held += int64(e.pend.Counted)
-	i := tick % int64(slots)
-	sh.wheel[i] = append(sh.wheel[i], e)
+	sh.wheel.Add(e, tick, slots)
 }
 
 // schedule (re)places e in the refresh heap at t (requires sh.mu held).
