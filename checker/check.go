@@ -120,12 +120,8 @@ func (c *Checker) prepare(p *pass, req *ratelimit.Request, d *ratelimit.Decision
 	if !req.Prehashed {
 		req = c.applyHashing(req, matched)
 	}
-	if cs := c.ctl.Current(); cs != nil {
-		if m := cs.Domain(req.Domain); m != nil {
-			if n := cs.Apply(m, req, matched, p.now); n > 0 {
-				c.Stats.Controlled.Add(uint64(n))
-			}
-		}
+	if n := c.ctl.Current().Apply(req, matched, p.now); n > 0 {
+		c.Stats.Controlled.Add(uint64(n))
 	}
 	for _, r := range matched {
 		if r != nil && r.Pool != nil {

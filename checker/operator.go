@@ -26,15 +26,13 @@ func (c *Checker) StoreTimeout() time.Duration { return c.cfg.StoreTimeout }
 // and how many of them the live rules apply. The slice is shared: never
 // modify it.
 func (c *Checker) InForce() (list []counters.Control, applied int) {
-	if cs := c.ctl.Current(); cs != nil {
-		return cs.List(), cs.Applied()
-	}
-	return nil, 0
+	cs := c.ctl.Current()
+	return cs.List(), cs.Applied()
 }
 
 // PoolRule returns the rule a pool decides with now: its capacity as an
 // operator set it, else as its rule file says.
-func (c *Checker) PoolRule(pool *config.Rule) *config.Rule { return c.poolRule(pool) }
+func (c *Checker) PoolRule(pool *config.Rule) *config.Rule { return c.ctl.Current().PoolRule(pool) }
 
 // CounterView is this checker's view of one counter ([Checker.Counter]):
 // what it would decide the next request from, before any store read.

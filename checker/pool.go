@@ -21,7 +21,7 @@ func (c *Checker) poolSlots(slotBuf []slot, slots []slot, req *ratelimit.Request
 		if r == nil || r.Pool == nil || s.dupOf >= 0 || r.Unlimited || r.Limit == 0 {
 			continue
 		}
-		pr := c.poolRule(r.Pool)
+		pr := c.ctl.Current().PoolRule(r.Pool)
 		j := -1
 		for k := n; k < len(slots); k++ {
 			if slots[k].rule.ID == pr.ID {
@@ -108,15 +108,4 @@ func (s *slot) entriesOf(req *ratelimit.Request) []config.Entry {
 		return s.entries
 	}
 	return req.Descriptors[s.idx].Entries
-}
-
-// poolRule is the rule pool decides with: the file's, or an operator's
-// capacity for it (controls).
-func (c *Checker) poolRule(pool *config.Rule) *config.Rule {
-	if cs := c.ctl.Current(); cs != nil {
-		if r := cs.Pool(pool.ID); r != nil {
-			return r
-		}
-	}
-	return pool
 }

@@ -132,11 +132,22 @@ func (s *Set) hash(es []config.Entry) uint64 {
 // Rules is the rule set s was compiled against.
 func (s *Set) Rules() *config.RuleSet { return s.rules }
 
-// List is the controls live when s was compiled, as stored.
-func (s *Set) List() []counters.Control { return s.list }
+// List is the controls live when s was compiled, as stored (nil Set:
+// none).
+func (s *Set) List() []counters.Control {
+	if s == nil {
+		return nil
+	}
+	return s.list
+}
 
 // Applied is how many of them apply to descriptors under s's rules.
-func (s *Set) Applied() int { return s.n }
+func (s *Set) Applied() int {
+	if s == nil {
+		return 0
+	}
+	return s.n
+}
 
 // Expired says a control of s has expired by now: s needs compiling again.
 func (s *Set) Expired(now int64) bool { return s.expires != 0 && now >= s.expires }
@@ -154,16 +165,32 @@ func (s *Set) Listed(now int64) int {
 	return n
 }
 
-// Pool is the pool rule id at an operator's capacity (nil: the file's).
-func (s *Set) Pool(id string) *config.Rule { return s.pools[id] }
-
-// Domain is the controls of domain (nil: none).
-func (s *Set) Domain(domain string) Domain { return s.domains[domain] }
+// PoolRule is the rule pool decides with: at an operator's capacity, else
+// pool itself (a nil Set: pool).
+func (s *Set) PoolRule(pool *config.Rule) *config.Rule {
+	if s != nil {
+		if r := s.pools[pool.ID]; r != nil {
+			return r
+		}
+	}
+	return pool
+}
 
 // Apply replaces the matched rule of every descriptor of req that has a
-// control in force at now, and returns how many it replaced. It runs
-// after hashing, and allocates nothing.
-func (s *Set) Apply(d Domain, req *ratelimit.Request, matched []*config.Rule, now int64) int {
+// control in force at now, and returns how many it replaced (a nil Set:
+// none). It runs after hashing, and allocates nothing.
+func (s *Set) Apply(req *ratelimit.Request, matched []*config.Rule, now int64) int {
+	if s == nil { // the request path's usual case: no control in force
+		return 0
+	}
+	return s.apply(req, matched, now)
+}
+
+func (s *Set) apply(req *ratelimit.Request, matched []*config.Rule, now int64) int {
+	d := s.domains[req.Domain]
+	if d == nil {
+		return 0
+	}
 	n := 0
 	for i := range req.Descriptors {
 		es := req.Descriptors[i].Entries

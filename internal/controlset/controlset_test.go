@@ -53,7 +53,7 @@ func TestCompileAndApply(t *testing.T) {
 	if s.Applied() != 4 || s.Listed(now) != 6 || s.Expired(now) || !s.Expired(now+10) {
 		t.Fatalf("applied %d listed %d expired %v/%v", s.Applied(), s.Listed(now), s.Expired(now), s.Expired(now+10))
 	}
-	if p := s.Pool(rs.Pool("shop", "shared").ID); p == nil || p.Limit != 42 {
+	if p := s.PoolRule(rs.Pool("shop", "shared")); p == nil || p.Limit != 42 {
 		t.Fatalf("pool capacity: %+v", p)
 	}
 	for _, c := range []struct {
@@ -73,7 +73,7 @@ func TestCompileAndApply(t *testing.T) {
 	} {
 		req := &ratelimit.Request{Domain: "shop", Descriptors: []ratelimit.Descriptor{{Entries: es(c.value)}}}
 		matched := []*config.Rule{rule}
-		s.Apply(s.Domain("shop"), req, matched, c.at)
+		s.Apply(req, matched, c.at)
 		if !c.check(matched[0]) {
 			t.Errorf("%s at %d: matched %+v", c.value, c.at, matched[0])
 		}
