@@ -37,20 +37,17 @@ type Config struct {
 	// InstanceName is this checker's configured name; the instance id is
 	// the name, "/", and a nonce drawn at every start.
 	InstanceName   string
-	Shards         int           // lock shards, a power of two (256)
-	LocalMaxKeys   int           // keys of `mode: local` rules in the in-process limiter (limiter.DefaultMaxKeys)
-	FlushThreshold int           // dirty keys that trigger an early flush (4096)
-	MaxBuffered    int           // deltas held while the producer refuses them (1<<20)
-	RefreshTick    time.Duration // refresher wake-up (10 ms)
-	IdempotencyTTL time.Duration // request ids remembered (0: none; limiter.idempotency_ttl)
-	// Bounds limit the size of a request (zero fields:
-	// config.DefaultLimits).
-	Bounds config.LimitsConfig
-	Logger *slog.Logger
+	Shards         int                 // lock shards, a power of two (256)
+	LocalMaxKeys   int                 // keys of `mode: local` rules in the in-process limiter (limiter.DefaultMaxKeys)
+	FlushThreshold int                 // dirty keys that trigger an early flush (4096)
+	MaxBuffered    int                 // deltas held while the producer refuses them (1<<20)
+	RefreshTick    time.Duration       // refresher wake-up (10 ms)
+	IdempotencyTTL time.Duration       // request ids remembered (0: none; limiter.idempotency_ttl)
+	Bounds         config.LimitsConfig // a request's size (zero fields: config.DefaultLimits)
+	Logger         *slog.Logger
 }
 
-// defaults fills the zero fields and checks what the engine needs (a
-// process's config validated more: config.App.Validate).
+// defaults fills the zero fields and checks what the engine needs.
 func (c *Config) defaults() error {
 	c.CheckerConfig = c.CheckerConfig.WithDefaults()
 	c.Shards, c.LocalMaxKeys = cmp.Or(c.Shards, 256), cmp.Or(c.LocalMaxKeys, limiter.DefaultMaxKeys)
@@ -114,9 +111,8 @@ type Snapshot struct {
 	Evictions, EvictedDirty            uint64
 	Keys                               int64
 	KeyBytes                           int64 // the key table's heap as estimated (Config.MaxBytes)
-	// HeldHits is what lazy keys hold back now, decided in memory and in
-	// no delta yet (at most MaxHeldTotal): what a kill -9 would lose
-	// beside the keys due at the next flush.
+	// HeldHits is what lazy keys hold back, in no delta yet (at most
+	// MaxHeldTotal): what a kill -9 loses beside the next flush's keys.
 	HeldHits                  int64
 	Controlled, ControlErrors uint64
 }
@@ -148,9 +144,8 @@ func (c *Checker) Snapshot() Snapshot {
 }
 
 // Checker is the async checker (docs/design.md): it decides from counters
-// in memory, makes one atomic store call per decision only near a limit,
-// and emits consumption deltas off the request path. Safe for concurrent
-// use.
+// in memory, calls the store only near a limit and emits consumption
+// deltas off the request path. Safe for concurrent use.
 type Checker struct {
 	cfg          Config
 	rules        *config.Store
@@ -256,14 +251,12 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 // flushBatch is the most deltas handed to the producer in one call.
 const flushBatch = 2048
 
-// storeLanes is how many batches of store charges are in flight at once:
-// the connection stays busy while one is answered, and a busy front still
-// sends many charges per round trip.
+// storeLanes is the batches of store charges in flight at once: the
+// connection stays busy, and a busy front sends many charges per trip.
 const storeLanes = 4
 
-// Queue reports consumption not yet handed to the producer: keys with
-// pending consumption (of them, lazy ones), and deltas the producer
-// refused, waiting for the next flush.
+// Queue reports what the producer does not have yet: keys with pending
+// consumption (of them, lazy ones) and refused deltas waiting.
 func (c *Checker) Queue() (dirtyKeys, lazyKeys int64, buffered int) {
 	c.flushMu.Lock()
 	buffered = c.out.Held()
@@ -297,9 +290,8 @@ func (c *Checker) Instance() string { return c.instance }
 // Rules returns the live rule set.
 func (c *Checker) Rules() *config.RuleSet { return c.rules.Load() }
 
-// Start runs the flusher, the refresher, the heartbeat and, when the
-// store keeps operator controls, their poller (first calls that fail are
-// logged and retried in the background).
+// Start runs the flusher, the refresher, the heartbeat and the controls'
+// poller; first calls that fail are logged and retried in the background.
 func (c *Checker) Start(ctx context.Context) error {
 	c.stop = make(chan struct{})
 	hctx, cancel := context.WithTimeout(ctx, 4*c.cfg.StoreTimeout)

@@ -27,10 +27,9 @@ func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 	e.ctr.fillCharge(c, e, q)
 }
 
-// charge makes the readied store calls without any lock held, and
-// reports whether the request is refused. Envoy rules are charged
-// whatever happens; algorithm rules only while the request stands,
-// refunded when a later descriptor refuses it.
+// charge makes the readied store calls, no lock held, and reports whether
+// the request is refused: Envoy rules are charged whatever happens,
+// algorithm rules while it stands (refunded if a later one refuses).
 func (c *Checker) charge(slots []slot, denied bool, req *ratelimit.Request, now int64) bool {
 	for i := range slots {
 		s := &slots[i]

@@ -37,13 +37,10 @@ func (c *Checker) every(interval time.Duration, wake <-chan struct{}, timeout ti
 	}
 }
 
-// emitSoon queues e's pending consumption, cost more hits about to be
-// counted, in proportion to need (docs/design.md, "Emission in proportion
-// to need"; requires the shard lock). It waits in the emission wheel, up
-// to MaxEmitInterval and not past its window or minute, while what it
-// holds that the store lacks is at most room / (2 × instances) (room: the
-// far band's margin; -1: not far), MaxHeldHits and its shard's share of
-// MaxHeldTotal; else it goes at the next flush.
+// emitSoon queues e's pending consumption, cost more hits to come, as
+// docs/design.md's "Emission in proportion to need" says (requires the
+// lock): lazy while it holds at most room / (2 × instances) (room: the far
+// band's margin, -1: not far) and the held bounds, else due at the next flush.
 func (c *Checker) emitSoon(sh *shard, e *entry, now, cost, room int64) {
 	if e.emit == emitDue {
 		return // due at the next flush already
@@ -68,10 +65,9 @@ func (c *Checker) emitSoon(sh *shard, e *entry, now, cost, room int64) {
 	sh.markLazy(e, max((due+f-1)/f, now/f+1), c.slots) // the first flush at or after due
 }
 
-// Flush emits every pending delta now, lazy ones included. Deltas the
-// producer refuses stay buffered, in order; while MaxBuffered wait,
-// consumption aggregates in the key table instead (bounded by the keys,
-// not the traffic): nothing counted is dropped.
+// Flush emits every pending delta now, lazy ones included. Those the
+// producer refuses stay buffered, in order; while MaxBuffered wait, the key
+// table aggregates instead (bounded by keys, not traffic): none is dropped.
 func (c *Checker) Flush(ctx context.Context) error { return c.flush(ctx, true) }
 
 // flush emits the keys queued for it and the lazy keys whose tick has
@@ -113,9 +109,8 @@ func (c *Checker) flush(ctx context.Context, all bool) error {
 	return c.out.Send(ctx, deltas, c.clock.Now)
 }
 
-// flushSlot emits the lazy entries of tick t's place due by tick (every
-// one with all), keeps those of a later turn and drops stale places
-// (requires the shard lock).
+// flushSlot emits the lazy entries of tick t's place due by tick (all:
+// every one), keeping those of a later turn (requires the shard lock).
 func (c *Checker) flushSlot(deltas []*eventsv1.Delta, sh *shard, t, tick int64, all bool) []*eventsv1.Delta {
 	sh.wheel.Turn(t, func(e *entry) bool {
 		switch {
@@ -133,8 +128,7 @@ func (c *Checker) flushSlot(deltas []*eventsv1.Delta, sh *shard, t, tick int64, 
 	return deltas
 }
 
-// appendDeltas moves e's pending consumption into deltas (requires the
-// shard lock).
+// appendDeltas moves e's pending consumption into deltas (requires the lock).
 func (c *Checker) appendDeltas(deltas []*eventsv1.Delta, e *entry) []*eventsv1.Delta {
 	// own_after only once the store told us our part (a key created again
 	// counts from zero until then, and the counter adds all of it)
@@ -184,8 +178,7 @@ func (c *Checker) delta(e *entry, p *tally.Pending, applied bool, ownAfter int64
 }
 
 // count records consumption decided in memory in the counter and the
-// pending delta (requires the lock); a refusal counted all the same
-// (Envoy's semantics) is tallied as its rule decided (it never defers).
+// pending delta (requires the lock); an Envoy refusal counts as decided.
 func (c *Checker) count(s *slot, now, cost int64, allowed bool) {
 	e := s.e
 	p := &e.pend
@@ -202,8 +195,7 @@ func (c *Checker) count(s *slot, now, cost int64, allowed bool) {
 	e.ctr.addMemory(cost)
 }
 
-// countApplied records a charge the store applied in the pending delta
-// (the counter took it in with the answer).
+// countApplied records a charge the store applied in the pending delta.
 func (c *Checker) countApplied(s *slot, now, cost int64, allowed bool) {
 	e := s.e
 	e.Observe(now, cost)
@@ -231,9 +223,8 @@ func (c *Checker) countAnalytics(s *slot, now, cost int64, allowed, deferred boo
 	}
 }
 
-// countLater is a slot's tally that waits for the request's answer
-// (commit): a refusal counts as the caller was answered. Only tallies
-// that count no hits wait.
+// countLater is a slot's tally (of no hits) that waits for the request's
+// answer: a refusal counts as the caller was answered (commit).
 type countLater uint8
 
 const (
@@ -256,8 +247,7 @@ func above(p *tally.Pending, s *slot) {
 	}
 }
 
-// overSoft reports whether remaining (against r's ceiling) lies in a
-// soft throttle's overage.
+// overSoft: remaining (against r's ceiling) lies in a soft overage.
 func overSoft(r *config.Rule, remaining int64) bool {
 	over := r.Ceiling() - r.Limit
 	return r.Pool == nil && over > 0 && remaining < over

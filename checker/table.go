@@ -54,9 +54,8 @@ type entry struct {
 	emit     emitState
 	life     life
 	restored bool // created again after an eviction while over its limit
-	// active: decided on since the store last answered (else a read
-	// teaches nothing: the refresher parks it); stale: its view may be
-	// long stale (parked): its next decision is near, whatever its band.
+	// active: decided on since the store last answered (else the refresher
+	// parks it); stale: parked, its next decision is near whatever its band
 	active, stale bool
 }
 
@@ -163,9 +162,8 @@ func (sh *shard) remove(e *entry) {
 	e.key, e.skey, e.desc, e.vals = "", "", "", nil
 }
 
-// markDirty queues e for the next flush (requires sh.mu held), reporting
-// whether it was not queued yet; a lazy entry's place in the wheel goes
-// stale.
+// markDirty queues e for the next flush, reporting whether it was not
+// queued yet (requires sh.mu held; a lazy entry's wheel place goes stale).
 func (sh *shard) markDirty(e *entry) bool {
 	switch e.emit {
 	case emitDue:
@@ -178,9 +176,8 @@ func (sh *shard) markDirty(e *entry) bool {
 	return true
 }
 
-// unlazy takes a lazy e and its held hits out of the shard's counts,
-// clean, before its pending consumption goes (requires sh.mu held; its
-// place in the wheel goes stale).
+// unlazy takes a lazy e and its held hits out of the shard's counts
+// before its pending consumption goes (requires sh.mu held).
 func (sh *shard) unlazy(e *entry) {
 	sh.lazyN--
 	sh.held -= int64(e.pend.Counted)
@@ -212,10 +209,9 @@ func (e *entry) HeapKey() int64    { return e.nextRefresh }
 // descText renders entries as the analytics name them.
 func descText(es []config.Entry) string { return string(config.AppendDescriptorText(nil, es)) }
 
-// keys identifies every descriptor's counter by a 64-bit hash of its rule
-// and values (no key string on the request path: the table compares
-// values on lookup), and a local rule's by its limiter key too, in the
-// pooled buffer. The slots must be zero.
+// keys identifies each descriptor's counter by a hash of its rule and
+// values (the table compares values on lookup: no key string is built),
+// a local rule's also by its limiter key. The slots must be zero.
 func (c *Checker) keys(bufpp **[]byte, req *ratelimit.Request, rules []*config.Rule, slots []slot) {
 	var buf []byte
 	if *bufpp != nil {
@@ -308,9 +304,8 @@ func (c *Checker) create(sh *shard, s *slot, req *ratelimit.Request, now int64) 
 		e.overUntil, e.restored = t, true
 	}
 	sh.insert(e)
-	// A young near_limit: sync key charges the store, whose answers teach
-	// it: a read helps once it decides from memory, which reschedules it.
-	// Keys only reads teach (buckets, hot keys) are read soon.
+	// a young near_limit: sync key learns from its charges' answers; keys
+	// only reads teach (buckets, hot keys) are read soon
 	first := int64(c.cfg.MinRefresh)
 	if parkable(e) && s.rule.NearLimit == config.NearSync {
 		first = min(int64(c.cfg.MaxRefresh), int64(parkAfter))
@@ -320,9 +315,8 @@ func (c *Checker) create(sh *shard, s *slot, req *ratelimit.Request, now int64) 
 	return e
 }
 
-// evict drops the least recently used of a sample of sh's keys (requires
-// sh.mu held), reporting whether it did: with older, not one used at now
-// (it may be the request's own).
+// evict drops the least recently used of a sample of sh's keys (with
+// older, not one used at now: the request's own), reporting whether it did.
 func (c *Checker) evict(sh *shard, now int64, older bool) bool {
 	var victim *entry
 	n := 0
