@@ -16,9 +16,8 @@ import (
 // atomic store call per descriptor that needs one. Its error is a
 // malformed request's (a *FieldError) or an internal fault.
 func (c *Checker) Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
-	// Working memory on the stack for small requests (zeroing a few slots
-	// is cheaper than a pool round trip; one descriptor: its slot and its
-	// pool's), pooled for large ones.
+	// working memory on the stack for small requests (zeroing a few slots
+	// costs less than a pool round trip), pooled for large ones
 	var err error
 	var bufp *[]byte // taken from the pool only for local-mode keys
 	switch n := len(req.Descriptors); {
@@ -59,12 +58,11 @@ var errMoreSlots = errors.New("checker: more slots needed")
 
 const smallRequest = 4
 
-// pass is one Check's working state through its four phases: prepare
-// (match, key, lock order), decide (from memory, or a store call
-// readied), settle (store calls, the request's answer, the commit) and
-// report (statuses). Only check, where it is a local, stores the stack's
-// slots and locks in it (a pointer stored through a pointer counts as
-// leaked; the request is not in it for the same reason).
+// pass is one Check's state through its phases: prepare (match, key, lock
+// order), decide (from memory, or a store call readied), settle (store
+// calls, the answer, the commit) and report. Only check, where it is a
+// local, stores the stack's slots and locks in it (a pointer stored
+// through a pointer counts as leaked; the request's too).
 type pass struct {
 	now    int64
 	fp     uint64 // the request id's fingerprint
@@ -171,8 +169,7 @@ func (c *Checker) decideAll(p *pass, req *ratelimit.Request) {
 	}
 }
 
-// settle makes the store calls with the locks dropped (each within
-// StoreTimeout, then the failure policy decides), answers the request and
+// settle makes the store calls, locks dropped, answers the request and
 // commits its decisions (requires the locks).
 func (c *Checker) settle(p *pass, req *ratelimit.Request) {
 	if p.sync {
@@ -244,8 +241,7 @@ func (c *Checker) unlock(idx []int) {
 }
 
 // decide makes one descriptor's decision from memory, or readies its
-// store call (requires its shard lock): the key's view, computed once, is
-// placed in a band (bandOf) and decided there.
+// store call (requires its lock): the key's view is placed in a band.
 func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 	r, cost := s.rule, s.cost
 	switch {
@@ -309,11 +305,10 @@ func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 	c.emitSoon(sh, e, now, cost, farRoom)
 }
 
-// entryFor finds or creates s's entry, ready for a decision at now
-// (requires the shard lock). A blocked counter's (requests_per_unit 0, a
-// deny control) carries its refusals to the analytics — a blocked client
-// hammering is what the top-denied keys must show —, and an existing
-// entry keeps its rule and kind: lifting a control finds it as it was.
+// entryFor finds or creates s's entry, ready for a decision (requires the
+// lock). A blocked counter's (limit 0, a deny control) carries refusals to
+// the analytics (the top-denied keys must show a blocked client); an
+// existing one keeps its rule and kind: lifting a control finds it.
 func (c *Checker) entryFor(sh *shard, s *slot, req *ratelimit.Request, now int64, blocked bool) *entry {
 	r := s.rule
 	e := sh.lookup(s.h, r, s.entriesOf(req))
@@ -337,8 +332,7 @@ func (c *Checker) entryFor(sh *shard, s *slot, req *ratelimit.Request, now int64
 	return e
 }
 
-// wake puts a parked entry used again back in the refresh heap: its view
-// is stale, so it decides near until the store answers.
+// wake puts a parked entry back in the refresh heap, its view stale.
 func (c *Checker) wake(sh *shard, e *entry, now int64) {
 	e.life, e.stale = lifeHeld, true
 	sh.parked.Staled()
@@ -400,10 +394,9 @@ func (c *Checker) decideLocal(s *slot, now, cost int64) {
 }
 
 // commit records the memory decisions once the request stands (requires
-// the locks): a refused request charges algorithm rules nothing, and
-// every decision not counted yet is counted as the request was answered.
-// held: the locks were kept since the decisions (a bucket's state
-// computed then is still current).
+// the locks): a refused one charges algorithm rules nothing, and every
+// decision not yet counted counts as answered. held: the locks were kept
+// since the decisions (a bucket's state computed then is current).
 func (c *Checker) commit(slots []slot, denied, deferred, held bool, now int64) {
 	for i := range slots {
 		s := &slots[i]
@@ -540,9 +533,8 @@ type slot struct {
 	shadowed bool // refused by a shadow-mode rule: the request is not
 	charged  bool // consumption already recorded (Envoy semantics, sync, local)
 
-	// above is what an elastic borrower takes beyond its own limit (what
-	// its pool pays); poolSlot (>= 0) is its pool's slot; entries a pool
-	// slot's counter's.
+	// above is what an elastic borrower takes beyond its limit (its pool
+	// pays it), poolSlot (>= 0) its pool's slot; entries a pool's counter's
 	above    int64
 	poolSlot int
 	entries  []config.Entry

@@ -29,10 +29,9 @@ func (c *Checker) heartbeatLoop() {
 	})
 }
 
-// Fleet reports what the registry last said: the live checkers sharing
-// the counter store (0 before the first heartbeat), the store's clock
-// minus this checker's own, and the adjustment applied to it (non-zero
-// past MaxClockSkew).
+// Fleet reports what the registry last said: the live checkers (0 before
+// the first heartbeat), the store's clock minus this checker's, and the
+// adjustment applied to it (non-zero past MaxClockSkew).
 func (c *Checker) Fleet() (live int, skew, adjust time.Duration) {
 	return int(c.live.Load()), c.clock.Skew(), c.clock.Adjustment()
 }

@@ -39,10 +39,9 @@ func (w *windowCounter) curMine(x *extra) int64 {
 	return m
 }
 
-// learnHot records a read or charge answer of e's shared counter for
-// window: its total, this instance's part of it and its reset base;
-// ownSync is this instance's charges there as the store holds them: a
-// key created again (after an eviction) takes back what it forgot.
+// learnHot records an answer of e's shared counter for window; ownSync,
+// this instance's charges there as the store holds them, restores what a
+// key created again forgot.
 func (w *windowCounter) learnHot(e *entry, window, total, own, base, ownSync int64) {
 	if window == w.cur.Start {
 		x := e.more()

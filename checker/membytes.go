@@ -8,10 +8,9 @@ import (
 )
 
 // The key table's bound in bytes (MaxBytes): every key carries an
-// estimate of its heap made when it is created (entry, places in its
-// shard's map and queues, copied strings, its rule's state), and the
-// table keeps the total. A key created over the bound evicts first, as a
-// full shard does. A decision on a known key changes no estimate.
+// estimate of its heap made at creation (entry, map and queue places,
+// copied strings, its rule's state), the table the total. A key created
+// over the bound evicts first, as a full shard does.
 
 // entryOverhead is a key's cost beyond its strings, entry and counter:
 // its slot in the shard's map (a swiss table of 8-byte keys and pointers
@@ -43,10 +42,9 @@ func entryBytes(e *entry, ownVals []string) int64 {
 const maxSteal = 8
 
 // makeRoom evicts until need more bytes fit within MaxBytes (requires
-// shard i's lock): its own least recently used keys, then the next
-// shards' whose lock is free (TryLock: waiting out of ascending order
-// could deadlock), never one used at now (the request's own). If nothing
-// can go, the key exceeds the bound until the next creation.
+// shard i's lock): its own least recently used keys, then the next shards'
+// whose lock is free (waiting out of order could deadlock), never one used
+// at now (the request's own); else the key exceeds the bound a while.
 func (c *Checker) makeRoom(i int, need, now int64) {
 	if c.cfg.MaxBytes <= 0 {
 		return

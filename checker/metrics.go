@@ -3,9 +3,8 @@ package checker
 import "github.com/velvetrope/velvetrope/internal/hist"
 
 // MetricsRegistry is where [Checker.RegisterMetrics] puts the checker's
-// metrics (the velvetrope binary's Prometheus registry). Each metric reads
-// its value from the function given when it is scraped, so the request
-// path pays nothing for it.
+// metrics (the binary's Prometheus registry); each is read when scraped,
+// so the request path pays nothing for it.
 type MetricsRegistry interface {
 	Counter(name, help string, value func() float64)
 	Gauge(name, help string, value func() float64)
@@ -15,10 +14,9 @@ type MetricsRegistry interface {
 	Histogram(name, help string, h *hist.Histogram)
 }
 
-// RegisterMetrics exposes the checker's decisions, bands, store calls and
+// RegisterMetrics exposes the checker's decisions, bands, store calls,
 // breaker, key table, emission queue and fleet as velvetrope_checker_*
-// metrics on reg, read from [Checker.Snapshot] and [Checker.Stats] when
-// scraped. Its producer's metrics are the producer's to register.
+// metrics on reg (its producer's are the producer's to register).
 func (c *Checker) RegisterMetrics(reg MetricsRegistry) {
 	snap := func(f func(Snapshot) uint64) func() float64 {
 		return func() float64 { return float64(f(c.Snapshot())) }

@@ -22,9 +22,8 @@ func (c *Checker) Now() int64 { return c.clock.Now() }
 func (c *Checker) StoreTimeout() time.Duration { return c.cfg.StoreTimeout }
 
 // InForce returns the controls live at the last read of the control store
-// ([Checker.SyncControls]), pool capacities included, in no set order,
-// and how many of them the live rules apply. The slice is shared: never
-// modify it.
+// ([Checker.SyncControls]), pool capacities included, and how many the
+// live rules apply. The slice is shared: never modify it.
 func (c *Checker) InForce() (list []counters.Control, applied int) {
 	cs := c.ctl.Current()
 	return cs.List(), cs.Applied()
@@ -44,10 +43,9 @@ type CounterView struct {
 	// Remaining and ResetAfter are what a request of cost 0 would report.
 	Remaining  int64
 	ResetAfter time.Duration
-	// The count as estimated (a window's, every instance's), its own part,
-	// its hits not yet emitted, the others' rate (hits per second) and the
-	// instances sharing it; refused from memory until OverUntil (0: not
-	// over), re-read at NextRefresh (Unix ns).
+	// The count as estimated (a window's, all instances'), its own part,
+	// its hits not yet emitted, the others' hits per second, the instances
+	// sharing it; over until OverUntil (0: not), re-read at NextRefresh.
 	Used, Mine, Pending, OthersRate int64
 	Instances                       int
 	OverUntil, NextRefresh          int64

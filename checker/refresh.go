@@ -15,10 +15,9 @@ const refreshBatch = 4096
 
 func (c *Checker) refreshLoop() { c.every(c.cfg.RefreshTick, nil, 5*time.Second, c.Refresh) }
 
-// Refresh re-reads the keys due and drops idle ones. A key is due when
-// at its rate it could reach its near band before its next read (and at
-// least every MaxRefresh): reads grow with the keys near their limits,
-// not with all keys.
+// Refresh re-reads the keys due and drops idle ones. A key is due when at
+// its rate it could reach its near band before its next read (and every
+// MaxRefresh): reads grow with the keys near their limits, not all keys.
 func (c *Checker) Refresh(ctx context.Context) {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
@@ -59,11 +58,10 @@ func (c *Checker) Refresh(ctx context.Context) {
 	}
 }
 
-// collectDue pops the keys due at now: idle ones are dropped, parked
-// ones left unread, up to refreshBatch others' reads collected (requires
-// c.refreshMu). A pass starts where the last stopped, so that every shard
-// gets its turn; once the batch is full the rest still drop their idle
-// keys: eviction never waits on the store.
+// collectDue pops the keys due at now: idle ones dropped, parked ones
+// unread, up to refreshBatch reads collected (requires c.refreshMu). A
+// pass starts where the last stopped, so that every shard gets its turn;
+// with the batch full the rest still drop idle keys (no store wait).
 func (c *Checker) collectDue(now int64) ([]counters.ReadItem, []*entry, []uint8) {
 	items, ents, tags := c.readItems[:0], c.readEnts[:0], c.readTags[:0]
 	idle := now - int64(c.cfg.IdleAfter)
@@ -117,9 +115,8 @@ const (
 )
 
 // idle handles a due key nobody decided on since the store last answered
-// (requires the shard lock): a read would teach nothing. Unused for
-// parkAfter — a key seen once, as most of a per-IP front — it is parked
-// until a decision wakes it, only its idle eviction due.
+// (a read teaches nothing; requires the lock): unused for parkAfter — a
+// key seen once, as most at a per-IP front — it is parked until used.
 func (c *Checker) idle(sh *shard, e *entry, now int64) {
 	after := min(int64(c.cfg.MaxRefresh), int64(parkAfter))
 	if now-e.used < after {
