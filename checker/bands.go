@@ -66,10 +66,8 @@ func (e *entry) more() *extra {
 }
 
 // capped says whether cost more hits take this instance past its slice
-// (requires the lock). A window's first slice is cut from the view, or,
-// not read in this window yet, is the ceiling over the live checkers; a
-// refresh a pipeline lag after the last cut re-cuts it (recut). Alone, a
-// checker needs no slice.
+// (requires the lock). A window's first is cut from the view or, not read
+// in it yet, is the ceiling over the live checkers; recut re-cuts it.
 func (c *Checker) capped(e *entry, now, cost, remaining, ceiling int64) bool {
 	n := c.fleet(e)
 	if n <= 1 || cost <= 0 {
@@ -88,9 +86,8 @@ func (c *Checker) capped(e *entry, now, cost, remaining, ceiling int64) bool {
 
 // recut gives e a new slice after a store answer (requires the lock): its
 // share of what remained less the others' in-flight hits. A slice lasts
-// at least a pipeline lag — configured, or measured on this instance's
-// consumption when longer — so that the slices cut before it have reached
-// the store; the slices of a round add up to at most what remained.
+// a pipeline lag (configured, or measured when longer): the slices cut
+// before it are in the store (docs/design.md, "quota slices").
 func (c *Checker) recut(e *entry, now, remaining int64) {
 	if e.x == nil {
 		return

@@ -39,22 +39,19 @@ type counter interface {
 	addMemory(cost int64)  // this instance's hits decided in memory
 	addCharged(cost int64) // this instance's hits the store charged
 	mineMemory() int64     // the former, as a delta's own_after reports it
-	// ownCounts is what this instance counted in the current window and
-	// the store's part of it that is its own: they measure the pipeline's
-	// lag (ok false: not on this kind).
+	// ownCounts is this instance's count in the current window and the
+	// store's part of it, measuring the pipeline's lag (ok: on this kind).
 	ownCounts() (counted, own int64, ok bool)
 	fillCharge(c *Checker, e *entry, q *counters.ChargeRequest)
 	absorbCharge(c *Checker, e *entry, now int64, q *counters.ChargeRequest, res *counters.ChargeResult, cost int64,
 		charged, allowed bool) learned
 	// reads appends a refresh's store reads (tags: refresh item tags).
 	reads(c *Checker, e *entry, items []counters.ReadItem, ents []*entry, tags []uint8) ([]counters.ReadItem, []*entry, []uint8)
-	// absorbRead takes in a read of this instance's own counter; ok false
-	// when it is of no current window.
+	// absorbRead takes in a read of its own counter (ok: of a current window).
 	absorbRead(c *Checker, e *entry, it *counters.ReadItem, now int64) (remaining, pred, ceiling int64, ok bool)
 	// absorbOther takes in a read of another counter of a hot key.
 	absorbOther(e *entry, tag uint8, it *counters.ReadItem)
-	// parkable: the refresher may stop reading the key while unused (its
-	// charges carry all a decision needs).
+	// parkable: unused, the key may go unread (its charges teach it all).
 	parkable(r *config.Rule) bool
 	fillDelta(e *entry, d *eventsv1.Delta)
 }
@@ -78,8 +75,7 @@ func newEntry(r *config.Rule) *entry {
 	return &p.entry
 }
 
-// kindOf is the kind of r's counters (a blocked rule's, which only count
-// refusals: a window).
+// kindOf is the kind of r's counters (a blocked rule's: a window).
 func kindOf(r *config.Rule) counters.Kind {
 	if r.Algorithm.Bucket() && r.Limit > 0 {
 		return counters.KindTAT

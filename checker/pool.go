@@ -6,10 +6,8 @@ import (
 )
 
 // Elastic throttling (docs/design.md, "Elastic pools"): a pool's slot
-// follows its borrowers' in a Check, costing what they take above their
-// own limits, judged from each borrower's view or, when it is charged in
-// the store, from the charge's answer (the pool slot is then decided
-// again: redecidePool).
+// follows its borrowers', costing what they take above their own limits
+// by their views or their store answers (then redecidePool).
 
 // poolSlots appends, after the descriptors' slots, one slot per pool an
 // elastic rule of the request borrows from (slotBuf has room: check counted).
@@ -50,9 +48,8 @@ func (c *Checker) borrowing(p *slot, slots []slot) bool {
 	return cost > 0
 }
 
-// setAbove records what an elastic borrower takes above its own limit
-// when its counter stands at usedAfter after this request's cost: a request
-// that crosses the limit borrows only its hits beyond it.
+// setAbove records what an elastic borrower takes above its own limit, its
+// counter at usedAfter with this cost: only the hits beyond the limit.
 func (s *slot) setAbove(usedAfter, cost int64) {
 	s.above = min(cost, max(usedAfter-s.rule.Limit, 0))
 }
@@ -84,9 +81,9 @@ func refusedByPool(slots []slot, n int) {
 }
 
 // deferring reports whether the request defers: some descriptor refuses
-// it, and every one that does defers it (`on_exceed: defer`, and the hits
-// fit the rule some day). A refusal no descriptor's status shows is never
-// deferred: the caller would get a ticket that no rule releases.
+// it, and every one that does defers it (`on_exceed: defer`, the hits
+// fitting some day); a refusal no status shows never defers (no rule
+// would release the ticket).
 func deferring(slots []slot) bool {
 	refused := false
 	for i := range slots {
