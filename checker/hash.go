@@ -12,23 +12,30 @@ import (
 // left as they are; a rule another replaces hashes all the same (a value
 // its own rule hashes never leaves raw).
 func (c *Checker) Hashed(req *ratelimit.Request) *ratelimit.Request {
-	return c.warnRandom(req, c.hash.Hashed(c.rules.Load(), req))
+	out := c.hash.Hashed(c.rules.Load(), req)
+	if out != req {
+		c.warnRandom()
+	}
+	return out
 }
 
 // applyHashing returns req with the values of hashed entries replaced,
 // as a copy, or req itself when no matched rule hashes.
 func (c *Checker) applyHashing(req *ratelimit.Request, matched []*config.Rule) *ratelimit.Request {
-	return c.warnRandom(req, c.hash.Request(req, matched))
+	out := c.hash.Request(req, matched)
+	if out != req {
+		c.warnRandom()
+	}
+	return out
 }
 
-// warnRandom returns out, warning once when it hashed req's values with
-// a random key: counters no other checker shares.
-func (c *Checker) warnRandom(req, out *ratelimit.Request) *ratelimit.Request {
-	if out != req && c.hash.Random() {
+// warnRandom warns once, when values were hashed with a random key: their
+// counters are this process's alone.
+func (c *Checker) warnRandom() {
+	if c.hash.Random() {
 		c.hashLog.Do(func() {
 			c.cfg.Logger.Warn("hash_values rules are hashed with a random per-process key: set checker.hash_key " +
 				"(VELVETROPE_HASH_KEY) to the same secret on every checker, or their counters are not shared")
 		})
 	}
-	return out
 }
