@@ -116,7 +116,7 @@ func (c *Checker) prepare(p *pass, req *ratelimit.Request, d *ratelimit.Decision
 	matched := req.Match(dom, matchBuf[:p.n])
 	config.DropReplaced(matched)
 	if !req.Prehashed {
-		req = c.applyHashing(req, matched)
+		req = c.hashed(req, c.hash.Request(req, matched))
 	}
 	if n := c.ctl.Current().Apply(req, matched, p.now); n > 0 {
 		c.Stats.Controlled.Add(uint64(n))
