@@ -67,7 +67,12 @@ func TestWireStopsAtTheBounds(t *testing.T) {
 			if cap(w.entries) > s.opts.Bounds.MaxDescriptors*s.opts.Bounds.MaxEntries {
 				t.Fatalf("parse reserved %d entries", cap(w.entries))
 			}
-			if allocs := testing.AllocsPerRun(5, func() { _ = (&work{raw: c.raw}).parse(s.overrides, s.c.Rules(), &s.opts.Bounds) }); allocs > 8 {
+			parse := func() { _ = (&work{raw: c.raw}).parse(s.overrides, s.c.Rules(), &s.opts.Bounds) }
+			allocs := testing.AllocsPerRun(5, parse)
+			for range 2 { // the process's other goroutines' allocations only add to a count: the least of three
+				allocs = min(allocs, testing.AllocsPerRun(5, parse))
+			}
+			if allocs > 8 {
 				t.Fatalf("parse allocated %v times (want a few: the error, the entries of at most the bounds)", allocs)
 			}
 			var req rlsv3.RateLimitRequest
