@@ -114,6 +114,12 @@ func startFleet(t *testing.T, rules string, n int) *fleet {
 // total requests were sent, and returns the hits admitted.
 func (fl *fleet) load(t *testing.T, key string, total, workers int, pace time.Duration) int64 {
 	t.Helper()
+	return fl.loadValue(t, key, "shared", total, workers, pace)
+}
+
+// loadValue is load at the key's value v.
+func (fl *fleet) loadValue(t *testing.T, key, v string, total, workers int, pace time.Duration) int64 {
+	t.Helper()
 	var sent, admitted atomic.Int64
 	var wg sync.WaitGroup
 	for _, c := range fl.checkers {
@@ -121,7 +127,7 @@ func (fl *fleet) load(t *testing.T, key string, total, workers int, pace time.Du
 			wg.Go(func() {
 				var d ratelimit.Decision
 				q := &ratelimit.Request{Domain: "api", Hits: 1,
-					Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{{Key: key, Value: "shared"}}}}}
+					Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{{Key: key, Value: v}}}}}
 				for sent.Add(1) <= int64(total) {
 					if err := c.Check(context.Background(), q, &d); err != nil {
 						t.Error(err)
@@ -301,6 +307,23 @@ func TestHotKeyShardsExact(t *testing.T) {
 // answer, and no store call at all: a burst at a new key gets at most the
 // limit in all.
 func TestColdStartShareAcrossThreeCheckers(t *testing.T) {
+	// The claim is about the cold start: a slice is re-cut at a store
+	// answer one pipeline lag after it was cut, and then the bound is the
+	// slices' (docs/design.md). A burst slower than that (a loaded machine
+	// under -race) tests the re-cut, not the cold start: it runs again on
+	// a new fleet and key, at most three times.
+	lag := config.DefaultChecker().PipelineLag
+	for attempt := range 3 {
+		if coldStartBurst(t, fmt.Sprintf("shared%d", attempt)) < lag {
+			return
+		}
+	}
+	t.Fatalf("three bursts each outlasted one pipeline lag (%v): the cold start was never tested", lag)
+}
+
+// coldStartBurst runs the cold-start burst at key value v on a new fleet,
+// checks it if it ended within one pipeline lag, and returns how long it took.
+func coldStartBurst(t *testing.T, v string) time.Duration {
 	fl := startFleet(t, dayRules, 3)
 	defer fl.stop()
 	window := dayStart()
@@ -309,7 +332,7 @@ func TestColdStartShareAcrossThreeCheckers(t *testing.T) {
 		before[i] = c.Snapshot()
 	}
 	start := time.Now()
-	admitted := fl.load(t, "loose", 3000, 4, 100*time.Microsecond) // paced: every checker takes part
+	admitted := fl.loadValue(t, "loose", v, 3000, 4, 100*time.Microsecond) // paced: every checker takes part
 	elapsed := time.Since(start)
 	if window != dayStart() {
 		t.Fatal("the test straddled midnight UTC; run it again")
@@ -324,10 +347,15 @@ func TestColdStartShareAcrossThreeCheckers(t *testing.T) {
 	}
 	t.Logf("cold start: 3000 requests from 12 goroutines (100µs pauses) on 3 checkers in %v: admitted %d of limit 1000, store charges %d",
 		elapsed.Round(time.Millisecond), admitted, charges)
+	if elapsed >= config.DefaultChecker().PipelineLag {
+		t.Logf("the burst outlasted one pipeline lag: slices were re-cut; not a cold start")
+		return elapsed
+	}
 	if admitted > 1000 || admitted < 900 || charges != 0 {
 		t.Fatalf("admitted %d (want 900 to 1000: a third of the limit each before any answer), %d store charges", admitted, charges)
 	}
-	waitTotal(t, fl, "api:loose|loose=shared", window, admitted)
+	waitTotal(t, fl, "api:loose|loose="+v, window, admitted)
+	return elapsed
 }
 
 const elasticRules = `domain: api
