@@ -46,6 +46,12 @@ func validUTF8(s string) bool {
 			return utf8.ValidString(s[i:])
 		}
 	}
+	if i+4 <= len(s) { // a short value's head four at a time too
+		if w := uint32(s[i]) | uint32(s[i+1])<<8 | uint32(s[i+2])<<16 | uint32(s[i+3])<<24; w&0x80808080 != 0 {
+			return utf8.ValidString(s[i:])
+		}
+		i += 4
+	}
 	for ; i < len(s); i++ {
 		if s[i] >= utf8.RuneSelf {
 			return utf8.ValidString(s[i:])
