@@ -30,7 +30,7 @@ test: compose-check
 # on /v1/check and in the middleware) and the client address headers the middleware reads. The other targets
 # (docs/testing.md) run their seeds in every go test and are fuzzed by hand.
 FUZZ_TARGETS := ./internal/httpapi:FuzzCheckHandler ./rls:FuzzJSONHandler ./rls:FuzzWireParse ./internal/strictjson:FuzzDecode \
-	./deferred:FuzzCheckPath ./middleware:FuzzClientIP
+	./deferred:FuzzCheckPath ./middleware:FuzzClientIP ./events:FuzzDecodeRecord
 FUZZTIME ?= 10s
 
 ## fuzz-short: each of FUZZ_TARGETS for FUZZTIME (10s); a failing input is written under the package's testdata/fuzz/

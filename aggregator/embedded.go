@@ -16,8 +16,8 @@ type Applier interface {
 	Apply(partition int, d *eventsv1.Delta) bool
 }
 
-// Embedded consumes deltas and applies them, committing each message
-// after it was applied. Malformed records are counted and skipped.
+// Embedded consumes deltas and applies them, committing each record
+// after all its deltas were applied. Malformed records are counted and skipped.
 type Embedded struct {
 	r         *events.Reader
 	applier   Applier
@@ -51,20 +51,22 @@ func (e *Embedded) Start(context.Context) error {
 	go func() {
 		defer close(e.done)
 		for {
-			m, d, err := e.r.Next(ctx)
+			m, ds, err := e.r.Next(ctx)
 			if err != nil {
 				if ctx.Err() == nil && !errors.Is(err, events.ErrClosed) {
 					e.log.Error("embedded aggregator stopped", "error", err)
 				}
 				return
 			}
-			if e.applier.Apply(m.Partition, d) {
-				e.Applied.Add(1)
-			} else {
-				e.Duplicates.Add(1)
+			for _, d := range ds {
+				if e.applier.Apply(m.Partition, d) {
+					e.Applied.Add(1)
+				} else {
+					e.Duplicates.Add(1)
+				}
 			}
 			if e.analytics != nil {
-				e.analytics.Add([]*eventsv1.Delta{d})
+				e.analytics.Add(ds)
 			}
 			if err := e.r.Commit(ctx, m); err != nil && ctx.Err() == nil {
 				e.log.Error("commit failed", "partition", m.Partition, "offset", m.Offset, "error", err)

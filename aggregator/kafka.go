@@ -22,7 +22,7 @@ type Config struct {
 	Group             string          // "velvetrope-aggregator"
 	Partitions        int             // when creating the topic: 16
 	Replication       int             // when creating the topic: 1
-	BatchSize         int             // deltas applied per round: 1000
+	BatchSize         int             // deltas applied per round: 1000 (whole records: a round may take more)
 	BatchWait         time.Duration   // longest wait to fill a batch: 20 ms
 	SessionTimeout    time.Duration   // 6 s
 	HeartbeatInterval time.Duration   // 1 s
@@ -76,7 +76,8 @@ func (c *Config) defaults() error {
 // Stats are the aggregator's counters, for metrics.
 type Stats struct {
 	Batches, Applied, Skipped, Bad atomic.Uint64
-	LastBatch                      atomic.Int64 // deltas in the last batch
+	Records                        atomic.Uint64 // records taken (a v2 record holds many deltas)
+	LastBatch                      atomic.Int64  // deltas in the last batch
 	RoundTrips, RedisErrors        atomic.Uint64
 	// Scripts counts Redis script calls (one per counter and window of a
 	// batch); AlreadyApplied the deltas that needed none.
@@ -198,6 +199,7 @@ func (a *Kafka) loop(ctx context.Context) {
 			continue
 		}
 		a.Stats.LastBatch.Store(int64(len(batch)))
+		a.Stats.Records.Add(uint64(len(msgs)))
 		a.applyWithRetry(ctx, batch)
 		now := time.Now().UnixNano()
 		for _, x := range batch {
@@ -224,24 +226,31 @@ func (a *Kafka) loop(ctx context.Context) {
 	}
 }
 
-// fetch collects up to BatchSize deltas, waiting at most BatchWait once
-// the first one arrived.
+// fetch collects whole records until BatchSize deltas or more are in
+// hand, waiting at most BatchWait once the first one arrived (a record is
+// applied whole, so that its offset is committed once all its deltas are).
 func (a *Kafka) fetch(ctx context.Context) ([]events.Message, []counters.Delivered) {
 	var msgs []events.Message
 	var batch []counters.Delivered
-	m, d, err := a.reader.Next(ctx)
+	add := func(m events.Message, ds []*eventsv1.Delta) {
+		msgs = append(msgs, m)
+		for _, d := range ds {
+			batch = append(batch, counters.Delivered{Partition: m.Partition, Delta: d})
+		}
+	}
+	m, ds, err := a.reader.Next(ctx)
 	if err != nil {
 		return nil, nil
 	}
-	msgs, batch = append(msgs, m), append(batch, counters.Delivered{Partition: m.Partition, Delta: d})
+	add(m, ds)
 	wctx, cancel := context.WithTimeout(ctx, a.cfg.BatchWait)
 	defer cancel()
 	for len(batch) < a.cfg.BatchSize {
-		m, d, err := a.reader.Next(wctx)
+		m, ds, err := a.reader.Next(wctx)
 		if err != nil {
 			break
 		}
-		msgs, batch = append(msgs, m), append(batch, counters.Delivered{Partition: m.Partition, Delta: d})
+		add(m, ds)
 	}
 	a.Stats.Bad.Store(a.reader.Bad())
 	return msgs, batch

@@ -17,7 +17,8 @@ func (a *Kafka) RegisterMetrics(reg MetricsRegistry) {
 	reg.Counter("velvetrope_aggregator_batches_total", "Batches applied and committed.", func() float64 { return float64(a.Stats.Batches.Load()) })
 	reg.Counter("velvetrope_aggregator_deltas_applied_total", "Deltas applied to Redis.", func() float64 { return float64(a.Stats.Applied.Load()) })
 	reg.Counter("velvetrope_aggregator_deltas_skipped_total", "Copies skipped by the sequence check.", func() float64 { return float64(a.Stats.Skipped.Load()) })
-	reg.Counter("velvetrope_aggregator_bad_records_total", "Malformed records skipped.", func() float64 { return float64(a.Stats.Bad.Load()) })
+	reg.Counter("velvetrope_aggregator_records_total", "Records taken from the topic (a record packs many deltas).", func() float64 { return float64(a.Stats.Records.Load()) })
+	reg.Counter("velvetrope_aggregator_bad_records_total", "Malformed records, and malformed deltas of packed records, skipped.", func() float64 { return float64(a.Stats.Bad.Load()) })
 	reg.Counter("velvetrope_aggregator_deltas_already_applied_total", "Deltas a charge applied when it decided (analytics only, no Redis work).",
 		func() float64 { return float64(a.Stats.AlreadyApplied.Load()) })
 	reg.Counter("velvetrope_aggregator_redis_round_trips_total", "Redis round trips.", func() float64 { return float64(a.Stats.RoundTrips.Load()) })

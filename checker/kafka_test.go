@@ -67,16 +67,18 @@ func TestCheckerDeltasThroughKafka(t *testing.T) {
 	seen := map[uint64]bool{}
 	var sum uint64
 	for uint64(len(seen)) < emitted {
-		m, d, err := r.Next(rctx)
+		m, ds, err := r.Next(rctx)
 		if err != nil {
 			t.Fatalf("read %d of %d deltas: %v", len(seen), emitted, err)
 		}
-		if d.InstanceId != c.Instance() {
-			t.Fatalf("foreign instance %q", d.InstanceId)
-		}
-		if !seen[d.Sequence] {
-			seen[d.Sequence] = true
-			sum += d.AllowedCost
+		for _, d := range ds {
+			if d.InstanceId != c.Instance() {
+				t.Fatalf("foreign instance %q", d.InstanceId)
+			}
+			if !seen[d.Sequence] {
+				seen[d.Sequence] = true
+				sum += d.AllowedCost
+			}
 		}
 		r.Commit(rctx, m)
 	}

@@ -73,9 +73,10 @@ var ErrClosed = errors.New("events: closed")
 
 // MemBus is an in-memory topic with a fixed number of partitions and one
 // consumer group: a Producer, a Publisher and a Consumer in one value, for
-// `velvetrope dev` and tests. Messages are partitioned by key hash, like Kafka; they
-// are encoded and decoded exactly as on Kafka, so the codec is exercised.
-// Memory is bounded: at most maxPending uncommitted messages, and at most
+// `velvetrope dev` and tests. Messages are partitioned by key hash, like Kafka; deltas
+// are packed, encoded and decoded exactly as on Kafka, so the codec is exercised.
+// Memory is bounded: at most maxPending uncommitted deltas (a raw record
+// counts as one), and at most
 // LimitBytes of their keys and values when set. A delta that can never be
 // delivered is set aside as on Kafka ([Producer]).
 type MemBus struct {
@@ -97,13 +98,14 @@ type MemBus struct {
 }
 
 type memPart struct {
-	msgs []Message // uncommitted messages, oldest first
-	next int64     // next offset to fetch
-	end  int64     // next offset to assign
+	msgs   []Message // uncommitted messages, oldest first
+	counts []int     // the deltas of each (1 for a raw record): what maxPending bounds
+	next   int64     // next offset to fetch
+	end    int64     // next offset to assign
 }
 
 // NewMemBus returns a bus of partitions partitions holding at most
-// maxPending uncommitted messages.
+// maxPending uncommitted deltas.
 func NewMemBus(partitions, maxPending int) (*MemBus, error) {
 	if partitions <= 0 || maxPending <= 0 {
 		return nil, fmt.Errorf("events: mem bus needs partitions and maxPending > 0, got %d and %d", partitions, maxPending)
@@ -135,22 +137,23 @@ func (b *MemBus) DroppedDeltas() uint64 { return b.Dropped.Load() }
 func (b *MemBus) Partitions() int { return len(b.parts) }
 
 // Produce implements [Producer]: every deliverable delta or none (when
-// the bus is full or closed); an undeliverable one is set aside and the
-// others go.
+// the bus is full or closed), packed as on Kafka (v2 records of one
+// partition each); an undeliverable one is set aside and the others go.
 func (b *MemBus) Produce(_ context.Context, deltas []*eventsv1.Delta) error {
-	msgs := make([]Message, 0, len(deltas))
-	for _, d := range deltas {
-		v, err := encodeDelta(d)
-		if err != nil {
-			setAside(&b.Dropped, b.dropLog.Load(), d.GetCounterKey(), err)
-			continue
-		}
-		msgs = append(msgs, Message{Key: []byte(d.CounterKey), Value: v})
-	}
-	if len(msgs) == 0 {
+	recs := packer{max: MaxPackBytes, partOf: b.partitionOf, dropped: &b.Dropped, dropLog: b.dropLog.Load()}.pack(deltas)
+	if len(recs) == 0 {
 		return nil
 	}
-	return b.produceRaw(msgs)
+	msgs := make([]Message, len(recs))
+	counts := make([]int, len(recs))
+	for i, r := range recs {
+		msgs[i], counts[i] = Message{Key: r.key, Value: r.value}, r.deltas
+	}
+	return b.produce(msgs, counts)
+}
+
+func (b *MemBus) partitionOf(key string) int {
+	return int(maphash.String(b.seed, key) % uint64(len(b.parts)))
 }
 
 // Publish implements [Publisher]: raw records, all or none, partitioned
@@ -158,13 +161,26 @@ func (b *MemBus) Produce(_ context.Context, deltas []*eventsv1.Delta) error {
 func (b *MemBus) Publish(_ context.Context, msgs []Message) error { return b.produceRaw(msgs) }
 
 // produceRaw appends raw messages (tests use it to inject bad records).
-func (b *MemBus) produceRaw(msgs []Message) error {
+func (b *MemBus) produceRaw(msgs []Message) error { return b.produce(msgs, nil) }
+
+// produce appends msgs, counts[i] deltas each (nil: one each), all or none.
+func (b *MemBus) produce(msgs []Message, counts []int) error {
+	weight := func(i int) int {
+		if counts == nil {
+			return 1
+		}
+		return counts[i]
+	}
+	total := 0
+	for i := range msgs {
+		total += weight(i)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return ErrClosed
 	}
-	if b.pending+len(msgs) > b.maxPending {
+	if b.pending+total > b.maxPending {
 		return ErrBusFull
 	}
 	var size int64
@@ -175,14 +191,15 @@ func (b *MemBus) produceRaw(msgs []Message) error {
 		return ErrBusFull
 	}
 	b.pendingBytes += size
-	for _, m := range msgs {
-		p := int(maphash.Bytes(b.seed, m.Key) % uint64(len(b.parts)))
+	for i, m := range msgs {
+		p := b.partitionOf(string(m.Key))
 		part := &b.parts[p]
 		m.Partition, m.Offset = p, part.end
 		part.end++
 		part.msgs = append(part.msgs, m)
+		part.counts = append(part.counts, weight(i))
 	}
-	b.pending += len(msgs)
+	b.pending += total
 	close(b.wake)
 	b.wake = make(chan struct{})
 	return nil
@@ -238,10 +255,10 @@ func (b *MemBus) Commit(_ context.Context, msgs ...Message) error {
 		}
 		for i := range drop {
 			b.pendingBytes -= msgBytes(part.msgs[i])
+			b.pending -= part.counts[i]
 		}
 		clear(part.msgs[:drop]) // the array outlives the slice: let go of the values now
-		part.msgs = part.msgs[drop:]
-		b.pending -= int(drop)
+		part.msgs, part.counts = part.msgs[drop:], part.counts[drop:]
 		if part.next < m.Offset+1 {
 			part.next = m.Offset + 1
 		}
@@ -264,7 +281,7 @@ func (b *MemBus) Rewind() {
 	b.wake = make(chan struct{})
 }
 
-// Pending returns how many messages are not yet committed.
+// Pending returns how many deltas (and raw records) are not yet committed.
 func (b *MemBus) Pending() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -28,13 +28,16 @@ func TestMemBus(t *testing.T) {
 	r := NewReader(b, nil)
 	var got []Message
 	seqByKey := map[string][]uint64{}
-	for range keys {
-		m, d, err := r.Next(ctx)
+	for range keys { // one Produce call a delta: one record each
+		m, ds, err := r.Next(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if len(ds) != 1 {
+			t.Fatalf("a record of %d deltas from a Produce of one", len(ds))
+		}
 		got = append(got, m)
-		seqByKey[d.CounterKey] = append(seqByKey[d.CounterKey], d.Sequence)
+		seqByKey[ds[0].CounterKey] = append(seqByKey[ds[0].CounterKey], ds[0].Sequence)
 	}
 	// per key (one partition) the order is the production order
 	if s := seqByKey["api:user_id|user_id=a"]; len(s) != 3 || s[0] != 1 || s[1] != 4 || s[2] != 5 {
@@ -91,11 +94,11 @@ func TestReaderSkipsBadRecords(t *testing.T) {
 	r := NewReader(b, nil)
 	var sum uint64
 	for range 2 {
-		_, d, err := r.Next(ctx)
+		_, ds, err := r.Next(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sum += d.AllowedCost
+		sum += costOf(ds)
 	}
 	if sum != 5 || r.Bad() != 2 {
 		t.Fatalf("sum %d bad %d, want 5 and 2", sum, r.Bad())
@@ -171,15 +174,15 @@ func TestOneBadDeltaNeverBlocksTheBatch(t *testing.T) {
 		}
 		r := NewReader(b, nil)
 		var sum uint64
-		for range 4 {
-			_, d, err := r.Next(ctx)
+		for n := 0; n < 4; {
+			_, ds, err := r.Next(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			sum += d.AllowedCost
+			sum, n = sum+costOf(ds), n+len(ds)
 		}
 		if sum != 6 || b.Pending() != 4 {
-			t.Fatalf("delivered cost %d in %d records, want 6 in 4", sum, b.Pending())
+			t.Fatalf("delivered cost %d in %d deltas, want 6 in 4", sum, b.Pending())
 		}
 	})
 	t.Run("kafka", func(t *testing.T) {
@@ -205,4 +208,12 @@ func TestOneBadDeltaNeverBlocksTheBatch(t *testing.T) {
 			t.Fatalf("allowed cost in the topic %d, want 3 (the two good deltas)", got)
 		}
 	})
+}
+
+// costOf sums the deltas' allowed cost.
+func costOf(ds []*eventsv1.Delta) (sum uint64) {
+	for _, d := range ds {
+		sum += d.AllowedCost
+	}
+	return sum
 }

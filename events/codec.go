@@ -5,21 +5,34 @@ import (
 	"fmt"
 	"strings"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/velvetrope/velvetrope/config"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 )
 
-// SchemaHeader is the Kafka header naming the schema of a message's value,
-// and SchemaV1 its value for eventsv1.Delta.
+// SchemaHeader is the Kafka header naming the schema of a message's value:
+// SchemaV1 for one eventsv1.Delta, SchemaV2 for an eventsv1.DeltaBatch.
+// Readers do not need it (DecodeRecord tells the two apart by content);
+// it is there for other consumers of the topic.
 const (
 	SchemaHeader = "velvetrope-schema"
 	SchemaV1     = "v1"
+	SchemaV2     = "v2"
 )
 
 // MaxRecordBytes bounds one encoded delta; anything larger is malformed.
 const MaxRecordBytes = 64 << 10
+
+// MaxPackBytes bounds a v2 record: producers pack at most this much (well
+// under Kafka's default max.message.bytes of 1 MiB, so the broker takes a
+// record whole) and readers refuse anything larger.
+const MaxPackBytes = 960 << 10
+
+// packField is DeltaBatch.deltas' field number: v1 fields are numbered
+// below it, so a record's first tag says which schema it is.
+const packField protowire.Number = 32
 
 // DecodeError is a record that is not a valid v1 delta.
 type DecodeError struct {
@@ -50,7 +63,68 @@ func AppendEncode(b []byte, d *eventsv1.Delta) ([]byte, error) {
 	return proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, d)
 }
 
-// Decode parses and validates one record's value.
+// IsPacked reports whether a record's value is a v2 DeltaBatch (its first
+// field is DeltaBatch.deltas), not a v1 Delta.
+func IsPacked(b []byte) bool {
+	n, _, l := protowire.ConsumeTag(b)
+	return l > 0 && n == packField
+}
+
+// AppendPacked appends one encoded delta (Encode's output) to a v2 record
+// being built in b: DeltaBatch's wire form is its deltas' each behind a
+// field tag and length, so a record grows without re-encoding.
+func AppendPacked(b, encoded []byte) []byte {
+	b = protowire.AppendTag(b, packField, protowire.BytesType)
+	return protowire.AppendBytes(b, encoded)
+}
+
+// PackedSize is what AppendPacked adds for an encoded delta of n bytes.
+func PackedSize(n int) int {
+	return protowire.SizeTag(packField) + protowire.SizeBytes(n)
+}
+
+// DecodeRecord parses one record's value of either schema into its
+// deltas. err: the record as a whole is unreadable (too large, not
+// protobuf, no delta). bad: the deltas of a readable v2 record that are
+// invalid, left out of ds with the first one's reason in badErr, so that
+// one broken delta does not cost its record's others.
+func DecodeRecord(b []byte) (ds []*eventsv1.Delta, bad int, badErr, err error) {
+	if !IsPacked(b) {
+		d, err := Decode(b)
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		return []*eventsv1.Delta{d}, 0, nil, nil
+	}
+	if len(b) > MaxPackBytes {
+		return nil, 0, nil, &DecodeError{fmt.Sprintf("packed record of %d bytes, more than %d", len(b), MaxPackBytes)}
+	}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || num != packField || typ != protowire.BytesType {
+			return nil, 0, nil, &DecodeError{"packed record: want only deltas (field 32, length-delimited)"}
+		}
+		v, m := protowire.ConsumeBytes(b[n:])
+		if m < 0 {
+			return nil, 0, nil, &DecodeError{"packed record: truncated delta"}
+		}
+		b = b[n+m:]
+		d, derr := Decode(v)
+		if derr != nil {
+			if bad++; badErr == nil {
+				badErr = derr
+			}
+			continue
+		}
+		ds = append(ds, d)
+	}
+	if len(ds) == 0 && bad == 0 {
+		return nil, 0, nil, &DecodeError{"packed record holds no delta"}
+	}
+	return ds, bad, badErr, nil
+}
+
+// Decode parses and validates one v1 record's value (one delta).
 func Decode(b []byte) (*eventsv1.Delta, error) {
 	if len(b) > MaxRecordBytes {
 		return nil, &DecodeError{fmt.Sprintf("%d bytes, more than %d", len(b), MaxRecordBytes)}

@@ -115,11 +115,15 @@ func newWriter(brokers []string, topic string, comp kafka.Compression, batchTime
 	}
 }
 
-// KafkaProducer sends deltas to a Kafka topic, one message per delta keyed
-// by counter key (murmur2 partitioning, as the Java client: one key always
-// reaches one partition, so one aggregator), compressed, acknowledged by
-// all in-sync replicas. Calls are serialised, so per-partition order is the
-// order of Produce calls.
+// KafkaProducer sends deltas to a Kafka topic as v2 records: the deltas of
+// one Produce call that reach one partition (by counter key, murmur2 as the
+// Java client: one key always reaches one partition, so one aggregator)
+// packed into one record of at most MaxPackBytes, keyed by its first
+// delta's counter key; compressed, acknowledged by all in-sync replicas.
+// Calls are serialised, so per-partition order is the order of Produce
+// calls. A record the broker refuses as too large is split in two and sent
+// again, down to one delta a record, and later records are packed no
+// larger than what it took.
 //
 // While Kafka is unreachable, deltas go to the spill file and Produce
 // still succeeds; from then on every delta goes to the spill, behind the
@@ -135,8 +139,12 @@ type KafkaProducer struct {
 	stop       chan struct{}
 	done       chan struct{}
 
+	parts   atomic.Int64 // the topic's partitions, as the writer last saw them (0: not yet)
+	packMax atomic.Int64 // bytes a record may hold (lowered when the broker refuses one as too large)
+
 	// Counters for metrics.
 	Produced atomic.Uint64 // deltas acknowledged by Kafka (directly or by replay)
+	Records  atomic.Uint64 // records acknowledged by Kafka (Produced / Records: deltas a record)
 	Spilled  atomic.Uint64 // deltas written to the spill file
 	Failed   atomic.Uint64 // Produce calls that returned an error
 	// KafkaErrors counts writes Kafka refused in part or whole (the
@@ -167,6 +175,8 @@ func NewKafkaProducer(cfg KafkaConfig) (*KafkaProducer, error) {
 	// thirds of the checker's allocations. A flush hands over at most 2048
 	// deltas, about 128 per partition of 16.
 	p.w = newWriter(cfg.Brokers, cfg.Topic, comp, cfg.BatchTimeout, cfg.WriteTimeout, 256, 4<<20, p.cfg.Security.transport())
+	p.w.Balancer = learningBalancer{n: &p.parts}
+	p.packMax.Store(MaxPackBytes)
 	if cfg.SpillPath != "" {
 		if p.spill, err = OpenSpill(cfg.SpillPath, cfg.SpillMaxBytes, cfg.Logger); err != nil {
 			return nil, err
@@ -222,8 +232,12 @@ func (p *KafkaProducer) ensureTopic(ctx context.Context) error {
 	if p.topicReady.Load() {
 		return nil
 	}
-	if err := EnsureTopic(ctx, p.cfg.Security, p.cfg.Brokers, p.cfg.Topic, p.cfg.Partitions, p.cfg.ReplicationFactor); err != nil {
+	n, err := ensureTopic(ctx, p.cfg.Security, p.cfg.Brokers, p.cfg.Topic, p.cfg.Partitions, p.cfg.ReplicationFactor)
+	if err != nil {
 		return err
+	}
+	if n > 0 {
+		p.parts.CompareAndSwap(0, int64(n))
 	}
 	p.topicReady.Store(true)
 	return nil
@@ -232,6 +246,13 @@ func (p *KafkaProducer) ensureTopic(ctx context.Context) error {
 // EnsureTopic creates topic with the given partitions and replication on
 // the cluster at brokers, unless it exists.
 func EnsureTopic(ctx context.Context, sec Security, brokers []string, topic string, partitions, replication int) error {
+	_, err := ensureTopic(ctx, sec, brokers, topic, partitions, replication)
+	return err
+}
+
+// ensureTopic is EnsureTopic, answering the partitions the topic has
+// (0: not known yet).
+func ensureTopic(ctx context.Context, sec Security, brokers []string, topic string, partitions, replication int) (int, error) {
 	d := sec.dialer(3 * time.Second)
 	var conn *kafka.Conn
 	var err error
@@ -241,62 +262,98 @@ func EnsureTopic(ctx context.Context, sec Security, brokers []string, topic stri
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("no broker answers: %w", err)
+		return 0, fmt.Errorf("no broker answers: %w", err)
 	}
 	defer conn.Close()
 	controller, err := conn.Controller()
 	if err != nil {
-		return fmt.Errorf("find the controller: %w", err)
+		return 0, fmt.Errorf("find the controller: %w", err)
 	}
 	cc, err := d.DialContext(ctx, "tcp", net.JoinHostPort(controller.Host, strconv.Itoa(controller.Port)))
 	if err != nil {
-		return fmt.Errorf("dial the controller: %w", err)
+		return 0, fmt.Errorf("dial the controller: %w", err)
 	}
 	defer cc.Close()
 	err = cc.CreateTopics(kafka.TopicConfig{Topic: topic, NumPartitions: partitions, ReplicationFactor: replication})
 	if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
-		return fmt.Errorf("create topic %s: %w", topic, err)
+		return 0, fmt.Errorf("create topic %s: %w", topic, err)
 	}
 	// A topic just created has no partition leaders for a moment; a
 	// consumer group joined then gets no partitions at all, and a writer
 	// caches the topic as missing. Wait (up to 5 s) until every partition
 	// has a leader.
 	give := time.Now().Add(5 * time.Second)
+	n := 0
 	for wait := 20 * time.Millisecond; time.Now().Before(give); wait = min(2*wait, 500*time.Millisecond) {
 		ps, err := conn.ReadPartitions(topic)
 		ready := err == nil && len(ps) > 0
 		for _, p := range ps {
 			ready = ready && p.Leader.Host != ""
 		}
+		if err == nil {
+			n = len(ps)
+		}
 		if ready {
-			return nil
+			return n, nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("events: topic %s has no partition leaders yet: %w", topic, ctx.Err())
+			return 0, fmt.Errorf("events: topic %s has no partition leaders yet: %w", topic, ctx.Err())
 		case <-time.After(wait):
 		}
 	}
-	return nil // kafka-go retries from here
+	return n, nil // kafka-go retries from here
 }
+
+// learningBalancer is murmur2 partitioning (as the Java client) that
+// keeps the partition count the writer balances over, which packing
+// groups deltas by.
+type learningBalancer struct{ n *atomic.Int64 }
+
+func (b learningBalancer) Balance(msg kafka.Message, partitions ...int) int {
+	b.n.Store(int64(len(partitions)))
+	return kafka.Murmur2Balancer{Consistent: true}.Balance(msg, partitions...)
+}
+
+// partitionOf is the partition murmur2 gives key among the topic's
+// partitions (the configured count until the topic answered).
+func (p *KafkaProducer) partitionOf(key string) int {
+	n := int(p.parts.Load())
+	if n <= 0 {
+		n = p.cfg.Partitions
+	}
+	return int(murmur2Partition([]byte(key), n))
+}
+
+// murmur2Partition is kafka-go's Murmur2Balancer over partitions 0…n-1,
+// which is what the writer is given.
+func murmur2Partition(key []byte, n int) int {
+	if l := partitionList.Load(); l != nil && len(*l) >= n {
+		return kafka.Murmur2Balancer{Consistent: true}.Balance(kafka.Message{Key: key}, (*l)[:n]...)
+	}
+	l := make([]int, n)
+	for i := range l {
+		l[i] = i
+	}
+	partitionList.Store(&l)
+	return kafka.Murmur2Balancer{Consistent: true}.Balance(kafka.Message{Key: key}, l...)
+}
+
+// partitionList holds 0…n-1 for the largest n asked so far.
+var partitionList atomic.Pointer[[]int]
 
 // Produce implements [Producer]. A delta that can never be delivered
 // (invalid, or above MaxRecordBytes) is counted in Dropped and logged,
 // never returned as an error: the caller would retry it forever and hold
 // up everything behind it.
 func (p *KafkaProducer) Produce(ctx context.Context, deltas []*eventsv1.Delta) error {
-	msgs := make([]kafka.Message, 0, len(deltas))
-	for _, d := range deltas {
-		v, err := encodeDelta(d)
-		if err != nil {
-			p.drop(d.GetCounterKey(), err)
-			continue
-		}
-		msgs = append(msgs, kafka.Message{Key: []byte(d.CounterKey), Value: v,
-			Headers: []kafka.Header{{Key: SchemaHeader, Value: []byte(SchemaV1)}}})
-	}
-	if len(msgs) == 0 {
+	recs := packer{max: int(p.packMax.Load()), partOf: p.partitionOf, dropped: &p.Dropped, dropLog: p.dropLog}.pack(deltas)
+	if len(recs) == 0 {
 		return nil
+	}
+	msgs := make([]kafka.Message, len(recs))
+	for i, r := range recs {
+		msgs[i] = message(r)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -306,24 +363,71 @@ func (p *KafkaProducer) Produce(ctx context.Context, deltas []*eventsv1.Delta) e
 		// wait for a dial timeout.)
 		return p.toSpill(msgs)
 	}
-	failed, err := p.write(ctx, msgs)
+	failed, err := p.writeRounds(ctx, msgs)
 	if err == nil {
 		return nil
 	}
 	if p.spill == nil {
 		p.Failed.Add(1)
-		return fmt.Errorf("events: produce %d deltas: %w", len(failed), err)
+		return fmt.Errorf("events: produce %d deltas: %w", deltasOf(failed), err)
 	}
-	p.cfg.Logger.Warn("kafka write failed; spilling deltas to disk", "deltas", len(failed), "error", err)
+	p.cfg.Logger.Warn("kafka write failed; spilling deltas to disk", "deltas", deltasOf(failed), "error", err)
 	return p.toSpill(failed)
 }
 
+// message is r as a Kafka message (its delta count rides along as the
+// writer's data, for the counters).
+func message(r record) kafka.Message {
+	return kafka.Message{Key: r.key, Value: r.value, WriterData: r,
+		Headers: []kafka.Header{{Key: SchemaHeader, Value: []byte(SchemaV2)}}}
+}
+
+func deltasOf(msgs []kafka.Message) (n int) {
+	for _, m := range msgs {
+		n += m.WriterData.(record).deltas
+	}
+	return n
+}
+
+// writeRounds sends msgs in rounds holding at most one record of each
+// partition, in order: the broker bounds the batch a write makes for a
+// partition (max.message.bytes), which a record alone is packed to fit.
+// It returns what is to be tried again: what write returned of the round
+// that failed, and every later round.
+func (p *KafkaProducer) writeRounds(ctx context.Context, msgs []kafka.Message) ([]kafka.Message, error) {
+	var rounds [][]kafka.Message
+	seen := map[int]int{} // partition → records of it so far
+	for _, m := range msgs {
+		part := m.WriterData.(record).part
+		k := seen[part]
+		seen[part] = k + 1
+		if k == len(rounds) {
+			rounds = append(rounds, nil)
+		}
+		rounds[k] = append(rounds[k], m)
+	}
+	for k, round := range rounds {
+		failed, err := p.write(ctx, round)
+		if err != nil {
+			for _, later := range rounds[k+1:] {
+				failed = append(failed, later...)
+			}
+			return failed, err
+		}
+	}
+	return nil, nil
+}
+
 // write sends msgs and returns those to try again. Messages the broker
-// refused for good are dropped (counted, logged); they never come back.
+// refused for good are dropped (counted, logged); they never come back,
+// except a record of several deltas refused as too large, which is sent
+// again at once in smaller records (writeSplit). A partition's messages
+// keep their order: once one of them is to be tried again, so are the
+// ones behind it.
 func (p *KafkaProducer) write(ctx context.Context, msgs []kafka.Message) ([]kafka.Message, error) {
 	err := p.w.WriteMessages(ctx, msgs...)
 	if err == nil {
-		p.Produced.Add(uint64(len(msgs)))
+		p.acked(msgs...)
 		return nil, nil
 	}
 	p.KafkaErrors.Add(1)
@@ -332,20 +436,88 @@ func (p *KafkaProducer) write(ctx context.Context, msgs []kafka.Message) ([]kafk
 		return msgs, err
 	}
 	var retry []kafka.Message
+	held := map[int]bool{} // partitions with a message to try again
 	for i, e := range werrs {
+		r := msgs[i].WriterData.(record)
 		switch {
 		case e == nil:
-			p.Produced.Add(1)
-		case permanent(e):
-			p.drop(string(msgs[i].Key), e)
-		default:
+			p.acked(msgs[i])
+		case held[r.part]:
 			retry = append(retry, msgs[i])
+		case tooLarge(e) && r.deltas > 1:
+			if rest, serr := p.writeSplit(ctx, r); serr != nil {
+				retry, held[r.part], err = append(retry, rest...), true, serr
+			}
+		case permanent(e):
+			p.drop(string(msgs[i].Key), r.deltas, e)
+		default:
+			retry, held[r.part] = append(retry, msgs[i]), true
 		}
 	}
 	if len(retry) == 0 {
 		return nil, nil
 	}
 	return retry, err
+}
+
+// writeSplit sends a record the broker refused as too large in halves,
+// one write each (the broker bounds the batch a write makes for a
+// partition, not one record), halving again what is still refused, and
+// packs later records no larger than half of what was refused. It returns
+// the part not sent when a write fails for another reason.
+func (p *KafkaProducer) writeSplit(ctx context.Context, r record) ([]kafka.Message, error) {
+	p.packMax.Store(min(p.packMax.Load(), int64(len(r.value)/2)))
+	a, z := r.split()
+	queue := []record{a, z}
+	for len(queue) > 0 {
+		h := queue[0]
+		if h.deltas > 1 && int64(len(h.value)) > p.packMax.Load() {
+			a, z := h.split()
+			queue = append([]record{a, z}, queue[1:]...)
+			continue
+		}
+		err := p.w.WriteMessages(ctx, message(h))
+		if err == nil {
+			p.acked(message(h))
+			queue = queue[1:]
+			continue
+		}
+		p.KafkaErrors.Add(1)
+		if werrs, ok := err.(kafka.WriteErrors); ok && len(werrs) == 1 && werrs[0] != nil {
+			err = werrs[0] // the one message's own error
+		}
+		switch {
+		case tooLarge(err) && h.deltas > 1:
+			p.packMax.Store(min(p.packMax.Load(), int64(len(h.value)/2)))
+			continue // split at the top of the loop
+		case permanent(err):
+			p.drop(string(h.key), h.deltas, err)
+			queue = queue[1:]
+			continue
+		}
+		rest := make([]kafka.Message, len(queue))
+		for i, q := range queue {
+			rest[i] = message(q)
+		}
+		return rest, err
+	}
+	return nil, nil
+}
+
+func (p *KafkaProducer) acked(msgs ...kafka.Message) {
+	p.Records.Add(uint64(len(msgs)))
+	p.Produced.Add(uint64(deltasOf(msgs)))
+}
+
+// tooLarge reports whether the broker or the writer refused a record for
+// its size alone.
+func tooLarge(err error) bool {
+	var ke kafka.Error
+	if errors.As(err, &ke) {
+		return ke == kafka.MessageSizeTooLarge || ke == kafka.RecordListTooLarge
+	}
+	var me kafka.MessageTooLargeError
+	return errors.As(err, &me)
 }
 
 // permanent reports whether the broker refused a message for what it is,
@@ -363,7 +535,9 @@ func permanent(err error) bool {
 	return false
 }
 
-func (p *KafkaProducer) drop(key string, err error) { setAside(&p.Dropped, p.dropLog, key, err) }
+func (p *KafkaProducer) drop(key string, k int, err error) {
+	setAside(&p.Dropped, p.dropLog, key, k, err)
+}
 
 // DroppedDeltas implements [DropCounter].
 func (p *KafkaProducer) DroppedDeltas() uint64 { return p.Dropped.Load() }
@@ -377,7 +551,7 @@ func (p *KafkaProducer) toSpill(msgs []kafka.Message) error {
 		p.Failed.Add(1)
 		return err
 	}
-	p.Spilled.Add(uint64(len(msgs)))
+	p.Spilled.Add(uint64(deltasOf(msgs)))
 	return nil
 }
 
@@ -391,18 +565,29 @@ func (p *KafkaProducer) replay(ctx context.Context) error {
 	return p.spill.Replay(1000, func(payloads [][]byte) error {
 		msgs := make([]kafka.Message, 0, len(payloads))
 		for _, v := range payloads {
-			d, err := Decode(v)
+			// a spill file holds v2 records, or v1 records of the version
+			// before: each goes as it is, keyed by its first delta
+			// (invalid deltas in a readable record go with it: the reader
+			// sets them aside and counts them)
+			ds, bad, _, err := DecodeRecord(v)
+			if err == nil && len(ds) == 0 {
+				err = fmt.Errorf("all %d deltas invalid", bad)
+			}
 			if err != nil {
-				p.drop("", fmt.Errorf("undecodable spill record: %w", err))
+				p.drop("", max(bad, 1), fmt.Errorf("undecodable spill record: %w", err))
 				continue
 			}
-			msgs = append(msgs, kafka.Message{Key: []byte(d.CounterKey), Value: v,
-				Headers: []kafka.Header{{Key: SchemaHeader, Value: []byte(SchemaV1)}}})
+			r := record{key: []byte(ds[0].CounterKey), value: v, deltas: len(ds), part: p.partitionOf(ds[0].CounterKey)}
+			m := message(r)
+			if !IsPacked(v) {
+				m.Headers[0].Value = []byte(SchemaV1)
+			}
+			msgs = append(msgs, m)
 		}
 		if len(msgs) == 0 {
 			return nil
 		}
-		if _, err := p.write(ctx, msgs); err != nil {
+		if _, err := p.writeRounds(ctx, msgs); err != nil {
 			return err // resend the whole batch later: copies are dropped downstream
 		}
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,16 +28,18 @@ func consumeAll(t *testing.T, broker, topic string, want int) (sum uint64, dups 
 	defer cancel()
 	seen := map[[2]any]bool{}
 	for len(seen) < want {
-		m, d, err := r.Next(ctx)
+		m, ds, err := r.Next(ctx)
 		if err != nil {
 			t.Fatalf("consumed %d of %d deltas: %v", len(seen), want, err)
 		}
-		id := [2]any{d.InstanceId, d.Sequence}
-		if seen[id] {
-			dups++
-		} else {
-			seen[id] = true
-			sum += d.AllowedCost
+		for _, d := range ds {
+			id := [2]any{d.InstanceId, d.Sequence}
+			if seen[id] {
+				dups++
+			} else {
+				seen[id] = true
+				sum += d.AllowedCost
+			}
 		}
 		if err := r.Commit(ctx, m); err != nil {
 			t.Fatal(err)
@@ -77,7 +80,7 @@ func TestKafkaProduceConsume(t *testing.T) {
 		t.Fatalf("kcat (installed by scripts/services.sh): %v", err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != n || !strings.HasPrefix(lines[0], "api:user_id|user_id=") || !strings.Contains(lines[0], SchemaHeader+"="+SchemaV1) {
+	if len(lines) != n || !strings.HasPrefix(lines[0], "api:user_id|user_id=") || !strings.Contains(lines[0], SchemaHeader+"="+SchemaV2) {
 		t.Fatalf("kcat read %d records, first %q", len(lines), lines[0])
 	}
 }
@@ -137,4 +140,151 @@ func TestKafkaOutageSpillsAndReplays(t *testing.T) {
 		t.Fatalf("allowed cost after dropping %d duplicates: %d, want %d", dups, got, want)
 	}
 	t.Logf("outage: %d deltas, %d copies dropped, spilled %d", seq, dups, p.Spilled.Load())
+}
+
+// TestKafkaPacksAPartitionPerRecord: one Produce of many keys' deltas
+// costs one record per partition, each record lands in the partition
+// murmur2 gives its deltas' counter keys, and every delta arrives once.
+func TestKafkaPacksAPartitionPerRecord(t *testing.T) {
+	broker := testsvc.Kafka(t)
+	topic := testsvc.Unique("packed")
+	p, err := NewKafkaProducer(KafkaConfig{Brokers: []string{broker}, Topic: topic, Partitions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	var ds []*eventsv1.Delta
+	var want uint64
+	for i := range n {
+		d := delta(uint64(i+1), strconv.Itoa(i), uint64(i%3+1))
+		want += d.AllowedCost
+		ds = append(ds, d)
+	}
+	if err := p.Produce(ctx, ds); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.Produced.Load() != n || p.Records.Load() > 4 {
+		t.Fatalf("%d deltas in %d records, want %d in at most 4", p.Produced.Load(), p.Records.Load(), n)
+	}
+	c, err := NewKafkaConsumer(KafkaConsumerConfig{Brokers: []string{broker}, Topic: topic, Group: testsvc.Unique("g")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	r := NewReader(c, nil)
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var got, sum uint64
+	for got < n {
+		m, ds, err := r.Next(rctx)
+		if err != nil {
+			t.Fatalf("read %d of %d deltas: %v", got, n, err)
+		}
+		for _, d := range ds {
+			if part := murmur2Partition([]byte(d.CounterKey), 4); part != m.Partition {
+				t.Fatalf("%s in partition %d, murmur2 gives %d", d.CounterKey, m.Partition, part)
+			}
+			got, sum = got+1, sum+d.AllowedCost
+		}
+	}
+	if got != n || sum != want {
+		t.Fatalf("%d deltas of cost %d, want %d of %d", got, sum, n, want)
+	}
+}
+
+// TestKafkaSplitsARecordTheBrokerRefusesAsTooLarge: on a topic whose
+// max.message.bytes is below a flush's record, the producer splits until
+// the broker takes them: nothing is set aside, every delta arrives once,
+// and later flushes are packed within what the broker took.
+func TestKafkaSplitsARecordTheBrokerRefusesAsTooLarge(t *testing.T) {
+	broker := testsvc.Kafka(t)
+	topic := testsvc.Unique("small")
+	createTopic(t, broker, topic, 20000)
+	p, err := NewKafkaProducer(KafkaConfig{Brokers: []string{broker}, Topic: topic, Partitions: 1, Compression: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	seq := uint64(0)
+	flush := func() {
+		var ds []*eventsv1.Delta
+		for range 1000 { // about 150 KB packed
+			seq++
+			ds = append(ds, delta(seq, strconv.FormatUint(seq, 10), 1))
+		}
+		if err := p.Produce(ctx, ds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush()
+	errorsAfterFirst := p.KafkaErrors.Load()
+	flush()
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.Dropped.Load() != 0 || p.Produced.Load() != seq || errorsAfterFirst == 0 {
+		t.Fatalf("dropped %d, produced %d of %d, refusals %d (want some: the first record was too large)",
+			p.Dropped.Load(), p.Produced.Load(), seq, errorsAfterFirst)
+	}
+	if p.KafkaErrors.Load() != errorsAfterFirst {
+		t.Fatalf("the second flush was refused again (%d refusals): packing did not learn the bound", p.KafkaErrors.Load()-errorsAfterFirst)
+	}
+	if got, dups := consumeAll(t, broker, topic, int(seq)); got != seq || dups != 0 {
+		t.Fatalf("allowed cost %d with %d copies, want %d and none", got, dups, seq)
+	}
+}
+
+// TestKafkaReplaysASpillOfBothSchemas: a spill file left by the version
+// before (v1 records, one delta each) and records of this one are
+// replayed in order when the producer starts.
+func TestKafkaReplaysASpillOfBothSchemas(t *testing.T) {
+	broker := testsvc.Kafka(t)
+	topic := testsvc.Unique("spill2")
+	path := filepath.Join(t.TempDir(), "spill")
+	s, err := OpenSpill(path, 1<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var payloads [][]byte
+	for i := range 5 { // the old version's records
+		v, _ := Encode(delta(uint64(i+1), "old"+strconv.Itoa(i), 2))
+		payloads = append(payloads, v)
+	}
+	var packed []byte
+	for i := 5; i < 10; i++ { // and a packed one
+		v, _ := Encode(delta(uint64(i+1), "new", 3))
+		packed = AppendPacked(packed, v)
+	}
+	if err := s.Append(append(payloads, packed)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	p, err := NewKafkaProducer(KafkaConfig{Brokers: []string{broker}, Topic: topic, Partitions: 2, SpillPath: path,
+		ReplayInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(ctx); err != nil { // Close replays what is left
+		t.Fatal(err)
+	}
+	if p.SpillRecords() != 0 || p.Produced.Load() != 10 || p.Records.Load() != 6 {
+		t.Fatalf("spill left %d records; produced %d deltas in %d records, want 10 in 6", p.SpillRecords(), p.Produced.Load(), p.Records.Load())
+	}
+	if got, _ := consumeAll(t, broker, topic, 10); got != 5*2+5*3 {
+		t.Fatalf("allowed cost %d, want %d", got, 5*2+5*3)
+	}
 }

@@ -9,11 +9,14 @@ type MetricsRegistry interface {
 }
 
 // RegisterMetrics exposes, as velvetrope_producer_* metrics on reg, the
-// deltas set aside and the spill file's use and the Kafka writes refused.
+// deltas and records Kafka took, the deltas set aside, the spill file's
+// use and the Kafka writes refused.
 func (p *KafkaProducer) RegisterMetrics(reg MetricsRegistry) {
 	registerDropped(reg, p)
+	reg.Counter("velvetrope_producer_deltas_total", "Deltas Kafka acknowledged (directly or replayed from the spill file).", func() float64 { return float64(p.Produced.Load()) })
+	reg.Counter("velvetrope_producer_records_total", "Kafka records acknowledged; a record packs the deltas of one partition.", func() float64 { return float64(p.Records.Load()) })
 	reg.Counter("velvetrope_producer_spilled_total", "Deltas written to the spill file.", func() float64 { return float64(p.Spilled.Load()) })
-	reg.Gauge("velvetrope_producer_spill_records", "Deltas waiting in the spill file.", func() float64 { return float64(p.SpillRecords()) })
+	reg.Gauge("velvetrope_producer_spill_records", "Records (of one or more deltas) waiting in the spill file.", func() float64 { return float64(p.SpillRecords()) })
 	reg.Gauge("velvetrope_producer_spill_bytes", "Bytes of the spill file not yet replayed.", func() float64 { return float64(p.SpillBytes()) })
 	reg.Counter("velvetrope_producer_kafka_errors_total", "Writes Kafka refused in part or whole (the deltas went to the spill file).", func() float64 { return float64(p.KafkaErrors.Load()) })
 	reg.Counter("velvetrope_producer_failed_total", "Produce calls that failed with the spill file unable to take the deltas (the checker keeps them buffered).", func() float64 { return float64(p.Failed.Load()) })

@@ -15,10 +15,12 @@ import (
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 )
 
-// Reader decodes the records of a Consumer. A record that does not decode
-// is counted, logged with its partition and offset, and skipped: it never
-// stops the consumer. (Its offset is covered by the next commit of its
-// partition, so it is not fetched again.)
+// Reader decodes the records of a Consumer, v1 and v2 alike. A record
+// that does not decode is counted, logged with its partition and offset,
+// and skipped: it never stops the consumer (its offset is covered by the
+// next commit of its partition, so it is not fetched again); so is an
+// invalid delta in an otherwise readable v2 record, whose others are
+// returned.
 type Reader struct {
 	c   Consumer
 	log *slog.Logger
@@ -33,26 +35,37 @@ func NewReader(c Consumer, logger *slog.Logger) *Reader {
 	return &Reader{c: c, log: logger}
 }
 
-// Next returns the next valid delta and the message it came from.
-func (r *Reader) Next(ctx context.Context) (Message, *eventsv1.Delta, error) {
+// Next returns the next record holding a valid delta, and its deltas
+// (one for a v1 record, the pack's for v2): a record is processed whole,
+// so its offset is committed only once all of them are applied.
+func (r *Reader) Next(ctx context.Context) (Message, []*eventsv1.Delta, error) {
 	for {
 		m, err := r.c.Fetch(ctx)
 		if err != nil {
 			return m, nil, err
 		}
-		d, err := Decode(m.Value)
-		if err == nil {
-			return m, d, nil
+		ds, bad, badErr, err := DecodeRecord(m.Value)
+		if err != nil {
+			r.bad.Add(1)
+			r.log.Warn("skipping a malformed record", "partition", m.Partition, "offset", m.Offset, "error", err)
+			continue
 		}
-		r.bad.Add(1)
-		r.log.Warn("skipping a malformed delta", "partition", m.Partition, "offset", m.Offset, "error", err)
+		if bad > 0 {
+			r.bad.Add(uint64(bad))
+			r.log.Warn("skipping malformed deltas of a record", "partition", m.Partition, "offset", m.Offset,
+				"deltas", bad, "kept", len(ds), "error", badErr)
+		}
+		if len(ds) > 0 {
+			return m, ds, nil
+		}
 	}
 }
 
 // Commit commits msgs through the underlying consumer.
 func (r *Reader) Commit(ctx context.Context, msgs ...Message) error { return r.c.Commit(ctx, msgs...) }
 
-// Bad returns how many records were skipped as malformed.
+// Bad returns how many records, and deltas of v2 records, were skipped as
+// malformed.
 func (r *Reader) Bad() uint64 { return r.bad.Load() }
 
 // KafkaConsumer is a Consumer over a kafka-go consumer group reader.

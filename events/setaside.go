@@ -20,16 +20,16 @@ func encodeDelta(d *eventsv1.Delta) ([]byte, error) {
 	return v, err
 }
 
-// setAside records a delta that can never be delivered: counted in n and
+// setAside records k deltas that can never be delivered: counted in n and
 // logged through log (at most one line per its interval, with how many it
 // suppressed). Every producer does this instead of returning an error:
 // the checker retries a refused batch ahead of every later delta, so one
 // record that fails for good would stop all counting behind it.
-func setAside(n *atomic.Uint64, log *logx.Limited, key string, err error) {
-	n.Add(1)
+func setAside(n *atomic.Uint64, log *logx.Limited, key string, k int, err error) {
+	n.Add(uint64(k))
 	if len(key) > 200 {
 		key = key[:200] + "…"
 	}
-	log.Warn("delta set aside: it can never be delivered", "counter_key", key, "error", err,
+	log.Warn("delta set aside: it can never be delivered", "counter_key", key, "deltas", k, "error", err,
 		"dropped_total", n.Load())
 }

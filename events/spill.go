@@ -176,7 +176,7 @@ func scanSpill(f *os.File, from int64) (good, records int64, err error) {
 			return good, records, nil // EOF or a short header: the tail ends here
 		}
 		n := binary.LittleEndian.Uint32(hdr[:4])
-		if n > MaxRecordBytes {
+		if n > MaxPackBytes {
 			return good, records, nil
 		}
 		payload := make([]byte, n)
@@ -195,8 +195,8 @@ func scanSpill(f *os.File, from int64) (good, records int64, err error) {
 func (s *Spill) Append(payloads [][]byte) error {
 	need := int64(0)
 	for _, p := range payloads {
-		if len(p) > MaxRecordBytes {
-			return fmt.Errorf("events: spill record of %d bytes exceeds %d", len(p), MaxRecordBytes)
+		if len(p) > MaxPackBytes {
+			return fmt.Errorf("events: spill record of %d bytes exceeds %d", len(p), MaxPackBytes)
 		}
 		need += spillHeader + int64(len(p))
 	}
@@ -225,7 +225,7 @@ func (s *Spill) Append(payloads [][]byte) error {
 }
 
 // Replay reads the records not yet replayed, in order, in batches of at
-// most batch records, and calls send for each batch. After a successful
+// most batch records (and about replayBytes), and calls send for each batch. After a successful
 // send the records count as replayed; when every record is, the file is
 // truncated to empty. On a send error Replay stops and returns it; the next
 // Replay resumes at the first unsent record. A crash loses only the cursor:
@@ -252,12 +252,16 @@ func (s *Spill) Replay(batch int, send func([][]byte) error) error {
 	return nil
 }
 
+// replayBytes bounds a replay batch in bytes as well (records are up to
+// MaxPackBytes each; at least one is read).
+const replayBytes = 8 << 20
+
 // read returns up to n records starting at off (requires s.mu held).
 func (s *Spill) read(off int64, n int) ([][]byte, int64, error) {
 	r := bufio.NewReader(io.NewSectionReader(s.f, off, s.size-off))
 	var out [][]byte
 	var hdr [spillHeader]byte
-	for len(out) < n && off < s.size {
+	for read := 0; len(out) < n && off < s.size && (len(out) == 0 || read < replayBytes); {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			return nil, 0, fmt.Errorf("events: read spill at %d: %w", off, err)
 		}
@@ -271,6 +275,7 @@ func (s *Spill) read(off int64, n int) ([][]byte, int64, error) {
 		}
 		out = append(out, p)
 		off += spillHeader + int64(l)
+		read += len(p)
 	}
 	return out, off, nil
 }
