@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/events"
@@ -236,5 +237,96 @@ func TestKafkaAggregatorSpillReplay(t *testing.T) {
 	}
 	if got := total(t, store, "api:k|k=s"); got != want {
 		t.Fatalf("redis total %d, want %d", got, want)
+	}
+}
+
+// TestKafkaAggregatorRollingUpgrade: a fleet mid-upgrade writes both
+// schemas to one topic — checkers of the version before one v1 record a
+// delta (raw, as they did), upgraded ones v2 records packing many, with
+// copies in both. The aggregator applies every delta once, whatever its
+// record's schema.
+func TestKafkaAggregatorRollingUpgrade(t *testing.T) {
+	broker, raddr := testsvc.Kafka(t), testsvc.Redis(t)
+	topic, group := testsvc.Unique("upgrade"), testsvc.Unique("grp")
+	rc := redis.NewClient(&redis.Options{Addr: raddr})
+	defer rc.Close()
+	store := counters.NewRedis(rc, testsvc.Unique("up"), 0)
+	ctx := context.Background()
+	if err := events.EnsureTopic(ctx, events.Security{}, []string{broker}, topic, 3, 1); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"api:k|k=a", "api:k|k=b", "api:k|k=c", "api:k|k=d"}
+	want := map[string]int64{}
+	mk := func(inst string, seq uint64, key string, cost uint64) *eventsv1.Delta {
+		want[key] += int64(cost)
+		return &eventsv1.Delta{InstanceId: inst, Sequence: seq, Domain: "api", RuleId: "api:k",
+			CounterKey: key, Algorithm: "fixed_window", WindowStartUnixNanos: w0, WindowNanos: 60e9, Limit: 100000,
+			AllowedCount: 1, AllowedCost: cost, CountedCost: cost, FirstUnixNanos: w0 + 1, LastUnixNanos: w0 + 1}
+	}
+	// the old checker: one v1 record a delta, keyed by counter key, a few twice
+	old := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, Balancer: &kafka.Murmur2Balancer{Consistent: true},
+		RequiredAcks: kafka.RequireAll, BatchTimeout: 5 * time.Millisecond}
+	var msgs []kafka.Message
+	for i := range 40 {
+		d := mk("old/1", uint64(i+1), keys[i%4], uint64(i%3+1))
+		v, err := events.Encode(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := kafka.Message{Key: []byte(d.CounterKey), Value: v, Headers: []kafka.Header{{Key: events.SchemaHeader, Value: []byte(events.SchemaV1)}}}
+		msgs = append(msgs, m)
+		if i%7 == 0 {
+			msgs = append(msgs, m) // a retry's copy
+		}
+	}
+	if err := old.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	// the upgraded checker: two flushes of packed records; the second
+	// repeats part of the first (a retried flush)
+	var flush []*eventsv1.Delta
+	for i := range 60 {
+		flush = append(flush, mk("new/2", uint64(i+1), keys[i%4], 2))
+	}
+	p, err := events.NewKafkaProducer(events.KafkaConfig{Brokers: []string{broker}, Topic: topic, Partitions: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Start(ctx)
+	if err := p.Produce(ctx, flush); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Produce(ctx, flush[:30]); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.Records.Load() > 6 {
+		t.Fatalf("%d records for two flushes over 3 partitions", p.Records.Load())
+	}
+
+	a, _ := NewKafka(Config{Brokers: []string{broker}, Topic: topic, Group: group, BatchSize: 16}, store)
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop(ctx)
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		if a.Stats.Applied.Load() == 100 && a.Stats.Skipped.Load() == 6+30 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("applied %d skipped %d, want 100 and 36", a.Stats.Applied.Load(), a.Stats.Skipped.Load())
+		}
+		time.Sleep(20 * time.Millisecond) // integration test: the real broker and Redis
+	}
+	for _, k := range keys {
+		if got := total(t, store, k); got != want[k] {
+			t.Fatalf("%s: redis total %d, want %d", k, got, want[k])
+		}
+	}
+	if r := a.Stats.Records.Load(); r != uint64(len(msgs))+p.Records.Load() || a.Stats.Bad.Load() != 0 {
+		t.Fatalf("aggregator took %d records (%d bad), want %d v1 and %d v2", r, a.Stats.Bad.Load(), len(msgs), p.Records.Load())
 	}
 }

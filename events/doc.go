@@ -11,14 +11,18 @@
 // the invariants every delta keeps, rejecting a malformed or foreign
 // record (or one above [MaxRecordBytes]) with a *[DecodeError], which
 // matches [ErrBadRecord]; [SchemaHeader] names a Kafka record's schema.
+// A v2 record packs many deltas ([AppendPacked], at most [MaxPackBytes]);
+// [DecodeRecord] reads a record of either schema, telling them apart by
+// content ([IsPacked]).
 //
 // A [Producer] sends deltas. One that can never be delivered is set aside
 // — counted ([DropCounter]) and logged at a bounded rate — never returned
 // as an error, so it cannot hold up the deltas behind it. [KafkaProducer]
-// (github.com/segmentio/kafka-go; keyed by counter key, lz4-compressed
-// (configurable), acks from all in-sync replicas) keeps a local [Spill]
-// file: while Kafka is unreachable deltas go there, in order, and are
-// replayed when it returns.
+// (github.com/segmentio/kafka-go; one v2 record per partition and call,
+// murmur2 on the counter key, lz4-compressed (configurable), acks from
+// all in-sync replicas) keeps a local [Spill] file: while Kafka is
+// unreachable records go there, in order, and are replayed when it
+// returns.
 //
 // # Raw records
 //
@@ -27,8 +31,8 @@
 // of a lost deferred request at once): [KafkaWriter], records of at most
 // [MaxPublishBytes]. A [Consumer] receives the records ([Message]) of one topic for
 // one consumer group and commits them: [KafkaConsumer]. [Reader] turns a
-// Consumer's records into deltas, counting, logging and skipping the ones
-// that do not decode.
+// Consumer's records into deltas, a record's all at once, counting,
+// logging and skipping the ones that do not decode.
 //
 // # Both
 //

@@ -134,6 +134,7 @@ type row struct {
 	RedisPerDecision   float64 `json:"redis_commands_per_decision"`
 	RedisCPUPer1000    float64 `json:"redis_cpu_ms_per_1000_decisions"`
 	DeltasPerDecision  float64 `json:"deltas_per_decision,omitempty"`
+	RecordsPerDecision float64 `json:"kafka_records_per_decision,omitempty"` // a record packs a partition's deltas of a flush
 	ChargesPerDecision float64 `json:"store_charges_per_decision,omitempty"`
 	RSSPerKey          float64 `json:"rss_bytes_per_key,omitempty"`
 	// AggScriptsPer1000 is the aggregator's Redis script calls per 1,000
@@ -255,6 +256,7 @@ func measure(o options, sv *served, rc *redis.Client, conns, keys int64) (row, e
 	}
 	if sv.metrics != "" {
 		r.DeltasPerDecision = (after.deltas - before.deltas) / decisions
+		r.RecordsPerDecision = (after.records - before.records) / decisions
 		r.ChargesPerDecision = (after.charges - before.charges) / decisions
 		if d := after.aggDeltas - before.aggDeltas; d > 0 {
 			r.AggScriptsPer1000 = (after.aggScripts - before.aggScripts) * 1000 / d

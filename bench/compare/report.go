@@ -138,7 +138,7 @@ func (r *report) markdown(chart string) string {
 	}
 	b.WriteString("Work per decision in the same rows (from Redis `INFO commandstats` and the checker's `/metrics`, " +
 		"warm-up included; resident memory growth of the checker per key it tracks):\n\n" +
-		"| system | connections | keys | Redis commands / decision | Redis CPU ms / 1,000 decisions | deltas / decision | store charges / decision | aggregator scripts / 1,000 deltas | RSS / tracked key |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		"| system | connections | keys | Redis commands / decision | Redis CPU ms / 1,000 decisions | deltas / decision | Kafka records / decision | store charges / decision | aggregator scripts / 1,000 deltas | RSS / tracked key |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Rows {
 		if x.RedisPerDecision == 0 && x.DeltasPerDecision == 0 {
 			continue
@@ -147,13 +147,14 @@ func (r *report) markdown(chart string) string {
 		if x.RSSPerKey > 0 {
 			rss = fmt.Sprintf("%.0f B", x.RSSPerKey)
 		}
-		deltas, charges, scripts := "—", "—", "—"
+		deltas, records, charges, scripts := "—", "—", "—", "—"
 		if strings.HasPrefix(x.System, "velvetrope") {
 			deltas, charges = fmt.Sprintf("%.3f", x.DeltasPerDecision), fmt.Sprintf("%.3f", x.ChargesPerDecision)
+			records = fmt.Sprintf("%.4f", x.RecordsPerDecision)
 			scripts = fmt.Sprintf("%.0f", x.AggScriptsPer1000)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %.2f | %.1f | %s | %s | %s | %s |\n", label(x.System), x.Conns, thousands(x.Keys), x.RedisPerDecision,
-			x.RedisCPUPer1000, deltas, charges, scripts, rss)
+		fmt.Fprintf(&b, "| %s | %d | %s | %.2f | %.1f | %s | %s | %s | %s | %s |\n", label(x.System), x.Conns, thousands(x.Keys), x.RedisPerDecision,
+			x.RedisCPUPer1000, deltas, records, charges, scripts, rss)
 	}
 	fmt.Fprintf(&b, "\n![requests/s and p99 per system and key spread](%s)\n\nReproduce: `make bench-compare` "+
 		"(installs the peers into `bin/` with `go install`, starts Redis and Kafka with `scripts/services.sh`, runs every row, "+

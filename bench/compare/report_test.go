@@ -18,7 +18,8 @@ func sample() report {
 		Duration: 8 * time.Second, Warmup: 2 * time.Second, Rows: []row{
 			{System: "ceiling", Conns: 4, Keys: 1000, Result: res(20000, 9*time.Millisecond)},
 			{System: "envoy", Conns: 4, Keys: 1000, Result: res(8000, 20*time.Millisecond), RedisPerDecision: 2},
-			{System: "velvetrope-async", Conns: 4, Keys: 1000, Result: res(18000, 10*time.Millisecond), DeltasPerDecision: 0.04},
+			{System: "velvetrope-async", Conns: 4, Keys: 1000, Result: res(18000, 10*time.Millisecond), DeltasPerDecision: 0.04,
+				RecordsPerDecision: 0.002},
 		}}
 }
 
@@ -26,7 +27,7 @@ func TestMarkdownSection(t *testing.T) {
 	r := sample()
 	md := r.markdown("c.png")
 	for _, want := range []string{"| ceiling (no-op server) | 20,000 (9.0 ms) |", "| envoy ratelimit (Redis per call) | 8,000 (20.0 ms) = 40 % |",
-		"| velvetrope checker, async | 18,000 (10.0 ms) = 90 % |", "| velvetrope checker, async | 4 | 1,000 | 0.00 | 0.0 | 0.040 |", "![", "c.png"} {
+		"| velvetrope checker, async | 18,000 (10.0 ms) = 90 % |", "| velvetrope checker, async | 4 | 1,000 | 0.00 | 0.0 | 0.040 | 0.0020 |", "![", "c.png"} {
 		if !strings.Contains(md, want) {
 			t.Fatalf("missing %q in:\n%s", want, md)
 		}

@@ -56,8 +56,8 @@ func (s *served) stop() {
 
 // snapshot is what a row's counters read before and after it.
 type snapshot struct {
-	redis, redisCPU, decisions, deltas, charges, keys, rss float64
-	aggScripts, aggDeltas                                  float64 // the aggregator's script calls and deltas taken
+	redis, redisCPU, decisions, deltas, records, charges, keys, rss float64
+	aggScripts, aggDeltas                                           float64 // the aggregator's script calls and deltas taken
 }
 
 func (s *served) counters(ctx context.Context, rc *redis.Client) snapshot {
@@ -68,6 +68,7 @@ func (s *served) counters(ctx context.Context, rc *redis.Client) snapshot {
 	if s.metrics != "" {
 		sn.decisions = metric(s.metrics, "velvetrope_checker_decisions_total")
 		sn.deltas = metric(s.metrics, "velvetrope_checker_deltas_emitted_total")
+		sn.records = metric(s.metrics, "velvetrope_producer_records_total")
 		sn.charges = metric(s.metrics, "velvetrope_checker_store_charges_total")
 		sn.keys = metric(s.metrics, "velvetrope_checker_keys")
 		sn.rss = float64(s.checker.rss())
