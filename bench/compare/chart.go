@@ -22,31 +22,72 @@ var palette = map[string]color.RGBA{
 	"velvetrope-sync":  {0x66, 0x9b, 0xbc, 0xff},
 }
 
-// writeChart draws one panel per connection count: a group of bars per
-// key spread, one bar per system (requests/s), its p99 written above it.
+// writeChart draws two rows of panels, one panel per connection count: a
+// group of bars per key spread, one bar per system; above, requests/s
+// with the p99 written over each bar; below, the whole system's CPU
+// milliseconds per 1,000 decisions (the ceiling does no work and has none).
 func writeChart(path string, r report) error {
 	systems, conns, keys := r.axes()
 	const (
 		panelW, panelH = 620, 420
 		margin         = 50
 	)
-	w, h := max(panelW*len(conns)+margin, 1100), panelH+120
+	w, h := max(panelW*len(conns)+margin, 1100), 2*panelH+120
 	img := image.NewRGBA(image.Rect(0, 0, w, h))
 	draw.Draw(img, img.Bounds(), image.NewUniform(color.White), image.Point{}, draw.Src)
 	ink := color.RGBA{0x22, 0x22, 0x22, 0xff}
-	grid := color.RGBA{0xe6, 0xe6, 0xe6, 0xff}
+	text(img, margin, 22, ink, fmt.Sprintf("per system and key spread, %d callers, %s, commit %s",
+		r.Callers, r.Started.UTC().Format("2006-01-02"), r.Commit))
+	rate := func(x *row) (float64, string) {
+		return x.Result.PerSecond, fmt.Sprintf("%.0f", float64(x.Result.P99)/1e6)
+	}
+	cpu := func(x *row) (float64, string) {
+		if x.System == "ceiling" {
+			return 0, ""
+		}
+		return x.SystemCPUPer1000, fmt.Sprintf("%.0f", x.SystemCPUPer1000)
+	}
+	panels(img, r, systems, conns, keys, 60, "requests/s (p99 in ms above each bar)", rate)
+	panels(img, r, systems, conns, keys, 60+panelH, "whole-system CPU ms / 1,000 decisions", cpu)
+	// legend
+	lx, ly := margin, h-40
+	for _, sys := range systems {
+		fill(img, image.Rect(lx, ly-10, lx+12, ly+2), palette[sys])
+		text(img, lx+16, ly, ink, plain(label(sys)))
+		lx += 8*len(plain(label(sys))) + 40
+	}
+	text(img, margin, h-14, ink, "the load generator shares the cores with the servers, Redis and Kafka; its CPU is not counted")
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := png.Encode(f, img); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
 
+// panels draws one row of panels at y0: value gives a row's bar and the
+// note written above it.
+func panels(img *image.RGBA, r report, systems []string, conns, keys []int64, y0 int, title string,
+	value func(*row) (float64, string)) {
+	const (
+		panelW, panelH = 620, 420
+		margin         = 50
+	)
+	ink := color.RGBA{0x22, 0x22, 0x22, 0xff}
+	grid := color.RGBA{0xe6, 0xe6, 0xe6, 0xff}
 	var top float64
-	for _, x := range r.Rows {
-		top = max(top, x.Result.PerSecond)
+	for i := range r.Rows {
+		v, _ := value(&r.Rows[i])
+		top = max(top, v)
 	}
 	top = niceCeil(top)
-	text(img, margin, 22, ink, fmt.Sprintf("requests/s per system (p99 above each bar), %d callers, %s, commit %s",
-		r.Callers, r.Started.UTC().Format("2006-01-02"), r.Commit))
 	for p, c := range conns {
-		x0, y0 := margin+p*panelW, 60
+		x0 := margin + p*panelW
 		plotH := panelH - 80
-		text(img, x0+10, y0, ink, fmt.Sprintf("%d connection(s)", c))
+		text(img, x0+10, y0, ink, fmt.Sprintf("%s, %d connection(s)", title, c))
 		base := y0 + 20 + plotH
 		for i := 0; i <= 4; i++ { // grid lines and their values
 			y := base - plotH*i/4
@@ -62,32 +103,16 @@ func writeChart(path string, r report) error {
 				if x == nil {
 					continue
 				}
-				bh := int(float64(plotH) * x.Result.PerSecond / top)
+				v, note := value(x)
+				bh := int(float64(plotH) * v / top)
 				bx := gx + s*barW
 				fill(img, image.Rect(bx+1, base-bh, bx+barW-1, base), palette[sys])
-				text(img, bx, base-bh-4, ink, fmt.Sprintf("%.0f", float64(x.Result.P99)/1e6))
+				text(img, bx, base-bh-4, ink, note)
 			}
 			text(img, gx+groupW/2-40, base+16, ink, fmt.Sprintf("%s key(s)", thousands(k)))
 		}
 		hline(img, x0+50, x0+panelW-20, base, ink)
 	}
-	// legend
-	lx, ly := margin, h-40
-	for _, sys := range systems {
-		fill(img, image.Rect(lx, ly-10, lx+12, ly+2), palette[sys])
-		text(img, lx+16, ly, ink, plain(label(sys)))
-		lx += 8*len(plain(label(sys))) + 40
-	}
-	text(img, margin, h-14, ink, "numbers above the bars: p99 in ms; the load generator shares the cores with the servers, Redis and Kafka")
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := png.Encode(f, img); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // plain drops markdown backquotes from a label.

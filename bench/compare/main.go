@@ -137,6 +137,16 @@ type row struct {
 	RecordsPerDecision float64 `json:"kafka_records_per_decision,omitempty"` // a record packs a partition's deltas of a flush
 	ChargesPerDecision float64 `json:"store_charges_per_decision,omitempty"`
 	RSSPerKey          float64 `json:"rss_bytes_per_key,omitempty"`
+	// The whole system's cost per 1,000 decisions, in CPU milliseconds:
+	// its own processes (service; velvetrope: checker and aggregator),
+	// Redis (RedisCPUPer1000) and the Kafka broker, measured until the
+	// pipeline took in the row's work. MemPerKey is the growth of its
+	// processes' resident memory and of Redis's memory per key the row
+	// added (velvetrope: keys tracked; the others: keys requested).
+	ServiceCPUPer1000 float64 `json:"service_cpu_ms_per_1000_decisions"`
+	KafkaCPUPer1000   float64 `json:"kafka_cpu_ms_per_1000_decisions,omitempty"`
+	SystemCPUPer1000  float64 `json:"system_cpu_ms_per_1000_decisions"`
+	MemPerKey         float64 `json:"system_memory_bytes_per_key,omitempty"`
 	// AggScriptsPer1000 is the aggregator's Redis script calls per 1,000
 	// deltas it took (one per counter and window of a batch).
 	AggScriptsPer1000 float64 `json:"aggregator_scripts_per_1000_deltas,omitempty"`
@@ -238,13 +248,14 @@ func measure(o options, sv *served, rc *redis.Client, conns, keys int64) (row, e
 	if err := json.Unmarshal(out, &res); err != nil {
 		return row{}, fmt.Errorf("velvetrope bench answer: %w", err)
 	}
-	after := sv.counters(ctx, rc)
 	r := row{System: sv.name, Conns: conns, Keys: keys, Result: res.Result}
 	// the next row starts once the pipeline has taken in this one's
-	// deltas: a row never pays for the backlog of the one before
+	// deltas: a row never pays for the backlog of the one before, and
+	// pays for its own (the counters are read after it)
 	if backlog := sv.settle(); backlog > time.Second {
 		r.DrainAfter = backlog
 	}
+	after := sv.counters(ctx, rc)
 	// the counters cover warm-up and measurement: per decision of both
 	decisions := after.decisions - before.decisions
 	if decisions <= 0 { // a peer that does not say: the requests of warm-up and measurement, estimated
@@ -253,6 +264,16 @@ func measure(o options, sv *served, rc *redis.Client, conns, keys int64) (row, e
 	if sv.usesRedis {
 		r.RedisPerDecision = (after.redis - before.redis) / decisions
 		r.RedisCPUPer1000 = (after.redisCPU - before.redisCPU) * 1e3 * 1e3 / decisions
+	}
+	r.ServiceCPUPer1000 = (after.svcCPU - before.svcCPU) * 1e3 * 1e3 / decisions
+	r.KafkaCPUPer1000 = (after.kafkaCPU - before.kafkaCPU) * 1e3 * 1e3 / decisions
+	r.SystemCPUPer1000 = r.ServiceCPUPer1000 + r.RedisCPUPer1000 + r.KafkaCPUPer1000
+	added := float64(keys) // keys requested; velvetrope says how many it tracks
+	if sv.metrics != "" {
+		added = after.keys - before.keys
+	}
+	if added >= 1000 {
+		r.MemPerKey = (after.svcRSS - before.svcRSS + after.redisMem - before.redisMem) / added
 	}
 	if sv.metrics != "" {
 		r.DeltasPerDecision = (after.deltas - before.deltas) / decisions

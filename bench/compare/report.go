@@ -156,6 +156,24 @@ func (r *report) markdown(chart string) string {
 		fmt.Fprintf(&b, "| %s | %d | %s | %.2f | %.1f | %s | %s | %s | %s | %s |\n", label(x.System), x.Conns, thousands(x.Keys), x.RedisPerDecision,
 			x.RedisCPUPer1000, deltas, records, charges, scripts, rss)
 	}
+	b.WriteString("\nThe whole system's cost in the same rows, what a front pays for: CPU milliseconds per 1,000 decisions of " +
+		"every process of the system (velvetrope: checker and aggregator; envoy: its service; gubernator: its process), of " +
+		"Redis (`INFO cpu`) and of the Kafka broker (`/proc/<pid>/stat`), read once the pipeline took in the row's work; the " +
+		"load generator is not counted. Memory: growth of the system's processes' resident memory and of Redis's " +
+		"`used_memory` per key the row added (velvetrope: keys it tracks; the others: keys requested).\n\n" +
+		"| system | connections | keys | CPU ms / 1,000 decisions | of it: service | Redis | Kafka | memory / key |\n" +
+		"|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, x := range r.Rows {
+		if x.System == "ceiling" {
+			continue
+		}
+		mem := "—"
+		if x.MemPerKey > 0 {
+			mem = fmt.Sprintf("%.0f B", x.MemPerKey)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %.1f | %.1f | %.1f | %.1f | %s |\n", label(x.System), x.Conns, thousands(x.Keys),
+			x.SystemCPUPer1000, x.ServiceCPUPer1000, x.RedisCPUPer1000, x.KafkaCPUPer1000, mem)
+	}
 	fmt.Fprintf(&b, "\n![requests/s and p99 per system and key spread](%s)\n\nReproduce: `make bench-compare` "+
 		"(installs the peers into `bin/` with `go install`, starts Redis and Kafka with `scripts/services.sh`, runs every row, "+
 		"rewrites this section, `bench-compare.json` beside it and the chart). One row by hand: `velvetrope bench --addr HOST:PORT "+

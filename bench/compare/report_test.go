@@ -17,7 +17,8 @@ func sample() report {
 	return report{Started: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC), Commit: "abc", Machine: "2 cores", Callers: 64,
 		Duration: 8 * time.Second, Warmup: 2 * time.Second, Rows: []row{
 			{System: "ceiling", Conns: 4, Keys: 1000, Result: res(20000, 9*time.Millisecond)},
-			{System: "envoy", Conns: 4, Keys: 1000, Result: res(8000, 20*time.Millisecond), RedisPerDecision: 2},
+			{System: "envoy", Conns: 4, Keys: 1000, Result: res(8000, 20*time.Millisecond), RedisPerDecision: 2,
+				ServiceCPUPer1000: 60, RedisCPUPer1000: 40, SystemCPUPer1000: 100, MemPerKey: 90},
 			{System: "velvetrope-async", Conns: 4, Keys: 1000, Result: res(18000, 10*time.Millisecond), DeltasPerDecision: 0.04,
 				RecordsPerDecision: 0.002},
 		}}
@@ -27,7 +28,8 @@ func TestMarkdownSection(t *testing.T) {
 	r := sample()
 	md := r.markdown("c.png")
 	for _, want := range []string{"| ceiling (no-op server) | 20,000 (9.0 ms) |", "| envoy ratelimit (Redis per call) | 8,000 (20.0 ms) = 40 % |",
-		"| velvetrope checker, async | 18,000 (10.0 ms) = 90 % |", "| velvetrope checker, async | 4 | 1,000 | 0.00 | 0.0 | 0.040 | 0.0020 |", "![", "c.png"} {
+		"| velvetrope checker, async | 18,000 (10.0 ms) = 90 % |", "| velvetrope checker, async | 4 | 1,000 | 0.00 | 0.0 | 0.040 | 0.0020 |",
+		"| envoy ratelimit (Redis per call) | 4 | 1,000 | 100.0 | 60.0 | 40.0 | 0.0 | 90 B |", "![", "c.png"} {
 		if !strings.Contains(md, want) {
 			t.Fatalf("missing %q in:\n%s", want, md)
 		}

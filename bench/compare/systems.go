@@ -25,6 +25,7 @@ type served struct {
 	aggregate string // its aggregator's /metrics URL
 	procs     []*proc
 	checker   *proc
+	kafkaPID  int // the broker the system sends to (0: none)
 }
 
 // settle waits until the aggregator has taken in every delta the checker
@@ -56,6 +57,9 @@ func (s *served) stop() {
 
 // snapshot is what a row's counters read before and after it.
 type snapshot struct {
+	// the whole system's: CPU seconds of its own processes and of the
+	// Kafka broker, its processes' resident bytes and Redis's memory
+	svcCPU, kafkaCPU, svcRSS, redisMem                              float64
 	redis, redisCPU, decisions, deltas, records, charges, keys, rss float64
 	aggScripts, aggDeltas                                           float64 // the aggregator's script calls and deltas taken
 }
@@ -64,6 +68,14 @@ func (s *served) counters(ctx context.Context, rc *redis.Client) snapshot {
 	var sn snapshot
 	if s.usesRedis {
 		sn.redis, sn.redisCPU = redisCalls(ctx, rc)
+		sn.redisMem = redisMemory(ctx, rc)
+	}
+	for _, p := range s.procs {
+		sn.svcCPU += cpuSeconds(p.cmd.Process.Pid)
+		sn.svcRSS += float64(p.rss())
+	}
+	if s.kafkaPID > 0 {
+		sn.kafkaCPU = cpuSeconds(s.kafkaPID)
 	}
 	if s.metrics != "" {
 		sn.decisions = metric(s.metrics, "velvetrope_checker_decisions_total")
@@ -80,6 +92,21 @@ func (s *served) counters(ctx context.Context, rc *redis.Client) snapshot {
 			metric(s.aggregate, "velvetrope_aggregator_deltas_skipped_total")
 	}
 	return sn
+}
+
+// redisMemory is Redis's used_memory (INFO memory), in bytes.
+func redisMemory(ctx context.Context, rc *redis.Client) float64 {
+	info, err := rc.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			x, _ := strconv.ParseFloat(v, 64)
+			return x
+		}
+	}
+	return 0
 }
 
 // redisCalls is the total of INFO commandstats' calls (commands a script
@@ -203,7 +230,7 @@ func launchVelvetrope(name string, o options, dir string) (*served, error) {
 		return nil, err
 	}
 	s := &served{name: name, addr: grpcAddr, protocol: loadgen.Envoy, domain: "bench", usesRedis: true,
-		metrics: "http://" + httpAddr + "/metrics", procs: []*proc{c}, checker: c}
+		metrics: "http://" + httpAddr + "/metrics", procs: []*proc{c}, checker: c, kafkaPID: listener(o.kafka)}
 	a, err := start(dir, name+"-aggregator", bin, []string{"aggregator", "--config", cfgPath, "--http", aggHTTP},
 		append(env, "VELVETROPE_INSTANCE_ID=bench-aggregator"))
 	if err != nil {
