@@ -174,7 +174,7 @@ func (r *report) markdown(chart string) string {
 		fmt.Fprintf(&b, "| %s | %d | %s | %.1f | %.1f | %.1f | %.1f | %s |\n", label(x.System), x.Conns, thousands(x.Keys),
 			x.SystemCPUPer1000, x.ServiceCPUPer1000, x.RedisCPUPer1000, x.KafkaCPUPer1000, mem)
 	}
-	fmt.Fprintf(&b, "\n![requests/s and p99 per system and key spread](%s)\n\nReproduce: `make bench-compare` "+
+	fmt.Fprintf(&b, "\n![requests/s, p99 and whole-system CPU per system and key spread](%s)\n\nReproduce: `make bench-compare` "+
 		"(installs the peers into `bin/` with `go install`, starts Redis and Kafka with `scripts/services.sh`, runs every row, "+
 		"rewrites this section, `bench-compare.json` beside it and the chart). One row by hand: `velvetrope bench --addr HOST:PORT "+
 		"--conns 4 --keys 1000 --duration 8s`.\n%s\n", chart, endMark)
