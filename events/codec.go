@@ -30,6 +30,11 @@ const MaxRecordBytes = 64 << 10
 // record whole) and readers refuse anything larger.
 const MaxPackBytes = 960 << 10
 
+// MaxPackDeltas bounds the deltas of a v2 record, so that one record
+// cannot make an aggregator's batch or its reader's work unbounded (a
+// flush packs a few thousand at most; readers refuse more).
+const MaxPackDeltas = 8192
+
 // packField is DeltaBatch.deltas' field number: v1 fields are numbered
 // below it, so a record's first tag says which schema it is.
 const packField protowire.Number = 32
@@ -99,7 +104,10 @@ func DecodeRecord(b []byte) (ds []*eventsv1.Delta, bad int, badErr, err error) {
 	if len(b) > MaxPackBytes {
 		return nil, 0, nil, &DecodeError{fmt.Sprintf("packed record of %d bytes, more than %d", len(b), MaxPackBytes)}
 	}
-	for len(b) > 0 {
+	for fields := 0; len(b) > 0; fields++ {
+		if fields == MaxPackDeltas {
+			return nil, 0, nil, &DecodeError{fmt.Sprintf("packed record of more than %d deltas", MaxPackDeltas)}
+		}
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 || num != packField || typ != protowire.BytesType {
 			return nil, 0, nil, &DecodeError{"packed record: want only deltas (field 32, length-delimited)"}

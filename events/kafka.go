@@ -142,18 +142,22 @@ type KafkaProducer struct {
 	parts   atomic.Int64 // the topic's partitions, as the writer last saw them (0: not yet)
 	packMax atomic.Int64 // bytes a record may hold (lowered when the broker refuses one as too large)
 
-	// Counters for metrics.
+	// Counters for metrics. Produced and Records count what Kafka
+	// acknowledged, copies included: a write that failed in part is sent
+	// again whole, and the aggregator drops the copies.
 	Produced atomic.Uint64 // deltas acknowledged by Kafka (directly or by replay)
 	Records  atomic.Uint64 // records acknowledged by Kafka (Produced / Records: deltas a record)
 	Spilled  atomic.Uint64 // deltas written to the spill file
 	Failed   atomic.Uint64 // Produce calls that returned an error
-	// KafkaErrors counts writes Kafka refused in part or whole (the
-	// deltas went to the spill file, or Failed counts them).
+	// KafkaErrors counts writes Kafka refused in part or whole: their
+	// records were split and sent again, went to the spill file, or
+	// Failed counts them.
 	KafkaErrors atomic.Uint64
 	// Dropped counts deltas set aside for good: invalid, larger than
-	// MaxRecordBytes, or refused by the broker for what they are (message
-	// too large, invalid record). Retrying them could only block the
-	// deltas behind them; each is logged (at most one line per 10 s).
+	// MaxRecordBytes, or alone in a record the broker refused for what it
+	// is (too large, invalid; a record of several is split first, so that
+	// only the culprit goes). Retrying them could only block the deltas
+	// behind them; each is logged (at most one line per 10 s).
 	Dropped atomic.Uint64
 
 	dropLog *logx.Limited
@@ -172,8 +176,8 @@ func NewKafkaProducer(cfg KafkaConfig) (*KafkaProducer, error) {
 	p := &KafkaProducer{cfg: cfg, dropLog: logx.New(cfg.Logger, 10*time.Second)}
 	// kafka-go sizes every partition's batch for BatchSize messages when
 	// it starts one: at 4096 that was 700 KB per partition per flush, two
-	// thirds of the checker's allocations. A flush hands over at most 2048
-	// deltas, about 128 per partition of 16.
+	// thirds of the checker's allocations. A flush makes about one record
+	// per partition (a few more for a flush above MaxPackBytes).
 	p.w = newWriter(cfg.Brokers, cfg.Topic, comp, cfg.BatchTimeout, cfg.WriteTimeout, 256, 4<<20, p.cfg.Security.transport())
 	p.w.Balancer = learningBalancer{n: &p.parts}
 	p.packMax.Store(MaxPackBytes)
@@ -315,14 +319,20 @@ func (b learningBalancer) Balance(msg kafka.Message, partitions ...int) int {
 	return kafka.Murmur2Balancer{Consistent: true}.Balance(msg, partitions...)
 }
 
-// partitionOf is the partition murmur2 gives key among the topic's
-// partitions (the configured count until the topic answered).
-func (p *KafkaProducer) partitionOf(key string) int {
+// packing returns the packer of this moment: by murmur2 over the
+// topic's partitions once they are known; until then (Kafka unreachable
+// since the start) one delta a record, which the writer places by its own
+// key whatever the count turns out to be — a record packed by a guessed
+// count would carry deltas to partitions their keys do not reach.
+func (p *KafkaProducer) packing() packer {
+	pk := packer{max: int(p.packMax.Load()), dropped: &p.Dropped, dropLog: p.dropLog, perRecord: MaxPackDeltas}
 	n := int(p.parts.Load())
 	if n <= 0 {
-		n = p.cfg.Partitions
+		pk.perRecord = 1
+		n = p.cfg.Partitions // only to number the records' partitions for writeRounds
 	}
-	return int(murmur2Partition([]byte(key), n))
+	pk.partOf = func(key string) int { return murmur2Partition([]byte(key), n) }
+	return pk
 }
 
 // murmur2Partition is kafka-go's Murmur2Balancer over partitions 0…n-1,
@@ -347,7 +357,7 @@ var partitionList atomic.Pointer[[]int]
 // never returned as an error: the caller would retry it forever and hold
 // up everything behind it.
 func (p *KafkaProducer) Produce(ctx context.Context, deltas []*eventsv1.Delta) error {
-	recs := packer{max: int(p.packMax.Load()), partOf: p.partitionOf, dropped: &p.Dropped, dropLog: p.dropLog}.pack(deltas)
+	recs := p.packing().pack(deltas)
 	if len(recs) == 0 {
 		return nil
 	}
@@ -389,22 +399,30 @@ func deltasOf(msgs []kafka.Message) (n int) {
 	return n
 }
 
-// writeRounds sends msgs in rounds holding at most one record of each
-// partition, in order: the broker bounds the batch a write makes for a
-// partition (max.message.bytes), which a record alone is packed to fit.
-// It returns what is to be tried again: what write returned of the round
-// that failed, and every later round.
+// writeRounds sends msgs in rounds, in order, each holding at most
+// packMax bytes of any one partition (the broker bounds the batch a write
+// makes for a partition, max.message.bytes, and a record alone is packed
+// to fit it). It returns what is to be tried again: what write returned
+// of the round that failed, and every later round.
 func (p *KafkaProducer) writeRounds(ctx context.Context, msgs []kafka.Message) ([]kafka.Message, error) {
 	var rounds [][]kafka.Message
-	seen := map[int]int{} // partition → records of it so far
+	limit := int(p.packMax.Load())
+	type fill struct{ round, bytes int }
+	at := map[int]fill{} // partition → its last round and the bytes it has there
 	for _, m := range msgs {
 		part := m.WriterData.(record).part
-		k := seen[part]
-		seen[part] = k + 1
-		if k == len(rounds) {
+		f, ok := at[part]
+		if !ok {
+			f = fill{}
+		} else if f.bytes+len(m.Value) > limit {
+			f = fill{round: f.round + 1}
+		}
+		f.bytes += len(m.Value)
+		at[part] = f
+		for f.round >= len(rounds) {
 			rounds = append(rounds, nil)
 		}
-		rounds[k] = append(rounds[k], m)
+		rounds[f.round] = append(rounds[f.round], m)
 	}
 	for k, round := range rounds {
 		failed, err := p.write(ctx, round)
@@ -444,8 +462,8 @@ func (p *KafkaProducer) write(ctx context.Context, msgs []kafka.Message) ([]kafk
 			p.acked(msgs[i])
 		case held[r.part]:
 			retry = append(retry, msgs[i])
-		case tooLarge(e) && r.deltas > 1:
-			if rest, serr := p.writeSplit(ctx, r); serr != nil {
+		case (tooLarge(e) || permanent(e)) && r.deltas > 1:
+			if rest, serr := p.writeSplit(ctx, r, tooLarge(e)); serr != nil {
 				retry, held[r.part], err = append(retry, rest...), true, serr
 			}
 		case permanent(e):
@@ -460,13 +478,16 @@ func (p *KafkaProducer) write(ctx context.Context, msgs []kafka.Message) ([]kafk
 	return retry, err
 }
 
-// writeSplit sends a record the broker refused as too large in halves,
-// one write each (the broker bounds the batch a write makes for a
-// partition, not one record), halving again what is still refused, and
-// packs later records no larger than half of what was refused. It returns
-// the part not sent when a write fails for another reason.
-func (p *KafkaProducer) writeSplit(ctx context.Context, r record) ([]kafka.Message, error) {
-	p.packMax.Store(min(p.packMax.Load(), int64(len(r.value)/2)))
+// writeSplit sends a record the broker refused for good in halves, one
+// write each (the broker bounds the batch a write makes for a partition,
+// not one record), halving again what is still refused, down to the
+// deltas refused alone, which are dropped. Refused as too large, later
+// records are packed no larger than half of it. It returns the part not
+// sent when a write fails for a passing reason.
+func (p *KafkaProducer) writeSplit(ctx context.Context, r record, large bool) ([]kafka.Message, error) {
+	if large {
+		p.packMax.Store(min(p.packMax.Load(), int64(len(r.value)/2)))
+	}
 	a, z := r.split()
 	queue := []record{a, z}
 	for len(queue) > 0 {
@@ -490,6 +511,10 @@ func (p *KafkaProducer) writeSplit(ctx context.Context, r record) ([]kafka.Messa
 		case tooLarge(err) && h.deltas > 1:
 			p.packMax.Store(min(p.packMax.Load(), int64(len(h.value)/2)))
 			continue // split at the top of the loop
+		case permanent(err) && h.deltas > 1:
+			a, z := h.split()
+			queue = append([]record{a, z}, queue[1:]...)
+			continue
 		case permanent(err):
 			p.drop(string(h.key), h.deltas, err)
 			queue = queue[1:]
@@ -528,8 +553,9 @@ func permanent(err error) bool {
 		return false
 	}
 	switch ke {
-	case kafka.MessageSizeTooLarge, kafka.InvalidMessage, kafka.InvalidRecord, kafka.RecordListTooLarge,
-		kafka.InvalidMessageSize:
+	case kafka.MessageSizeTooLarge, kafka.InvalidRecord, kafka.RecordListTooLarge, kafka.InvalidMessageSize:
+		// (not InvalidMessage: a checksum failure on the way, which a
+		// retry fixes)
 		return true
 	}
 	return false
@@ -563,26 +589,26 @@ func (p *KafkaProducer) replay(ctx context.Context) error {
 		return nil
 	}
 	return p.spill.Replay(1000, func(payloads [][]byte) error {
-		msgs := make([]kafka.Message, 0, len(payloads))
+		// A spill file holds v2 records, or v1 records of the version
+		// before; their deltas are packed again by the partitions the
+		// topic has now, in their order. (Invalid deltas in a readable
+		// record are dropped here, counted.)
+		var deltas []*eventsv1.Delta
 		for _, v := range payloads {
-			// a spill file holds v2 records, or v1 records of the version
-			// before: each goes as it is, keyed by its first delta
-			// (invalid deltas in a readable record go with it: the reader
-			// sets them aside and counts them)
-			ds, bad, _, err := DecodeRecord(v)
-			if err == nil && len(ds) == 0 {
-				err = fmt.Errorf("all %d deltas invalid", bad)
-			}
+			ds, bad, badErr, err := DecodeRecord(v)
 			if err != nil {
-				p.drop("", max(bad, 1), fmt.Errorf("undecodable spill record: %w", err))
+				p.drop("", 1, fmt.Errorf("undecodable spill record: %w", err))
 				continue
 			}
-			r := record{key: []byte(ds[0].CounterKey), value: v, deltas: len(ds), part: p.partitionOf(ds[0].CounterKey)}
-			m := message(r)
-			if !IsPacked(v) {
-				m.Headers[0].Value = []byte(SchemaV1)
+			if bad > 0 {
+				p.drop(ds0Key(ds), bad, fmt.Errorf("invalid deltas in a spill record: %w", badErr))
 			}
-			msgs = append(msgs, m)
+			deltas = append(deltas, ds...)
+		}
+		recs := p.packing().pack(deltas)
+		msgs := make([]kafka.Message, len(recs))
+		for i, r := range recs {
+			msgs[i] = message(r)
 		}
 		if len(msgs) == 0 {
 			return nil
@@ -594,7 +620,16 @@ func (p *KafkaProducer) replay(ctx context.Context) error {
 	})
 }
 
-// SpillRecords returns how many deltas wait in the spill file.
+// ds0Key is the first delta's counter key, for a log line ("" for none).
+func ds0Key(ds []*eventsv1.Delta) string {
+	if len(ds) == 0 {
+		return ""
+	}
+	return ds[0].CounterKey
+}
+
+// SpillRecords returns how many records (of one or more deltas) wait in
+// the spill file.
 func (p *KafkaProducer) SpillRecords() int64 {
 	if p.spill == nil {
 		return 0

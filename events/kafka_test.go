@@ -246,7 +246,7 @@ func TestKafkaSplitsARecordTheBrokerRefusesAsTooLarge(t *testing.T) {
 
 // TestKafkaReplaysASpillOfBothSchemas: a spill file left by the version
 // before (v1 records, one delta each) and records of this one are
-// replayed in order when the producer starts.
+// replayed in order when the producer starts, packed again.
 func TestKafkaReplaysASpillOfBothSchemas(t *testing.T) {
 	broker := testsvc.Kafka(t)
 	topic := testsvc.Unique("spill2")
@@ -265,7 +265,12 @@ func TestKafkaReplaysASpillOfBothSchemas(t *testing.T) {
 		v, _ := Encode(delta(uint64(i+1), "new", 3))
 		packed = AppendPacked(packed, v)
 	}
-	if err := s.Append(append(payloads, packed)); err != nil {
+	payloads = append(payloads, packed)
+	for i := 10; i < 1010; i++ { // a hot key's flushes during an outage: a record each
+		v, _ := Encode(delta(uint64(i+1), "hot", 1))
+		payloads = append(payloads, AppendPacked(nil, v))
+	}
+	if err := s.Append(payloads); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -281,10 +286,71 @@ func TestKafkaReplaysASpillOfBothSchemas(t *testing.T) {
 	if err := p.Close(ctx); err != nil { // Close replays what is left
 		t.Fatal(err)
 	}
-	if p.SpillRecords() != 0 || p.Produced.Load() != 10 || p.Records.Load() != 6 {
-		t.Fatalf("spill left %d records; produced %d deltas in %d records, want 10 in 6", p.SpillRecords(), p.Produced.Load(), p.Records.Load())
+	// re-packed by the topic's partitions, and written in rounds by
+	// bytes: a record a partition and replay batch (of 1,000 spill
+	// records: two here), not 1,000 writes in a row for the hot key
+	if p.SpillRecords() != 0 || p.Produced.Load() != 1010 || p.Records.Load() > 4 {
+		t.Fatalf("spill left %d records; produced %d deltas in %d records, want 1010 in at most 4", p.SpillRecords(), p.Produced.Load(), p.Records.Load())
 	}
-	if got, _ := consumeAll(t, broker, topic, 10); got != 5*2+5*3 {
-		t.Fatalf("allowed cost %d, want %d", got, 5*2+5*3)
+	if got, _ := consumeAll(t, broker, topic, 1010); got != 5*2+5*3+1000 {
+		t.Fatalf("allowed cost %d, want %d", got, 5*2+5*3+1000)
+	}
+}
+
+// TestKafkaPacksOnlyOnceThePartitionsAreKnown: a producer that never
+// reached the topic at start (configured with 2 partitions, the topic has
+// 8) sends one delta a record, each placed by its own key; once a write
+// taught it the topic's 8 partitions it packs by them. Every delta lands
+// in the partition murmur2 gives its key over the real count.
+func TestKafkaPacksOnlyOnceThePartitionsAreKnown(t *testing.T) {
+	broker := testsvc.Kafka(t)
+	topic := testsvc.Unique("parts")
+	if err := EnsureTopic(context.Background(), Security{}, []string{broker}, topic, 8, 1); err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewKafkaProducer(KafkaConfig{Brokers: []string{broker}, Topic: topic, Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background() // no Start: as when Kafka did not answer then
+	flush := func(from int) {
+		var ds []*eventsv1.Delta
+		for i := from; i < from+200; i++ {
+			ds = append(ds, delta(uint64(i+1), strconv.Itoa(i), 1))
+		}
+		if err := p.Produce(ctx, ds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush(0)
+	if p.Records.Load() != 200 {
+		t.Fatalf("%d records for 200 deltas before the partitions were known, want 200", p.Records.Load())
+	}
+	flush(200)
+	if got := p.Records.Load() - 200; got > 8 {
+		t.Fatalf("%d records for the second flush, want at most 8", got)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewKafkaConsumer(KafkaConsumerConfig{Brokers: []string{broker}, Topic: topic, Group: testsvc.Unique("g")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	r := NewReader(c, nil)
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for got := 0; got < 400; {
+		m, ds, err := r.Next(rctx)
+		if err != nil {
+			t.Fatalf("read %d of 400: %v", got, err)
+		}
+		for _, d := range ds {
+			if want := murmur2Partition([]byte(d.CounterKey), 8); m.Partition != want {
+				t.Fatalf("%s in partition %d, its key reaches %d", d.CounterKey, m.Partition, want)
+			}
+		}
+		got += len(ds)
 	}
 }

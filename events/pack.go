@@ -19,10 +19,11 @@ type record struct {
 
 // packer builds v2 records from a flush's deltas.
 type packer struct {
-	max     int                         // bytes per record at most
-	partOf  func(counterKey string) int // the partition a counter key reaches
-	dropped *atomic.Uint64
-	dropLog *logx.Limited
+	max       int                         // bytes per record at most
+	perRecord int                         // deltas per record at most (MaxPackDeltas; 1: no packing)
+	partOf    func(counterKey string) int // the partition a counter key reaches
+	dropped   *atomic.Uint64
+	dropLog   *logx.Limited
 }
 
 // pack returns deltas as records of one partition each, at most p.max
@@ -31,6 +32,10 @@ type packer struct {
 func (p packer) pack(deltas []*eventsv1.Delta) []record {
 	var out []record
 	open := map[int]int{} // partition → its record in out still filling
+	per := p.perRecord
+	if per <= 0 {
+		per = MaxPackDeltas
+	}
 	for _, d := range deltas {
 		v, err := encodeDelta(d)
 		if err != nil {
@@ -39,7 +44,7 @@ func (p packer) pack(deltas []*eventsv1.Delta) []record {
 		}
 		part := p.partOf(d.CounterKey)
 		i, ok := open[part]
-		if ok && len(out[i].value)+PackedSize(len(v)) > p.max {
+		if ok && (len(out[i].value)+PackedSize(len(v)) > p.max || out[i].deltas >= per) {
 			ok = false // full: the partition's next deltas start a record behind it
 		}
 		if !ok {

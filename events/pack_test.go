@@ -64,6 +64,10 @@ func TestDecodeRecordRefusals(t *testing.T) {
 	for len(huge) <= MaxPackBytes {
 		huge = AppendPacked(huge, good)
 	}
+	var many []byte
+	for range MaxPackDeltas + 1 { // small enough, but too many
+		many = AppendPacked(many, nil)
+	}
 	cases := []struct {
 		name    string
 		rec     []byte
@@ -74,6 +78,7 @@ func TestDecodeRecordRefusals(t *testing.T) {
 		{"v1 garbage", []byte("garbage"), "bad delta", 0, 0},
 		{"empty", nil, "instance_id", 0, 0},
 		{"over the bound", huge, "more than", 0, 0},
+		{"too many deltas", many, "more than 8192 deltas", 0, 0},
 		{"other field after the deltas", append(AppendPacked(nil, good), 0x08, 0x01), "want only deltas", 0, 0},
 		{"truncated", AppendPacked(nil, good)[:10], "truncated", 0, 0},
 		{"one invalid among good", AppendPacked(AppendPacked(AppendPacked(nil, good), bad), good), "", 2, 1},
@@ -145,6 +150,30 @@ func TestPackKeepsPartitionsAndOrder(t *testing.T) {
 			}
 			last[p] = d.Sequence
 		}
+	}
+}
+
+// TestPackBoundsDeltasPerRecord: a flush of more deltas than a record may
+// hold makes several records (the byte bound set aside here).
+func TestPackBoundsDeltasPerRecord(t *testing.T) {
+	ds := make([]*eventsv1.Delta, 2*MaxPackDeltas+5)
+	for i := range ds {
+		ds[i] = delta(uint64(i+1), "k", 1)
+	}
+	var dropped atomic.Uint64
+	recs := packer{max: 64 << 20, partOf: func(string) int { return 0 }, dropped: &dropped, dropLog: logx.New(nil, 0)}.pack(ds)
+	if len(recs) != 3 {
+		t.Fatalf("%d records, want 3", len(recs))
+	}
+	n := 0
+	for _, r := range recs {
+		if r.deltas > MaxPackDeltas {
+			t.Fatalf("a record of %d deltas", r.deltas)
+		}
+		n += r.deltas
+	}
+	if n != len(ds) {
+		t.Fatalf("%d deltas in the records, want %d", n, len(ds))
 	}
 }
 
