@@ -357,13 +357,9 @@ var partitionList atomic.Pointer[[]int]
 // never returned as an error: the caller would retry it forever and hold
 // up everything behind it.
 func (p *KafkaProducer) Produce(ctx context.Context, deltas []*eventsv1.Delta) error {
-	recs := p.packing().pack(deltas)
-	if len(recs) == 0 {
+	msgs := messages(p.packing().pack(deltas))
+	if len(msgs) == 0 {
 		return nil
-	}
-	msgs := make([]kafka.Message, len(recs))
-	for i, r := range recs {
-		msgs[i] = message(r)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -390,6 +386,15 @@ func (p *KafkaProducer) Produce(ctx context.Context, deltas []*eventsv1.Delta) e
 func message(r record) kafka.Message {
 	return kafka.Message{Key: r.key, Value: r.value, WriterData: r,
 		Headers: []kafka.Header{{Key: SchemaHeader, Value: []byte(SchemaV2)}}}
+}
+
+// messages is recs as Kafka messages, in order.
+func messages(recs []record) []kafka.Message {
+	msgs := make([]kafka.Message, len(recs))
+	for i, r := range recs {
+		msgs[i] = message(r)
+	}
+	return msgs
 }
 
 func deltasOf(msgs []kafka.Message) (n int) {
@@ -605,11 +610,7 @@ func (p *KafkaProducer) replay(ctx context.Context) error {
 			}
 			deltas = append(deltas, ds...)
 		}
-		recs := p.packing().pack(deltas)
-		msgs := make([]kafka.Message, len(recs))
-		for i, r := range recs {
-			msgs[i] = message(r)
-		}
+		msgs := messages(p.packing().pack(deltas))
 		if len(msgs) == 0 {
 			return nil
 		}

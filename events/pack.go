@@ -20,7 +20,7 @@ type record struct {
 // packer builds v2 records from a flush's deltas.
 type packer struct {
 	max       int                         // bytes per record at most
-	perRecord int                         // deltas per record at most (MaxPackDeltas; 1: no packing)
+	perRecord int                         // deltas per record at most (0: MaxPackDeltas; 1: no packing)
 	partOf    func(counterKey string) int // the partition a counter key reaches
 	dropped   *atomic.Uint64
 	dropLog   *logx.Limited
@@ -59,8 +59,8 @@ func (p packer) pack(deltas []*eventsv1.Delta) []record {
 	return out
 }
 
-// split halves a record of several deltas (the broker refused it as too
-// large): both halves keep the key, so they reach the same partition, in
+// split halves a record of several deltas (the broker refused it for
+// good): both halves keep the key, so they reach the same partition, in
 // order.
 func (r record) split() (record, record) {
 	half := r.deltas / 2

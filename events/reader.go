@@ -13,17 +13,18 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/internal/logx"
 )
 
 // Reader decodes the records of a Consumer, v1 and v2 alike. A record
-// that does not decode is counted, logged with its partition and offset,
-// and skipped: it never stops the consumer (its offset is covered by the
+// that does not decode is counted, logged with its partition and offset
+// (at most one line per 10 s), and skipped: it never stops the consumer (its offset is covered by the
 // next commit of its partition, so it is not fetched again); so is an
 // invalid delta in an otherwise readable v2 record, whose others are
 // returned.
 type Reader struct {
 	c   Consumer
-	log *slog.Logger
+	log *logx.Limited
 	bad atomic.Uint64
 }
 
@@ -32,7 +33,7 @@ func NewReader(c Consumer, logger *slog.Logger) *Reader {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Reader{c: c, log: logger}
+	return &Reader{c: c, log: logx.New(logger, 10*time.Second)}
 }
 
 // Next returns the next record holding a valid delta, and its deltas
