@@ -213,6 +213,7 @@ type rigOptions struct {
 	kafka, clickhouse string // "" = the shared ones
 	extraRules        string // descriptors appended to the rules
 	checkerConfig     string // YAML flow entries added to the checkers' `checker:` block
+	extraConfig       string // whole YAML lines added to every process's configuration
 }
 
 // runRoom is how long a test of the suite may read its counters after the
@@ -248,7 +249,7 @@ func newRig(t *testing.T, o rigOptions) *rig {
 aggregator: {group: %s}
 clickhouse: {database: %s, flush_interval: 500ms}
 checker: {topic_partitions: 4%s}
-`, testsvc.Unique("deltas"), testsvc.Unique("g"), r.db, o.checkerConfig)
+%s`, testsvc.Unique("deltas"), testsvc.Unique("g"), r.db, o.checkerConfig, o.extraConfig)
 	for path, text := range map[string]string{rulesPath: rules + o.extraRules, cfgPath: cfg} {
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
