@@ -98,13 +98,14 @@ type Stats struct {
 // shardStats are per-decision counters under the shard's mutex: the
 // request path updates no shared cache line.
 type shardStats struct {
-	decisions, denied, far, near, over uint64
+	decisions, denied, far, near, over, first uint64
 }
 
 // Snapshot is a point-in-time copy of the checker's counters.
 type Snapshot struct {
 	Decisions, Denied                  uint64
 	FarBand, NearBand, OverBand        uint64
+	FirstTouch                         uint64 // decided from memory on the first-touch allowance
 	SyncCharges, Refunds, Degraded     uint64
 	Refreshes, RefreshErrors           uint64
 	Flushes, DeltasEmitted, EmitErrors uint64
@@ -139,6 +140,7 @@ func (c *Checker) Snapshot() Snapshot {
 		s.FarBand += st.far
 		s.NearBand += st.near
 		s.OverBand += st.over
+		s.FirstTouch += st.first
 	}
 	return s
 }
@@ -153,6 +155,7 @@ type Checker struct {
 	prod         events.Producer
 	clock        *skewclock.Clock // the given clock, clamped to the store's
 	live         atomic.Int32     // live checkers, as the registry last said (0: not yet)
+	ft           firstTouch       // the first-touch allowance's membership (firsttouch.go)
 	local        *limiter.Keyed
 	instance     string
 	seed         maphash.Seed
@@ -224,6 +227,7 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	for i := range c.shards {
 		c.shards[i].keys = map[uint64]*entry{}
 	}
+	c.startFirstTouch()
 	if cfg.MaxEmitInterval > cfg.FlushInterval {
 		c.slots = int(cfg.MaxEmitInterval/cfg.FlushInterval) + 2
 	}
@@ -294,6 +298,7 @@ func (c *Checker) Rules() *config.RuleSet { return c.rules.Load() }
 // poller; first calls that fail are logged and retried in the background.
 func (c *Checker) Start(ctx context.Context) error {
 	c.stop = make(chan struct{})
+	c.ft.started.Store(true)
 	hctx, cancel := context.WithTimeout(ctx, 4*c.cfg.StoreTimeout)
 	if err := c.heartbeat(hctx); err != nil {
 		c.cfg.Logger.Warn("first heartbeat to the counter store failed; retrying in the background", "error", err)

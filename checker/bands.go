@@ -10,9 +10,10 @@ import (
 type band uint8
 
 const (
-	bandFar  band = iota // room beyond the near band: decided from memory
-	bandNear             // within it, or too young, stale or lagging to know: a store charge, or a slice
-	bandOver             // a store answer and this view agree there is no room: refused from memory
+	bandFar   band = iota // room beyond the near band: decided from memory
+	bandNear              // within it, or too young, stale or lagging to know: a store charge, or a slice
+	bandOver              // a store answer and this view agree there is no room: refused from memory
+	bandFirst             // no store answer for the window yet: decided from memory on the first-touch allowance
 )
 
 // bandOf places a decision of cost on e, given its look (requires the
@@ -23,6 +24,9 @@ func (c *Checker) bandOf(e *entry, lk *look, now, cost int64) (band, int64) {
 	over := !e.stale && (e.overUntil > now || (cost > e.room && now < e.roomUntil))
 	if over && cost > 0 && (cost > lk.remaining || e.restored && !e.Answered()) {
 		return bandOver, 0
+	}
+	if c.firstTouchAdmits(e, now, cost) {
+		return bandFirst, 0
 	}
 	// Near until two answers taught the fleet's rate (the others'
 	// in-flight hits cannot be bounded before), and while young: its

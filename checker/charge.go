@@ -25,6 +25,7 @@ func (c *Checker) prepareCharge(s *slot, now, cost int64) {
 	*q = counters.ChargeRequest{Key: e.skey, Kind: e.ctr.kind(), Instance: c.instance, Now: now, Cost: cost,
 		WindowNanos: int64(r.Window)}
 	e.ctr.fillCharge(c, e, q)
+	s.w.staleFleet = c.reserveFirstTouch(e, q, now)
 }
 
 // charge makes the readied store calls, no lock held, and reports whether
@@ -58,7 +59,12 @@ func (c *Checker) charge(slots []slot, denied bool, req *ratelimit.Request, now 
 			continue
 		}
 		c.Stats.SyncCharges.Add(1)
-		c.call(s.w, now)
+		if s.need == needCharge && s.w.staleFleet && !c.hearFleet(now, &s.w.Charge) {
+			// a newcomer's allowance may be missing from the reservation
+			s.w.Err = errStaleFleet
+		} else {
+			c.call(s.w, now)
+		}
 		switch {
 		case s.w.Err != nil:
 			c.failurePolicy(s, now, cost)
@@ -307,7 +313,8 @@ func (c *Checker) releaseWork(slots []slot) {
 // syncWork is one store call of a Check, sent through the batcher.
 type syncWork struct {
 	counters.Call
-	budgetOK bool // within local_budget's share, should the store fail
+	budgetOK   bool // within local_budget's share, should the store fail
+	staleFleet bool // the registry's list is too old to reserve every allowance by
 }
 
 // work readies a pooled syncWork (w: the slot's, if any).
@@ -316,6 +323,6 @@ func (c *Checker) work(w *syncWork) *syncWork {
 		w = c.works.Get().(*syncWork)
 	}
 	w.Call.Reset()
-	w.budgetOK = false
+	w.budgetOK, w.staleFleet = false, false
 	return w
 }

@@ -291,6 +291,11 @@ func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 		}
 		// near_limit: async spends this instance's slice (bands.go)
 		c.judge(s, lk, now, cost, c.capped(e, now, cost, lk.remaining, lk.ceiling))
+	case bandFirst:
+		sh.stats.first++
+		// every charge reserves it: its emission waits as a far key's may
+		farRoom = lazyRoom
+		c.judge(s, lk, now, cost, false)
 	default:
 		sh.stats.far++
 		farRoom = room

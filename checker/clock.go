@@ -8,6 +8,7 @@ import (
 // heartbeat lists this instance in the store's registry, learns how many
 // checkers are live, and clamps the clock to the store's.
 func (c *Checker) heartbeat(ctx context.Context) error {
+	sent := c.clock.Now()
 	t1 := c.clock.Base()
 	b, err := c.store.Heartbeat(ctx, c.instance, c.cfg.InstanceTTL)
 	t2 := c.clock.Base()
@@ -18,6 +19,7 @@ func (c *Checker) heartbeat(ctx context.Context) error {
 	if b.Now > 0 {
 		c.clock.Learn(b.Now, t1, t2, c.cfg.MaxClockSkew)
 	}
+	c.heard(b, sent, c.clock.Now())
 	return nil
 }
 

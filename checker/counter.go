@@ -149,7 +149,7 @@ func (w *windowCounter) roll(c *Checker, sh *shard, e *entry, now int64) {
 		return // same window, or a clock behind it: stay
 	}
 	own := int64(0) // (own_after: as in appendDeltas)
-	if e.Answered() {
+	if c.ownKnown(e) {
 		own = w.cur.Emitted
 	}
 	if e.emit == emitLazy { // its orphans carry all: the next decision queues it anew
@@ -179,7 +179,7 @@ func (w *windowCounter) roll(c *Checker, sh *shard, e *entry, now int64) {
 
 func (w *windowCounter) look(c *Checker, e *entry, now, _ int64, lk *look) {
 	r := e.rule
-	lk.ceiling, lk.pred, lk.post = r.Ceiling(), e.InFlight(c.cfg.PipelineLag), limiter.State{} // (try: a bucket's only)
+	lk.ceiling, lk.pred, lk.post = r.Ceiling(), e.InFlight(c.cfg.PipelineLag)+c.othersAllowance(e), limiter.State{} // (try: a bucket's only)
 	if !w.cur.Known {
 		lk.pred += e.Others * min(now-w.cur.Start, int64(r.Window)) / int64(time.Second)
 	}

@@ -130,10 +130,11 @@ func (c *Checker) flushSlot(deltas []*eventsv1.Delta, sh *shard, t, tick int64, 
 
 // appendDeltas moves e's pending consumption into deltas (requires the lock).
 func (c *Checker) appendDeltas(deltas []*eventsv1.Delta, e *entry) []*eventsv1.Delta {
-	// own_after only once the store told us our part (a key created again
-	// counts from zero until then, and the counter adds all of it)
+	// own_after only once the store told us our part or the entry holds
+	// all of it (a key created again counts from zero until then, and the
+	// counter adds all of it)
 	own := int64(0)
-	if e.Answered() {
+	if c.ownKnown(e) {
 		own = e.ctr.mineMemory()
 	}
 	if e.pendApplied.Used() {

@@ -24,6 +24,8 @@ func (c *Checker) RegisterMetrics(reg MetricsRegistry) {
 	reg.Counter("velvetrope_checker_decisions_total", "Decisions made.", snap(func(s Snapshot) uint64 { return s.Decisions }))
 	reg.Counter("velvetrope_checker_denied_total", "Decisions that refused the request.", snap(func(s Snapshot) uint64 { return s.Denied }))
 	reg.Counter("velvetrope_checker_far_band_total", "Descriptors decided from memory far from their limit.", snap(func(s Snapshot) uint64 { return s.FarBand }))
+	reg.Counter("velvetrope_checker_first_touch_total", "Descriptors decided from memory on the first-touch allowance (no store answer for the window yet).",
+		snap(func(s Snapshot) uint64 { return s.FirstTouch }))
 	reg.Counter("velvetrope_checker_near_band_total", "Descriptors decided in the near-limit band.", snap(func(s Snapshot) uint64 { return s.NearBand }))
 	reg.Counter("velvetrope_checker_over_band_total", "Descriptors refused from memory over their limit.", snap(func(s Snapshot) uint64 { return s.OverBand }))
 	reg.Counter("velvetrope_checker_store_charges_total", "Atomic charges in the counter store.", snap(func(s Snapshot) uint64 { return s.SyncCharges }))

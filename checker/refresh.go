@@ -90,6 +90,9 @@ func (c *Checker) collectDue(now int64) ([]counters.ReadItem, []*entry, []uint8)
 				c.idle(sh, e, now)
 			case !e.active && e.Answered() && parkable(e):
 				c.idle(sh, e, now) // nothing to learn: no read
+			case !e.Answered() && e.ctr.mineMemory() > 0 && c.allowance(e.rule) > 0:
+				// spends its allowance, then learns from its charges: no read
+				c.idle(sh, e, now)
 			default:
 				// put back far out: a failed read loses nothing
 				sh.schedule(e, now+int64(c.cfg.MaxRefresh))

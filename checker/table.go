@@ -49,6 +49,11 @@ type entry struct {
 	usage             tally.Minute // this minute's usage so far, carried by every delta
 
 	// (the small fields last: no padding between them)
+	// whole is the first window start from which this entry holds all its
+	// instance's consumption of the key: an entry evicted before it may
+	// have left hits in flight (firsttouch.go)
+	whole int64
+
 	heapIdx  int32 // index in the shard's refresh heap; -1 when not in it
 	bytes    int32 // the heap it holds, as estimated when created (membytes.go)
 	emit     emitState
@@ -296,6 +301,7 @@ func (c *Checker) create(sh *shard, s *slot, req *ratelimit.Request, now int64) 
 	e := newEntry(s.rule)
 	e.key, e.skey, e.vals, e.desc, e.hash, e.rule = key, c.storeKey(key, s.rule), vals, descText(es), s.h, s.rule
 	e.heapIdx, e.answerRemaining, e.created, e.usage = -1, -1, now, tally.NewMinute(c.streams.Add(1))
+	e.whole = c.ft.horizon[s.h>>52].Load()
 	need := entryBytes(e, owned)
 	e.bytes = int32(min(need, 1<<31-1))
 	c.makeRoom(s.sh, need, now)
@@ -341,6 +347,7 @@ func (c *Checker) evict(sh *shard, now int64, older bool) bool {
 // dropEntry removes e (requires sh.mu held): its pending consumption
 // leaves as orphans, and an over-limit key is remembered by its tombstone.
 func (c *Checker) dropEntry(sh *shard, e *entry, now int64) {
+	c.evicted(e)
 	if e.emit != emitClean {
 		c.Stats.EvictedDirty.Add(1)
 		c.drain(sh, e)

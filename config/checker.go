@@ -57,6 +57,12 @@ type CheckerConfig struct {
 	SpillPath       string `yaml:"spill_path"`
 	SpillMaxBytes   int64  `yaml:"spill_max_bytes"`
 	TopicPartitions int    `yaml:"topic_partitions"`
+	// FirstTouchPercent: a percent of a window rule's ceiling (1; negative:
+	// none) that every live checker may admit of a window it has no store
+	// answer for from memory, at most MaxHeldHits; every near-limit charge
+	// reserves it for the others (docs/design.md, "First touch from memory").
+	// Every checker of a fleet needs the same value.
+	FirstTouchPercent int64 `yaml:"first_touch_percent"`
 	// HashKey keys the hash of hash_values entries; every checker that
 	// shares counters needs the same secret (empty: a random key per
 	// process). Never logged.
@@ -72,7 +78,7 @@ const InstanceTTLBeats = 3
 func DefaultChecker() CheckerConfig {
 	heartbeat := time.Second
 	return CheckerConfig{MaxKeys: 1 << 20, MaxBytes: 1 << 30, FlushInterval: 50 * time.Millisecond, MaxEmitInterval: time.Second,
-		MaxHeldHits: 256, MaxHeldTotal: 1 << 20, MinRefresh: 50 * time.Millisecond,
+		MaxHeldHits: 256, MaxHeldTotal: 1 << 20, FirstTouchPercent: 1, MinRefresh: 50 * time.Millisecond,
 		MaxRefresh: 5 * time.Second, PipelineLag: 250 * time.Millisecond, SafetyPercent: 200, NearFloor: 2,
 		NearFloorPct: 1, IdleAfter: 2 * time.Minute, ControlPoll: time.Second,
 		Heartbeat: heartbeat, InstanceTTL: InstanceTTLBeats * heartbeat, MaxClockSkew: 100 * time.Millisecond,

@@ -56,6 +56,7 @@ type memCounter struct {
 	synced map[string]int64 // per instance: hits the store charged
 	base   map[string]int64 // per instance: own+synced at the last reset
 	gen    int64            // resets (buckets)
+	marked map[string]bool  // instances whose charge folded all their memory hits here (first touch)
 	end    int64            // expiry: window end + one window (sliding needs it), or the TAT
 }
 
@@ -193,18 +194,46 @@ func (s *MemStore) chargeWindow(r *ChargeRequest) ChargeResult {
 		prevOwn, prevBase = p.parts(r.Instance)
 		elapsed = min(max(r.Now-r.Window, 0), W)
 	}
+	reserved, prevReserved := c.reserved(r), int64(0)
+	if r.Sliding {
+		prevReserved = s.win[winKey{r.Key, r.Window - W}].reserved(r)
+	}
 	// exactly as the limiter decides (no rounding in anyone's favour); for
 	// a fixed window prev is 0
-	sc := limiter.SlidingCounts{Prev: prevTotal + r.PrevOtherShards, Cur: c.total + r.OtherShards, Elapsed: elapsed, Window: W}
-	res := ChargeResult{Allowed: sc.Fits(r.Ceiling, r.Cost), PrevTotal: prevTotal, PrevOwn: prevOwn, PrevBase: prevBase}
+	sc := limiter.SlidingCounts{Prev: prevTotal + r.PrevOtherShards + prevReserved, Cur: c.total + r.OtherShards + reserved,
+		Elapsed: elapsed, Window: W}
+	res := ChargeResult{Allowed: sc.Fits(r.Ceiling, r.Cost), PrevTotal: prevTotal, PrevOwn: prevOwn, PrevBase: prevBase,
+		Reserved: reserved}
 	if res.Allowed || r.ChargeDenied {
 		c.total += r.Cost
 		c.synced[r.Instance] += r.Cost
+	}
+	if r.Allowance > 0 && r.Mark { // charged here: no allowance spent in this window any more
+		if c.marked == nil {
+			c.marked = map[string]bool{}
+		}
+		c.marked[r.Instance] = true
 	}
 	m, sy, n := c.mine(r.Instance)
 	res.Total, res.OwnMem, res.OwnSync, res.Instances = c.total, m, sy, n
 	res.Own, res.Base = c.parts(r.Instance)
 	return res
+}
+
+// reserved is what a charge holds back in c for the allowances of the
+// other live instances (as chargeWindow's script): for each not marked in
+// it, the allowance less its memory hits the window holds.
+func (c *memCounter) reserved(r *ChargeRequest) int64 {
+	var n int64
+	if c == nil || r.Allowance <= 0 {
+		return 0
+	}
+	for _, o := range r.Others {
+		if !c.marked[o] {
+			n += max(0, r.Allowance-c.own[o])
+		}
+	}
+	return n
 }
 
 func (s *MemStore) chargeTAT(r *ChargeRequest) ChargeResult {

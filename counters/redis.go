@@ -214,10 +214,17 @@ func (r *Redis) chargeCall(q *ChargeRequest) (*redis.Script, []string, []any) {
 		}
 		return 0
 	}
-	return chargeWindow, []string{r.WindowKey(q.Key, q.Window), r.WindowKey(q.Key, q.Window-W)},
-		[]any{q.Instance, q.Cost, q.Ceiling, q.OwnEmitted, bool01(q.Sliding), q.PrevEmitted,
-			ceilDiv(W-elapsed, int64(time.Millisecond)), W / int64(time.Millisecond), bool01(q.ChargeDenied),
-			r.windowTTL(q.Window, W, q.Now), r.windowTTL(q.Window-W, W, q.Now), q.OtherShards, q.PrevOtherShards}
+	args := make([]any, 15, 15+len(q.Others))
+	args[0], args[1], args[2], args[3], args[4], args[5] = q.Instance, q.Cost, q.Ceiling, q.OwnEmitted, bool01(q.Sliding), q.PrevEmitted
+	args[6], args[7], args[8] = ceilDiv(W-elapsed, int64(time.Millisecond)), W/int64(time.Millisecond), bool01(q.ChargeDenied)
+	args[9], args[10], args[11], args[12] = r.windowTTL(q.Window, W, q.Now), r.windowTTL(q.Window-W, W, q.Now), q.OtherShards, q.PrevOtherShards
+	args[13], args[14] = max(q.Allowance, 0), bool01(q.Mark)
+	if q.Allowance > 0 {
+		for _, o := range q.Others {
+			args = append(args, o)
+		}
+	}
+	return chargeWindow, []string{r.WindowKey(q.Key, q.Window), r.WindowKey(q.Key, q.Window-W)}, args
 }
 
 // parseCharge reads a charge script's answer.
@@ -231,11 +238,11 @@ func parseCharge(kind Kind, res any) (ChargeResult, error) {
 		return ChargeResult{Allowed: v[0] == 1, Total: v[1] * us, Cum: v[2], Own: v[3], Instances: int(v[4]),
 			OwnMem: v[5], OwnSync: v[6], Base: v[7], Gen: v[8]}, nil
 	}
-	if err != nil || len(v) != 10 {
+	if err != nil || len(v) != 11 {
 		return ChargeResult{}, fmt.Errorf("counters: charge window: %v %v", v, err)
 	}
 	return ChargeResult{Allowed: v[0] == 1, Total: v[1], Own: v[2], PrevTotal: v[3], PrevOwn: v[4],
-		Instances: int(v[5]), OwnMem: v[6], OwnSync: v[7], Base: v[8], PrevBase: v[9]}, nil
+		Instances: int(v[5]), OwnMem: v[6], OwnSync: v[7], Base: v[8], PrevBase: v[9], Reserved: v[10]}, nil
 }
 
 // Refund implements Store.

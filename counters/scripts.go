@@ -18,11 +18,15 @@ import "github.com/redis/go-redis/v9"
 // ARGV: instance, cost, ceiling, own emitted, sliding (0/1), own emitted in
 // the previous window, (W − elapsed) in ms, W in ms, charge denied (0/1),
 // TTL of the current window in ms, TTL of the previous window in ms, the
-// other shards' totals of this and of the previous window (hot keys)
+// other shards' totals of this and of the previous window (hot keys), the
+// first-touch allowance (0: none), mark (0/1: the caller holds all its
+// instance's memory hits of the window), then the other live instances
 //
 // Returns {allowed, total, own, prev total, prev own, instances, own from
-// memory, own charged, base, prev base}; own excludes the instance's base
-// (its part when an operator last reset the counter, "z:<instance>").
+// memory, own charged, base, prev base, reserved}; own excludes the
+// instance's base (its part when an operator last reset the counter,
+// "z:<instance>"); reserved is what the check held back in the current
+// window for the others' allowances.
 var chargeWindow = redis.NewScript(`
 local f, sf, zf = 'i:' .. ARGV[1], 's:' .. ARGV[1], 'z:' .. ARGV[1]
 local cost = tonumber(ARGV[2])
@@ -58,38 +62,57 @@ local function store(key, w)
   end
 end
 
+-- The hits the other live instances may have admitted in this window
+-- without a store call: each not marked here ("m:" absent: no charge
+-- that folded all its memory hits) may have spent its allowance, of
+-- which the window holds its memory hits.
+local allowance = tonumber(ARGV[14])
+local function reserved(key)
+  local r = 0
+  if allowance <= 0 then return r end
+  for j = 16, #ARGV do
+    local v = redis.call('HMGET', key, 'i:' .. ARGV[j], 'm:' .. ARGV[j])
+    if not v[2] then r = r + math.max(0, allowance - tonumber(v[1] or '0')) end
+  end
+  return r
+end
+
 local cur = fold(KEYS[1], tonumber(ARGV[4]))
 local shards, prevShards = tonumber(ARGV[12]), tonumber(ARGV[13])
+local res = reserved(KEYS[1])
 local prev = {total = 0, mem = 0, charged = 0, base = 0}
 local allowed
 if sliding then
   prev = fold(KEYS[2], tonumber(ARGV[6]))
-  local room = ceiling - cur.total - shards - cost
+  local room = ceiling - cur.total - shards - res - cost
   if room < 0 then
     allowed = false
   else
-    local lhs = (prev.total + prevShards) * tonumber(ARGV[7])
+    local lhs = (prev.total + prevShards + reserved(KEYS[2])) * tonumber(ARGV[7])
     local rhs = room * tonumber(ARGV[8])
     if lhs < 9007199254740992 and rhs < 9007199254740992 then
       allowed = lhs <= rhs
     else
-      allowed = (prev.total + prevShards) * (tonumber(ARGV[7]) / tonumber(ARGV[8])) <= room
+      allowed = (prev.total + prevShards + reserved(KEYS[2])) * (tonumber(ARGV[7]) / tonumber(ARGV[8])) <= room
     end
   end
 else
-  allowed = cur.total + shards + cost <= ceiling
+  allowed = cur.total + shards + res + cost <= ceiling
 end
 if (allowed or ARGV[9] == '1') and cost > 0 then
   cur.total, cur.charged, cur.dirty = cur.total + cost, cur.charged + cost, true
 end
 store(KEYS[1], cur)
+-- charged here, with all its memory hits folded: this instance spends no
+-- allowance in this window any more, and nothing of it is unapplied
+if allowance > 0 and ARGV[15] == '1' then redis.call('HSET', KEYS[1], 'm:' .. ARGV[1], 1) end
 redis.call('PEXPIRE', KEYS[1], ARGV[10])
 if sliding then
   store(KEYS[2], prev)
   redis.call('PEXPIRE', KEYS[2], ARGV[11])
 end
 return {allowed and 1 or 0, cur.total, cur.mem + cur.charged - cur.base, prev.total, prev.mem + prev.charged - prev.base,
-  cur.n, cur.mem, cur.charged, cur.base, prev.base}
+  cur.n, cur.mem, cur.charged, cur.base, prev.base, res}
 `)
 
 // chargeBucket folds the caller's unapplied hits into the bucket's TAT,

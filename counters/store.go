@@ -80,6 +80,17 @@ type ChargeRequest struct {
 	OtherShards, PrevOtherShards int64
 	// ChargeDenied charges the cost even when refused (Envoy semantics).
 	ChargeDenied bool
+	// Allowance is every instance's first-touch allowance in this window
+	// (0: none); Others the live instances beside this one. The check
+	// reserves, for each of them that has not charged in the window, the
+	// allowance less what the window holds of its memory hits: hits it
+	// may have admitted without a store call (docs/design.md, "First
+	// touch"). Mark: the caller holds all its instance's memory hits of
+	// the window (its entry's first life there), so the charge marks the
+	// instance as charged here, which ends the reservation for it.
+	Allowance int64
+	Others    []string
+	Mark      bool
 
 	// KindTAT: burst, rate (RateTokens per WindowNanos), the instance's
 	// cumulative counted hits and its own exact view of the TAT.
@@ -100,6 +111,9 @@ type ChargeResult struct {
 	// PrevTotal, PrevOwn: the previous window (sliding window only).
 	PrevTotal, PrevOwn int64
 	Instances          int
+	// Reserved: what the check reserved for the others' allowances in the
+	// current window (KindWindow).
+	Reserved int64
 	// Base, PrevBase, Gen: as in ReadItem (PrevBase: the previous window).
 	Base, PrevBase, Gen int64
 }
