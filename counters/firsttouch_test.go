@@ -30,12 +30,13 @@ func TestChargeReservesTheOthersAllowances(t *testing.T) {
 				}
 				return res
 			}
-			steps := []struct {
+			type step struct {
 				name         string
 				res          ChargeResult
 				allowed      bool
 				total, resvd int64
-			}{
+			}
+			steps := []step{
 				{"a: 6 with b's 4 reserved", charge("a", 6, 0, true, "b"), true, 6, 4},
 				{"a: 1 more would take b's", charge("a", 1, 0, true, "b"), false, 6, 4},
 			}
@@ -43,12 +44,7 @@ func TestChargeReservesTheOthersAllowances(t *testing.T) {
 			s.apply(ctx, []Delivered{{Partition: 0, Delta: &eventsv1.Delta{InstanceId: "b", Sequence: 1, CounterKey: key,
 				Algorithm: "fixed_window", WindowStartUnixNanos: ws, WindowNanos: W, Limit: 10, AllowedCount: 2, AllowedCost: 2,
 				CountedCost: 2}}})
-			steps = append(steps, []struct {
-				name         string
-				res          ChargeResult
-				allowed      bool
-				total, resvd int64
-			}{
+			steps = append(steps, []step{
 				{"a: 1 more would take b's 2 left", charge("a", 1, 0, true, "b"), false, 8, 2},
 				{"b charges without marking", charge("b", 0, 2, false, "a"), true, 8, 0},
 				{"a: b's 2 still reserved", charge("a", 0, 0, true, "b"), true, 8, 2},
