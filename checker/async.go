@@ -111,6 +111,7 @@ type Snapshot struct {
 	Flushes, DeltasEmitted, EmitErrors uint64
 	Evictions, EvictedDirty            uint64
 	Keys                               int64
+	CompactKeys                        int64 // keys held as compact records (their windows' ends not yet passed, or not yet dropped)
 	KeyBytes                           int64 // the key table's heap as estimated (Config.MaxBytes)
 	// HeldHits is what lazy keys hold back, in no delta yet (at most
 	// MaxHeldTotal): what a kill -9 loses beside the next flush's keys.
@@ -134,6 +135,7 @@ func (c *Checker) Snapshot() Snapshot {
 		sh.mu.Lock()
 		st := sh.stats
 		s.HeldHits += sh.held
+		s.CompactKeys += int64(sh.compact.Len())
 		sh.mu.Unlock()
 		s.Decisions += st.decisions
 		s.Denied += st.denied
@@ -226,6 +228,7 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 		flushNow: make(chan struct{}, 1)}
 	for i := range c.shards {
 		c.shards[i].keys = map[uint64]*entry{}
+		c.shards[i].compact = c.compactTable()
 	}
 	c.startFirstTouch()
 	if cfg.MaxEmitInterval > cfg.FlushInterval {

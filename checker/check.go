@@ -190,7 +190,7 @@ func (c *Checker) settle(p *pass, req *ratelimit.Request) {
 			p.code = ratelimit.Deferred
 		}
 	}
-	c.commit(p.slots, p.denied, p.code == ratelimit.Deferred, !p.sync, p.now)
+	c.commit(p.slots, req, p.denied, p.code == ratelimit.Deferred, !p.sync, p.now)
 	if len(p.locks) > 0 {
 		st := &c.shards[p.locks[0]].stats
 		st.decisions++
@@ -256,7 +256,11 @@ func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 		return
 	}
 	sh := &c.shards[s.sh]
-	e := c.entryFor(sh, s, req, now, false)
+	e := sh.lookup(s.h, r, s.entriesOf(req))
+	if e == nil && c.compactFirst(sh, s, now) {
+		return // a compact key: its record took the hits
+	}
+	e = c.ready(sh, s, e, req, now, false)
 	switch {
 	case r.Mode == config.ModeLocal: // the limiter decides; the entry carries it to the analytics
 		c.decideLocal(s, now, cost)
@@ -315,8 +319,13 @@ func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 // the analytics (the top-denied keys must show a blocked client); an
 // existing one keeps its rule and kind: lifting a control finds it.
 func (c *Checker) entryFor(sh *shard, s *slot, req *ratelimit.Request, now int64, blocked bool) *entry {
+	return c.ready(sh, s, sh.lookup(s.h, s.rule, s.entriesOf(req)), req, now, blocked)
+}
+
+// ready makes e, s's entry as the table held it (nil: none), ready for
+// a decision (requires the lock), as entryFor says.
+func (c *Checker) ready(sh *shard, s *slot, e *entry, req *ratelimit.Request, now int64, blocked bool) *entry {
 	r := s.rule
-	e := sh.lookup(s.h, r, s.entriesOf(req))
 	if e != nil && !blocked && e.rule != r && e.ctr.kind() != kindOf(r) {
 		// a blocked counter's entry, or a reload changed the algorithm:
 		// its state is of another kind, so it starts afresh from the store
@@ -402,11 +411,13 @@ func (c *Checker) decideLocal(s *slot, now, cost int64) {
 // the locks): a refused one charges algorithm rules nothing, and every
 // decision not yet counted counts as answered. held: the locks were kept
 // since the decisions (a bucket's state computed then is current).
-func (c *Checker) commit(slots []slot, denied, deferred, held bool, now int64) {
+func (c *Checker) commit(slots []slot, req *ratelimit.Request, denied, deferred, held bool, now int64) {
 	for i := range slots {
 		s := &slots[i]
 		cost := s.cost
 		switch later := s.later; {
+		case s.compact:
+			c.commitCompact(s, req, denied, deferred, now)
 		case later != laterNone:
 			s.later = laterNone
 			if later == laterRefused {
@@ -531,6 +542,8 @@ type slot struct {
 	e     *entry
 	need  need
 	role  role
+	// compact: decided on a compact record, with no entry (compact.go)
+	compact bool
 	call  storeCall
 	later countLater // the analytics tally that waits for the request's answer
 

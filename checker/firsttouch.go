@@ -47,7 +47,19 @@ var errStaleFleet = errors.New("checker: the registry of live checkers was not h
 // members is the registry's list as a heartbeat heard it.
 type members struct {
 	others []string // the live instances beside this one
+	all    []string // and this one: a charge of an entry that does not hold all its hits reserves its own too
 	at     int64    // when that heartbeat was sent: the list is at least this fresh
+}
+
+// reserving is the instances a charge reserves allowances for: the
+// others, and this one when its entry may not hold all its hits of the
+// window (an entry of its hash was evicted with some of them in flight:
+// its charge neither knows nor folds them).
+func (m *members) reserving(whole bool) []string {
+	if whole {
+		return m.others
+	}
+	return m.all
 }
 
 // startFirstTouch derives the membership bounds from the settings.
@@ -61,13 +73,13 @@ func (c *Checker) startFirstTouch() {
 // heard records a heartbeat's answer: sent and back are this checker's
 // clock before and after the call.
 func (c *Checker) heard(b counters.Beat, sent, back int64) {
-	others := make([]string, 0, len(b.Members))
+	others := make([]string, 0, len(b.Members)+1)
 	for _, m := range b.Members {
 		if m != c.instance {
 			others = append(others, m)
 		}
 	}
-	c.ft.view.Store(&members{others: others, at: sent})
+	c.ft.view.Store(&members{others: others, all: append(others, c.instance), at: sent})
 	c.ft.joined.CompareAndSwap(0, back)
 	c.ft.lastOK.Store(sent)
 }
@@ -100,8 +112,7 @@ func (c *Checker) firstTouchAdmits(e *entry, now, cost int64) bool {
 	if a <= 0 || e.ctr.mineMemory()+cost > a {
 		return false
 	}
-	j := c.ft.joined.Load()
-	return j > 0 && now >= j+c.ft.settle && now < c.ft.lastOK.Load()+c.ft.stop && c.whole(e)
+	return c.spending(now) && c.whole(e)
 }
 
 // whole says whether e holds all its instance's consumption of its
@@ -131,7 +142,8 @@ func (c *Checker) reserveFirstTouch(e *entry, q *counters.ChargeRequest, now int
 	if v == nil { // no heartbeat answered: stale once started (an engine never started spends nothing)
 		return c.ft.started.Load()
 	}
-	q.Allowance, q.Others, q.Mark = a, v.others, c.whole(e)
+	q.Allowance, q.Mark = a, c.whole(e)
+	q.Others = v.reserving(q.Mark)
 	return now-v.at > int64(c.cfg.InstanceTTL)
 }
 
@@ -147,7 +159,7 @@ func (c *Checker) hearFleet(now int64, q *counters.ChargeRequest) bool {
 		if v == nil || now-v.at > int64(c.cfg.InstanceTTL) {
 			return false
 		}
-		q.Others = v.others
+		q.Others = v.reserving(q.Mark)
 		return true
 	}
 	if fresh() {

@@ -89,6 +89,7 @@ func (c *Checker) flush(ctx context.Context, all bool) error {
 			// order (the newest sequence's row wins in the analytics)
 			deltas = append(deltas, sh.orphans...)
 			sh.orphans = nil
+			deltas = c.appendFresh(deltas, sh) // (before an entry that adopted a record's)
 			for _, e := range sh.dirty {
 				if e.life != lifeGone && e.emit == emitDue {
 					deltas = c.appendDeltas(deltas, e)

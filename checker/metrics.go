@@ -35,6 +35,8 @@ func (c *Checker) RegisterMetrics(reg MetricsRegistry) {
 	reg.Counter("velvetrope_checker_refresh_errors_total", "Counter refreshes that failed.", snap(func(s Snapshot) uint64 { return s.RefreshErrors }))
 	reg.Counter("velvetrope_checker_evictions_total", "Keys evicted from the table.", snap(func(s Snapshot) uint64 { return s.Evictions }))
 	reg.Gauge("velvetrope_checker_keys", "Counter keys held in memory.", func() float64 { return float64(c.Snapshot().Keys) })
+	reg.Gauge("velvetrope_checker_compact_keys", "Keys held as compact records: decided on their first-touch allowance only.",
+		func() float64 { return float64(c.Snapshot().CompactKeys) })
 	reg.Gauge("velvetrope_checker_held_hits", "Hits far-from-limit keys hold back, decided in memory and not yet emitted (at most checker.max_held_hits_total): what a kill -9 would lose beside one flush.",
 		func() float64 { return float64(c.Snapshot().HeldHits) })
 	reg.Gauge("velvetrope_checker_key_bytes", "The heap the key table holds, as estimated for checker.max_bytes.", func() float64 { return float64(c.Snapshot().KeyBytes) })

@@ -73,6 +73,7 @@ func (c *Checker) Counter(r *config.Rule, es []config.Entry, now int64) (Counter
 	defer sh.mu.Unlock()
 	e := sh.lookup(h, r, es)
 	if e == nil || e.life == lifeGone {
+		c.compactView(sh, h, r, now, &v)
 		return v, nil
 	}
 	v.Held = true
@@ -86,6 +87,23 @@ func (c *Checker) Counter(r *config.Rule, es []config.Entry, now int64) (Counter
 		v.OverUntil = e.overUntil
 	}
 	return v, nil
+}
+
+// compactView fills v from a compact key's record, if sh holds one for
+// r's counter of hash h in the window of now (requires the lock).
+func (c *Checker) compactView(sh *shard, h uint64, r *config.Rule, now int64, v *CounterView) {
+	if r.Algorithm.Bucket() || r.Window <= 0 {
+		return
+	}
+	W := int64(r.Window)
+	end := limiter.WindowStart(now, W) + W
+	rec := sh.compact.Find(h, end)
+	if rec == nil {
+		return
+	}
+	v.Held, v.Instances = true, 1
+	v.Used, v.Mine = int64(rec.Spent), int64(rec.Spent)
+	v.Remaining, v.ResetAfter = max(0, r.Ceiling()-v.Used), time.Duration(end-now)
 }
 
 // Forget drops what this checker holds of rule r's counter for values es

@@ -10,6 +10,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
+	"github.com/velvetrope/velvetrope/internal/compact"
 	"github.com/velvetrope/velvetrope/internal/digest"
 	"github.com/velvetrope/velvetrope/internal/heapsize"
 	"github.com/velvetrope/velvetrope/internal/minheap"
@@ -99,6 +100,11 @@ type shard struct {
 	orphans []*eventsv1.Delta    // pending consumption of evicted dirty entries
 	refresh minheap.Heap[*entry] // by next refresh
 	tombs   tombs.Table          // allocated on first eviction
+	// compact keys (compact.go): their records, their decisions since the
+	// last flush, and those decisions' strings
+	compact compact.Table
+	fresh   []freshHits
+	arena   []byte
 	stats   shardStats
 	// lk is the look of the decision at work (one at a time, under mu):
 	// here, interface calls take its pointer with no stack value escaping.
@@ -302,6 +308,7 @@ func (c *Checker) create(sh *shard, s *slot, req *ratelimit.Request, now int64) 
 	e.key, e.skey, e.vals, e.desc, e.hash, e.rule = key, c.storeKey(key, s.rule), vals, descText(es), s.h, s.rule
 	e.heapIdx, e.answerRemaining, e.created, e.usage = -1, -1, now, tally.NewMinute(c.streams.Add(1))
 	e.whole = c.ft.horizon[s.h>>52].Load()
+	c.adopt(sh, e, now)
 	need := entryBytes(e, owned)
 	e.bytes = int32(min(need, 1<<31-1))
 	c.makeRoom(s.sh, need, now)

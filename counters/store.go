@@ -81,7 +81,9 @@ type ChargeRequest struct {
 	// ChargeDenied charges the cost even when refused (Envoy semantics).
 	ChargeDenied bool
 	// Allowance is every instance's first-touch allowance in this window
-	// (0: none); Others the live instances beside this one. The check
+	// (0: none); Others the live instances it reserves for: those beside
+	// the caller's, and its own when Mark is not set (an evicted entry's
+	// memory hits may be in flight, unknown to the caller). The check
 	// reserves, for each of them that has not charged in the window, the
 	// allowance less what the window holds of its memory hits: hits it
 	// may have admitted without a store call (docs/design.md, "First

@@ -82,7 +82,8 @@ func (s *served) counters(ctx context.Context, rc *redis.Client) snapshot {
 		sn.deltas = metric(s.metrics, "velvetrope_checker_deltas_emitted_total")
 		sn.records = metric(s.metrics, "velvetrope_producer_records_total")
 		sn.charges = metric(s.metrics, "velvetrope_checker_store_charges_total")
-		sn.keys = metric(s.metrics, "velvetrope_checker_keys")
+		// (a key decided on its first-touch allowance only is a compact record)
+		sn.keys = metric(s.metrics, "velvetrope_checker_keys") + metric(s.metrics, "velvetrope_checker_compact_keys")
 		sn.rss = float64(s.checker.rss())
 	}
 	if s.aggregate != "" {
