@@ -140,8 +140,16 @@ func TestStoreConformance(t *testing.T) {
 			// a delta without own_after (a key the checker created again)
 			// adds its counted hits
 			s.apply(ctx, []Delivered{{1, winDelta("c/1", 5, key, 1, 0)}})
-			if it := read(t, s, "c/1", key, KindWindow); it.Total != 10 || it.Own != 1 {
+			if it := read(t, s, "c/1", key, KindWindow); it.Total != 10 || it.Own != 1 || it.Instances != 3 {
 				t.Fatalf("additive delta: %+v", it)
+			}
+			// a counter only deltas made (keys decided on first-touch
+			// allowances): each instance counted once among its instances
+			fresh := key + "|applied"
+			s.apply(ctx, []Delivered{{0, winDelta("a/1", 10, fresh, 2, 2)}, {0, winDelta("a/1", 11, fresh, 1, 3)},
+				{1, winDelta("d/1", 1, fresh, 4, 4)}})
+			if it := read(t, s, "d/1", fresh, KindWindow); it.Total != 7 || it.Own != 4 || it.Instances != 2 {
+				t.Fatalf("a counter of deltas only: %+v", it)
 			}
 		})
 	}

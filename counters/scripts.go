@@ -217,7 +217,8 @@ local function span(n)
   return math.ceil(n * period / tokens)
 end
 local applied, skipped = 0, 0
-local tat = tonumber(redis.call('HGET', K, 'tat') or '0')
+local tat = 0
+if bucket then tat = tonumber(redis.call('HGET', K, 'tat') or '0') end
 for i = first, #ARGV, 7 do
   local inst, part, seq = ARGV[i], ARGV[i+1], tonumber(ARGV[i+2])
   local qf = inst .. '|' .. part
@@ -229,18 +230,21 @@ for i = first, #ARGV, 7 do
     applied = applied + 1
     local counted, ownAfter = tonumber(ARGV[i+3]), tonumber(ARGV[i+4])
     local f = 'i:' .. inst
-    if redis.call('HEXISTS', K, f) == 0 and redis.call('HEXISTS', K, 's:' .. inst) == 0 then
-      redis.call('HINCRBY', K, 'n', 1)
-    end
-    local own = tonumber(redis.call('HGET', K, f) or '0')
+    -- one read and one write of the counter per delta: the instance's
+    -- part, whether it is new to the counter ('n' counts instances), and
+    -- the total ('t', or a bucket's cumulative 'c')
+    local tf = 't'
+    if bucket then tf = 'c' end
+    local v = redis.call('HMGET', K, f, 's:' .. inst, tf, 'n')
+    local own = tonumber(v[1] or '0')
     local add = counted
     if ownAfter > 0 then add = math.max(0, math.min(counted, ownAfter - own)) end
-    redis.call('HSET', K, f, math.max(own + add, ownAfter))
-    if bucket then
-      tat = math.max(math.max(tat, tonumber(ARGV[i+5])) + span(add), tonumber(ARGV[i+6]))
-      redis.call('HINCRBY', K, 'c', add)
-    elseif add > 0 then
-      redis.call('HINCRBY', K, 't', add)
+    if bucket then tat = math.max(math.max(tat, tonumber(ARGV[i+5])) + span(add), tonumber(ARGV[i+6])) end
+    local total = tonumber(v[3] or '0') + add
+    if not v[1] and not v[2] then
+      redis.call('HSET', K, f, math.max(own + add, ownAfter), tf, total, 'n', tonumber(v[4] or '0') + 1)
+    else
+      redis.call('HSET', K, f, math.max(own + add, ownAfter), tf, total)
     end
   end
 end

@@ -130,7 +130,7 @@ type row struct {
 	Result loadgen.Result `json:"result"`
 	// Per decision, where the system exposes it: Redis commands (all
 	// systems that use Redis), deltas emitted and store charges
-	// (velvetrope), and the checker's resident memory per tracked key.
+	// (velvetrope), and the checker's resident memory per key requested.
 	RedisPerDecision   float64 `json:"redis_commands_per_decision"`
 	RedisCPUPer1000    float64 `json:"redis_cpu_ms_per_1000_decisions"`
 	DeltasPerDecision  float64 `json:"deltas_per_decision,omitempty"`
@@ -142,7 +142,7 @@ type row struct {
 	// Redis (RedisCPUPer1000) and the Kafka broker, measured until the
 	// pipeline took in the row's work. MemPerKey is the growth of its
 	// processes' resident memory and of Redis's memory per key the row
-	// added (velvetrope: keys tracked; the others: keys requested).
+	// requested.
 	ServiceCPUPer1000 float64 `json:"service_cpu_ms_per_1000_decisions"`
 	KafkaCPUPer1000   float64 `json:"kafka_cpu_ms_per_1000_decisions,omitempty"`
 	SystemCPUPer1000  float64 `json:"system_cpu_ms_per_1000_decisions"`
@@ -268,10 +268,11 @@ func measure(o options, sv *served, rc *redis.Client, conns, keys int64) (row, e
 	r.ServiceCPUPer1000 = (after.svcCPU - before.svcCPU) * 1e3 * 1e3 / decisions
 	r.KafkaCPUPer1000 = (after.kafkaCPU - before.kafkaCPU) * 1e3 * 1e3 / decisions
 	r.SystemCPUPer1000 = r.ServiceCPUPer1000 + r.RedisCPUPer1000 + r.KafkaCPUPer1000
-	added := float64(keys) // keys requested; velvetrope says how many it tracks
-	if sv.metrics != "" {
-		added = after.keys - before.keys
-	}
+	// the keys the row requested: the load takes its spread's keys in turn,
+	// new ones every row (a velvetrope key decided only on its first-touch
+	// allowance is held until its window ends, so what it tracks at the end
+	// is fewer than it decided)
+	added := min(float64(keys), decisions)
 	if added >= 1000 {
 		r.MemPerKey = (after.svcRSS - before.svcRSS + after.redisMem - before.redisMem) / added
 	}
@@ -282,8 +283,8 @@ func measure(o options, sv *served, rc *redis.Client, conns, keys int64) (row, e
 		if d := after.aggDeltas - before.aggDeltas; d > 0 {
 			r.AggScriptsPer1000 = (after.aggScripts - before.aggScripts) * 1000 / d
 		}
-		if dk := after.keys - before.keys; dk > 1000 {
-			r.RSSPerKey = (after.rss - before.rss) / dk
+		if added > 1000 {
+			r.RSSPerKey = (after.rss - before.rss) / added
 		}
 	}
 	return r, nil

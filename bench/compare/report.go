@@ -137,8 +137,8 @@ func (r *report) markdown(chart string) string {
 		b.WriteString("\n")
 	}
 	b.WriteString("Work per decision in the same rows (from Redis `INFO commandstats` and the checker's `/metrics`, " +
-		"warm-up included; resident memory growth of the checker per key it tracks):\n\n" +
-		"| system | connections | keys | Redis commands / decision | Redis CPU ms / 1,000 decisions | deltas / decision | Kafka records / decision | store charges / decision | aggregator scripts / 1,000 deltas | RSS / tracked key |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		"warm-up included; resident memory growth of the checker per key the row requested):\n\n" +
+		"| system | connections | keys | Redis commands / decision | Redis CPU ms / 1,000 decisions | deltas / decision | Kafka records / decision | store charges / decision | aggregator scripts / 1,000 deltas | RSS / key |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Rows {
 		if x.RedisPerDecision == 0 && x.DeltasPerDecision == 0 {
 			continue
@@ -160,7 +160,7 @@ func (r *report) markdown(chart string) string {
 		"every process of the system (velvetrope: checker and aggregator; envoy: its service; gubernator: its process), of " +
 		"Redis (`INFO cpu`) and of the Kafka broker (`/proc/<pid>/stat`), read once the pipeline took in the row's work; the " +
 		"load generator is not counted. Memory: growth of the system's processes' resident memory and of Redis's " +
-		"`used_memory` per key the row added (velvetrope: keys it tracks; the others: keys requested).\n\n" +
+		"`used_memory` per key the row requested (its distinct keys: the load takes them in turn, new ones every row).\n\n" +
 		"| system | connections | keys | CPU ms / 1,000 decisions | of it: service | Redis | Kafka | memory / key |\n" +
 		"|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.Rows {
