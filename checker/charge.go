@@ -290,10 +290,15 @@ func (c *Checker) degradedDecision(s *slot, now, cost int64) {
 }
 
 // prepareExact readies a `mode: sync` decision the store runs whole.
-func (c *Checker) prepareExact(s *slot, req *ratelimit.Request, cost int64) {
+func (c *Checker) prepareExact(s *slot, req *ratelimit.Request, cost, now int64) {
 	s.need = needExact
 	s.w = c.work(s.w)
 	s.w.Sync, s.w.SyncReq = true, counters.SyncRequestFor(s.rule, s.e.key, cost)
+	if c.ft.joined.Load() > 0 {
+		// clamped to the store's since the first heartbeat: its plain
+		// commands' windows are this clock's (before it, the scripts' TIME)
+		s.w.SyncReq.Clock = now
+	}
 	s.w.Charge.ChargeDenied = s.rule.Algorithm == config.AlgEnvoy // Envoy semantics: every call counts
 	if req.RequestID != "" {
 		s.w.SyncReq.RequestID, s.w.SyncReq.IdempotencyTTL = req.RequestID, c.cfg.IdempotencyTTL

@@ -272,7 +272,7 @@ func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
 		c.emitSoon(sh, e, now, 0, -1)
 		return
 	case r.Mode == config.ModeSync:
-		c.prepareExact(s, req, cost)
+		c.prepareExact(s, req, cost, now)
 		return
 	}
 	s.need = needMemory

@@ -18,11 +18,13 @@ type Op struct {
 }
 
 // Do implements Store: every operation in one pipeline (in a cluster, one
-// per node), each still one atomic script. A script the server lost (a
+// per node), each still one atomic script, or one atomic INCRBY (a sync
+// fixed or Envoy window: plainsync.go). A script the server lost (a
 // restart, SCRIPT FLUSH) is loaded and its operations sent once more.
 func (r *Redis) Do(ctx context.Context, ops []*Op) {
 	cmds := make([]*redis.Cmd, len(ops))
 	scripts := make([]*redis.Script, len(ops))
+	plains := make([]*plainCall, len(ops))
 	// send runs the operations that need it (all, or those that met
 	// NOSCRIPT) and reads their answers; a NOSCRIPT answer stays raw in
 	// Err for the retry.
@@ -37,6 +39,11 @@ func (r *Redis) Do(ctx context.Context, ops []*Op) {
 			op.Err = nil
 			var keys []string
 			var args []any
+			if op.Sync && plain(&op.SyncReq) {
+				plains[i] = r.queuePlain(ctx, p, &op.SyncReq)
+				sent++
+				continue
+			}
 			if op.Sync {
 				var err error
 				if scripts[i], keys, args, err = r.syncCall(&op.SyncReq); err != nil {
@@ -53,7 +60,18 @@ func (r *Redis) Do(ctx context.Context, ops []*Op) {
 			return
 		}
 		p.Exec(ctx) // every command carries its own error
+		var back []*plainCall
+		var costs []int64
 		for i, op := range ops {
+			if pc := plains[i]; pc != nil {
+				var refused bool
+				op.SyncAnswer, refused, op.Err = pc.answer(&op.SyncReq)
+				if refused {
+					back, costs = append(back, pc), append(costs, op.SyncReq.Cost)
+				}
+				plains[i] = nil
+				continue
+			}
 			if cmds[i] == nil {
 				continue
 			}
@@ -68,6 +86,9 @@ func (r *Redis) Do(ctx context.Context, ops []*Op) {
 			default:
 				op.Answer, op.Err = parseCharge(op.Charge.Kind, res)
 			}
+		}
+		if len(back) > 0 {
+			r.takeBack(ctx, back, costs)
 		}
 	}
 	send(func(*Op) bool { return true })

@@ -194,6 +194,10 @@ type SyncRequest struct {
 	// Now pins the store's clock (unix ns) for conformance tests; 0 means
 	// the store's own time (Redis TIME), always in production.
 	Now int64
+	// Clock is the caller's clock (unix ns), kept within max_clock_skew of
+	// the store's: a fixed or Envoy window decided with plain commands is
+	// the window it names (0: the store's scripts decide).
+	Clock int64
 }
 
 // IdempotencyKey is what a store remembers the answer under: the request

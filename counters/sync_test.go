@@ -151,3 +151,65 @@ func TestSyncIdempotencyAndRefund(t *testing.T) {
 		})
 	}
 }
+
+// TestPlainSyncConformance: `mode: sync` fixed and Envoy windows decided
+// with plain commands (INCRBY, PEXPIREAT, a DECRBY taking a refusal back)
+// on the caller's clock answer as the exact in-process limiter does, over
+// the conformance walk, batched as the checker sends them; the window's
+// key always has its expiry, refusals included.
+func TestPlainSyncConformance(t *testing.T) {
+	targets := map[string]redis.UniversalClient{}
+	if getenv(testsvc.EnvRedis) != "" {
+		targets["redis"] = redis.NewClient(&redis.Options{Addr: testsvc.Redis(t)})
+	}
+	if getenv(testsvc.EnvRedisCluster) != "" {
+		targets["cluster"] = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testsvc.RedisCluster(t)})
+	}
+	if len(targets) == 0 {
+		t.Skipf("%s is unset: the Redis side of the conformance suite needs `make test`", testsvc.EnvRedis)
+	}
+	ctx := context.Background()
+	for name, client := range targets {
+		defer client.Close()
+		for i, base := range syncCases()[:2] { // Envoy's window and the fixed window
+			t.Run(name+"/"+algName(base.Algorithm), func(t *testing.T) {
+				store := NewRedis(client, testsvc.Unique("p"), 0)
+				mem := NewMemStore()
+				// the real clock (its expiries are instants Redis keeps),
+				// aligned as the walk's: the walk only runs ahead of it
+				now := time.Now().Truncate(time.Second).UnixNano() + 123*int64(time.Millisecond)
+				for j, st := range walk(uint64(i)) {
+					now += st.dtMS * int64(time.Millisecond)
+					q := base
+					q.Key, q.Cost, q.Now = "api:k|k=v", st.cost, now
+					want, err := mem.ChargeSync(ctx, &q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					q.Now, q.Clock = 0, now
+					if !plain(&q) {
+						t.Fatal("not decided with plain commands")
+					}
+					// beside a bucket's scripted decision in the same batch
+					other := SyncRequest{Key: "api:b|b=v", Algorithm: "token_bucket", Limit: 5, Tokens: 5, Window: int64(time.Second), Cost: 1}
+					ops := []*Op{{Sync: true, SyncReq: other}, {Sync: true, SyncReq: q}}
+					store.Do(ctx, ops)
+					got := ops[1].SyncAnswer
+					if ops[0].Err != nil || ops[1].Err != nil {
+						t.Fatalf("step %d: %v %v", j, ops[0].Err, ops[1].Err)
+					}
+					if got.Allowed != want.Allowed || got.Remaining != want.Remaining ||
+						got.RetryAfter != upToMicro(want.RetryAfter) || got.ResetAfter != upToMicro(want.ResetAfter) {
+						t.Fatalf("step %d (+%dms, cost %d): plain %+v, limiter %+v", j, st.dtMS, st.cost, got, want)
+					}
+					if st.cost > 0 && st.cost <= base.Limit {
+						stem := store.base(q.Key + "|" + string(q.Algorithm))
+						if ttl := client.PTTL(ctx, stem+":s:"+got.Token).Val(); ttl <= 0 {
+							t.Fatalf("step %d: the window's key has no expiry (%v)", j, ttl)
+						}
+					}
+				}
+			})
+		}
+	}
+}
