@@ -544,8 +544,8 @@ type slot struct {
 	role  role
 	// compact: decided on a compact record, with no entry (compact.go)
 	compact bool
-	call  storeCall
-	later countLater // the analytics tally that waits for the request's answer
+	call    storeCall
+	later   countLater // the analytics tally that waits for the request's answer
 
 	verdict       // this descriptor's answer (remaining: against the ceiling, after this request)
 	shadowed bool // refused by a shadow-mode rule: the request is not

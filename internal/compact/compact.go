@@ -33,9 +33,9 @@ type Rec struct {
 // The zero Table is empty and grows on first Make.
 type Table struct {
 	recs  []Rec
-	used  int // places taken, by live and ended records
-	live  int // records made or reset and not removed, ended ones included until a rebuild
-	max   int // records at most (0: no bound)
+	used  int   // places taken, by live and ended records
+	live  int   // records made or reset and not removed, ended ones included until a rebuild
+	max   int   // records at most (0: no bound)
 	ends  int64 // no record's window ends before (a full table frees nothing sooner)
 	shift uint8
 	gen   uint32
