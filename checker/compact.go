@@ -52,7 +52,8 @@ func (c *Checker) compactFirst(sh *shard, s *slot, now int64) bool {
 	spent := int64(rec.Spent)
 	rec.Spent += uint32(cost)
 	sh.stats.first++
-	s.need, s.compact = needMemory, true
+	// (Envoy's semantics counts it whatever the request's fate)
+	s.need, s.compact, s.charged = needMemory, true, r.Algorithm == config.AlgEnvoy
 	reset := time.Duration(start + W - now)
 	s.verdict = verdict{allowed: true, remaining: r.Ceiling() - spent - cost, resetAfter: reset}
 	if spent > 0 {
@@ -63,17 +64,31 @@ func (c *Checker) compactFirst(sh *shard, s *slot, now int64) bool {
 
 // commitCompact records s's compact decision once its request stands
 // (requires the lock): admitted, or refused and its hits given back;
-// Envoy's semantics counts it either way. If an entry adopted the record
-// meanwhile (the lock was let go for another descriptor's store call),
-// the hits still leave, with no own_after: the entry took them as spent,
-// so they count once or, if the entry's delta arrives first, twice —
-// never less.
+// Envoy's semantics counts it either way. An entry made meanwhile (the
+// lock was let go for another descriptor's store call) adopted the
+// record without these hits: the decision is the entry's.
 func (c *Checker) commitCompact(s *slot, req *ratelimit.Request, denied, deferred bool, now int64) {
 	sh := &c.shards[s.sh]
 	r, cost := s.rule, s.cost
 	W := int64(r.Window)
 	start := limiter.WindowStart(now, W)
 	rec := sh.compact.Find(s.h, start+W)
+	admitted := s.charged || !denied
+	if rec == nil {
+		if e := sh.lookup(s.h, r, s.entriesOf(req)); e != nil {
+			if ws, _ := e.ctr.window(r); ws == start {
+				s.e = e
+				if admitted {
+					c.count(s, now, cost, true)
+					above(&e.pend, s)
+				} else {
+					c.countRefused(s, e, now, cost, deferred)
+				}
+				c.emitSoon(sh, e, now, 0, -1)
+				return
+			}
+		}
+	}
 	var f *freshHits
 	if rec != nil {
 		if i, ok := sh.compact.Pending(rec); ok {
@@ -93,7 +108,7 @@ func (c *Checker) commitCompact(s *slot, req *ratelimit.Request, denied, deferre
 		}
 		c.dirtyN.Add(1)
 	}
-	if r.Algorithm == config.AlgEnvoy || !denied {
+	if admitted {
 		if rec != nil {
 			rec.Own += uint32(cost)
 			f.own = int64(rec.Own)
@@ -133,22 +148,34 @@ func (c *Checker) appendFresh(deltas []*eventsv1.Delta, sh *shard) []*eventsv1.D
 	return deltas
 }
 
-// adopt gives a new entry what its key's compact record spent in the
-// current window (requires the lock): hits on their way already, which
-// are its instance's memory consumption of the window.
+// adopt gives a new entry what its key's compact record holds (requires
+// the lock). Of the current window: the hits its callers were answered
+// for, on their way already, are its instance's memory consumption there;
+// hits of requests still waiting on another descriptor's store call come
+// to the entry when those stand (commitCompact), and until the window
+// ends the entry neither spends nor marks (it may not hold all its hits).
+// Of a later window (this clock is behind it): that window's hits are in
+// flight as an evicted entry's are.
 func (c *Checker) adopt(sh *shard, e *entry, now int64) {
 	if sh.compact.Len() == 0 || c.allowance(e.rule) <= 0 {
 		return
 	}
-	W := int64(e.rule.Window)
-	rec := sh.compact.Find(e.hash, limiter.WindowStart(now, W)+W)
-	if rec == nil {
+	rec, ok := sh.compact.Take(e.hash)
+	if !ok {
 		return
 	}
-	spent := int64(rec.Spent)
-	sh.compact.Remove(e.hash)
-	e.ctr.roll(c, sh, e, now)
-	e.ctr.addMemory(spent)
+	W := int64(e.rule.Window)
+	switch end := limiter.WindowStart(now, W) + W; {
+	case rec.Until() > end:
+		c.raiseHorizon(e.hash, rec.Until())
+		e.whole = max(e.whole, rec.Until())
+	case rec.Until() == end:
+		e.ctr.roll(c, sh, e, now)
+		e.ctr.addMemory(int64(rec.Own))
+		if rec.Spent > rec.Own {
+			e.whole = max(e.whole, end)
+		}
+	}
 }
 
 // spending says whether this instance may spend first-touch allowances

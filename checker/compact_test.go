@@ -2,6 +2,7 @@ package checker
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -206,5 +207,156 @@ func TestCompactNotWhereNoAllowance(t *testing.T) {
 	}
 	if s := fresh.Snapshot(); s.CompactKeys != 0 {
 		t.Fatalf("a checker not in the registry spent an allowance: %+v", s)
+	}
+}
+
+// TestCompactClockBehindKeepsTheLaterWindow: a request whose clock is
+// behind a record's window (two requests at a boundary take the lock out
+// of their clocks' order; a clamped clock may step back) must not start
+// that window's allowance over: the window admits its allowance from
+// memory once, then charges.
+func TestCompactClockBehindKeepsTheLaterWindow(t *testing.T) {
+	c, clk, p, cs := compactChecker(t)
+	ctx := context.Background()
+	W := int64(time.Minute)
+	w2 := limiter.WindowStart(clk.Now(), W) + W
+	clk.ns.Store(w2 + int64(time.Millisecond))
+	if err := c.heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var d ratelimit.Decision
+	fromMemory := 0
+	for flip := range 5 {
+		for range 10 {
+			clk.ns.Store(w2 + int64(time.Millisecond) + int64(flip))
+			charges := cs.charges
+			if err := c.Check(ctx, req(1, "ip", "x"), &d); err != nil || !d.Allowed() {
+				t.Fatalf("%v %v", err, d.Code)
+			}
+			if cs.charges == charges {
+				fromMemory++
+			}
+		}
+		clk.ns.Store(w2 - int64(time.Millisecond)) // one request of the window before
+		if err := c.Check(ctx, req(1, "ip", "x"), &d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if fromMemory > 10 {
+		t.Fatalf("the later window admitted %d hits from memory on an allowance of 10", fromMemory)
+	}
+	var counted uint64
+	for _, x := range p.all {
+		if x.WindowStartUnixNanos == w2 && !x.AlreadyApplied {
+			counted += x.CountedCost
+		}
+	}
+	if counted > 10 {
+		t.Fatalf("deltas carry %d hits of the later window decided from memory, allowance 10", counted)
+	}
+}
+
+// TestCompactEnvoyRefusedReportsItsCount: Envoy's semantics keeps a
+// refused request's hits, and its status says so.
+func TestCompactEnvoyRefusedReportsItsCount(t *testing.T) {
+	c, _, _, _ := compactChecker(t)
+	ctx := context.Background()
+	var d ratelimit.Decision
+	if err := c.Check(ctx, req(3, "envoy_ip", "Z", "blocked", "x"), &d); err != nil || d.Allowed() {
+		t.Fatalf("%v %v", err, d.Code)
+	}
+	v, _ := c.Counter(ruleOf(c, "api:envoy_ip"), req(1, "envoy_ip", "Z").Descriptors[0].Entries, c.Now())
+	if d.Statuses[0].Remaining != 997 || v.Remaining != 997 {
+		t.Fatalf("answered remaining %d, the counter holds %d remaining: want 997 for both", d.Statuses[0].Remaining, v.Remaining)
+	}
+}
+
+// gateStore holds the first charge of a key containing gate until
+// released, so other decisions run while a request waits on it.
+type gateStore struct {
+	*chargeRecorder
+	gate             string
+	armed            bool
+	entered, release chan struct{}
+}
+
+func (g *gateStore) Do(ctx context.Context, ops []*counters.Op) {
+	for _, op := range ops {
+		if g.armed && strings.Contains(op.Charge.Key, g.gate) {
+			g.armed = false
+			close(g.entered)
+			<-g.release
+		}
+	}
+	g.chargeRecorder.Do(ctx, ops)
+}
+
+// TestCompactAdoptedWhileARequestWaits: a request whose compact
+// descriptor waits on another descriptor's store charge, while other
+// requests make the key an entry, is refused: the store counts exactly
+// the hits its callers were admitted, and the entry holds them.
+func TestCompactAdoptedWhileARequestWaits(t *testing.T) {
+	const rules = `domain: api
+descriptors:
+  - key: ip
+    algorithm: fixed_window
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: small
+    algorithm: fixed_window
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+	for _, waiting := range []bool{true, false} { // refused, or admitted
+		ms := counters.NewMemStore()
+		p := &applyProducer{store: ms}
+		g := &gateStore{chargeRecorder: &chargeRecorder{MemStore: ms}, gate: "small", entered: make(chan struct{}), release: make(chan struct{})}
+		c, clk := spendingChecker(t, rules, config.CheckerConfig{}, ms, g, p)
+		ctx := context.Background()
+		if waiting {
+			other, err := New(Config{FlushThreshold: 1 << 30}, ruleStore(t, rules), ms, p, clk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var d ratelimit.Decision
+			for range 5 { // small=k spent by another checker
+				other.Check(ctx, req(1, "small", "k"), &d)
+			}
+			if err := other.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g.armed = true
+		done := make(chan ratelimit.Decision)
+		go func() {
+			var d ratelimit.Decision
+			c.Check(ctx, req(3, "ip", "X", "small", "k"), &d)
+			done <- d
+		}()
+		<-g.entered
+		admitted := int64(0)
+		for range 8 {
+			var d ratelimit.Decision
+			if c.Check(ctx, req(1, "ip", "X"), &d); d.Allowed() {
+				admitted++
+			}
+		}
+		close(g.release)
+		if d := <-done; d.Allowed() == waiting {
+			t.Fatalf("waiting %v: the request was answered %v", waiting, d.Code)
+		} else if d.Allowed() {
+			admitted += 3
+		}
+		if err := c.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		items := []counters.ReadItem{{Key: "api:ip|ip=X", Kind: counters.KindWindow, Window: limiter.WindowStart(clk.Now(), int64(time.Minute))}}
+		if err := ms.Read(ctx, "", items); err != nil {
+			t.Fatal(err)
+		}
+		if items[0].Total != admitted {
+			t.Fatalf("refused %v: the store holds %d hits of ip=X, callers were admitted %d", waiting, items[0].Total, admitted)
+		}
 	}
 }

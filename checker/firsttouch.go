@@ -201,10 +201,15 @@ func (c *Checker) evicted(e *entry) {
 		return
 	}
 	_, end := e.ctr.window(e.rule)
-	h := &c.ft.horizon[e.hash>>52]
+	c.raiseHorizon(e.hash, end)
+}
+
+// raiseHorizon says that keys of hash h neither spend nor mark before end.
+func (c *Checker) raiseHorizon(h uint64, end int64) {
+	p := &c.ft.horizon[h>>52]
 	for {
-		old := h.Load()
-		if old >= end || h.CompareAndSwap(old, end) {
+		old := p.Load()
+		if old >= end || p.CompareAndSwap(old, end) {
 			return
 		}
 	}

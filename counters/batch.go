@@ -24,13 +24,16 @@ type Op struct {
 func (r *Redis) Do(ctx context.Context, ops []*Op) {
 	cmds := make([]*redis.Cmd, len(ops))
 	scripts := make([]*redis.Script, len(ops))
-	plains := make([]*plainCall, len(ops))
 	// send runs the operations that need it (all, or those that met
 	// NOSCRIPT) and reads their answers; a NOSCRIPT answer stays raw in
 	// Err for the retry.
 	send := func(need func(*Op) bool) {
 		p := r.c.Pipeline()
-		sent := 0
+		calls := r.plainCalls(ops, need)
+		for _, pc := range calls {
+			pc.queue(ctx, p)
+		}
+		sent := len(calls)
 		for i, op := range ops {
 			cmds[i] = nil
 			if !need(op) {
@@ -40,9 +43,7 @@ func (r *Redis) Do(ctx context.Context, ops []*Op) {
 			var keys []string
 			var args []any
 			if op.Sync && plain(&op.SyncReq) {
-				plains[i] = r.queuePlain(ctx, p, &op.SyncReq)
-				sent++
-				continue
+				continue // in calls
 			}
 			if op.Sync {
 				var err error
@@ -60,18 +61,10 @@ func (r *Redis) Do(ctx context.Context, ops []*Op) {
 			return
 		}
 		p.Exec(ctx) // every command carries its own error
-		var back []*plainCall
-		var costs []int64
+		for _, pc := range calls {
+			pc.answer()
+		}
 		for i, op := range ops {
-			if pc := plains[i]; pc != nil {
-				var refused bool
-				op.SyncAnswer, refused, op.Err = pc.answer(&op.SyncReq)
-				if refused {
-					back, costs = append(back, pc), append(costs, op.SyncReq.Cost)
-				}
-				plains[i] = nil
-				continue
-			}
 			if cmds[i] == nil {
 				continue
 			}
@@ -87,9 +80,7 @@ func (r *Redis) Do(ctx context.Context, ops []*Op) {
 				op.Answer, op.Err = parseCharge(op.Charge.Kind, res)
 			}
 		}
-		if len(back) > 0 {
-			r.takeBack(ctx, back, costs)
-		}
+		r.takeBack(ctx, calls)
 	}
 	send(func(*Op) bool { return true })
 	if anyNoScript(ops) {

@@ -21,11 +21,16 @@ import (
 // sync"). Sliding windows, buckets and the log keep their scripts: their
 // check reads before it writes.
 
-// plainCall is one sync decision made with plain commands.
+// plainCall is the plain commands of one window key in a batch: one
+// INCRBY of every decision's cost, decided in the batch's order as the
+// script would decide them one after another.
 type plainCall struct {
-	incr     *redis.IntCmd // nil: the cost never fits, nothing was sent
+	incr     *redis.IntCmd // nil: no decision of it counts (each cost never fits)
 	key      string
-	end, now int64 // the window's end and the caller's clock, µs
+	end, now int64 // the window's end and the first decision's clock, µs
+	ops      []*Op // its decisions, in the batch's order
+	sent     int64 // the cost the INCRBY added
+	back     int64 // what refusals take back
 }
 
 // plain reports whether q is decided with plain commands: a fixed or
@@ -36,61 +41,127 @@ func plain(q *SyncRequest) bool {
 		q.Clock > 0 && q.Now == 0 && q.Window >= int64(time.Microsecond)
 }
 
-// queuePlain sends q's INCRBY and PEXPIREAT on p.
-func (r *Redis) queuePlain(ctx context.Context, p redis.Pipeliner, q *SyncRequest) *plainCall {
+// counts says whether q's cost is counted: always in Envoy's window, else
+// when it can fit at all (a cost past the limit changes nothing).
+func counts(q *SyncRequest) bool { return q.Cost <= q.Limit || q.Algorithm == config.AlgEnvoy }
+
+// plainKey is the window key q names, the one the script uses.
+func (r *Redis) plainKey(q *SyncRequest) (key string, end int64) {
 	us := int64(time.Microsecond)
 	ws := limiter.WindowStart(q.Clock, q.Window) / us
-	pc := &plainCall{end: ws + q.Window/us, now: q.Clock / us}
-	if q.Cost > q.Limit && q.Algorithm != config.AlgEnvoy {
-		return pc // never fits: nothing changes (Envoy's window still counts it)
-	}
-	pc.key = r.base(q.Key+"|"+string(q.Algorithm)) + ":s:" + strconv.FormatInt(ws, 10)
-	pc.incr = p.IncrBy(ctx, pc.key, q.Cost)
-	// the script's expiry, as an instant: a second past the window's end
-	p.PExpireAt(ctx, pc.key, time.UnixMilli(pc.end/1000+1000))
-	return pc
+	return r.base(q.Key+"|"+string(q.Algorithm)) + ":s:" + strconv.FormatInt(ws, 10), ws + q.Window/us
 }
 
-// answer reads pc's decision of q; takeBack: a refusal of a fixed window,
-// whose hits the INCRBY counted and a DECRBY must take back.
-func (pc *plainCall) answer(q *SyncRequest) (res SyncResult, takeBack bool, err error) {
-	if pc.incr == nil {
-		res.RetryAfter = limiter.Never
-		return res, false, nil
+// plainCalls gathers a batch's plain decisions by window key.
+func (r *Redis) plainCalls(ops []*Op, need func(*Op) bool) []*plainCall {
+	var calls []*plainCall
+	var byKey map[string]*plainCall
+	for _, op := range ops {
+		if !op.Sync || !need(op) || !plain(&op.SyncReq) {
+			continue
+		}
+		q := &op.SyncReq
+		key, end := r.plainKey(q)
+		pc := byKey[key]
+		if pc == nil {
+			if byKey == nil {
+				byKey = map[string]*plainCall{}
+			}
+			pc = &plainCall{key: key, end: end, now: q.Clock / int64(time.Microsecond)}
+			byKey[key] = pc
+			calls = append(calls, pc)
+		}
+		pc.ops = append(pc.ops, op)
+		if counts(q) {
+			pc.sent += q.Cost
+		}
 	}
-	res.Token = strconv.FormatInt(pc.end-q.Window/int64(time.Microsecond), 10)
-	cur, err := pc.incr.Result()
-	if err != nil {
-		return SyncResult{}, false, unavailable("sync charge", err)
-	}
-	never := q.Cost > q.Limit
-	res.Allowed = !never && cur <= q.Limit
-	if !res.Allowed && q.Algorithm != config.AlgEnvoy {
-		cur -= q.Cost
-		takeBack = true
-	}
-	res.Remaining = max(0, q.Limit-cur)
-	left := time.Duration((pc.end - pc.now) * int64(time.Microsecond))
-	if cur > 0 {
-		res.ResetAfter = left
-	}
-	switch {
-	case never:
-		res.RetryAfter = limiter.Never
-	case !res.Allowed:
-		res.RetryAfter = left
-	}
-	return res, takeBack, nil
+	return calls
 }
 
-// takeBack sends the DECRBY of each refused fixed window, with its expiry
-// again: had the window's key expired since, the DECRBY would make one
-// that never expires.
-func (r *Redis) takeBack(ctx context.Context, calls []*plainCall, costs []int64) {
-	p := r.c.Pipeline()
-	for i, pc := range calls {
-		p.DecrBy(ctx, pc.key, costs[i])
-		p.PExpireAt(ctx, pc.key, time.UnixMilli(pc.end/1000+1000))
+// queue sends pc's INCRBY and its window's expiry on p.
+func (pc *plainCall) queue(ctx context.Context, p redis.Pipeliner) {
+	if !pc.anyCounted() {
+		return // every cost never fits: nothing changes
 	}
-	p.Exec(ctx) // a failure leaves the hits counted: fewer admissions, never more
+	pc.incr = p.IncrBy(ctx, pc.key, pc.sent)
+	p.PExpire(ctx, pc.key, pc.ttl())
+}
+
+func (pc *plainCall) anyCounted() bool {
+	for _, op := range pc.ops {
+		if counts(&op.SyncReq) {
+			return true
+		}
+	}
+	return false
+}
+
+// ttl is the script's expiry: a second past the window's end, counted from
+// the decision's clock (a late batch only keeps the key longer).
+func (pc *plainCall) ttl() time.Duration {
+	return time.Duration(max(pc.end-pc.now, 0))*time.Microsecond + time.Second
+}
+
+// answer decides pc's decisions in order from what the INCRBY answered:
+// the count before them is its answer less what they added; a fixed
+// window's refusal takes its hits back (pc.back, a DECRBY to send).
+func (pc *plainCall) answer() {
+	var cur int64
+	if pc.incr != nil {
+		v, err := pc.incr.Result()
+		if err != nil {
+			for _, op := range pc.ops {
+				op.Err = unavailable("sync charge", err)
+			}
+			return
+		}
+		cur = v - pc.sent
+	}
+	us := int64(time.Microsecond)
+	left := time.Duration((pc.end - pc.now) * us)
+	token := strconv.FormatInt(pc.end-pc.ops[0].SyncReq.Window/us, 10)
+	for _, op := range pc.ops {
+		q := &op.SyncReq
+		res := SyncResult{RetryAfter: limiter.Never}
+		if counts(q) {
+			cur += q.Cost
+			res = SyncResult{Allowed: q.Cost <= q.Limit && cur <= q.Limit, Token: token}
+			if !res.Allowed && q.Algorithm != config.AlgEnvoy {
+				cur -= q.Cost
+				pc.back += q.Cost
+			}
+			res.Remaining = max(0, q.Limit-cur)
+			if cur > 0 {
+				res.ResetAfter = left
+			}
+			switch {
+			case q.Cost > q.Limit:
+				res.RetryAfter = limiter.Never
+			case !res.Allowed:
+				res.RetryAfter = left
+			}
+		}
+		op.SyncAnswer, op.Err = res, nil
+	}
+}
+
+// takeBack sends the DECRBY of each window's refused hits, with its expiry
+// again: had the key expired since, the DECRBY would make one that never
+// expires. A failure leaves the hits counted: fewer admissions, never more.
+func (r *Redis) takeBack(ctx context.Context, calls []*plainCall) {
+	var p redis.Pipeliner
+	for _, pc := range calls {
+		if pc.back == 0 {
+			continue
+		}
+		if p == nil {
+			p = r.c.Pipeline()
+		}
+		p.DecrBy(ctx, pc.key, pc.back)
+		p.PExpire(ctx, pc.key, pc.ttl())
+	}
+	if p != nil {
+		p.Exec(ctx)
+	}
 }

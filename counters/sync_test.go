@@ -213,3 +213,60 @@ func TestPlainSyncConformance(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainSyncBatchDecidesInOrder: several decisions of one window in one
+// batch (the batcher merges a hot key's) are decided as the script and the
+// exact limiter decide them one after another: a refusal's hits never
+// refuse the decision after it.
+func TestPlainSyncBatchDecidesInOrder(t *testing.T) {
+	targets := map[string]redis.UniversalClient{}
+	if getenv(testsvc.EnvRedis) != "" {
+		targets["redis"] = redis.NewClient(&redis.Options{Addr: testsvc.Redis(t)})
+	}
+	if getenv(testsvc.EnvRedisCluster) != "" {
+		targets["cluster"] = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testsvc.RedisCluster(t)})
+	}
+	if len(targets) == 0 {
+		t.Skipf("%s is unset: the Redis side of the conformance suite needs `make test`", testsvc.EnvRedis)
+	}
+	ctx := context.Background()
+	for name, client := range targets {
+		defer client.Close()
+		for _, base := range syncCases()[:2] {
+			t.Run(name+"/"+algName(base.Algorithm), func(t *testing.T) {
+				store := NewRedis(client, testsvc.Unique("o"), 0)
+				mem := NewMemStore()
+				rng := rand.New(rand.NewPCG(3, 9))
+				now := time.Now().Truncate(time.Second).UnixNano() + 123*int64(time.Millisecond)
+				for step := range 120 {
+					now += int64(rng.IntN(4)) * 97 * int64(time.Millisecond)
+					var ops []*Op
+					var want []SyncResult
+					for range 1 + rng.IntN(6) {
+						q := base
+						q.Key, q.Cost, q.Now = "api:k|k=v", int64(rng.IntN(5)), now
+						if rng.IntN(12) == 0 {
+							q.Cost = 12 // never fits
+						}
+						w, err := mem.ChargeSync(ctx, &q)
+						if err != nil {
+							t.Fatal(err)
+						}
+						want = append(want, w)
+						q.Now, q.Clock = 0, now
+						ops = append(ops, &Op{Sync: true, SyncReq: q})
+					}
+					store.Do(ctx, ops)
+					for i, op := range ops {
+						got, w := op.SyncAnswer, want[i]
+						if op.Err != nil || got.Allowed != w.Allowed || got.Remaining != w.Remaining ||
+							got.RetryAfter != upToMicro(w.RetryAfter) || got.ResetAfter != upToMicro(w.ResetAfter) {
+							t.Fatalf("step %d, decision %d of %d (cost %d): plain %+v %v, limiter %+v", step, i, len(ops),
+								op.SyncReq.Cost, got, op.Err, w)
+						}
+					}
+				}
+			})
+		}
+	}
+}

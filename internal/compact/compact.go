@@ -91,12 +91,17 @@ func (t *Table) Find(h uint64, until int64) *Rec {
 
 // Make is h's record of the window ending at until: the one held, or a
 // new one with nothing spent (a record of an earlier window starts
-// over); nil when the table holds its most records live at now.
+// over); nil when the table holds its most records live at now, or a
+// record of a later window (a clock behind it must not spend that
+// window's allowance again).
 func (t *Table) Make(h uint64, until, now int64) *Rec {
 	h = nonzero(h)
 	if i := t.find(h); i >= 0 {
 		r := &t.recs[i]
-		if r.until != until {
+		switch {
+		case r.until > until:
+			return nil
+		case r.until < until:
 			*r = Rec{hash: h, until: until}
 		}
 		return r
@@ -156,6 +161,21 @@ func (t *Table) rebuild(now int64) bool {
 	}
 	return true
 }
+
+// Take removes h's record, whatever its window, returning it (ok: there
+// was one).
+func (t *Table) Take(h uint64) (r Rec, ok bool) {
+	i := t.find(nonzero(h))
+	if i < 0 {
+		return Rec{}, false
+	}
+	r = t.recs[i]
+	t.Remove(h)
+	return r, true
+}
+
+// Until is the end of r's window.
+func (r *Rec) Until() int64 { return r.until }
 
 // Remove takes h's record out of the table, if it holds one, moving the
 // records after it back so that every probe still reaches its own.
