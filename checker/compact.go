@@ -49,6 +49,12 @@ func (c *Checker) compactFirst(sh *shard, s *slot, now int64) bool {
 	if rec == nil || int64(rec.Spent)+cost > a {
 		return false
 	}
+	if _, ok := sh.compact.Pending(rec); rec.Spent > 0 && !ok {
+		// seen in an earlier flush interval: an active key, an entry's
+		// (whose emission waits as a far key's: a record's leaves at
+		// every flush that has its decisions)
+		return false
+	}
 	spent := int64(rec.Spent)
 	rec.Spent += uint32(cost)
 	sh.stats.first++

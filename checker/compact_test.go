@@ -73,11 +73,6 @@ func TestCompactKeysDecideWithoutAnEntry(t *testing.T) {
 		if d.Statuses[0].ResetAfter <= 0 || d.Statuses[0].ResetAfter > time.Minute {
 			t.Fatalf("decision %d: reset after %v", i, d.Statuses[0].ResetAfter)
 		}
-		if i == 1 {
-			if err := c.Flush(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
 		clk.ns.Add(int64(time.Millisecond))
 	}
 	s := c.Snapshot()
@@ -87,10 +82,26 @@ func TestCompactKeysDecideWithoutAnEntry(t *testing.T) {
 	if err := c.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if len(p.all) != 2 {
-		t.Fatalf("%d deltas, want one per flush that had decisions", len(p.all))
+	v, err := c.Counter(ruleOf(c, "api:ip"), req(1, "ip", "10.0.0.1").Descriptors[0].Entries, clk.Now())
+	if err != nil || !v.Held || v.Used != 6 || v.Remaining != 994 {
+		t.Fatalf("operator view %+v %v: want held, 6 used, 994 remaining", v, err)
 	}
-	for i, want := range []struct{ counted, own, count uint64 }{{4, 4, 2}, {2, 6, 1}} {
+	// seen again after its decisions left: an active key, now an entry
+	// that holds the record's hits (its own first-touch allowance: 10)
+	var d ratelimit.Decision
+	if err := c.Check(ctx, req(2, "ip", "10.0.0.1"), &d); err != nil || !d.Allowed() || d.Statuses[0].Remaining != 992 {
+		t.Fatalf("after the flush: %v %v %+v", err, d.Code, d.Statuses)
+	}
+	if s := c.Snapshot(); s.Keys != 1 || s.CompactKeys != 0 || s.FirstTouch != 4 || s.SyncCharges != 0 {
+		t.Fatalf("after the flush: %+v; want the key an entry, decided from memory", s)
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.all) != 2 {
+		t.Fatalf("%d deltas, want the record's and the entry's", len(p.all))
+	}
+	for i, want := range []struct{ counted, own, count uint64 }{{6, 6, 3}, {2, 8, 1}} {
 		d := p.all[i]
 		if d.CounterKey != string(config.AppendCounterKey(nil, ruleOf(c, "api:ip"), req(1, "ip", "10.0.0.1").Descriptors[0].Entries)) ||
 			d.DescriptorText != "ip=10.0.0.1" || d.RuleId != "api:ip" || d.Algorithm != "fixed_window" {
@@ -105,11 +116,7 @@ func TestCompactKeysDecideWithoutAnEntry(t *testing.T) {
 		}
 	}
 	if p.all[0].Minute.Stream == p.all[1].Minute.Stream {
-		t.Fatal("two compact deltas share an analytics stream: the second row would replace the first")
-	}
-	v, err := c.Counter(ruleOf(c, "api:ip"), req(1, "ip", "10.0.0.1").Descriptors[0].Entries, clk.Now())
-	if err != nil || !v.Held || v.Used != 6 || v.Remaining != 994 {
-		t.Fatalf("operator view %+v %v: want held, 6 used, 994 remaining", v, err)
+		t.Fatal("the record's and the entry's deltas share an analytics stream: the second row would replace the first")
 	}
 }
 
