@@ -15,8 +15,9 @@ import (
 // whose decision fits its first-touch allowance is decided on a 32-byte
 // record of its hash, window and spent hits (internal/compact), not an
 // entry; its decisions leave at the next flush from a shard's fresh list,
-// their strings in one reused buffer. A decision the record cannot take
-// makes the entry, which adopts what the record spent.
+// their strings in one reused buffer. A decision the record cannot take,
+// or a key seen again after them, makes the entry, which adopts what the
+// record's callers were answered for.
 
 // freshHits is a compact key's decisions of one flush interval.
 type freshHits struct {

@@ -12,11 +12,11 @@ import (
 )
 
 // A `mode: sync` fixed or Envoy window needs no script: one INCRBY
-// decides, atomic in Redis, and PEXPIREAT gives the window its end. Both
+// decides, atomic in Redis, and PEXPIRE gives the window its end. Both
 // go in the batch's pipeline, keyed by the window of the caller's clock
 // (kept within max_clock_skew of the store's); the key is the one the
 // script would use, so refunds, resets and scripted decisions (those with
-// a request id) share the counter. A fixed window's refusal takes its
+// a request id) share the counter. A fixed window's refusals take their
 // hits back with DECRBY in a second pipeline (docs/design.md, "mode:
 // sync"). Sliding windows, buckets and the log keep their scripts: their
 // check reads before it writes.
