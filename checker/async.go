@@ -175,17 +175,20 @@ type Checker struct {
 	batch        *counters.Batcher // sends the store charges of concurrent decisions together
 	keyBufs      sync.Pool         // *[]byte, counter keys of small requests
 
-	flushNow    chan struct{}
-	dirtyN      atomic.Int64 // keys queued for the next flush
-	slots       int          // emission wheel slots (0: no lazy emission)
-	lastTick    int64        // the last flush tick emitted (under flushMu)
-	flushMu     sync.Mutex
-	out         *outbox.Outbox // deltas on their way to the producer (under flushMu)
-	refreshMu   sync.Mutex
-	refreshNext int                 // shard the next refresher pass starts at (under refreshMu)
-	readItems   []counters.ReadItem // refresher scratch (under refreshMu)
-	readEnts    []*entry
-	readTags    []uint8
+	flushNow chan struct{}
+	dirtyN   atomic.Int64 // keys queued for the next flush
+	slots    int          // emission wheel slots (0: no lazy emission)
+	lastTick int64        // the last flush tick emitted (under flushMu)
+	flushMu  sync.Mutex
+	// compact keys' decisions go every freshEvery flush ticks, next at
+	// nextFresh (under flushMu)
+	freshEvery, nextFresh int64
+	out                   *outbox.Outbox // deltas on their way to the producer (under flushMu)
+	refreshMu             sync.Mutex
+	refreshNext           int                 // shard the next refresher pass starts at (under refreshMu)
+	readItems             []counters.ReadItem // refresher scratch (under refreshMu)
+	readEnts              []*entry
+	readTags              []uint8
 
 	ctl *controlset.Poller // operator controls (nil: the store keeps none)
 
@@ -234,6 +237,7 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	if cfg.MaxEmitInterval > cfg.FlushInterval {
 		c.slots = int(cfg.MaxEmitInterval/cfg.FlushInterval) + 2
 	}
+	c.freshEvery = max(1, int64(min(cfg.MaxEmitInterval, freshAfter)/cfg.FlushInterval))
 	for _, l := range []**logx.Limited{&c.logFlush, &c.logStore, &c.logRefresh, &c.logControls} {
 		*l = logx.New(cfg.Logger, 10*time.Second)
 	}
@@ -254,6 +258,11 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	c.keyBufs.New = func() any { b := make([]byte, 0, 512); return &b }
 	return c, nil
 }
+
+// freshAfter is how long compact keys' decisions may wait for a flush
+// (at most max_emit_interval): a few flushes' worth, so that their deltas
+// go in a few records per partition a second.
+const freshAfter = 250 * time.Millisecond
 
 // flushBatch is the most deltas handed to the producer in one call.
 const flushBatch = 2048

@@ -82,6 +82,14 @@ func (c *Checker) flush(ctx context.Context, all bool) error {
 		if all {
 			from = tick - int64(c.slots) + 1
 		}
+		// compact keys' decisions every few flushes: a flush sends a record
+		// per partition that has deltas, and at a per-IP front nearly every
+		// decision is a compact key's (their hits wait no longer than a far
+		// key's may: every charge reserves them)
+		fresh := all || tick >= c.nextFresh
+		if fresh {
+			c.nextFresh = tick + c.freshEvery
+		}
 		for i := range c.shards {
 			sh := &c.shards[i]
 			sh.mu.Lock()
@@ -89,7 +97,9 @@ func (c *Checker) flush(ctx context.Context, all bool) error {
 			// order (the newest sequence's row wins in the analytics)
 			deltas = append(deltas, sh.orphans...)
 			sh.orphans = nil
-			deltas = c.appendFresh(deltas, sh) // (before an entry that adopted a record's)
+			if fresh {
+				deltas = c.appendFresh(deltas, sh) // (before an entry that adopted a record's)
+			}
 			for _, e := range sh.dirty {
 				if e.life != lifeGone && e.emit == emitDue {
 					deltas = c.appendDeltas(deltas, e)
