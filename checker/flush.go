@@ -86,7 +86,8 @@ func (c *Checker) flush(ctx context.Context, all bool) error {
 		// per partition that has deltas, and at a per-IP front nearly every
 		// decision is a compact key's (their hits wait no longer than a far
 		// key's may: every charge reserves them)
-		fresh := all || tick >= c.nextFresh
+		// (or the clock went back: they wait for no later turn)
+		fresh := all || tick >= c.nextFresh || tick < c.nextFresh-c.freshEvery
 		if fresh {
 			c.nextFresh = tick + c.freshEvery
 		}
