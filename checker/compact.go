@@ -109,6 +109,9 @@ func (c *Checker) commitCompact(s *slot, req *ratelimit.Request, denied, deferre
 		d := int32(len(sh.arena))
 		sh.arena = config.AppendDescriptorText(sh.arena, es)
 		sh.fresh = append(sh.fresh, freshHits{rule: r, start: start, key: [2]int32{k, d}, desc: [2]int32{d, int32(len(sh.arena))}})
+		// the strings waiting count in the table's bytes (max_bytes): at its
+		// bound, keys take entries, which it evicts
+		c.bytes.Add(int64(len(sh.arena)) - int64(k))
 		f = &sh.fresh[len(sh.fresh)-1]
 		if rec != nil {
 			sh.compact.SetPending(rec, len(sh.fresh)-1)
@@ -149,8 +152,12 @@ func (c *Checker) appendFresh(deltas []*eventsv1.Delta, sh *shard) []*eventsv1.D
 		f.p.Fill(d, &u)
 		deltas = append(deltas, d)
 	}
+	c.bytes.Add(-int64(len(sh.arena)))
 	clear(sh.fresh)
 	sh.fresh, sh.arena = sh.fresh[:0], sh.arena[:0]
+	if cap(sh.arena) > maxIdleArena { // a burst's (large values): not kept
+		sh.arena = nil
+	}
 	sh.compact.NextGen()
 	return deltas
 }
@@ -184,6 +191,9 @@ func (c *Checker) adopt(sh *shard, e *entry, now int64) {
 		}
 	}
 }
+
+// maxIdleArena is the most a shard's strings buffer keeps between flushes.
+const maxIdleArena = 64 << 10
 
 // spending says whether this instance may spend first-touch allowances
 // at now: it joined the registry long enough ago, and heard it recently.
