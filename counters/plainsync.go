@@ -30,6 +30,7 @@ type plainCall struct {
 	end, now int64 // the window's end and the first decision's clock, µs
 	ops      []*Op // its decisions, in the batch's order
 	sent     int64 // the cost the INCRBY added
+	counted  bool  // a decision counts (else none is sent: each cost never fits)
 	back     int64 // what refusals take back
 }
 
@@ -73,7 +74,7 @@ func (r *Redis) plainCalls(ops []*Op, need func(*Op) bool) []*plainCall {
 		}
 		pc.ops = append(pc.ops, op)
 		if counts(q) {
-			pc.sent += q.Cost
+			pc.sent, pc.counted = pc.sent+q.Cost, true
 		}
 	}
 	return calls
@@ -81,20 +82,11 @@ func (r *Redis) plainCalls(ops []*Op, need func(*Op) bool) []*plainCall {
 
 // queue sends pc's INCRBY and its window's expiry on p.
 func (pc *plainCall) queue(ctx context.Context, p redis.Pipeliner) {
-	if !pc.anyCounted() {
+	if !pc.counted {
 		return // every cost never fits: nothing changes
 	}
 	pc.incr = p.IncrBy(ctx, pc.key, pc.sent)
 	p.PExpire(ctx, pc.key, pc.ttl())
-}
-
-func (pc *plainCall) anyCounted() bool {
-	for _, op := range pc.ops {
-		if counts(&op.SyncReq) {
-			return true
-		}
-	}
-	return false
 }
 
 // ttl is the script's expiry: a second past the window's end, counted from

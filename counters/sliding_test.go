@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/limiter"
@@ -112,20 +110,10 @@ func TestChargeScriptMatchesSlidingCounts(t *testing.T) {
 // conformance suite reaches: the decision, the remaining count, the reset
 // and the retry, in the script's microseconds.
 func TestSyncScriptMatchesSlidingCounts(t *testing.T) {
-	targets := map[string]redis.UniversalClient{}
-	if getenv(testsvc.EnvRedis) != "" {
-		targets["redis"] = redis.NewClient(&redis.Options{Addr: testsvc.Redis(t)})
-	}
-	if getenv(testsvc.EnvRedisCluster) != "" {
-		targets["cluster"] = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testsvc.RedisCluster(t)})
-	}
-	if len(targets) == 0 {
-		t.Skipf("%s is unset: the sync script runs in Redis", testsvc.EnvRedis)
-	}
+	targets := redisTargets(t, "%s is unset: the sync script runs in Redis")
 	us := int64(time.Microsecond)
 	ctx := context.Background()
 	for name, client := range targets {
-		defer client.Close()
 		t.Run(name, func(t *testing.T) {
 			store := NewRedis(client, testsvc.Unique("sw"), 0)
 			for i, c := range slidingCases() {

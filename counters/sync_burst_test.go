@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/testsvc"
 )
@@ -20,16 +18,7 @@ import (
 // quarter of a µs: the whole burst came out a fraction over and was
 // refused.)
 func TestSyncBucketAdmitsItsBurstAtAnyRate(t *testing.T) {
-	targets := map[string]redis.UniversalClient{}
-	if getenv(testsvc.EnvRedis) != "" {
-		targets["redis"] = redis.NewClient(&redis.Options{Addr: testsvc.Redis(t)})
-	}
-	if getenv(testsvc.EnvRedisCluster) != "" {
-		targets["cluster"] = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testsvc.RedisCluster(t)})
-	}
-	if len(targets) == 0 {
-		t.Skipf("%s is unset: this test needs Redis", testsvc.EnvRedis)
-	}
+	targets := redisTargets(t, "%s is unset: this test needs Redis")
 	rates := []struct {
 		burst, tokens int64
 		per           time.Duration
@@ -41,7 +30,6 @@ func TestSyncBucketAdmitsItsBurstAtAnyRate(t *testing.T) {
 	}
 	ctx := context.Background()
 	for name, client := range targets {
-		defer client.Close()
 		for _, alg := range []config.Algorithm{config.AlgTokenBucket, config.AlgGCRA, config.AlgLeakyBucket} {
 			for _, rt := range rates {
 				store := NewRedis(client, testsvc.Unique("b"), 0)

@@ -58,19 +58,9 @@ func walk(seed uint64) []syncStep {
 // and the retry-after and reset the scripts answer the limiter's rounded
 // up to their microsecond.
 func TestSyncConformance(t *testing.T) {
-	targets := map[string]redis.UniversalClient{}
-	if getenv(testsvc.EnvRedis) != "" {
-		targets["redis"] = redis.NewClient(&redis.Options{Addr: testsvc.Redis(t)})
-	}
-	if getenv(testsvc.EnvRedisCluster) != "" {
-		targets["cluster"] = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testsvc.RedisCluster(t)})
-	}
-	if len(targets) == 0 {
-		t.Skipf("%s is unset: the Redis side of the conformance suite needs `make test`", testsvc.EnvRedis)
-	}
+	targets := redisTargets(t, "%s is unset: the Redis side of the conformance suite needs `make test`")
 	ctx := context.Background()
 	for name, client := range targets {
-		defer client.Close()
 		for i, base := range syncCases() {
 			t.Run(name+"/"+algName(base.Algorithm), func(t *testing.T) {
 				store := NewRedis(client, testsvc.Unique("s"), 0)
@@ -98,6 +88,27 @@ func TestSyncConformance(t *testing.T) {
 			})
 		}
 	}
+}
+
+// redisTargets are the real Redis servers the suite has, by name
+// (standalone, cluster), closed when the test ends; none: the test is
+// skipped with why, a format of the variable's name.
+func redisTargets(t *testing.T, why string) map[string]redis.UniversalClient {
+	t.Helper()
+	targets := map[string]redis.UniversalClient{}
+	if getenv(testsvc.EnvRedis) != "" {
+		targets["redis"] = redis.NewClient(&redis.Options{Addr: testsvc.Redis(t)})
+	}
+	if getenv(testsvc.EnvRedisCluster) != "" {
+		targets["cluster"] = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testsvc.RedisCluster(t)})
+	}
+	if len(targets) == 0 {
+		t.Skipf(why, testsvc.EnvRedis)
+	}
+	for _, c := range targets {
+		t.Cleanup(func() { c.Close() })
+	}
+	return targets
 }
 
 // upToMicro rounds a wait up to the microsecond (Never stays Never).
@@ -158,19 +169,9 @@ func TestSyncIdempotencyAndRefund(t *testing.T) {
 // the conformance walk, batched as the checker sends them; the window's
 // key always has its expiry, refusals included.
 func TestPlainSyncConformance(t *testing.T) {
-	targets := map[string]redis.UniversalClient{}
-	if getenv(testsvc.EnvRedis) != "" {
-		targets["redis"] = redis.NewClient(&redis.Options{Addr: testsvc.Redis(t)})
-	}
-	if getenv(testsvc.EnvRedisCluster) != "" {
-		targets["cluster"] = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testsvc.RedisCluster(t)})
-	}
-	if len(targets) == 0 {
-		t.Skipf("%s is unset: the Redis side of the conformance suite needs `make test`", testsvc.EnvRedis)
-	}
+	targets := redisTargets(t, "%s is unset: the Redis side of the conformance suite needs `make test`")
 	ctx := context.Background()
 	for name, client := range targets {
-		defer client.Close()
 		for i, base := range syncCases()[:2] { // Envoy's window and the fixed window
 			t.Run(name+"/"+algName(base.Algorithm), func(t *testing.T) {
 				store := NewRedis(client, testsvc.Unique("p"), 0)
@@ -219,19 +220,9 @@ func TestPlainSyncConformance(t *testing.T) {
 // exact limiter decide them one after another: a refusal's hits never
 // refuse the decision after it.
 func TestPlainSyncBatchDecidesInOrder(t *testing.T) {
-	targets := map[string]redis.UniversalClient{}
-	if getenv(testsvc.EnvRedis) != "" {
-		targets["redis"] = redis.NewClient(&redis.Options{Addr: testsvc.Redis(t)})
-	}
-	if getenv(testsvc.EnvRedisCluster) != "" {
-		targets["cluster"] = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testsvc.RedisCluster(t)})
-	}
-	if len(targets) == 0 {
-		t.Skipf("%s is unset: the Redis side of the conformance suite needs `make test`", testsvc.EnvRedis)
-	}
+	targets := redisTargets(t, "%s is unset: the Redis side of the conformance suite needs `make test`")
 	ctx := context.Background()
 	for name, client := range targets {
-		defer client.Close()
 		for _, base := range syncCases()[:2] {
 			t.Run(name+"/"+algName(base.Algorithm), func(t *testing.T) {
 				store := NewRedis(client, testsvc.Unique("o"), 0)
