@@ -427,7 +427,11 @@ func dqFlood(t *testing.T, p *proc, n int, descKey string, warm bool, key func(i
 func TestDeferredItemsAreBounded(t *testing.T) {
 	target := newDQTarget(t, http.StatusNoContent)
 	p := start(t, options{
-		config: "deferred:\n  max_bytes: 16777216\n", // 16 MiB
+		// 16 MiB of deferred items; a decision waits up to 5 s for the
+		// store (make test runs every package at once on 2 cores: past the
+		// default 150 ms the rule's open failure policy admits, and that
+		// admission is not a refusal the counts below expect)
+		config: "deferred:\n  max_bytes: 16777216\nchecker:\n  store_timeout: 5s\n",
 		rules: map[string]string{"shop.yaml": fmt.Sprintf(`domain: shop
 descriptors:
   - key: user
@@ -443,11 +447,19 @@ descriptors:
 `, target.srv.URL)}})
 	base := p.rssKB(t, "VmHWM")
 
-	// one key: max_queued items, and then refusals
+	// one key: max_queued items, and then refusals; the hour's one
+	// admission in either flood (two if the floods straddle the hour's end)
+	allowed, deferred, hours := 0, 0, 1
+	if time.Now().Truncate(time.Hour) != time.Now().Add(2*time.Minute).Truncate(time.Hour) {
+		hours = 2
+	}
 	for i, want := range []int{50, 0} {
 		dec, errs := dqFlood(t, p, 5000, "user", false, func(int) string { return "one" })
-		if dec["defer"] != want || dec["allow"]+dec["defer"]+dec["deny"] != 5000 || dec["allow"] > 1 {
-			t.Fatalf("one key, flood %d: decisions %v, want %d deferred (defer.max_queued 50), the rest refused", i, dec, want)
+		allowed += dec["allow"]
+		deferred += dec["defer"]
+		if (i == 0 && dec["defer"] != want) || dec["allow"]+dec["defer"]+dec["deny"] != 5000 || allowed > hours || (i == 1 && allowed < 1) {
+			t.Fatalf("one key, flood %d: decisions %v (%d admitted in all), want %d deferred (defer.max_queued 50), one admitted in both floods, the rest refused (store errors %v)",
+				i, dec, allowed, want, p.metric(t, "velvetrope_checker_store_errors_total"))
 		}
 		for e := range errs {
 			if !strings.Contains(e, "max_queued") {
@@ -455,8 +467,8 @@ descriptors:
 			}
 		}
 	}
-	if n := p.metric(t, "velvetrope_deferred_refused_total", `reason="max_queued"`); n < 9949 {
-		t.Fatalf("velvetrope_deferred_refused_total{reason=max_queued} = %v, want the 9,949 refusals", n)
+	if n, want := p.metric(t, "velvetrope_deferred_refused_total", `reason="max_queued"`), float64(10000-deferred-allowed); n != want {
+		t.Fatalf("velvetrope_deferred_refused_total{reason=max_queued} = %v, want the %v refusals", n, want)
 	}
 	// many keys: at most max_bytes queued at once; every 1 s item expires
 	// into the dead letters
