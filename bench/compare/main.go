@@ -48,6 +48,7 @@ type options struct {
 	scenarios        []string
 	runs             int
 	steady           bool
+	profiles         string // a CPU profile of each velvetrope process per row, here
 }
 
 func parse() (options, error) {
@@ -68,6 +69,7 @@ func parse() (options, error) {
 	flag.StringVar(&scenarios, "scenarios", "throughput,overshoot", "throughput (every system at each key spread and connection count), overshoot (admitted against the limit across 3 instances)")
 	flag.IntVar(&o.runs, "runs", 5, "overshoot: runs per case")
 	flag.BoolVar(&o.steady, "steady", true, "overshoot: also 2 minutes of steady demand at 2 × L a minute")
+	flag.StringVar(&o.profiles, "profiles", "", "write a CPU profile of each velvetrope process (checker, aggregator) over each row's measured time into this directory")
 	flag.StringVar(&o.logsDir, "logs", "", "keep the servers' logs in this directory (default: a temporary one, removed)")
 	flag.Parse()
 	var err error
@@ -169,6 +171,11 @@ func run() error {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	if o.profiles != "" {
+		if err := os.MkdirAll(o.profiles, 0o755); err != nil {
+			return err
+		}
+	}
 	rc := redis.NewClient(&redis.Options{Addr: o.redis})
 	defer rc.Close()
 	if err := rc.Ping(context.Background()).Err(); err != nil {
@@ -236,7 +243,11 @@ func measure(o options, sv *served, rc *redis.Client, conns, keys int64) (row, e
 	args := []string{"bench", "--json", "--quiet", "--addr", sv.addr, "--protocol", string(sv.protocol), "--domain", sv.domain,
 		"--callers", strconv.Itoa(o.callers), "--conns", strconv.FormatInt(conns, 10), "--keys", strconv.FormatInt(keys, 10),
 		"--duration", o.duration.String(), "--warmup", o.warmup.String(), "--label", sv.name}
+	profiled := sv.profile(o, conns, keys)
 	out, err := exec.Command(filepath.Join(o.bin, "velvetrope"), args...).Output()
+	if perr := profiled(); perr != nil {
+		fmt.Fprintf(os.Stderr, "compare: %v\n", perr)
+	}
 	if err != nil {
 		msg := err.Error()
 		if ee, ok := err.(*exec.ExitError); ok {

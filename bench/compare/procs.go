@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -166,4 +167,45 @@ func metric(url, name string) float64 {
 		return -1
 	}
 	return sum
+}
+
+// profile starts a CPU profile of each of s's processes that serves pprof
+// (--profiles), over the row's measured time after its warm-up, and
+// returns a function that waits for them and writes
+// <profiles>/<system>-c<conns>-k<keys>-<process>.pprof.
+func (s *served) profile(o options, conns, keys int64) func() error {
+	if len(s.pprof) == 0 {
+		return func() error { return nil }
+	}
+	errs := make(chan error, len(s.pprof))
+	for name, addr := range s.pprof {
+		go func() {
+			time.Sleep(o.warmup)
+			secs := max(1, int(o.duration/time.Second))
+			resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
+			if err != nil {
+				errs <- fmt.Errorf("profile of %s %s: %w", s.name, name, err)
+				return
+			}
+			defer resp.Body.Close()
+			path := filepath.Join(o.profiles, fmt.Sprintf("%s-c%d-k%d-%s.pprof", s.name, conns, keys, name))
+			f, err := os.Create(path)
+			if err == nil {
+				_, err = io.Copy(f, resp.Body)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+			}
+			errs <- err
+		}()
+	}
+	return func() error {
+		var first error
+		for range s.pprof {
+			if err := <-errs; err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
 }

@@ -26,6 +26,7 @@ type served struct {
 	procs     []*proc
 	checker   *proc
 	kafkaPID  int // the broker the system sends to (0: none)
+	pprof     map[string]string // process name → its debug.pprof_addr (--profiles)
 }
 
 // settle waits until the aggregator has taken in every delta the checker
@@ -222,16 +223,24 @@ func launchVelvetrope(name string, o options, dir string) (*served, error) {
 	env := []string{"VELVETROPE_REDIS_ADDRS=" + o.redis, "VELVETROPE_KAFKA_BROKERS=" + o.kafka, "VELVETROPE_CLICKHOUSE_ADDR="}
 	grpcAddr, httpAddr, aggHTTP := freeAddr(), freeAddr(), freeAddr()
 	bin := filepath.Join(o.bin, "velvetrope")
+	pprof := map[string]string{}
+	withPprof := func(proc string, env []string) []string {
+		if o.profiles == "" {
+			return env
+		}
+		pprof[proc] = freeAddr()
+		return append(env, "VELVETROPE_PPROF_ADDR="+pprof[proc])
+	}
 	c, err := start(dir, name+"-checker", bin, []string{"checker", "--config", cfgPath, "--rules", rulesPath,
-		"--grpc", grpcAddr, "--http", httpAddr}, append(env, "VELVETROPE_INSTANCE_ID=bench-checker",
-		"VELVETROPE_STATE_DIR="+filepath.Join(dir, name+"-state")))
+		"--grpc", grpcAddr, "--http", httpAddr}, withPprof("checker", append(env, "VELVETROPE_INSTANCE_ID=bench-checker",
+		"VELVETROPE_STATE_DIR="+filepath.Join(dir, name+"-state"))))
 	if err != nil {
 		return nil, err
 	}
 	s := &served{name: name, addr: grpcAddr, protocol: loadgen.Envoy, domain: "bench", usesRedis: true,
-		metrics: "http://" + httpAddr + "/metrics", procs: []*proc{c}, checker: c, kafkaPID: listener(o.kafka)}
+		metrics: "http://" + httpAddr + "/metrics", procs: []*proc{c}, checker: c, kafkaPID: listener(o.kafka), pprof: pprof}
 	a, err := start(dir, name+"-aggregator", bin, []string{"aggregator", "--config", cfgPath, "--http", aggHTTP},
-		append(env, "VELVETROPE_INSTANCE_ID=bench-aggregator"))
+		withPprof("aggregator", append(env, "VELVETROPE_INSTANCE_ID=bench-aggregator")))
 	if err != nil {
 		s.stop()
 		return nil, err
