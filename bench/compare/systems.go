@@ -25,7 +25,7 @@ type served struct {
 	aggregate string // its aggregator's /metrics URL
 	procs     []*proc
 	checker   *proc
-	kafkaPID  int // the broker the system sends to (0: none)
+	kafkaPID  int               // the broker the system sends to (0: none)
 	pprof     map[string]string // process name → its debug.pprof_addr (--profiles)
 }
 
