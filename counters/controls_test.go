@@ -69,7 +69,6 @@ func TestKeyLayout(t *testing.T) {
 	for got, want := range map[string]string{
 		r.WindowKey("api:user_id/priya", 1700000000000000000): tag + ":w:1700000000000000000",
 		r.BucketKey("api:user_id/priya"):                      tag + ":b",
-		r.SeqKey("api:user_id/priya"):                         tag + ":q",
 		r.base("api:user_id/priya"):                           tag,
 	} {
 		if got != want {

@@ -41,8 +41,8 @@
 // sequences only grow per instance, and all deltas of one counter travel
 // in one partition in order. The apply script, atomic per counter, skips a
 // delta whose sequence is not above the highest recorded for its
-// (instance, partition) and records the new one in the same script that
-// adds it. So a delta is applied at most once whatever happens around it:
+// (instance, partition) — a field of the counter's own hash, expiring
+// with it — and records the new one in the same script that adds it. So a delta is applied at most once whatever happens around it:
 // an aggregator killed between the Redis apply and the offset commit, a
 // rebalance that re-fetches with other batch boundaries, a producer retry
 // or a spill replay — the copies all stop at the sequence check. Offsets

@@ -10,9 +10,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/velvetrope/velvetrope/config"
-	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 )
 
 // Redis is the shared counter store in Redis (standalone, Sentinel or
@@ -90,9 +87,6 @@ func (r *Redis) WindowKey(counter string, start int64) string {
 
 // BucketKey is the Redis key of counter's bucket state.
 func (r *Redis) BucketKey(counter string) string { return r.key(counter, ":b", 0, false) }
-
-// SeqKey is the Redis key of counter's applied sequences.
-func (r *Redis) SeqKey(counter string) string { return r.key(counter, ":q", 0, false) }
 
 func unavailable(op string, err error) error {
 	if err == nil {
@@ -269,107 +263,4 @@ func (r *Redis) Reset(ctx context.Context, items []ResetItem) error {
 	}
 	_, err := p.Exec(ctx)
 	return unavailable("reset", err)
-}
-
-// Delivered is a delta as the aggregator read it: which partition it came
-// from matters for the at-most-once filter.
-type Delivered struct {
-	Partition int
-	Delta     *eventsv1.Delta
-}
-
-// ApplyResult counts what ApplyBatch did.
-type ApplyResult struct {
-	Applied, Skipped int
-	// AlreadyApplied counts deltas a near-limit or sync charge applied
-	// when it was decided: they carry analytics only and cost no Redis work.
-	AlreadyApplied int
-	Scripts        int // script calls: one per counter (and window) of the batch
-	RoundTrips     int // pipelines sent (a cluster splits one per node)
-}
-
-// ApplyBatch applies deltas at most once each: grouped per counter (and
-// window), one atomic script per group, all groups in one pipeline.
-// Deltas marked already applied need nothing here: the charge that
-// decided them applied their hits, and the at-most-once watermark only
-// has to cover the deltas this applies (a copy of one of them is still
-// at or below it).
-func (r *Redis) ApplyBatch(ctx context.Context, batch []Delivered) (ApplyResult, error) {
-	type group struct {
-		keys []string
-		args []any
-	}
-	groups := map[string]*group{}
-	var order []string
-	var res ApplyResult
-	now := r.clock()
-	for _, x := range batch {
-		d := x.Delta
-		if d.AlreadyApplied {
-			res.AlreadyApplied++
-			continue
-		}
-		counted, ownAfter, tatAfter := d.CountedCost, d.OwnAfter, ceilDiv(d.TatAfterUnixNanos, 1000)
-		var gk string
-		bucket := false
-		if config.Algorithm(d.Algorithm).Bucket() {
-			gk, bucket = r.BucketKey(d.CounterKey), true
-		} else {
-			gk = r.WindowKey(d.CounterKey, d.WindowStartUnixNanos)
-		}
-		g := groups[gk]
-		if g == nil {
-			g = &group{keys: []string{gk, r.SeqKey(d.CounterKey)}}
-			if bucket {
-				g.args = []any{"b", int64(r.slack / time.Millisecond), now / 1000, d.RateTokens, d.WindowNanos / 1000}
-			} else {
-				g.args = []any{"w", r.windowTTL(d.WindowStartUnixNanos, d.WindowNanos, now), 0}
-			}
-			groups[gk] = g
-			order = append(order, gk)
-		}
-		g.args = append(g.args, d.InstanceId, x.Partition, d.Sequence, counted, ownAfter,
-			d.FirstUnixNanos/1000, tatAfter)
-	}
-	if len(order) == 0 {
-		return res, nil
-	}
-	// EVALSHA throughout the pipeline; the script is loaded on first use
-	// and again if a server lost it (restart, SCRIPT FLUSH).
-	var cmds []*redis.Cmd
-	for attempt := 0; ; attempt++ {
-		if !r.loaded.Load() {
-			if err := apply.Load(ctx, r.c).Err(); err != nil {
-				return res, unavailable("load apply script", err)
-			}
-			res.RoundTrips++
-			r.loaded.Store(true)
-		}
-		p := r.c.Pipeline()
-		cmds = make([]*redis.Cmd, len(order))
-		for i, gk := range order {
-			g := groups[gk]
-			cmds[i] = apply.EvalSha(ctx, p, g.keys, g.args...)
-		}
-		_, err := p.Exec(ctx)
-		res.RoundTrips++
-		res.Scripts += len(cmds)
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
-			r.loaded.Store(false)
-			continue
-		}
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return res, unavailable("apply", err)
-		}
-		break
-	}
-	for _, cmd := range cmds {
-		v, err := ints(cmd.Val())
-		if err != nil || len(v) != 2 {
-			return res, fmt.Errorf("counters: apply answered %v: %v", cmd.Val(), err)
-		}
-		res.Applied += int(v[0])
-		res.Skipped += int(v[1])
-	}
-	return res, nil
 }
