@@ -264,8 +264,12 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 // go in a few records per partition a second.
 const freshAfter = 250 * time.Millisecond
 
-// flushBatch is the most deltas handed to the producer in one call.
-const flushBatch = 2048
+// flushBatch is the most deltas handed to the producer in one call: a
+// flush's, so that the producer packs each partition's deltas of it into
+// one record (a call of 2,048 made a 250 ms round of compact keys at
+// 30,000 decisions a second four records per partition), while a burst
+// past it is still encoded a part at a time.
+const flushBatch = 1 << 16
 
 // storeLanes is the batches of store charges in flight at once: the
 // connection stays busy, and a busy front sends many charges per trip.

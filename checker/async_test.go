@@ -24,6 +24,7 @@ type applyProducer struct {
 	hold   bool // keep deltas instead of applying (pipeline lag)
 	held   []*eventsv1.Delta
 	all    []*eventsv1.Delta
+	calls  int // Produce calls
 	fail   error
 	closed bool
 }
@@ -34,6 +35,7 @@ func (p *applyProducer) Produce(_ context.Context, ds []*eventsv1.Delta) error {
 	if p.fail != nil {
 		return p.fail
 	}
+	p.calls++
 	p.all = append(p.all, ds...)
 	if p.hold {
 		p.held = append(p.held, ds...)

@@ -2,6 +2,7 @@ package checker
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -365,5 +366,28 @@ descriptors:
 		if items[0].Total != admitted {
 			t.Fatalf("refused %v: the store holds %d hits of ip=X, callers were admitted %d", waiting, items[0].Total, admitted)
 		}
+	}
+}
+
+// TestAFlushIsOneProduceCall: a flush hands the producer its deltas in
+// one call (the producer packs a call's deltas of one partition into one
+// record: a call of 2,048 deltas made a round of compact keys at 30,000
+// decisions a second four records per partition).
+func TestAFlushIsOneProduceCall(t *testing.T) {
+	c, clk, p, _ := compactChecker(t)
+	ctx := context.Background()
+	const keys = 5000
+	for i := range keys {
+		var d ratelimit.Decision
+		if err := c.Check(ctx, req(1, "ip", fmt.Sprint("10.1.", i/256, ".", i%256)), &d); err != nil || !d.Allowed() {
+			t.Fatalf("key %d: %v %v", i, err, d.Code)
+		}
+	}
+	clk.ns.Add(int64(time.Millisecond))
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.calls != 1 || len(p.all) != keys {
+		t.Fatalf("%d Produce calls of %d deltas, want one call of %d", p.calls, len(p.all), keys)
 	}
 }

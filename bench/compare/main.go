@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -200,28 +201,44 @@ func run() error {
 }
 
 // throughput runs every system at each key spread and connection count.
+// Every system is up for the whole scenario and a cell's rows run one
+// after another, the ceiling first: a share of the ceiling compares rows
+// of the same minute (this machine's speed drifts by half within a run).
 func throughput(o options, dir string, rc *redis.Client) error {
 	started := time.Now()
-	var rows []row
+	var svs []*served
+	defer func() {
+		for _, sv := range svs {
+			sv.stop()
+		}
+	}()
 	for _, sys := range o.systems {
 		sv, err := launch(sys, o, dir)
 		if err != nil {
 			return err
 		}
-		for _, conns := range o.conns {
-			for _, keys := range o.keys {
+		svs = append(svs, sv)
+	}
+	var rows []row
+	for _, conns := range o.conns {
+		for _, keys := range o.keys {
+			for _, sv := range svs {
 				r, err := measure(o, sv, rc, conns, keys)
 				if err != nil {
-					sv.stop()
-					return fmt.Errorf("%s, %d connections, %d keys: %w", sys, conns, keys, err)
+					return fmt.Errorf("%s, %d connections, %d keys: %w", sv.name, conns, keys, err)
 				}
 				fmt.Fprintf(os.Stderr, "compare: %-17s conns %-3d keys %-8d %8.0f req/s  p99 %6.2f ms  redis/decision %.2f  deltas/decision %.3f\n",
-					sys, conns, keys, r.Result.PerSecond, float64(r.Result.P99)/1e6, r.RedisPerDecision, r.DeltasPerDecision)
+					sv.name, conns, keys, r.Result.PerSecond, float64(r.Result.P99)/1e6, r.RedisPerDecision, r.DeltasPerDecision)
 				rows = append(rows, r)
 			}
 		}
-		sv.stop()
 	}
+	// the tables list a system's rows together, in the order of --systems
+	order := map[string]int{}
+	for i, sys := range o.systems {
+		order[sys] = i
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return order[rows[i].System] < order[rows[j].System] })
 	rep := report{Rows: rows, Started: started, Took: time.Since(started), Commit: commit(), Machine: o.machine,
 		Duration: o.duration, Warmup: o.warmup, Callers: o.callers}
 	if rep.Machine == "" {
