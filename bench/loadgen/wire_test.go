@@ -202,7 +202,7 @@ func TestRunAgainstNoop(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go NewNoop().Serve(ctx, lis)
+	go mustNoop(t).Serve(ctx, lis)
 	var progress strings.Builder
 	res, err := Run(ctx, Config{Target: lis.Addr().String(), Callers: 8, Conns: 2, Requests: 3000, Keys: 100,
 		Duration: 30 * time.Second, Warmup: 100 * time.Millisecond, Progress: &progress})
@@ -258,7 +258,7 @@ func TestPacedRun(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go NewNoop().Serve(ctx, lis)
+	go mustNoop(t).Serve(ctx, lis)
 	res, err := Run(ctx, Config{Target: lis.Addr().String(), Callers: 4, Conns: 1, Duration: 1500 * time.Millisecond,
 		Warmup: -1, Rate: 100})
 	if err != nil {

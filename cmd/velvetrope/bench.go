@@ -44,7 +44,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	label := fs.String("label", "", "name of the row in the table (default: the protocol and address)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	quiet := fs.Bool("quiet", false, "no progress line on stderr")
-	noop := fs.String("serve-noop", "", "serve a no-op ShouldRateLimit (answers OK, does nothing) on this address until interrupted")
+	noop := fs.String("serve-noop", "", "serve a no-op ShouldRateLimit for --domain (velvetrope's gRPC front answering OK, deciding nothing) on this address until interrupted")
 	if err := benchCommand.parse(fs, args, stdout); err != nil {
 		return benchCommand.exit(err, stderr, 2)
 	}
@@ -60,8 +60,13 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "velvetrope bench: --serve-noop: %v\n", err)
 			return 1
 		}
-		fmt.Fprintf(stderr, "velvetrope bench: no-op ShouldRateLimit on %s\n", lis.Addr())
-		if err := loadgen.NewNoop().Serve(ctx, lis); err != nil {
+		n, err := loadgen.NewNoop(*domain)
+		if err != nil {
+			fmt.Fprintf(stderr, "velvetrope bench: --serve-noop: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "velvetrope bench: no-op ShouldRateLimit for domain %s on %s\n", *domain, lis.Addr())
+		if err := n.Serve(ctx, lis); err != nil {
 			fmt.Fprintf(stderr, "velvetrope bench: %v\n", err)
 			return 1
 		}
