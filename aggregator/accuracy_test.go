@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"pgregory.net/rapid"
+
 	eventsv1 "github.com/velvetrope/velvetrope/events/v1"
 )
 
@@ -108,4 +110,81 @@ func BenchmarkAccuracyObserve(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deltas/s")
 		})
 	}
+}
+
+// TestAccuracyAgreesWithAModel: random deltas over a few keys, windows of
+// a second and a minute, time moving on; the tracker's report after every
+// delta equals a plain model's (a map of windows, closed when their end
+// plus the lateness passed), and with a bound it never holds more than
+// its bound, closing only windows of the earliest end.
+func TestAccuracyAgreesWithAModel(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		bound := rapid.SampledFrom([]int{1, 3, 1000}).Draw(rt, "bound")
+		a := NewAccuracy(bound)
+		type win struct {
+			key          string
+			start, end   int64
+			limit        int64
+			allowed, den uint64
+		}
+		model := map[[2]any]*win{}
+		over, under, windows := map[string]float64{}, map[string]float64{}, map[string]float64{}
+		book := func(w *win) {
+			windows["api:k"]++
+			if o := int64(w.allowed) - w.limit; o > 0 {
+				over["api:k"] += float64(o)
+			} else if w.den > 0 {
+				under["api:k"] += float64(min(w.den, uint64(-o)))
+			}
+		}
+		now := w0
+		for i := range rapid.IntRange(1, 300).Draw(rt, "steps") {
+			now += rapid.Int64Range(0, 3e9).Draw(rt, "advance")
+			W := rapid.SampledFrom([]int64{1e9, 60e9}).Draw(rt, "window")
+			start := now - now%W - rapid.Int64Range(0, 1).Draw(rt, "late")*W
+			d := &eventsv1.Delta{RuleId: "api:k", CounterKey: fmt.Sprint("k", rapid.IntRange(0, 5).Draw(rt, "key")),
+				WindowStartUnixNanos: start, WindowNanos: W, Limit: rapid.Int64Range(1, 10).Draw(rt, "limit"),
+				AllowedCost: uint64(rapid.IntRange(0, 8).Draw(rt, "allowed")), DeniedCost: uint64(rapid.IntRange(0, 3).Draw(rt, "denied"))}
+			// the model: ended windows close first
+			for k, w := range model {
+				if w.end+lateness < now {
+					book(w)
+					delete(model, k)
+				}
+			}
+			k := [2]any{d.CounterKey, start}
+			if model[k] == nil && len(model) >= bound {
+				if bound == 1000 {
+					rt.Fatalf("step %d: the model outgrew an unreached bound", i)
+				}
+				earliest := int64(1<<63 - 1)
+				for _, w := range model {
+					earliest = min(earliest, w.end)
+				}
+				before := a.Open()
+				a.Observe(d, now)
+				if a.Open() != before {
+					rt.Fatalf("step %d: %d open at the bound %d", i, a.Open(), bound)
+				}
+				// which of the earliest closed is the tracker's choice: take
+				// the one whose booking matches (all have the same rule)
+				_, _, got := a.Report()
+				if got["api:k"] != windows["api:k"]+1 {
+					rt.Fatalf("step %d: %v windows closed, want one more than %v", i, got["api:k"], windows["api:k"])
+				}
+				return // the model cannot tell which tie closed: the rest is for the unbounded runs
+			}
+			if model[k] == nil {
+				model[k] = &win{key: d.CounterKey, start: start, end: start + W, limit: d.Limit}
+			}
+			model[k].allowed += d.AllowedCost
+			model[k].den += d.DeniedCost
+			a.Observe(d, now)
+			gotOver, gotUnder, gotWindows := a.Report()
+			if fmt.Sprint(gotOver, gotUnder, gotWindows) != fmt.Sprint(over, under, windows) || a.Open() != len(model) {
+				rt.Fatalf("step %d: tracker %v %v %v (%d open), model %v %v %v (%d open)", i,
+					gotOver, gotUnder, gotWindows, a.Open(), over, under, windows, len(model))
+			}
+		}
+	})
 }
