@@ -83,9 +83,6 @@ func runProcess(name string, args []string, stdout, stderr io.Writer,
 	}
 	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	quietRedis(logger)
-	if name == "checker" || name == "dev" { // the request path's processes
-		tuneGC(app.Checker.MaxBytes, os.LookupEnv, logger)
-	}
 	fxApp := fx.New(module(app, logger), fx.WithLogger(func() fxevent.Logger { return fxLog }),
 		fx.Invoke(servePprof), fx.Invoke(func(in struct {
 			fx.In
