@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -163,6 +164,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	commit() // the tree as it was before this run wrote anything
 	dir := o.logsDir
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "velvetrope-compare-"); err != nil {
@@ -318,14 +320,16 @@ func measure(o options, sv *served, rc *redis.Client, conns, keys int64) (row, e
 	return r, nil
 }
 
-// commit is the repository's HEAD (with -dirty for uncommitted changes).
-func commit() string {
+// commit is the repository's HEAD (with -dirty for uncommitted changes),
+// read once: the run rewrites docs/benchmarks.md itself, and a later section
+// would otherwise call its own tree dirty.
+var commit = sync.OnceValue(func() string {
 	out, err := exec.Command("git", "describe", "--always", "--dirty", "--abbrev=12").Output()
 	if err != nil {
 		return "unknown"
 	}
 	return strings.TrimSpace(string(out))
-}
+})
 
 // machine describes the cores and memory this runs on.
 func machine() string {
