@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io/fs"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +46,10 @@ type Watcher struct {
 	// goroutine (or Check's caller).
 	OnReload func(*RuleSet)
 	OnError  func(error)
+	// Use makes newly read files live and returns the set they made; nil
+	// compiles them alone and swaps the set into the store. Rules from
+	// another place (the rules store) are merged in here.
+	Use func([]*File) (*RuleSet, error)
 
 	mu     sync.Mutex
 	digest [32]byte
@@ -81,7 +87,7 @@ func (w *Watcher) Check() (bool, error) {
 	if d == w.digest {
 		return false, nil
 	}
-	rs, err := LoadRules(w.paths...)
+	rs, err := w.load()
 	if err != nil {
 		// remember the digest so a bad file is reported once, not every poll
 		w.digest = d
@@ -89,11 +95,32 @@ func (w *Watcher) Check() (bool, error) {
 		return false, err
 	}
 	w.digest = d
-	w.store.Swap(rs)
 	if w.OnReload != nil {
 		w.OnReload(rs)
 	}
 	return true, nil
+}
+
+// load reads the files and makes them live (a fault in the parser or the
+// compiler is an error, as in LoadRules).
+func (w *Watcher) load() (rs *RuleSet, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rs, err = nil, fmt.Errorf("config: internal error loading rules from %s: %v (please report it)", strings.Join(w.paths, ", "), p)
+		}
+	}()
+	files, err := ReadRuleFiles(w.paths...)
+	if err != nil {
+		return nil, err
+	}
+	if w.Use != nil {
+		return w.Use(files)
+	}
+	if rs, err = Compile(files); err != nil {
+		return nil, err
+	}
+	w.store.Swap(rs)
+	return rs, nil
 }
 
 func (w *Watcher) report(err error) {

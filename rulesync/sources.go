@@ -1,0 +1,176 @@
+package rulesync
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/rulestore"
+)
+
+// Sources compiles the live rule set from its two places — rule files and
+// the rules store's documents — and swaps it into a config.Store. A
+// change from either place is compiled with the other's current rules
+// before it goes live; a change that does not compile is refused and the
+// rules before it stay. Safe for concurrent use.
+type Sources struct {
+	live *config.Store
+
+	mu    sync.Mutex
+	files []*config.File
+	docs  map[string]doc // by domain: the store's versions that are live
+}
+
+// doc is a store version that compiled, with its parsed document.
+type doc struct {
+	v    rulestore.Version
+	file *config.File
+}
+
+// NewSources returns Sources feeding live, starting from the rule files
+// already parsed (those live's set was compiled from) and no store
+// documents.
+func NewSources(live *config.Store, files []*config.File) *Sources {
+	return &Sources{live: live, files: files, docs: map[string]doc{}}
+}
+
+// DocPath is how errors and the rule set name a store document: errors
+// read "store:api@3:4:7: ...", line and column within version 3 of
+// domain api.
+func DocPath(domain string, version int64) string {
+	return fmt.Sprintf("store:%s@%d", domain, version)
+}
+
+// Parse reads a store version's document as a rule file, refusing one
+// whose domain is not the version's.
+func Parse(v rulestore.Version) (*config.File, error) {
+	path := DocPath(v.Domain, v.Version)
+	f, err := config.ParseRules(path, []byte(v.Body))
+	if err != nil {
+		return nil, err
+	}
+	if f.Domain != v.Domain {
+		return nil, config.ErrorList{&config.Error{File: path, Line: f.Pos.Line, Column: f.Pos.Column,
+			Msg: fmt.Sprintf("the document's domain %q is not the domain it is stored under, %q", f.Domain, v.Domain)}}
+	}
+	return f, nil
+}
+
+// SetFiles makes files the rule files' part of the set.
+func (s *Sources) SetFiles(files []*config.File) (*config.RuleSet, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rs, err := compile(files, s.docs)
+	if err != nil {
+		return nil, err
+	}
+	s.files = files
+	s.live.Swap(rs)
+	return rs, nil
+}
+
+// Candidate compiles the set v would make (a delete's version takes the
+// domain out) without making it live: what a write is validated with.
+func (s *Sources) Candidate(v rulestore.Version) (*config.RuleSet, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rs, _, err := s.candidate(v)
+	return rs, err
+}
+
+// Apply makes v the domain's live version, or takes the domain out when
+// v is a delete's. A version that does not compile is refused with why,
+// and the domain's rules before it stay.
+func (s *Sources) Apply(v rulestore.Version) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur, ok := s.docs[v.Domain]; ok && cur.v.Version == v.Version {
+		return nil
+	}
+	rs, d, err := s.candidate(v)
+	if err != nil {
+		return err
+	}
+	if v.Deleted {
+		delete(s.docs, v.Domain)
+	} else {
+		s.docs[v.Domain] = d
+	}
+	s.live.Swap(rs)
+	return nil
+}
+
+func (s *Sources) candidate(v rulestore.Version) (*config.RuleSet, doc, error) {
+	docs := make(map[string]doc, len(s.docs)+1)
+	for k, d := range s.docs {
+		docs[k] = d
+	}
+	var d doc
+	if v.Deleted {
+		delete(docs, v.Domain)
+	} else {
+		f, err := Parse(v)
+		if err != nil {
+			return nil, doc{}, err
+		}
+		d = doc{v: v, file: f}
+		docs[v.Domain] = d
+	}
+	rs, err := compile(s.files, docs)
+	return rs, d, err
+}
+
+// Live returns the store versions that are live, by domain.
+func (s *Sources) Live() map[string]rulestore.Version {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]rulestore.Version, len(s.docs))
+	for k, d := range s.docs {
+		out[k] = d.v
+	}
+	return out
+}
+
+// FileDomain returns the rule file that defines domain, if one does: a
+// domain lives in files or in the store, never both.
+func (s *Sources) FileDomain(domain string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.files {
+		if f.Domain == domain {
+			return f.Path, true
+		}
+	}
+	return "", false
+}
+
+// compile builds the set of files and docs (docs in domain order, so
+// errors come out the same way every time). A fault in the compiler is an
+// error, never a crash.
+func compile(files []*config.File, docs map[string]doc) (rs *config.RuleSet, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rs, err = nil, fmt.Errorf("rulesync: internal error compiling the rules: %v (please report it)", p)
+		}
+	}()
+	all := append([]*config.File(nil), files...)
+	names := make([]string, 0, len(docs))
+	for k := range docs {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		all = append(all, docs[k].file)
+	}
+	rs, err = config.Compile(all)
+	if err != nil {
+		var el config.ErrorList
+		if errors.As(err, &el) {
+			return nil, el
+		}
+		return nil, err
+	}
+	return rs, nil
+}
