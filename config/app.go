@@ -17,6 +17,9 @@ type App struct {
 	// rules (velvetrope dev only).
 	Rules       []string      `yaml:"rules"`
 	RulesReload time.Duration `yaml:"rules_reload"` // poll interval of the rules watcher
+	// RulesStore is the rules database: domains whose rules live in a
+	// store, versioned, beside (never instead of) the rule files.
+	RulesStore RulesStoreConfig `yaml:"rules_store"`
 
 	HTTP       HTTPConfig       `yaml:"http"`
 	GRPC       GRPCConfig       `yaml:"grpc"`
@@ -42,6 +45,7 @@ func DefaultApp() App {
 	return App{
 		InstanceID:  host,
 		RulesReload: 5 * time.Second,
+		RulesStore:  RulesStoreConfig{History: 100, Poll: time.Second, MaxAge: 5 * time.Minute, MaxDocumentBytes: 4 << 20},
 		HTTP: HTTPConfig{Addr: ":8080", MaxBodyBytes: 1 << 20, MaxBodyBytesInFlight: 64 << 20, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
 			MaxInFlight: 256},
 		GRPC: GRPCConfig{Addr: ":8081", MaxConcurrentStreams: 256, CallTimeout: 10 * time.Second, Reflection: true},

@@ -62,7 +62,7 @@ func TestLoadAppErrors(t *testing.T) {
 		{"unknown field in a flow mapping", "redis: {tls: {enable: true}}\n", nil,
 			"c.yaml:1:15: redis.tls.enable: unknown field; known: enabled, ca_file, cert_file, key_file, server_name"},
 		{"unknown top-level field", "rule_reload: 2s\n", nil,
-			"c.yaml:1:1: rule_reload: unknown field; known: instance_id, rules, rules_reload, http, grpc, redis, kafka, clickhouse, limiter, checker, aggregator, deferred, admin, limits, analytics, debug"},
+			"c.yaml:1:1: rule_reload: unknown field; known: instance_id, rules, rules_reload, rules_store, http, grpc, redis, kafka, clickhouse, limiter, checker, aggregator, deferred, admin, limits, analytics, debug"},
 		{"a word for a duration", "rules_reload: soon\n", nil,
 			`c.yaml:1:15: rules_reload: want a duration such as 250ms, 5s or 1h30m, got "soon"`},
 		{"a number for a duration", "http:\n  read_timeout: 5\n", nil,
@@ -120,6 +120,10 @@ func TestLoadAppErrors(t *testing.T) {
 		{"gRPC streams beyond", "grpc:\n  max_concurrent_streams: 2000000\n", nil, "c.yaml:2:3: grpc.max_concurrent_streams: must be between 1 and 1000000, got 2000000"},
 		{"call timeout a day", "grpc:\n  call_timeout: 24h\n", nil, "c.yaml:2:3: grpc.call_timeout: must be in [1ms, 1h], got 24h0m0s"},
 		{"deferred max_bytes too small", "deferred:\n  max_bytes: 1000\n", nil, "c.yaml:2:3: deferred.max_bytes: must be between 1 MiB and 1 TiB (1048576 to 1099511627776), got 1000"},
+		{"rules store backend", "rules_store:\n  backend: etcd\n", nil, `c.yaml:2:3: rules_store.backend: want "redis", "memory" or nothing (rule files only), got "etcd"`},
+		{"rules store age under its poll", "rules_store:\n  poll: 10s\n  max_age: 1s\n", nil,
+			"c.yaml:3:3: rules_store.max_age: must be 0 (no bound) or at least rules_store.poll (10s), got 1s"},
+		{"rules store history", "rules_store: {history: 0}\n", nil, "c.yaml:1:15: rules_store.history: must be between 1 and 10000, got 0"},
 		{"every problem, one line each", "http:\n  adr: x\n  max_in_flight: lots\ndeferred:\n  worker: 3\n", nil,
 			"c.yaml:2:3: http.adr: unknown field; known: addr, tls, max_body_bytes, read_timeout, write_timeout, max_in_flight, max_body_bytes_in_flight\n" +
 				`c.yaml:3:18: http.max_in_flight: want an integer from -9223372036854775808 to 9223372036854775807, got "lots"` + "\n" +

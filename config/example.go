@@ -13,9 +13,12 @@ const ExampleRulesPath = "config/example/api.yaml (built in)"
 // domain api with per-remote_address, per-user_id, per-tenant/route and
 // login limits.
 func ExampleRules() (*RuleSet, error) {
-	f, err := ParseRules(ExampleRulesPath, exampleRules)
+	f, err := ExampleRuleFile()
 	if err != nil {
 		return nil, err
 	}
 	return Compile([]*File{f})
 }
+
+// ExampleRuleFile returns the built-in example rule file, parsed.
+func ExampleRuleFile() (*File, error) { return ParseRules(ExampleRulesPath, exampleRules) }

@@ -60,6 +60,28 @@ type AdminConfig struct {
 	Token string `yaml:"token"`
 }
 
+// RulesStoreConfig is the rules database (package rulestore) a checker
+// follows and the admin API writes.
+type RulesStoreConfig struct {
+	// Backend is "" (no store: rule files only), "redis" or "memory"
+	// (this process alone; what dev uses unless told otherwise).
+	Backend string `yaml:"backend"`
+	// RedisAddrs is a Redis of its own for the rules (one address:
+	// standalone, several: cluster); empty: redis.addrs. The rules must
+	// survive what counters may lose: run it with noeviction and AOF.
+	RedisAddrs []string `yaml:"redis_addrs"`
+	// History is how many versions of each domain are kept.
+	History int `yaml:"history"`
+	// Poll is how often a checker reads the store's versions, the fallback
+	// of its change feed.
+	Poll time.Duration `yaml:"poll"`
+	// MaxAge is how old the rules may be (the last full read of the store)
+	// before /readyz says not ready; 0: no bound.
+	MaxAge time.Duration `yaml:"max_age"`
+	// MaxDocumentBytes bounds one domain's document.
+	MaxDocumentBytes int `yaml:"max_document_bytes"`
+}
+
 // AggregatorConfig tunes the Kafka aggregator; the consumer timeouts are
 // short by default so that a dead aggregator's partitions move within
 // seconds.

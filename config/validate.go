@@ -34,6 +34,18 @@ func (a App) problems() []problem {
 	if a.RulesReload <= 0 {
 		bad("rules_reload", "must be > 0, got %v", a.RulesReload)
 	}
+	switch rs := a.RulesStore; {
+	case rs.Backend != "" && rs.Backend != "redis" && rs.Backend != "memory":
+		bad("rules_store.backend", `want "redis", "memory" or nothing (rule files only), got %q`, rs.Backend)
+	case rs.History < 1 || rs.History > 10000:
+		bad("rules_store.history", "must be between 1 and 10000, got %d", rs.History)
+	case rs.Poll < 10*time.Millisecond || rs.Poll > time.Hour:
+		bad("rules_store.poll", "must be between 10ms and 1h, got %v", rs.Poll)
+	case rs.MaxAge < 0 || (rs.MaxAge > 0 && rs.MaxAge < rs.Poll):
+		bad("rules_store.max_age", "must be 0 (no bound) or at least rules_store.poll (%v), got %v", rs.Poll, rs.MaxAge)
+	case rs.MaxDocumentBytes < 1024 || rs.MaxDocumentBytes > 64<<20:
+		bad("rules_store.max_document_bytes", "must be between 1 KiB and 64 MiB (1024 to 67108864), got %d", rs.MaxDocumentBytes)
+	}
 	// A bearer token travels in a header: HTTP clients and servers trim
 	// the blanks around it and cannot carry control characters, so such
 	// a token can never match and would lock the endpoints out in

@@ -103,7 +103,7 @@ func (f *Follower) run(ctx context.Context, changes <-chan string) {
 				changes = nil // the feed ended: polling only
 				continue
 			}
-			f.syncDomain(ctx, d)
+			f.SyncDomain(ctx, d)
 		case <-t.C:
 			if err := f.Sync(ctx); err != nil && ctx.Err() == nil {
 				f.log.Warn("rules store unreachable; the last good rules stay", "err", err)
@@ -153,7 +153,10 @@ func (f *Follower) Sync(ctx context.Context) error {
 	return nil
 }
 
-func (f *Follower) syncDomain(ctx context.Context, domain string) {
+// SyncDomain reads domain's current version now and applies it: what the
+// admin API calls after a write, so the writer's own checker enforces it
+// before it answers.
+func (f *Follower) SyncDomain(ctx context.Context, domain string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.take(ctx, domain); err != nil {

@@ -31,6 +31,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/metrics"
 	"github.com/velvetrope/velvetrope/operate"
 	"github.com/velvetrope/velvetrope/rls"
+	"github.com/velvetrope/velvetrope/rulesync"
 	"github.com/velvetrope/velvetrope/sink"
 )
 
@@ -43,6 +44,9 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 	var b devBanner
 	module := func(app config.App, logger *slog.Logger) fx.Option {
 		b = newDevBanner(&app, os.LookupEnv)
+		if app.RulesStore.Backend == "" {
+			app.RulesStore.Backend = "memory" // dev's rules store is in memory unless told otherwise
+		}
 		return fx.Options(devModule(app, logger), fx.Invoke(func(rules *config.Store) {
 			b.example = exampleRequest(rules.Load()) // the hints over the rules loaded
 		}))
@@ -170,7 +174,7 @@ func processConfig(name string, args []string, stdout io.Writer) (app config.App
 func devModule(app config.App, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(app, logger),
-		fx.Provide(newShutdown, newRegistry, newRuleStore),
+		fx.Provide(newShutdown, newRegistry, newRuleStore, newRulesDB),
 		memBackends,
 		provideChecker(""),
 		fx.Provide(
@@ -225,24 +229,35 @@ func expireCounters(sd *shutdown, store *counters.MemStore) {
 	})
 }
 
-func newRuleStore(app config.App, logger *slog.Logger) (*config.Store, error) {
-	var rs *config.RuleSet
+// newRuleStore loads the rule files (the built-in example without any)
+// into the live rule set and the sources the rules store's domains join.
+func newRuleStore(app config.App, logger *slog.Logger) (*config.Store, *rulesync.Sources, error) {
+	var files []*config.File
 	var err error
 	if len(app.Rules) == 0 {
-		rs, err = config.ExampleRules()
+		var f *config.File
+		if f, err = config.ExampleRuleFile(); err == nil {
+			files = []*config.File{f}
+		}
 		logger.Info("using the built-in example rules", "file", config.ExampleRulesPath)
 	} else {
-		rs, err = config.LoadRules(app.Rules...)
+		files, err = config.ReadRuleFiles(app.Rules...)
+	}
+	var rs *config.RuleSet
+	if err == nil {
+		rs, err = config.Compile(files)
 	}
 	if err != nil {
-		return nil, staged("rules", err)
+		return nil, nil, staged("rules", err)
 	}
 	logger.Info("rules loaded", "domains", strings.Join(rs.Domains(), ","), "rules", len(rs.Rules()))
-	return config.NewStore(rs), nil
+	store := config.NewStore(rs)
+	return store, rulesync.NewSources(store, files), nil
 }
 
-// watchRules reloads rule files on change, keeping the last good set.
-func watchRules(sd *shutdown, app config.App, store *config.Store, logger *slog.Logger) error {
+// watchRules reloads rule files on change, keeping the last good set; the
+// rules store's domains stay beside them.
+func watchRules(sd *shutdown, app config.App, store *config.Store, src *rulesync.Sources, logger *slog.Logger) error {
 	if len(app.Rules) == 0 {
 		return nil
 	}
@@ -250,6 +265,7 @@ func watchRules(sd *shutdown, app config.App, store *config.Store, logger *slog.
 	if err != nil {
 		return staged("rules", err)
 	}
+	w.Use = src.SetFiles
 	w.OnReload = func(rs *config.RuleSet) {
 		logger.Info("rules reloaded", "domains", strings.Join(rs.Domains(), ","), "rules", len(rs.Rules()))
 	}
@@ -321,6 +337,7 @@ type checkerHTTPIn struct {
 	Logger    *slog.Logger
 	Metrics   *metrics.Registry
 	Store     counters.Store // the checker's, for its operator (admin)
+	RulesDB   *rulesDB
 }
 
 // newCheckerHTTP is the HTTP listener of a process that decides (dev and
@@ -340,7 +357,11 @@ func newCheckerHTTP(in checkerHTTPIn, an *analytics.Handler, topic events.Publis
 		httpapi.WithBounds(app.Limits)))
 	mux.Handle("GET /v1/deferred/{ticket}", httpapi.TicketHandler(tickets))
 	mux.Handle("/json", rls.JSONHandler(in.RLS, app.HTTP.MaxBodyBytes))
-	admin.New(in.Rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, in.Logger).WithKeys(operate.New(c, in.Store)).Register(mux)
+	adm := admin.New(in.Rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, in.Logger).WithKeys(operate.New(c, in.Store))
+	if db := in.RulesDB.adminDB(app); db != nil {
+		adm.WithRulesDB(*db)
+	}
+	adm.Register(mux)
 	mux.Handle("GET /metrics", in.Metrics)
 	httpapi.Health(mux, ready)
 	return newHTTPServer(in.SD, app, mux, app.HTTP.WriteTimeout, in.Metrics)

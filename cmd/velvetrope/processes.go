@@ -122,7 +122,7 @@ func requireKafka(app config.App) error {
 func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(app, logger),
-		fx.Provide(newShutdown, newRegistry, newRuleStore),
+		fx.Provide(newShutdown, newRegistry, newRuleStore, newRulesDB),
 		sharedBackends,
 		provideChecker(""),
 		fx.Provide(
@@ -159,6 +159,9 @@ func newCheckerProcessHTTP(in checkerProcessIn) (*httpapi.Server, error) {
 	}
 	return newCheckerHTTP(in.Common, h, in.Deferred, in.Tickets, func() error {
 		if err := c.StoreReady(); err != nil {
+			return err
+		}
+		if err := in.Common.RulesDB.ready(app); err != nil {
 			return err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), app.Checker.StoreTimeout)

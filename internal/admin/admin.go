@@ -48,6 +48,7 @@ type Admin struct {
 	maxBody int64
 	logger  *slog.Logger
 	mu      sync.Mutex // one reload at a time
+	db      *RulesDB   // nil: no rules store
 }
 
 // New returns the admin endpoints for store, loaded from paths, requiring
@@ -70,6 +71,9 @@ func (a *Admin) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/rules", a.rules)
 	mux.HandleFunc("POST /v1/rules/validate", a.authorized("rules.validate", a.validate))
 	mux.HandleFunc("POST /v1/rules/reload", a.authorized("rules.reload", a.reload))
+	if a.db != nil {
+		a.registerRulesDB(mux)
+	}
 	if a.keys != nil {
 		mux.HandleFunc("GET /v1/keys", a.authorized("keys.inspect", a.inspect))
 		mux.HandleFunc("POST /v1/keys/reset", a.authorized("keys.reset", a.reset))
@@ -446,14 +450,30 @@ func (a *Admin) reload(w http.ResponseWriter, _ *http.Request) (string, int) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	rs, err := config.LoadRules(a.paths...)
+	rs, err := a.load()
 	if err != nil {
 		writeJSON(w, http.StatusUnprocessableEntity, errorsOf("reload refused; the previous rules stay live", err))
 		return "refused: " + firstLine(err), http.StatusUnprocessableEntity
 	}
-	a.store.Swap(rs)
 	writeJSON(w, http.StatusOK, describe(rs))
 	return "reloaded " + strings.Join(rs.Domains(), ","), http.StatusOK
+}
+
+// load reads the rule files and makes them live, with the store's
+// domains when there is a store.
+func (a *Admin) load() (*config.RuleSet, error) {
+	if a.db == nil {
+		rs, err := config.LoadRules(a.paths...)
+		if err == nil {
+			a.store.Swap(rs)
+		}
+		return rs, err
+	}
+	files, err := config.ReadRuleFiles(a.paths...)
+	if err != nil {
+		return nil, err
+	}
+	return a.db.Sources.SetFiles(files)
 }
 
 // authorized requires the bearer token, then runs h and audits the call.

@@ -1,0 +1,336 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/velvetrope/velvetrope/rulestore"
+	"github.com/velvetrope/velvetrope/rulesync"
+)
+
+// RulesDB is the rules database the store endpoints act on: the store,
+// the sources a candidate is compiled with, and what applies a version
+// here at once (the follower; nil: the change feed brings it).
+type RulesDB struct {
+	Store   *rulestore.Store
+	Sources *rulesync.Sources
+	Apply   func(ctx context.Context, domain string)
+	// MaxDocumentBytes bounds a PUT's body (rules_store.max_document_bytes).
+	MaxDocumentBytes int64
+}
+
+// Author is the name a change is recorded under: the admin token's.
+const Author = "admin"
+
+// WithRulesDB enables the rules store's endpoints: GET, PUT and DELETE
+// /v1/rules/{domain}, GET /v1/rules/{domain}/history, GET
+// /v1/rules/{domain}/versions/{version} and POST
+// /v1/rules/{domain}/rollback. POST /v1/rules/reload then compiles the
+// files with the store's domains.
+func (a *Admin) WithRulesDB(db RulesDB) *Admin {
+	a.db = &db
+	return a
+}
+
+func (a *Admin) registerRulesDB(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/rules/{domain}", a.getDoc)
+	mux.HandleFunc("GET /v1/rules/{domain}/history", a.history)
+	mux.HandleFunc("GET /v1/rules/{domain}/versions/{version}", a.getVersion)
+	mux.HandleFunc("PUT /v1/rules/{domain}", a.authorized("rules.put", a.putDoc))
+	mux.HandleFunc("DELETE /v1/rules/{domain}", a.authorized("rules.delete", a.deleteDoc))
+	mux.HandleFunc("POST /v1/rules/{domain}/rollback", a.authorized("rules.rollback", a.rollback))
+}
+
+// VersionJSON is one version of a domain's rules as the store endpoints
+// show it; Body is left out of a history.
+type VersionJSON struct {
+	Domain    string    `json:"domain"`
+	Version   int64     `json:"version"`
+	Deleted   bool      `json:"deleted,omitempty"`
+	Body      string    `json:"body,omitempty"`
+	Bytes     int       `json:"bytes"`
+	Author    string    `json:"author,omitempty"`
+	Message   string    `json:"message,omitempty"`
+	Time      time.Time `json:"time"`
+	Unchanged bool      `json:"unchanged,omitempty"` // a PUT of the current document: no new version
+}
+
+// HistoryJSON is the body of GET /v1/rules/{domain}/history.
+type HistoryJSON struct {
+	Domain   string        `json:"domain"`
+	Kept     int           `json:"kept"` // versions the store keeps of a domain
+	Versions []VersionJSON `json:"versions"`
+}
+
+// ConflictJSON is a 409's body: the write expected another version.
+type ConflictJSON struct {
+	Error   string `json:"error"`
+	Current int64  `json:"current_version"`
+}
+
+func versionJSON(v rulestore.Version, body bool) VersionJSON {
+	out := VersionJSON{Domain: v.Domain, Version: v.Version, Deleted: v.Deleted, Bytes: len(v.Body), Author: v.Author,
+		Message: v.Message, Time: v.Time}
+	if body {
+		out.Body = v.Body
+	}
+	return out
+}
+
+func etag(v int64) string { return `"` + strconv.FormatInt(v, 10) + `"` }
+
+// storeError answers an error of the store: input 400, conflict 409, no
+// rules 404, anything else (the store unreachable) 503.
+func storeError(w http.ResponseWriter, v rulestore.Version, err error) (string, int) {
+	var in *rulestore.InputError
+	var c *rulestore.ConflictError
+	switch {
+	case errors.As(err, &in):
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: in.Error()})
+		return "bad input: " + in.Field, http.StatusBadRequest
+	case errors.As(err, &c):
+		w.Header().Set("ETag", etag(c.Current))
+		msg := fmt.Sprintf("domain %q is at version %d, not %d: read it again (GET /v1/rules/%s), then write with If-Match: \"%d\"", c.Domain, c.Current, c.IfMatch, c.Domain, c.Current)
+		if c.IfMatch == 0 {
+			msg = fmt.Sprintf("domain %q is already in the store at version %d: a PUT without If-Match only creates; send If-Match: \"%d\" to replace that version (or * for whatever is current)", c.Domain, c.Current, c.Current)
+		}
+		writeJSON(w, http.StatusConflict, ConflictJSON{Error: msg, Current: c.Current})
+		return fmt.Sprintf("conflict at version %d", c.Current), http.StatusConflict
+	case errors.Is(err, rulestore.ErrNotFound):
+		body := ConflictJSON{Error: fmt.Sprintf("no rules for domain %q in the store", v.Domain)}
+		if v.Deleted {
+			body.Error = fmt.Sprintf("domain %q was deleted at version %d", v.Domain, v.Version)
+			body.Current = v.Version
+			w.Header().Set("ETag", etag(v.Version))
+		}
+		writeJSON(w, http.StatusNotFound, body)
+		return "not found", http.StatusNotFound
+	}
+	writeJSON(w, http.StatusServiceUnavailable, ErrorsJSON{Error: "rules store unavailable: " + err.Error()})
+	return "store error: " + firstLine(err), http.StatusServiceUnavailable
+}
+
+func (a *Admin) getDoc(w http.ResponseWriter, r *http.Request) {
+	domain := r.PathValue("domain")
+	v, err := a.db.Store.Get(r.Context(), domain)
+	if err != nil {
+		if errors.Is(err, rulestore.ErrNotFound) {
+			v.Domain = domain
+		}
+		storeError(w, v, err)
+		return
+	}
+	w.Header().Set("ETag", etag(v.Version))
+	writeJSON(w, http.StatusOK, versionJSON(v, true))
+}
+
+func (a *Admin) history(w http.ResponseWriter, r *http.Request) {
+	domain := r.PathValue("domain")
+	n := 0
+	if s := r.URL.Query().Get("limit"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n < 1 {
+			writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: fmt.Sprintf("limit: want a count of versions (1 or more), got %q", s)})
+			return
+		}
+	}
+	vs, err := a.db.Store.History(r.Context(), domain, n)
+	if err != nil {
+		storeError(w, rulestore.Version{Domain: domain}, err)
+		return
+	}
+	out := HistoryJSON{Domain: domain, Kept: a.db.Store.Keep(), Versions: make([]VersionJSON, 0, len(vs))}
+	for _, v := range vs {
+		out.Versions = append(out.Versions, versionJSON(v, false))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *Admin) getVersion(w http.ResponseWriter, r *http.Request) {
+	domain, s := r.PathValue("domain"), r.PathValue("version")
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 1 {
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: fmt.Sprintf("version: want a version number (1 or more), got %q", s)})
+		return
+	}
+	v, err := a.db.Store.At(r.Context(), domain, n)
+	if err != nil {
+		var in *rulestore.InputError
+		if errors.As(err, &in) && in.Field == "version" {
+			writeJSON(w, http.StatusNotFound, ErrorsJSON{Error: in.Error()})
+			return
+		}
+		storeError(w, rulestore.Version{Domain: domain}, err)
+		return
+	}
+	w.Header().Set("ETag", etag(v.Version))
+	writeJSON(w, http.StatusOK, versionJSON(v, true))
+}
+
+// ifMatch reads If-Match: a version ("3" or 3), * for whatever is current;
+// absent: def.
+func ifMatch(r *http.Request, def int64) (int64, error) {
+	h := strings.TrimSpace(r.Header.Get("If-Match"))
+	if h == "" {
+		return def, nil
+	}
+	if h == "*" {
+		return rulestore.Any, nil
+	}
+	n, err := strconv.ParseInt(strings.Trim(strings.TrimPrefix(h, "W/"), `"`), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("If-Match: want a version such as \"3\" (the ETag of GET /v1/rules/{domain}) or *, got %q", h)
+	}
+	return n, nil
+}
+
+// message is the change's reason: ?message=, or the X-Change-Message header.
+func message(r *http.Request) string {
+	if m := r.URL.Query().Get("message"); m != "" {
+		return m
+	}
+	return r.Header.Get("X-Change-Message")
+}
+
+// putDoc stores the body as the domain's next version, once it compiles
+// with every other live rule. Without If-Match it only creates.
+func (a *Admin) putDoc(w http.ResponseWriter, r *http.Request) (string, int) {
+	domain := r.PathValue("domain")
+	match, err := ifMatch(r, 0)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
+		return "bad If-Match", http.StatusBadRequest
+	}
+	body, out, status := a.readBody(w, r)
+	if status != 0 {
+		return out, status
+	}
+	return a.write(w, r, domain, string(body), match, message(r))
+}
+
+// write validates and stores one document (PUT and rollback).
+func (a *Admin) write(w http.ResponseWriter, r *http.Request, domain, body string, match int64, msg string) (string, int) {
+	if path, ok := a.db.Sources.FileDomain(domain); ok {
+		writeJSON(w, http.StatusConflict, ErrorsJSON{Error: fmt.Sprintf("domain %q is defined in the rule file %s: a domain lives in files or in the store, not both", domain, path)})
+		return "domain in a file", http.StatusConflict
+	}
+	cur, err := a.db.Store.Get(r.Context(), domain)
+	created := errors.Is(err, rulestore.ErrNotFound)
+	if err != nil && !created {
+		return storeError(w, rulestore.Version{Domain: domain}, err)
+	}
+	if err == nil && cur.Body == body && (match == rulestore.Any || match == cur.Version) {
+		// the same document again (a CI push of an unchanged tree): no new version
+		w.Header().Set("ETag", etag(cur.Version))
+		out := versionJSON(cur, false)
+		out.Unchanged = true
+		writeJSON(w, http.StatusOK, out)
+		return fmt.Sprintf("unchanged at version %d", cur.Version), http.StatusOK
+	}
+	next := cur.Version + 1
+	if match != rulestore.Any {
+		next = match + 1
+	}
+	if _, err := a.db.Sources.Candidate(rulestore.Version{Domain: domain, Version: next, Body: body}); err != nil {
+		writeJSON(w, http.StatusUnprocessableEntity, errorsOf("invalid rules; nothing was stored", err))
+		return "invalid: " + firstLine(err), http.StatusUnprocessableEntity
+	}
+	v, err := a.db.Store.Put(r.Context(), rulestore.Write{Domain: domain, Body: body, IfMatch: match, Author: Author, Message: msg})
+	if err != nil {
+		return storeError(w, rulestore.Version{Domain: domain}, err)
+	}
+	if a.db.Apply != nil {
+		a.db.Apply(r.Context(), domain)
+	}
+	w.Header().Set("ETag", etag(v.Version))
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, versionJSON(v, false))
+	return fmt.Sprintf("version %d", v.Version), status
+}
+
+// deleteDoc ends the domain's rules; without If-Match whatever is current.
+func (a *Admin) deleteDoc(w http.ResponseWriter, r *http.Request) (string, int) {
+	domain := r.PathValue("domain")
+	match, err := ifMatch(r, rulestore.Any)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
+		return "bad If-Match", http.StatusBadRequest
+	}
+	v, err := a.db.Store.Delete(r.Context(), rulestore.Write{Domain: domain, IfMatch: match, Author: Author, Message: message(r)})
+	if err != nil {
+		if errors.Is(err, rulestore.ErrNotFound) {
+			v.Domain = domain
+		}
+		return storeError(w, v, err)
+	}
+	if a.db.Apply != nil {
+		a.db.Apply(r.Context(), domain)
+	}
+	w.Header().Set("ETag", etag(v.Version))
+	writeJSON(w, http.StatusOK, versionJSON(v, false))
+	return fmt.Sprintf("deleted at version %d", v.Version), http.StatusOK
+}
+
+// rollback writes version ?to= again as the next version (validated as a
+// PUT is: the rules around it may have changed since).
+func (a *Admin) rollback(w http.ResponseWriter, r *http.Request) (string, int) {
+	domain, s := r.PathValue("domain"), r.URL.Query().Get("to")
+	to, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || to < 1 {
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: fmt.Sprintf("to: want the version to go back to (1 or more), got %q", s)})
+		return "bad to", http.StatusBadRequest
+	}
+	match, err := ifMatch(r, rulestore.Any)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
+		return "bad If-Match", http.StatusBadRequest
+	}
+	old, err := a.db.Store.At(r.Context(), domain, to)
+	if err != nil {
+		var in *rulestore.InputError
+		if errors.As(err, &in) && in.Field == "version" {
+			writeJSON(w, http.StatusNotFound, ErrorsJSON{Error: in.Error()})
+			return "no such version", http.StatusNotFound
+		}
+		return storeError(w, rulestore.Version{Domain: domain}, err)
+	}
+	if old.Deleted {
+		writeJSON(w, http.StatusUnprocessableEntity, ErrorsJSON{Error: fmt.Sprintf("version %d of domain %q is a delete: DELETE /v1/rules/%s does that", to, domain, domain)})
+		return "rollback to a delete", http.StatusUnprocessableEntity
+	}
+	msg := message(r)
+	if msg == "" {
+		msg = fmt.Sprintf("rollback to version %d", to)
+	}
+	return a.write(w, r, domain, old.Body, match, msg)
+}
+
+// readBody reads a document of at most the store's bound; status 0: read.
+func (a *Admin) readBody(w http.ResponseWriter, r *http.Request) ([]byte, string, int) {
+	limit := a.db.MaxDocumentBytes
+	if r.ContentLength > limit {
+		w.Header().Set("Connection", "close")
+		writeJSON(w, http.StatusRequestEntityTooLarge, ErrorsJSON{Error: fmt.Sprintf("rules document above rules_store.max_document_bytes (%d bytes)", limit)})
+		return nil, "too large", http.StatusRequestEntityTooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, ErrorsJSON{Error: fmt.Sprintf("rules document above rules_store.max_document_bytes (%d bytes)", limit)})
+			return nil, "too large", http.StatusRequestEntityTooLarge
+		}
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: "reading the body: " + err.Error()})
+		return nil, "unreadable body", http.StatusBadRequest
+	}
+	return body, "", 0
+}

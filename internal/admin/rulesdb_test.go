@@ -1,0 +1,155 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/rulestore"
+	"github.com/velvetrope/velvetrope/rulesync"
+)
+
+func shopDoc(limit string) string {
+	return "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: " + limit + "}\n"
+}
+
+// setupDB is the admin endpoints over rule files (domain api, in a
+// directory) and a memory rules store, the store's versions applied at
+// once as a checker's follower applies them.
+func setupDB(t *testing.T) (http.Handler, *config.Store, string, *bytes.Buffer) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "api.yaml")
+	if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files, err := config.ReadRuleFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := config.Compile(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := config.NewStore(rs)
+	src := rulesync.NewSources(live, files)
+	store, err := rulestore.NewMemory(rulestore.Options{History: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := rulesync.NewFollower(store, src, rulesync.FollowerOptions{})
+	var log bytes.Buffer
+	a := New(live, []string{dir}, "tok", 1<<16, slog.New(slog.NewTextHandler(&log, nil))).
+		WithRulesDB(RulesDB{Store: store, Sources: src, Apply: f.SyncDomain, MaxDocumentBytes: 1024})
+	mux := http.NewServeMux()
+	a.Register(mux)
+	return mux, live, path, &log
+}
+
+func sendH(h http.Handler, method, path, body string, headers ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	r.Header.Set("Authorization", "Bearer tok")
+	for i := 0; i+1 < len(headers); i += 2 {
+		r.Header.Set(headers[i], headers[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	return rec
+}
+
+func liveLimit(live *config.Store, domain string) int64 {
+	for _, r := range live.Load().Rules() {
+		if r.Domain == domain {
+			return r.Limit
+		}
+	}
+	return -1
+}
+
+// TestRulesStoreEndpoints walks a domain's life through the API: create,
+// a create again (409), an unchanged push, a stale write (409 naming the
+// current version), an invalid document (422, nothing stored), a file's
+// domain (409 naming the file), history, one version, rollback, delete —
+// and the live rules after each step.
+func TestRulesStoreEndpoints(t *testing.T) {
+	h, live, path, log := setupDB(t)
+	steps := []struct {
+		method, path, body string
+		headers            []string
+		status             int
+		want               string // in the body
+		etag               string
+		limit              int64 // shop's live limit after the step (-1: none)
+	}{
+		{"GET", "/v1/rules/shop", "", nil, 404, `no rules for domain \"shop\" in the store`, "", -1},
+		{"PUT", "/v1/rules/shop?message=first", shopDoc("2"), nil, 201, `"version":1`, `"1"`, 2},
+		{"PUT", "/v1/rules/shop", shopDoc("3"), nil, 409, `a PUT without If-Match only creates; send If-Match: \"1\"`, `"1"`, 2},
+		{"PUT", "/v1/rules/shop", shopDoc("2"), []string{"If-Match", `"1"`}, 200, `"unchanged":true`, `"1"`, 2},
+		{"PUT", "/v1/rules/shop", shopDoc("3"), []string{"If-Match", `"1"`}, 200, `"version":2`, `"2"`, 3},
+		{"PUT", "/v1/rules/shop", shopDoc("4"), []string{"If-Match", `"1"`}, 409, `is at version 2, not 1`, `"2"`, 3},
+		{"PUT", "/v1/rules/shop", shopDoc("fast"), []string{"If-Match", "*"}, 422, `store:shop@3:4:`, "", 3},
+		{"PUT", "/v1/rules/shop", "domain: other\ndescriptors: []\n", []string{"If-Match", "*"}, 422, `the document's domain \"other\" is not the domain it is stored under`, "", 3},
+		{"PUT", "/v1/rules/api", good, []string{"If-Match", "*"}, 409, `is defined in the rule file ` + path, "", 3},
+		{"PUT", "/v1/rules/shop", shopDoc("5"), []string{"If-Match", "three"}, 400, `If-Match: want a version`, "", 3},
+		{"PUT", "/v1/rules/shop", strings.Repeat("#", 1025), []string{"If-Match", "*"}, 413, `max_document_bytes (1024 bytes)`, "", 3},
+		{"GET", "/v1/rules/shop", "", nil, 200, `"body":"domain: shop`, `"2"`, 3},
+		{"GET", "/v1/rules/shop/versions/1", "", nil, 200, `requests_per_unit: 2}`, `"1"`, 3},
+		{"GET", "/v1/rules/shop/versions/9", "", nil, 404, `has no version 9`, "", 3},
+		{"GET", "/v1/rules/shop/history?limit=x", "", nil, 400, `limit: want a count`, "", 3},
+		{"POST", "/v1/rules/shop/rollback?to=1", "", nil, 200, `"message":"rollback to version 1"`, `"3"`, 2},
+		{"POST", "/v1/rules/shop/rollback?to=0", "", nil, 400, `to: want the version`, "", 2},
+		{"DELETE", "/v1/rules/shop", "", []string{"If-Match", `"2"`}, 409, `is at version 3, not 2`, `"3"`, 2},
+		{"DELETE", "/v1/rules/shop", "", nil, 200, `"deleted":true`, `"4"`, -1},
+		{"GET", "/v1/rules/shop", "", nil, 404, `was deleted at version 4`, `"4"`, -1},
+		{"DELETE", "/v1/rules/shop", "", nil, 404, `was deleted at version 4`, "", -1},
+		{"POST", "/v1/rules/shop/rollback?to=4", "", nil, 422, `is a delete`, "", -1},
+		{"PUT", "/v1/rules/shop", shopDoc("6"), []string{"If-Match", `"4"`}, 201, `"version":5`, `"5"`, 6},
+		{"GET", "/v1/rules/a%2Fb", "", nil, 404, `no rules for domain \"a/b\"`, "", 6},
+		{"PUT", "/v1/rules/shop", shopDoc("7"), []string{"Authorization", "Bearer wrong", "If-Match", "*"}, 401, `bearer token`, "", 6},
+	}
+	for i, st := range steps {
+		rec := sendH(h, st.method, st.path, st.body, st.headers...)
+		if rec.Code != st.status || !strings.Contains(rec.Body.String(), st.want) {
+			t.Fatalf("step %d %s %s: %d %s; want %d with %q", i, st.method, st.path, rec.Code, rec.Body, st.status, st.want)
+		}
+		if st.etag != "" && rec.Header().Get("ETag") != st.etag {
+			t.Fatalf("step %d: ETag %q, want %s", i, rec.Header().Get("ETag"), st.etag)
+		}
+		if got := liveLimit(live, "shop"); got != st.limit {
+			t.Fatalf("step %d: shop's live limit %d, want %d", i, got, st.limit)
+		}
+		if liveLimit(live, "api") != 10 {
+			t.Fatalf("step %d: the file's domain changed", i)
+		}
+	}
+	rec := sendH(h, "GET", "/v1/rules/shop/history", "")
+	var hist HistoryJSON
+	if err := json.Unmarshal(rec.Body.Bytes(), &hist); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, v := range hist.Versions {
+		got = append(got, v.Author+":"+v.Message)
+		if v.Body != "" {
+			t.Fatalf("a history carries bodies: %+v", v)
+		}
+	}
+	// 5 kept of 5 versions; the first one's message
+	if hist.Kept != 5 || len(hist.Versions) != 5 || got[4] != "admin:first" || got[2] != "admin:rollback to version 1" {
+		t.Fatalf("history: kept %d, %v", hist.Kept, got)
+	}
+	// the files reloaded keep the store's domain
+	if rec := send(h, "POST", "/v1/rules/reload", "tok", ""); rec.Code != 200 || liveLimit(live, "shop") != 6 {
+		t.Fatalf("reload: %d %s, shop's limit %d", rec.Code, rec.Body, liveLimit(live, "shop"))
+	}
+	if !strings.Contains(log.String(), "action=rules.put") || !strings.Contains(log.String(), "action=rules.rollback") {
+		t.Fatalf("changes not audited in the log:\n%s", log)
+	}
+}
