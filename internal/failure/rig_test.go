@@ -214,6 +214,7 @@ type rigOptions struct {
 	extraRules        string // descriptors appended to the rules
 	checkerConfig     string // YAML flow entries added to the checkers' `checker:` block
 	extraConfig       string // whole YAML lines added to every process's configuration
+	checkers          int    // 0: two
 }
 
 // runRoom is how long a test of the suite may read its counters after the
@@ -265,7 +266,11 @@ checker: {topic_partitions: 4%s}
 	}
 	r.agg = newProc("agg", "aggregator")
 	r.agg.start(t)
-	for i := range 2 {
+	n := o.checkers
+	if n == 0 {
+		n = 2
+	}
+	for i := range n {
 		c := newProc(fmt.Sprintf("c%d", i), "checker")
 		c.args = append(c.args, "--rules", rulesPath)
 		c.start(t)
