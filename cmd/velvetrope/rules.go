@@ -20,8 +20,13 @@ func runRules(args []string, stdout, stderr io.Writer) int {
 		rulesCommand.help(stdout, fs)
 		return 0
 	}
+	if len(args) > 0 {
+		if _, ok := rulesStoreCommands[args[0]]; ok {
+			return runRulesStore(args[0], args[1:], stdout, stderr)
+		}
+	}
 	if len(args) == 0 || args[0] != "validate" {
-		fmt.Fprintln(stderr, "usage: velvetrope rules validate FILE|DIR...")
+		fmt.Fprintln(stderr, "usage: velvetrope rules validate|push|diff|history|rollback ... (velvetrope rules SUBCOMMAND --help)")
 		return 2
 	}
 	if err := rulesCommand.parse(fs, args[1:], stdout); err != nil {

@@ -165,6 +165,25 @@ var (
 	versionCommand = command{"version", "", "Print the version.", nil}
 )
 
+// rulesStoreCommands are the rules store's subcommands of `velvetrope
+// rules`, over a running velvetrope's admin API.
+var rulesStoreCommands = map[string]command{
+	"push": {"rules push", "[--addr HOST:PORT] [--token T] [--message M] FILE|DIR...",
+		"Write each rule file's domain to the rules store of a running velvetrope as its next version, after\n" +
+			"printing how it differs from the store's; a domain whose document is already current is left alone, so\n" +
+			"CI can run it on every merge. Exit 0 when every domain is current, 1 otherwise.",
+		[]string{"VELVETROPE_ADMIN_TOKEN"}},
+	"diff": {"rules diff", "[--addr HOST:PORT] FILE|DIR...",
+		"Print how each rule file's domain differs from the rules store's current version; write nothing.",
+		[]string{"VELVETROPE_ADMIN_TOKEN"}},
+	"history": {"rules history", "[--addr HOST:PORT] [--limit 20] DOMAIN",
+		"List a domain's versions in the rules store, newest first: time, author, size, message.",
+		[]string{"VELVETROPE_ADMIN_TOKEN"}},
+	"rollback": {"rules rollback", "--to N [--addr HOST:PORT] [--token T] [--message M] DOMAIN",
+		"Make version N's document of DOMAIN current again, as a new version.",
+		[]string{"VELVETROPE_ADMIN_TOKEN"}},
+}
+
 // usageHead is the top-level usage before its list of variables.
 const usageHead = `velvetrope — a distributed rate limiter
 
@@ -186,6 +205,10 @@ Usage:
                  [--pools]          the most denied keys of a running velvetrope (HTTP), or with --pools the
                                    elastic pools' borrowings
   velvetrope rules validate PATH... check rule files or directories; exit 1 on errors
+  velvetrope rules push|diff PATH... [--addr HOST:PORT] [--token T] [--message M]
+                                   write rule files' domains to a running velvetrope's rules store (or show the diff)
+  velvetrope rules history DOMAIN | rules rollback --to N DOMAIN
+                                   a domain's versions in the rules store; make an old one current again
   velvetrope bench [--addr HOST:PORT[,...]] [--protocol envoy|gubernator] [--callers 64] [--conns 4]
                    [--duration 10s] [--keys 1000] [--json]
                                    closed-loop gRPC load on a rate limit service: requests/s and latency

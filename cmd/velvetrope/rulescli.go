@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/admin"
+)
+
+// rulesClient talks to a running velvetrope's rules store endpoints.
+type rulesClient struct {
+	base, token string
+	hc          *http.Client
+}
+
+// rulesFlags are the flags every store subcommand takes.
+func rulesFlags(fs *flag.FlagSet) (addr, token *string, timeout *time.Duration) {
+	addr = fs.String("addr", "127.0.0.1:8080", "HTTP address of a velvetrope checker or dev")
+	token = fs.String("token", os.Getenv("VELVETROPE_ADMIN_TOKEN"), "admin token (default $VELVETROPE_ADMIN_TOKEN)")
+	timeout = fs.Duration("timeout", 10*time.Second, "give up on a call after this long")
+	return
+}
+
+func newRulesClient(addr, token string, timeout time.Duration) *rulesClient {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	return &rulesClient{base: strings.TrimRight(addr, "/"), token: token, hc: &http.Client{Timeout: timeout}}
+}
+
+// apiError is a non-2xx answer, with the service's error text.
+type apiError struct {
+	status  int
+	msg     string
+	errs    []string
+	current int64
+}
+
+func (e *apiError) Error() string {
+	s := fmt.Sprintf("%d %s: %s", e.status, http.StatusText(e.status), e.msg)
+	for _, l := range e.errs {
+		s += "\n  " + l
+	}
+	return s
+}
+
+// do sends a request and decodes a 2xx answer into out.
+func (c *rulesClient) do(ctx context.Context, method, path, body string, out any, headers ...string) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error   string   `json:"error"`
+			Errors  []string `json:"errors"`
+			Current int64    `json:"current_version"`
+		}
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(b))
+		}
+		return &apiError{status: resp.StatusCode, msg: e.Error, errs: e.Errors, current: e.Current}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("%s %s: an answer that is not the API's: %w", method, path, err)
+	}
+	return nil
+}
+
+func docPath(domain string) string { return "/v1/rules/" + url.PathEscape(domain) }
+
+// current is the store's version of domain: ok false when it has none;
+// version is then the delete's, or 0.
+func (c *rulesClient) current(ctx context.Context, domain string) (v admin.VersionJSON, ok bool, err error) {
+	err = c.do(ctx, "GET", docPath(domain), "", &v)
+	var ae *apiError
+	if errors.As(err, &ae) && ae.status == http.StatusNotFound {
+		return admin.VersionJSON{Domain: domain, Version: ae.current}, false, nil
+	}
+	return v, err == nil, err
+}
+
+// runRulesStore implements rules push, diff, history and rollback.
+func runRulesStore(sub string, args []string, stdout, stderr io.Writer) int {
+	cmd := rulesStoreCommands[sub]
+	fs := flag.NewFlagSet("rules "+sub, flag.ContinueOnError)
+	addr, token, timeout := rulesFlags(fs)
+	message := new(string)
+	var to *int64
+	var limit *int
+	switch sub {
+	case "push":
+		message = fs.String("message", "", "why: recorded with each new version")
+	case "rollback":
+		message = fs.String("message", "", "why (default: rollback to version N)")
+		to = fs.Int64("to", 0, "the version whose document becomes current again")
+	case "history":
+		limit = fs.Int("limit", 20, "versions to list, newest first")
+	}
+	if err := cmd.parse(fs, args, stdout); err != nil {
+		return cmd.exit(err, stderr, 2)
+	}
+	ctx := context.Background()
+	c := newRulesClient(*addr, *token, *timeout)
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "velvetrope rules %s: %v\n", sub, err)
+		return 1
+	}
+	switch sub {
+	case "push", "diff":
+		if fs.NArg() == 0 {
+			fmt.Fprintf(stderr, "usage: velvetrope rules %s %s\n", sub, cmd.synopsis)
+			return 2
+		}
+		files, err := config.ReadRuleFiles(fs.Args()...)
+		if err == nil {
+			_, err = config.Compile(files) // each file on its own is checked again by the service, with its rules
+		}
+		if err != nil {
+			return fail(err)
+		}
+		code := 0
+		for _, f := range files {
+			body, err := os.ReadFile(f.Path)
+			if err != nil {
+				return fail(err)
+			}
+			if err := pushOne(ctx, c, sub == "push", f.Domain, f.Path, string(body), *message, stdout); err != nil {
+				fmt.Fprintf(stderr, "velvetrope rules %s: %s (%s): %v\n", sub, f.Domain, f.Path, err)
+				code = 1
+			}
+		}
+		return code
+	case "history":
+		if fs.NArg() != 1 {
+			fmt.Fprintf(stderr, "usage: velvetrope rules history %s\n", cmd.synopsis)
+			return 2
+		}
+		var h admin.HistoryJSON
+		if err := c.do(ctx, "GET", docPath(fs.Arg(0))+"/history?limit="+strconv.Itoa(*limit), "", &h); err != nil {
+			return fail(err)
+		}
+		if len(h.Versions) == 0 {
+			fmt.Fprintf(stdout, "%s: no versions in the store\n", h.Domain)
+			return 0
+		}
+		fmt.Fprintf(stdout, "%-8s %-20s %-12s %9s  %s\n", "VERSION", "TIME (UTC)", "AUTHOR", "BYTES", "MESSAGE")
+		for _, v := range h.Versions {
+			size := strconv.Itoa(v.Bytes)
+			if v.Deleted {
+				size = "deleted"
+			}
+			fmt.Fprintf(stdout, "%-8d %-20s %-12s %9s  %s\n", v.Version, v.Time.UTC().Format("2006-01-02 15:04:05"), v.Author, size, v.Message)
+		}
+		return 0
+	case "rollback":
+		if fs.NArg() != 1 || *to < 1 {
+			fmt.Fprintf(stderr, "usage: velvetrope rules rollback %s\n", cmd.synopsis)
+			return 2
+		}
+		q := "?to=" + strconv.FormatInt(*to, 10)
+		if *message != "" {
+			q += "&message=" + url.QueryEscape(*message)
+		}
+		var v admin.VersionJSON
+		if err := c.do(ctx, "POST", docPath(fs.Arg(0))+"/rollback"+q, "", &v); err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "%s: version %d is version %d's document (%s)\n", v.Domain, v.Version, *to, v.Message)
+		return 0
+	}
+	return 2
+}
+
+// pushOne shows how domain's document in the store differs from body and,
+// when push, writes it as the next version (If-Match: the version read,
+// so a write in between is a conflict, not lost).
+func pushOne(ctx context.Context, c *rulesClient, push bool, domain, path, body, message string, stdout io.Writer) error {
+	cur, ok, err := c.current(ctx, domain)
+	if err != nil {
+		return err
+	}
+	if ok && cur.Body == body {
+		fmt.Fprintf(stdout, "%s: unchanged (version %d)\n", domain, cur.Version)
+		return nil
+	}
+	old := ""
+	if ok {
+		old = cur.Body
+	}
+	from := fmt.Sprintf("store:%s@%d", domain, cur.Version)
+	if !ok {
+		from = "/dev/null"
+	}
+	fmt.Fprint(stdout, docDiff(from, path, old, body))
+	if !push {
+		return nil
+	}
+	q := ""
+	if message != "" {
+		q = "?message=" + url.QueryEscape(message)
+	}
+	var headers []string
+	if cur.Version > 0 {
+		headers = []string{"If-Match", `"` + strconv.FormatInt(cur.Version, 10) + `"`}
+	}
+	var v admin.VersionJSON
+	if err := c.do(ctx, "PUT", docPath(domain)+q, body, &v, headers...); err != nil {
+		return err
+	}
+	switch {
+	case v.Unchanged:
+		fmt.Fprintf(stdout, "%s: unchanged (version %d)\n", domain, v.Version)
+	case !ok:
+		fmt.Fprintf(stdout, "%s: created at version %d\n", domain, v.Version)
+	default:
+		fmt.Fprintf(stdout, "%s: version %d → %d\n", domain, cur.Version, v.Version)
+	}
+	return nil
+}
+
+// maxDiffCells bounds the line diff's table: two documents of a few
+// thousand lines each; beyond it the diff says how many lines changed.
+const maxDiffCells = 4 << 20
+
+// docDiff is a unified-style diff of a and b by lines (every line, no
+// context hunks: rule documents are short).
+func docDiff(nameA, nameB, a, b string) string {
+	la, lb := splitLines(a), splitLines(b)
+	var out strings.Builder
+	fmt.Fprintf(&out, "--- %s\n+++ %s\n", nameA, nameB)
+	if (len(la)+1)*(len(lb)+1) > maxDiffCells {
+		fmt.Fprintf(&out, "@@ %d lines → %d lines (too long to compare line by line) @@\n", len(la), len(lb))
+		return out.String()
+	}
+	// lcs[i][j]: the longest common subsequence of la[i:] and lb[j:]
+	lcs := make([][]int32, len(la)+1)
+	for i := range lcs {
+		lcs[i] = make([]int32, len(lb)+1)
+	}
+	for i := len(la) - 1; i >= 0; i-- {
+		for j := len(lb) - 1; j >= 0; j-- {
+			if la[i] == lb[j] {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
+	i, j := 0, 0
+	for i < len(la) || j < len(lb) {
+		switch {
+		case i < len(la) && j < len(lb) && la[i] == lb[j]:
+			out.WriteString(" " + la[i] + "\n")
+			i, j = i+1, j+1
+		case i < len(la) && (j == len(lb) || lcs[i+1][j] >= lcs[i][j+1]):
+			out.WriteString("-" + la[i] + "\n")
+			i++
+		default:
+			out.WriteString("+" + lb[j] + "\n")
+			j++
+		}
+	}
+	return out.String()
+}
+
+func splitLines(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+}
