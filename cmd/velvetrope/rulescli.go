@@ -16,6 +16,7 @@ import (
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/admin"
+	"github.com/velvetrope/velvetrope/internal/linediff"
 )
 
 // rulesClient talks to a running velvetrope's rules store endpoints.
@@ -221,7 +222,7 @@ func pushOne(ctx context.Context, c *rulesClient, push bool, domain, path, body,
 	if !ok {
 		from = "/dev/null"
 	}
-	fmt.Fprint(stdout, docDiff(from, path, old, body))
+	fmt.Fprint(stdout, linediff.Unified(from, path, old, body))
 	if !push {
 		return nil
 	}
@@ -248,54 +249,3 @@ func pushOne(ctx context.Context, c *rulesClient, push bool, domain, path, body,
 	return nil
 }
 
-// maxDiffCells bounds the line diff's table: two documents of a few
-// thousand lines each; beyond it the diff says how many lines changed.
-const maxDiffCells = 4 << 20
-
-// docDiff is a unified-style diff of a and b by lines (every line, no
-// context hunks: rule documents are short).
-func docDiff(nameA, nameB, a, b string) string {
-	la, lb := splitLines(a), splitLines(b)
-	var out strings.Builder
-	fmt.Fprintf(&out, "--- %s\n+++ %s\n", nameA, nameB)
-	if (len(la)+1)*(len(lb)+1) > maxDiffCells {
-		fmt.Fprintf(&out, "@@ %d lines → %d lines (too long to compare line by line) @@\n", len(la), len(lb))
-		return out.String()
-	}
-	// lcs[i][j]: the longest common subsequence of la[i:] and lb[j:]
-	lcs := make([][]int32, len(la)+1)
-	for i := range lcs {
-		lcs[i] = make([]int32, len(lb)+1)
-	}
-	for i := len(la) - 1; i >= 0; i-- {
-		for j := len(lb) - 1; j >= 0; j-- {
-			if la[i] == lb[j] {
-				lcs[i][j] = lcs[i+1][j+1] + 1
-			} else {
-				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
-			}
-		}
-	}
-	i, j := 0, 0
-	for i < len(la) || j < len(lb) {
-		switch {
-		case i < len(la) && j < len(lb) && la[i] == lb[j]:
-			out.WriteString(" " + la[i] + "\n")
-			i, j = i+1, j+1
-		case i < len(la) && (j == len(lb) || lcs[i+1][j] >= lcs[i][j+1]):
-			out.WriteString("-" + la[i] + "\n")
-			i++
-		default:
-			out.WriteString("+" + lb[j] + "\n")
-			j++
-		}
-	}
-	return out.String()
-}
-
-func splitLines(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
-}

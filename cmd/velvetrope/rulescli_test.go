@@ -112,24 +112,3 @@ func TestRulesPushDiffHistoryRollback(t *testing.T) {
 	check(11, []string{"rollback", "shop"}, 2, "", "usage: velvetrope rules rollback", 20)
 }
 
-// TestDocDiff pins the diff's shape: deletions before additions, common
-// lines kept, and a bound.
-func TestDocDiff(t *testing.T) {
-	cases := []struct{ a, b, want string }{
-		{"", "x\n", "+x\n"},
-		{"x\n", "", "-x\n"},
-		{"a\nb\nc\n", "a\nB\nc\n", " a\n-b\n+B\n c\n"},
-		{"a\nb\n", "a\nb\n", " a\n b\n"},
-		{"a\nb\nc\n", "c\nb\na\n", "-a\n-b\n c\n+b\n+a\n"},
-	}
-	for i, c := range cases {
-		got := strings.TrimPrefix(docDiff("A", "B", c.a, c.b), "--- A\n+++ B\n")
-		if got != c.want {
-			t.Errorf("%d: got\n%s\nwant\n%s", i, got, c.want)
-		}
-	}
-	big := strings.Repeat("x\n", 3000)
-	if got := docDiff("A", "B", big, big+"y\n"); !strings.Contains(got, "3000 lines → 3001 lines (too long") {
-		t.Errorf("a large diff: %.200s", got)
-	}
-}
