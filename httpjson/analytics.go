@@ -100,3 +100,28 @@ type PoolUsage struct {
 	BorrowedHits uint64 `json:"borrowed_hits"`
 	Refused      uint64 `json:"refused"`
 }
+
+// RuleChanges is the answer of GET /v1/analytics/rule-changes: the rules
+// store's changes, newest first.
+type RuleChanges struct {
+	Window  string       `json:"window"`
+	Changes []RuleChange `json:"changes"`
+}
+
+// RuleChange is one write to the rules store: which domain and version,
+// the version it replaced (From, 0: none), the action (put, delete or
+// rollback), who wrote it and why, the document's lines it added and
+// removed, its size, and the checker that took it. A row of [RuleChanges].
+type RuleChange struct {
+	Time     time.Time `json:"time"`
+	Domain   string    `json:"domain"`
+	Version  int64     `json:"version"`
+	From     int64     `json:"from_version"`
+	Action   string    `json:"action"`
+	Author   string    `json:"author"`
+	Message  string    `json:"message"`
+	Added    int       `json:"added"`
+	Removed  int       `json:"removed"`
+	Bytes    int       `json:"bytes"`
+	Instance string    `json:"instance"`
+}

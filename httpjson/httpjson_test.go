@@ -52,6 +52,10 @@ func TestWire(t *testing.T) {
 			`{"window":"1h","rules":[{"domain":"d","rule":"r","allowed":1,"denied":2,"deferred":3,"shadow_denied":4,"over_soft":5,"elastic":6,"deny_rate":0.25}]}`},
 		{&Pools{Window: "1h", Pools: []PoolUsage{{Domain: "d", Pool: "p", Rule: "d:#pool:p", Borrowed: 1, BorrowedHits: 2, Refused: 3}}},
 			`{"window":"1h","pools":[{"domain":"d","pool":"p","rule":"d:#pool:p","borrowed":1,"borrowed_hits":2,"refused":3}]}`},
+		{&RuleChanges{Window: "7d", Changes: []RuleChange{{Time: at, Domain: "d", Version: 2, From: 1, Action: "put", Author: "admin",
+			Message: "m", Added: 3, Removed: 4, Bytes: 5, Instance: "c0"}}},
+			`{"window":"7d","changes":[{"time":"2026-11-30T11:50:00Z","domain":"d","version":2,"from_version":1,"action":"put",` +
+				`"author":"admin","message":"m","added":3,"removed":4,"bytes":5,"instance":"c0"}]}`},
 	}
 	for i, s := range steps {
 		got, err := json.Marshal(s.v)

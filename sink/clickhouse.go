@@ -126,6 +126,25 @@ var migrations = []migration{
 		{"elastic", "UInt64 DEFAULT 0"},
 		{"pool", `UInt8 DEFAULT position(rule, concat(replaceRegexpAll(domain, '[\\\\/:=|]', '\\\\\\0'), ':#pool:')) = 1`},
 	}},
+	// The rules store's audit: one row per domain and version (a retried
+	// insert is the same row).
+	{3, "rule_changes", []string{
+		`CREATE TABLE IF NOT EXISTS %[1]s.rule_changes (
+			time DateTime,
+			domain String,
+			version UInt64,
+			from_version UInt64,
+			action String,
+			author String,
+			message String,
+			added UInt32,
+			removed UInt32,
+			bytes UInt64,
+			instance String
+		) ENGINE = ReplacingMergeTree()
+		PARTITION BY toYYYYMM(time)
+		ORDER BY (domain, version)`,
+	}, nil},
 }
 
 // Migrate creates the database and applies the migrations it has not

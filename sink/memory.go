@@ -34,6 +34,8 @@ type Memory struct {
 	// Dropped counts rows dropped over the bound in bytes (not those
 	// past the retention, which age out as intended).
 	Dropped atomic.Uint64
+
+	audit memoryRuleChanges
 }
 
 // NewMemory returns an empty store keeping rows for retention (24 h if 0)

@@ -287,7 +287,7 @@ type devHTTPIn struct {
 // newDevHTTP is dev's listener: always ready, analytics from memory.
 func newDevHTTP(in devHTTPIn) (*httpapi.Server, error) {
 	c := in.Common
-	return newCheckerHTTP(c, analytics.New(in.Usage, "", c.Logger), in.Deferred.pub, in.Tickets, nil)
+	return newCheckerHTTP(c, analytics.New(in.Usage, "", c.Logger), in.Deferred.pub, in.Tickets, nil, in.Usage)
 }
 
 // newDevBus is dev's event bus: 16 partitions, at most 1<<20 deltas
@@ -345,12 +345,12 @@ type checkerHTTPIn struct {
 // Its queue appends deferred requests to topic and keeps their tickets
 // in tickets; ready nil means always ready.
 func newCheckerHTTP(in checkerHTTPIn, an *analytics.Handler, topic events.Publisher, tickets counters.Deferrals,
-	ready func() error) (*httpapi.Server, error) {
+	ready func() error, audit sink.RuleAudit) (*httpapi.Server, error) {
 	app, c := in.App, in.Checker
 	q := newQueue(topic, tickets, app, c)
 	q.RegisterMetrics(in.Metrics)
 	mux := http.NewServeMux()
-	an.WithAccess(analytics.Access{Token: app.Analytics.Token, MaxWindow: app.Analytics.MaxWindow,
+	an.WithRuleChanges(audit).WithAccess(analytics.Access{Token: app.Analytics.Token, MaxWindow: app.Analytics.MaxWindow,
 		MaxConcurrent: app.Analytics.MaxConcurrent}).Register(mux)
 	dashboard.Register(mux)
 	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes, logx.New(in.Logger, 10*time.Second), in.Decisions, httpapi.WithQueue(q),
@@ -359,6 +359,12 @@ func newCheckerHTTP(in checkerHTTPIn, an *analytics.Handler, topic events.Publis
 	mux.Handle("/json", rls.JSONHandler(in.RLS, app.HTTP.MaxBodyBytes))
 	adm := admin.New(in.Rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, in.Logger).WithKeys(operate.New(c, in.Store))
 	if db := in.RulesDB.adminDB(app); db != nil {
+		if audit != nil {
+			db.Audit = func(ctx context.Context, c sink.RuleChange) error {
+				c.Instance = app.InstanceID
+				return audit.InsertRuleChange(ctx, c)
+			}
+		}
 		adm.WithRulesDB(*db)
 	}
 	adm.Register(mux)

@@ -154,8 +154,9 @@ type checkerProcessIn struct {
 func newCheckerProcessHTTP(in checkerProcessIn) (*httpapi.Server, error) {
 	c, app, logger := in.Common.Checker, in.Common.App, in.Common.Logger
 	h := analytics.New(nil, "analytics are off: set clickhouse.addr (VELVETROPE_CLICKHOUSE_ADDR) on the checker", logger)
+	var audit sink.RuleAudit // a nil *sink.ClickHouse must stay a nil interface
 	if in.ClickHouse != nil {
-		h = analytics.New(in.ClickHouse, "", logger)
+		h, audit = analytics.New(in.ClickHouse, "", logger), in.ClickHouse
 	}
 	return newCheckerHTTP(in.Common, h, in.Deferred, in.Tickets, func() error {
 		if err := c.StoreReady(); err != nil {
@@ -167,7 +168,7 @@ func newCheckerProcessHTTP(in checkerProcessIn) (*httpapi.Server, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), app.Checker.StoreTimeout)
 		defer cancel()
 		return in.Redis.Ping(ctx).Err()
-	})
+	}, audit)
 }
 
 // newKafkaProducer is the checker's producer; its spill file lives in the

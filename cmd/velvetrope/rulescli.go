@@ -248,4 +248,3 @@ func pushOne(ctx context.Context, c *rulesClient, push bool, domain, path, body,
 	}
 	return nil
 }
-

@@ -111,4 +111,3 @@ func TestRulesPushDiffHistoryRollback(t *testing.T) {
 	check(10, []string{"push", "--addr", srv.URL, "--token", "nope", dir}, 1, "", "401 Unauthorized", 20)
 	check(11, []string{"rollback", "shop"}, 2, "", "usage: velvetrope rules rollback", 20)
 }
-

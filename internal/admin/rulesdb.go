@@ -10,8 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/velvetrope/velvetrope/internal/linediff"
 	"github.com/velvetrope/velvetrope/rulestore"
 	"github.com/velvetrope/velvetrope/rulesync"
+	"github.com/velvetrope/velvetrope/sink"
 )
 
 // RulesDB is the rules database the store endpoints act on: the store,
@@ -23,6 +25,9 @@ type RulesDB struct {
 	Apply   func(ctx context.Context, domain string)
 	// MaxDocumentBytes bounds a PUT's body (rules_store.max_document_bytes).
 	MaxDocumentBytes int64
+	// Audit records each change (nil: the store's history and the log
+	// only). A failure is logged; the change stands.
+	Audit func(ctx context.Context, c sink.RuleChange) error
 }
 
 // Author is the name a change is recorded under: the admin token's.
@@ -248,6 +253,11 @@ func (a *Admin) write(w http.ResponseWriter, r *http.Request, domain, body strin
 	if a.db.Apply != nil {
 		a.db.Apply(r.Context(), domain)
 	}
+	action := "put"
+	if strings.HasPrefix(r.URL.Path, "/v1/rules/") && strings.HasSuffix(r.URL.Path, "/rollback") {
+		action = "rollback"
+	}
+	a.audit(r.Context(), action, cur, v)
 	w.Header().Set("ETag", etag(v.Version))
 	status := http.StatusOK
 	if created {
@@ -275,6 +285,8 @@ func (a *Admin) deleteDoc(w http.ResponseWriter, r *http.Request) (string, int) 
 	if a.db.Apply != nil {
 		a.db.Apply(r.Context(), domain)
 	}
+	prev, _ := a.db.Store.At(r.Context(), domain, v.Version-1)
+	a.audit(r.Context(), "delete", prev, v)
 	w.Header().Set("ETag", etag(v.Version))
 	writeJSON(w, http.StatusOK, versionJSON(v, false))
 	return fmt.Sprintf("deleted at version %d", v.Version), http.StatusOK
@@ -312,6 +324,23 @@ func (a *Admin) rollback(w http.ResponseWriter, r *http.Request) (string, int) {
 		msg = fmt.Sprintf("rollback to version %d", to)
 	}
 	return a.write(w, r, domain, old.Body, match, msg)
+}
+
+// audit records the change from prev (the version replaced; zero: none)
+// to v.
+func (a *Admin) audit(ctx context.Context, action string, prev, v rulestore.Version) {
+	if a.db.Audit == nil {
+		return
+	}
+	added, removed := linediff.Count(prev.Body, v.Body)
+	c := sink.RuleChange{Time: v.Time, Domain: v.Domain, Version: v.Version, From: v.Version - 1, Action: action,
+		Author: v.Author, Message: v.Message, Added: added, Removed: removed, Bytes: len(v.Body)}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := a.db.Audit(ctx, c); err != nil {
+		a.logger.Warn("rules change not audited in analytics (it is in the store's history)", "domain", v.Domain,
+			"version", v.Version, "error", err)
+	}
 }
 
 // readBody reads a document of at most the store's bound; status 0: read.

@@ -2,7 +2,9 @@ package admin
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +16,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/rulestore"
 	"github.com/velvetrope/velvetrope/rulesync"
+	"github.com/velvetrope/velvetrope/sink"
 )
 
 func shopDoc(limit string) string {
@@ -23,7 +26,7 @@ func shopDoc(limit string) string {
 // setupDB is the admin endpoints over rule files (domain api, in a
 // directory) and a memory rules store, the store's versions applied at
 // once as a checker's follower applies them.
-func setupDB(t *testing.T) (http.Handler, *config.Store, string, *bytes.Buffer) {
+func setupDB(t *testing.T) (http.Handler, *config.Store, string, *bytes.Buffer, *sink.Memory) {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "api.yaml")
@@ -45,12 +48,13 @@ func setupDB(t *testing.T) (http.Handler, *config.Store, string, *bytes.Buffer) 
 		t.Fatal(err)
 	}
 	f := rulesync.NewFollower(store, src, rulesync.FollowerOptions{})
+	audit := sink.NewMemory(0)
 	var log bytes.Buffer
 	a := New(live, []string{dir}, "tok", 1<<16, slog.New(slog.NewTextHandler(&log, nil))).
-		WithRulesDB(RulesDB{Store: store, Sources: src, Apply: f.SyncDomain, MaxDocumentBytes: 1024})
+		WithRulesDB(RulesDB{Store: store, Sources: src, Apply: f.SyncDomain, MaxDocumentBytes: 1024, Audit: audit.InsertRuleChange})
 	mux := http.NewServeMux()
 	a.Register(mux)
-	return mux, live, path, &log
+	return mux, live, path, &log, audit
 }
 
 func sendH(h http.Handler, method, path, body string, headers ...string) *httptest.ResponseRecorder {
@@ -79,7 +83,7 @@ func liveLimit(live *config.Store, domain string) int64 {
 // domain (409 naming the file), history, one version, rollback, delete —
 // and the live rules after each step.
 func TestRulesStoreEndpoints(t *testing.T) {
-	h, live, path, log := setupDB(t)
+	h, live, path, log, audit := setupDB(t)
 	steps := []struct {
 		method, path, body string
 		headers            []string
@@ -148,6 +152,17 @@ func TestRulesStoreEndpoints(t *testing.T) {
 	// the files reloaded keep the store's domain
 	if rec := send(h, "POST", "/v1/rules/reload", "tok", ""); rec.Code != 200 || liveLimit(live, "shop") != 6 {
 		t.Fatalf("reload: %d %s, shop's limit %d", rec.Code, rec.Body, liveLimit(live, "shop"))
+	}
+	changes, err := audit.RuleChanges(context.Background(), sink.RuleChangesQuery{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trail []string
+	for _, c := range changes {
+		trail = append(trail, fmt.Sprintf("%s %d→%d +%d-%d", c.Action, c.From, c.Version, c.Added, c.Removed))
+	}
+	if want := "[put 4→5 +4-0 delete 3→4 +0-4 rollback 2→3 +1-1 put 1→2 +1-1 put 0→1 +4-0]"; fmt.Sprint(trail) != want {
+		t.Fatalf("audit %v, want %s", trail, want)
 	}
 	if !strings.Contains(log.String(), "action=rules.put") || !strings.Contains(log.String(), "action=rules.rollback") {
 		t.Fatalf("changes not audited in the log:\n%s", log)

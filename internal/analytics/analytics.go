@@ -56,7 +56,15 @@ type Handler struct {
 	now    func() time.Time
 	logger *logx.Limited // store failures repeat per request: rate-limited
 	access Access
-	slots  chan struct{} // one per query running
+	slots  chan struct{}  // one per query running
+	audit  sink.RuleAudit // the rules store's changes; nil: not kept here
+}
+
+// WithRuleChanges serves GET /v1/analytics/rule-changes from a (nil: the
+// endpoint answers 503 like the others when analytics are off).
+func (h *Handler) WithRuleChanges(a sink.RuleAudit) *Handler {
+	h.audit = a
+	return h
 }
 
 // New returns the handler over store; off explains a nil store. Its
@@ -92,6 +100,7 @@ func (h *Handler) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/analytics/rules", h.guard(h.rules))
 	mux.HandleFunc("GET /v1/analytics/timeline", h.guard(h.timeline))
 	mux.HandleFunc("GET /v1/analytics/pools", h.guard(h.pools))
+	mux.HandleFunc("GET /v1/analytics/rule-changes", h.guard(h.ruleChanges))
 }
 
 // guard requires the token when one is set.
@@ -295,6 +304,33 @@ func (h *Handler) pools(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, httpjson.Pools{Window: p.windowText, Pools: pools.([]sink.PoolUsage)})
+}
+
+// ruleChanges lists the rules store's changes, newest first (window 7d
+// unless given, bounded by analytics.max_window).
+func (h *Handler) ruleChanges(w http.ResponseWriter, r *http.Request) {
+	p, err := h.params(r, "window", "domain", "limit")
+	if h.refused(w, err) {
+		return
+	}
+	if r.URL.Query().Get("window") == "" {
+		p.window = min(7*day, h.access.MaxWindow)
+		p.windowText = fmtWindow(p.window)
+	}
+	changes, err := h.query(r.Context(), func(ctx context.Context, _ sink.Analytics) (any, error) {
+		if h.audit == nil {
+			return nil, errOff
+		}
+		return h.audit.RuleChanges(ctx, sink.RuleChangesQuery{Since: h.since(p.window), Domain: p.domain, Limit: p.limit})
+	})
+	if h.failed(w, "rule changes", err) {
+		return
+	}
+	out := changes.([]sink.RuleChange)
+	if out == nil {
+		out = []sink.RuleChange{}
+	}
+	writeJSON(w, http.StatusOK, httpjson.RuleChanges{Window: p.windowText, Changes: out})
 }
 
 // errOff marks a query refused because analytics are off.

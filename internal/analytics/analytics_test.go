@@ -41,7 +41,14 @@ func seeded(t testing.TB) http.Handler {
 	if err := mem.Insert(context.Background(), rows); err != nil {
 		t.Fatal(err)
 	}
-	h := New(mem, "", nil)
+	for i, d := range []string{"api", "web", "api"} {
+		if err := mem.InsertRuleChange(context.Background(), sink.RuleChange{Time: now.Add(-time.Duration(3-i) * 24 * time.Hour),
+			Domain: d, Version: int64(i/2 + 1), From: int64(i / 2), Action: "put", Author: "admin", Message: "m", Added: 4, Bytes: 90,
+			Instance: "c/1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := New(mem, "", nil).WithRuleChanges(mem)
 	h.now = func() time.Time { return now }
 	mux := http.NewServeMux()
 	h.Register(mux)
@@ -87,6 +94,13 @@ func TestEndpoints(t *testing.T) {
 			`{"domain":"web","pool":"spare","rule":"web:#pool:spare","borrowed":2,"borrowed_hits":2,"refused":3}]}`},
 		{"/v1/analytics/pools?window=15m&domain=api", 200, `{"window":"15m","pools":[]}`},
 		{"/v1/analytics/pools?rule=x", 400, `{"error":"rule: unknown parameter (want window, domain)"}`},
+		{"/v1/analytics/rule-changes?domain=api", 200, `{"window":"7d","changes":[` +
+			`{"time":"2026-11-29T12:00:30Z","domain":"api","version":2,"from_version":1,"action":"put","author":"admin","message":"m","added":4,"removed":0,"bytes":90,"instance":"c/1"},` +
+			`{"time":"2026-11-27T12:00:30Z","domain":"api","version":1,"from_version":0,"action":"put","author":"admin","message":"m","added":4,"removed":0,"bytes":90,"instance":"c/1"}]}`},
+		{"/v1/analytics/rule-changes?window=2d&limit=1", 200, `{"window":"2d","changes":[` +
+			`{"time":"2026-11-29T12:00:30Z","domain":"api","version":2,"from_version":1,"action":"put","author":"admin","message":"m","added":4,"removed":0,"bytes":90,"instance":"c/1"}]}`},
+		{"/v1/analytics/rule-changes?window=1h", 200, `{"window":"1h","changes":[]}`},
+		{"/v1/analytics/rule-changes?rule=x", 400, `{"error":"rule: unknown parameter (want window, domain, limit)"}`},
 		{"/v1/analytics/rules?window=1h&domain=api", 200,
 			`{"window":"1h","rules":[{"domain":"api","rule":"api:ip","allowed":30,"denied":0,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"deny_rate":0},` +
 				`{"domain":"api","rule":"api:user_id","allowed":11,"denied":25,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"deny_rate":0.6944444444444444}]}`},
@@ -150,7 +164,8 @@ func FuzzQuery(f *testing.F) {
 	}
 	h := seeded(f)
 	f.Fuzz(func(t *testing.T, q string) {
-		for _, path := range []string{"/v1/analytics/top-denied", "/v1/analytics/usage", "/v1/analytics/rules", "/v1/analytics/timeline", "/v1/analytics/pools"} {
+		for _, path := range []string{"/v1/analytics/top-denied", "/v1/analytics/usage", "/v1/analytics/rules", "/v1/analytics/timeline", "/v1/analytics/pools",
+			"/v1/analytics/rule-changes"} {
 			req := httptest.NewRequest("GET", path, nil)
 			req.URL.RawQuery = q // whatever bytes a client sends
 			rec := httptest.NewRecorder()

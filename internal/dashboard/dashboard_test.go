@@ -81,8 +81,13 @@ func TestDashboardInChromium(t *testing.T) {
 	if err := ch.Insert(context.Background(), rows); err != nil {
 		t.Fatal(err)
 	}
+	changeAt := time.Unix(at(7), 0).UTC()
+	if err := ch.InsertRuleChange(context.Background(), sink.RuleChange{Time: changeAt, Domain: "api", Version: 3, From: 2,
+		Action: "rollback", Author: "admin", Message: "<b>back</b> to 2", Added: 1, Removed: 2, Bytes: 80, Instance: "c0"}); err != nil {
+		t.Fatal(err)
+	}
 	mux := http.NewServeMux()
-	analytics.New(ch, "", nil).Register(mux)
+	analytics.New(ch, "", nil).WithRuleChanges(ch).Register(mux)
 	Register(mux)
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
@@ -134,6 +139,8 @@ func TestDashboardInChromium(t *testing.T) {
 		{"top", `<tr data-key="team=x"><td class="key" title="api team=x">team=x</td><td title="api:team">api:team</td><td class="n">1</td><td class="n">9</td><td class="n">0</td><td class="n">0</td><td class="n">0</td><td class="n">4</td>`},
 		{"rules", `<td>api:tenant/route=/export</td><td class="n">0</td><td class="n">3</td><td class="n">5</td><td class="n">0.0 %</td>`},
 		{"pools", `<tbody data-rows="1"><tr data-pool="p" data-domain="api"><td class="key">p</td><td>api</td><td class="n">4</td><td class="n">6</td><td class="n">500</td></tr>`},
+		{"changes", `<tbody data-rows="1"><tr data-domain="api" data-version="3"><td>` + changeAt.Format("2006-01-02 15:04:05") +
+			`</td><td class="key">api</td><td class="n">2 → 3</td><td>rollback</td><td>admin</td><td class="n">+1 −2</td><td title="c0">&lt;b&gt;back&lt;/b&gt; to 2</td></tr>`},
 	} {
 		if sec := table(dom, tc.table); !strings.Contains(sec, tc.want) {
 			t.Fatalf("table %s lacks %q:\n%s", tc.table, tc.want, sec)
