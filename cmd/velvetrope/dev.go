@@ -364,6 +364,9 @@ func newCheckerHTTP(in checkerHTTPIn, an *analytics.Handler, topic events.Publis
 				c.Instance = app.InstanceID
 				return audit.InsertRuleChange(ctx, c)
 			}
+			if d, ok := audit.(sink.Demander); ok {
+				db.Demand, db.MaxWindow = d, app.Analytics.MaxWindow
+			}
 		}
 		adm.WithRulesDB(*db)
 	}

@@ -118,6 +118,7 @@ func runRulesStore(sub string, args []string, stdout, stderr io.Writer) int {
 	message := new(string)
 	var to *int64
 	var limit *int
+	var window *string
 	switch sub {
 	case "push":
 		message = fs.String("message", "", "why: recorded with each new version")
@@ -126,6 +127,8 @@ func runRulesStore(sub string, args []string, stdout, stderr io.Writer) int {
 		to = fs.Int64("to", 0, "the version whose document becomes current again")
 	case "history":
 		limit = fs.Int("limit", 20, "versions to list, newest first")
+	case "dry-run":
+		window = fs.String("window", "24h", "how much of the recorded usage to replay: 15m, 6h, 7d (at most analytics.max_window)")
 	}
 	if err := cmd.parse(fs, args, stdout); err != nil {
 		return cmd.exit(err, stderr, 2)
@@ -157,6 +160,30 @@ func runRulesStore(sub string, args []string, stdout, stderr io.Writer) int {
 			}
 			if err := pushOne(ctx, c, sub == "push", f.Domain, f.Path, string(body), *message, stdout); err != nil {
 				fmt.Fprintf(stderr, "velvetrope rules %s: %s (%s): %v\n", sub, f.Domain, f.Path, err)
+				code = 1
+			}
+		}
+		return code
+	case "dry-run":
+		if fs.NArg() == 0 {
+			fmt.Fprintf(stderr, "usage: velvetrope rules dry-run %s\n", cmd.synopsis)
+			return 2
+		}
+		files, err := config.ReadRuleFiles(fs.Args()...)
+		if err != nil {
+			return fail(err)
+		}
+		code := 0
+		for _, f := range files {
+			body, err := os.ReadFile(f.Path)
+			if err == nil {
+				var rep admin.DryRunJSON
+				if err = c.do(ctx, "POST", docPath(f.Domain)+"/dry-run?window="+url.QueryEscape(*window), string(body), &rep); err == nil {
+					printDryRun(stdout, f.Path, rep)
+				}
+			}
+			if err != nil {
+				fmt.Fprintf(stderr, "velvetrope rules dry-run: %s (%s): %v\n", f.Domain, f.Path, err)
 				code = 1
 			}
 		}
@@ -200,6 +227,35 @@ func runRulesStore(sub string, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	return 2
+}
+
+// printDryRun writes a dry run's report: a line per rule, its top keys
+// under it.
+func printDryRun(w io.Writer, path string, rep admin.DryRunJSON) {
+	fmt.Fprintf(w, "%s (%s): the last %s of usage, %d keys, %d requests (%d matched by no rule)\n",
+		rep.Domain, path, rep.Window, rep.Keys, rep.Requests, rep.Unmatched)
+	fmt.Fprintf(w, "  %-32s %-16s %10s %10s %10s  %s\n", "RULE", "LIMIT", "REQUESTS", "WOULD DENY", "DENIED NOW", "HOW")
+	for _, r := range rep.Rules {
+		limit := "unlimited"
+		if r.Unit != "" {
+			limit = fmt.Sprintf("%d/%s", r.Limit, r.Unit)
+		}
+		how := "exact"
+		if !r.Exact {
+			how = "estimate"
+		}
+		if r.Shadow {
+			how += ", shadow: refuses nobody"
+		}
+		fmt.Fprintf(w, "  %-32s %-16s %10d %10d %10d  %s\n", r.Rule, limit, r.Requests, r.WouldDeny, r.DeniedNow, how)
+		for _, k := range r.TopKeys {
+			if k.WouldDeny == 0 {
+				break
+			}
+			fmt.Fprintf(w, "    %-46s %10d %10d %10d\n", k.Descriptor, k.Requests, k.WouldDeny, k.DeniedNow)
+		}
+	}
+	fmt.Fprintf(w, "  (%s)\n", rep.Note)
 }
 
 // pushOne shows how domain's document in the store differs from body and,

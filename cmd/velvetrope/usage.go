@@ -179,6 +179,11 @@ var rulesStoreCommands = map[string]command{
 	"history": {"rules history", "[--addr HOST:PORT] [--limit 20] DOMAIN",
 		"List a domain's versions in the rules store, newest first: time, author, size, message.",
 		[]string{"VELVETROPE_ADMIN_TOKEN"}},
+	"dry-run": {"rules dry-run", "[--addr HOST:PORT] [--token T] [--window 24h] FILE|DIR...",
+		"Replay the window's usage (the analytics' rows) through each rule file's domain as proposed, on a running\n" +
+			"velvetrope: per rule the requests it would have refused and whose, beside what the live rules refused.\n" +
+			"Writes nothing.",
+		[]string{"VELVETROPE_ADMIN_TOKEN"}},
 	"rollback": {"rules rollback", "--to N [--addr HOST:PORT] [--token T] [--message M] DOMAIN",
 		"Make version N's document of DOMAIN current again, as a new version.",
 		[]string{"VELVETROPE_ADMIN_TOKEN"}},
@@ -207,6 +212,8 @@ Usage:
   velvetrope rules validate PATH... check rule files or directories; exit 1 on errors
   velvetrope rules push|diff PATH... [--addr HOST:PORT] [--token T] [--message M]
                                    write rule files' domains to a running velvetrope's rules store (or show the diff)
+  velvetrope rules dry-run PATH... [--window 24h]
+                                   what rule files would have refused of the window's real traffic
   velvetrope rules history DOMAIN | rules rollback --to N DOMAIN
                                    a domain's versions in the rules store; make an old one current again
   velvetrope bench [--addr HOST:PORT[,...]] [--protocol envoy|gubernator] [--callers 64] [--conns 4]

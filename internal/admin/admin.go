@@ -49,6 +49,7 @@ type Admin struct {
 	logger  *slog.Logger
 	mu      sync.Mutex // one reload at a time
 	db      *RulesDB   // nil: no rules store
+	dryRuns sync.Mutex // one dry run at a time: each reads up to DryRunMaxRows
 }
 
 // New returns the admin endpoints for store, loaded from paths, requiring

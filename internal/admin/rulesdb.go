@@ -10,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/analytics"
+	"github.com/velvetrope/velvetrope/internal/dryrun"
 	"github.com/velvetrope/velvetrope/internal/linediff"
 	"github.com/velvetrope/velvetrope/rulestore"
 	"github.com/velvetrope/velvetrope/rulesync"
@@ -28,7 +31,15 @@ type RulesDB struct {
 	// Audit records each change (nil: the store's history and the log
 	// only). A failure is logged; the change stands.
 	Audit func(ctx context.Context, c sink.RuleChange) error
+	// Demand is the usage a dry run replays (nil: dry runs answer 503),
+	// MaxWindow the longest window one may replay (analytics.max_window).
+	Demand    sink.Demander
+	MaxWindow time.Duration
 }
+
+// DryRunMaxRows bounds the usage rows one dry run reads (a key's minute
+// each; about 100 MB at the bound): a longer window answers 422.
+const DryRunMaxRows = 1_000_000
 
 // Author is the name a change is recorded under: the admin token's.
 const Author = "admin"
@@ -50,6 +61,71 @@ func (a *Admin) registerRulesDB(mux *http.ServeMux) {
 	mux.HandleFunc("PUT /v1/rules/{domain}", a.authorized("rules.put", a.putDoc))
 	mux.HandleFunc("DELETE /v1/rules/{domain}", a.authorized("rules.delete", a.deleteDoc))
 	mux.HandleFunc("POST /v1/rules/{domain}/rollback", a.authorized("rules.rollback", a.rollback))
+	mux.HandleFunc("POST /v1/rules/{domain}/dry-run", a.authorized("rules.dry-run", a.dryRun))
+}
+
+// DryRunJSON is the answer of POST /v1/rules/{domain}/dry-run.
+type DryRunJSON struct {
+	Window string    `json:"window"`
+	Since  time.Time `json:"since"`
+	dryrun.Report
+}
+
+// dryRun evaluates the posted document against the window's usage.
+func (a *Admin) dryRun(w http.ResponseWriter, r *http.Request) (string, int) {
+	domain := r.PathValue("domain")
+	if a.db.Demand == nil {
+		writeJSON(w, http.StatusServiceUnavailable, ErrorsJSON{Error: "a dry run replays the analytics' usage: set clickhouse.addr (VELVETROPE_CLICKHOUSE_ADDR) on the checker"})
+		return "no analytics", http.StatusServiceUnavailable
+	}
+	win := r.URL.Query().Get("window")
+	if win == "" {
+		win = "24h"
+	}
+	d, err := analytics.ParseWindow(win, a.db.MaxWindow)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: "window: " + err.Error()})
+		return "bad window", http.StatusBadRequest
+	}
+	body, out, status := a.readBody(w, r)
+	if status != 0 {
+		return out, status
+	}
+	f, err := config.ParseRules("dry-run:"+domain, body)
+	var rs *config.RuleSet
+	if err == nil && f.Domain != domain {
+		err = fmt.Errorf("the document's domain %q is not %q", f.Domain, domain)
+	}
+	if err == nil {
+		rs, err = config.Compile([]*config.File{f})
+	}
+	if err != nil {
+		writeJSON(w, http.StatusUnprocessableEntity, errorsOf("invalid rules", err))
+		return "invalid: " + firstLine(err), http.StatusUnprocessableEntity
+	}
+	if !a.dryRuns.TryLock() {
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, ErrorsJSON{Error: "another dry run is running on this checker: try again shortly"})
+		return "busy", http.StatusServiceUnavailable
+	}
+	defer a.dryRuns.Unlock()
+	since := time.Now().Add(-d).Truncate(time.Minute)
+	rows, err := a.db.Demand.Demand(r.Context(), sink.DemandQuery{Domain: domain, Since: since, MaxRows: DryRunMaxRows})
+	if errors.Is(err, sink.ErrTooMuchDemand) {
+		writeJSON(w, http.StatusUnprocessableEntity, ErrorsJSON{Error: fmt.Sprintf("window: %s of domain %q holds more than %d keys' minutes: try a shorter window", win, domain, DryRunMaxRows)})
+		return "too much usage", http.StatusUnprocessableEntity
+	}
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, ErrorsJSON{Error: "the analytics store did not answer: " + err.Error()})
+		return "analytics error", http.StatusServiceUnavailable
+	}
+	rep, err := dryrun.Evaluate(rs, domain, rows)
+	if err != nil {
+		writeJSON(w, http.StatusUnprocessableEntity, ErrorsJSON{Error: err.Error()})
+		return "invalid", http.StatusUnprocessableEntity
+	}
+	writeJSON(w, http.StatusOK, DryRunJSON{Window: win, Since: since.UTC(), Report: rep})
+	return fmt.Sprintf("dry run of %d keys", rep.Keys), http.StatusOK
 }
 
 // VersionJSON is one version of a domain's rules as the store endpoints

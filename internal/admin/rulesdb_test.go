@@ -12,8 +12,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/testsvc"
 	"github.com/velvetrope/velvetrope/rulestore"
 	"github.com/velvetrope/velvetrope/rulesync"
 	"github.com/velvetrope/velvetrope/sink"
@@ -166,5 +168,65 @@ func TestRulesStoreEndpoints(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "action=rules.put") || !strings.Contains(log.String(), "action=rules.rollback") {
 		t.Fatalf("changes not audited in the log:\n%s", log)
+	}
+}
+
+// TestDryRunOnClickHouse: the dry run replays real ClickHouse rows — two
+// instances' rows of one key summed, another domain's and a pool's left
+// out — against counts computed by hand: 5 a minute over priya's 8 then
+// 4 refuses 3; bob's 9 (4 refused now) refuses 4; nobody else is matched.
+func TestDryRunOnClickHouse(t *testing.T) {
+	ch, err := sink.NewClickHouse(sink.ClickHouseConfig{Addr: testsvc.ClickHouse(t), Database: testsvc.Unique("dry")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	m := time.Now().Add(-5 * time.Minute).Truncate(time.Minute).Unix()
+	rows := []sink.Row{
+		{Minute: m, Domain: "shop", Rule: "shop:user", Descriptor: "user=priya", Instance: "c0", Stream: 1, Version: 1, Allowed: 5},
+		{Minute: m, Domain: "shop", Rule: "shop:user", Descriptor: "user=priya", Instance: "c1", Stream: 1, Version: 1, Allowed: 3},
+		{Minute: m + 60, Domain: "shop", Rule: "shop:user", Descriptor: "user=priya", Instance: "c0", Stream: 1, Version: 2, Allowed: 4},
+		{Minute: m, Domain: "shop", Rule: "shop:user", Descriptor: "user=bob", Instance: "c0", Stream: 2, Version: 1, Allowed: 5, Denied: 4},
+		{Minute: m, Domain: "shop", Rule: "shop:ip", Descriptor: "ip=10.0.0.1", Instance: "c0", Stream: 3, Version: 1, Allowed: 7},
+		{Minute: m, Domain: "web", Rule: "web:user", Descriptor: "user=priya", Instance: "c0", Stream: 4, Version: 1, Allowed: 50},
+		{Minute: m, Domain: "shop", Rule: "shop:#pool:p", Descriptor: "#pool=p", Instance: "c0", Stream: 5, Version: 1, Allowed: 50, Pool: true},
+	}
+	ctx := context.Background()
+	if err := ch.Insert(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	store, _ := rulestore.NewMemory(rulestore.Options{})
+	live := config.NewStore(nil)
+	New(live, nil, "tok", 1<<16, slog.New(slog.DiscardHandler)).WithRulesDB(RulesDB{Store: store,
+		Sources: rulesync.NewSources(live, nil), MaxDocumentBytes: 1 << 16, Demand: ch, MaxWindow: 24 * time.Hour}).Register(mux)
+	rec := sendH(mux, "POST", "/v1/rules/shop/dry-run?window=2h", shopDoc("5"))
+	if rec.Code != 200 {
+		t.Fatalf("dry run: %d %s", rec.Code, rec.Body)
+	}
+	var rep DryRunJSON
+	if err := json.Unmarshal(rec.Body.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Keys != 3 || rep.Requests != 12+9+7 || rep.Unmatched != 7 || len(rep.Rules) != 1 {
+		t.Fatalf("report: %+v", rep)
+	}
+	r := rep.Rules[0]
+	if r.Rule != "shop:user" || r.Requests != 21 || r.WouldDeny != 7 || r.DeniedNow != 4 || !r.Exact ||
+		len(r.TopKeys) != 2 || r.TopKeys[0].Descriptor != "user=bob" || r.TopKeys[0].WouldDeny != 4 || r.TopKeys[1].WouldDeny != 3 {
+		t.Fatalf("rule: %+v", r)
+	}
+	for _, c := range []struct {
+		path, body string
+		code       int
+		want       string
+	}{
+		{"/v1/rules/shop/dry-run?window=48h", shopDoc("5"), 400, "at most 1d here"},
+		{"/v1/rules/shop/dry-run", "domain: web\ndescriptors: []\n", 422, `the document's domain \"web\" is not \"shop\"`},
+		{"/v1/rules/shop/dry-run", "domain: shop\ndescriptors: 3\n", 422, `dry-run:shop:2:14`},
+	} {
+		if rec := sendH(mux, "POST", c.path, c.body); rec.Code != c.code || !strings.Contains(rec.Body.String(), c.want) {
+			t.Fatalf("%s: %d %s; want %d with %q", c.path, rec.Code, rec.Body, c.code, c.want)
+		}
 	}
 }
