@@ -12,8 +12,8 @@ import (
 // Demand is one descriptor's use in one minute of a domain, every
 // instance and stream summed: what a dry run replays.
 type Demand struct {
-	Minute     int64 // unix seconds, a multiple of 60
-	Descriptor string
+	Minute                                  int64 // unix seconds, a multiple of 60
+	Descriptor                              string
 	Allowed, Denied, Deferred, ShadowDenied int64
 	AllowedCost, DeniedCost                 int64
 }
