@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,9 +31,10 @@ type Follower struct {
 	opts  FollowerOptions
 	log   *logx.Limited
 
-	mu    sync.Mutex       // one sync at a time
-	seen  map[string]int64 // domain → the version last taken or refused
-	dirty bool             // the live versions changed since the cache was written
+	mu        sync.Mutex       // one sync at a time
+	seen      map[string]int64 // domain → the version last taken or refused
+	dirty     bool             // the live versions changed since the cache was written
+	conflicts []string         // store domains a rule file defines too (refused)
 
 	synced   atomic.Int64 // unix ns of the last sync that reached the store; 0: none yet
 	refused  atomic.Int64
@@ -79,6 +81,12 @@ func (f *Follower) Start(ctx context.Context) error {
 		if err := f.loadCache(); err != nil {
 			return err
 		}
+	}
+	f.mu.Lock()
+	conflicts := f.conflicts
+	f.mu.Unlock()
+	if len(conflicts) > 0 {
+		return fmt.Errorf("%s: a domain lives in rule files or in the rules store, not both (delete it from one)", strings.Join(conflicts, "; "))
 	}
 	loop, cancel := context.WithCancel(context.Background())
 	f.cancel, f.done = cancel, make(chan struct{})
@@ -179,6 +187,9 @@ func (f *Follower) take(ctx context.Context, domain string) error {
 		return nil
 	}
 	f.seen[domain] = v.Version
+	if path, ok := f.src.FileDomain(domain); ok && !v.Deleted {
+		f.conflicts = append(f.conflicts, fmt.Sprintf("domain %q is in the rule file %s and in the rules store (version %d)", domain, path, v.Version))
+	}
 	if err := f.src.Apply(v); err != nil {
 		f.refused.Add(1)
 		f.opts.Logger.Error("rules version refused; the domain's rules before it stay", "domain", domain, "version", v.Version, "err", err)

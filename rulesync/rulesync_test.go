@@ -227,3 +227,21 @@ func TestFollowerHearsChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestADomainInBothPlacesStopsTheStart: a store domain a rule file defines
+// too is an error at start naming both places.
+func TestADomainInBothPlacesStopsTheStart(t *testing.T) {
+	ctx := context.Background()
+	store, _ := rulestore.NewMemory(rulestore.Options{})
+	if _, err := store.Put(ctx, rulestore.Write{Domain: "files", Body: ruleDoc("files", "ip", 3)}); err != nil {
+		t.Fatal(err)
+	}
+	src, live := fileSources(t)
+	err := NewFollower(store, src, FollowerOptions{}).Start(ctx)
+	if err == nil || !strings.Contains(err.Error(), `domain "files" is in the rule file rules/files.yaml and in the rules store (version 1)`) {
+		t.Fatalf("start: %v", err)
+	}
+	if limitOf(live, "files") != 10 {
+		t.Fatal("the store's version replaced the file's")
+	}
+}
