@@ -41,6 +41,8 @@ var envVars = []envVar{
 	{"VELVETROPE_ANALYTICS_TOKEN", "analytics.token", func(a *App, v string) { a.Analytics.Token = v }},
 	{"VELVETROPE_STATE_DIR", "checker.state_dir", func(a *App, v string) { a.Checker.StateDir = v }},
 	{"VELVETROPE_PPROF_ADDR", "debug.pprof_addr", func(a *App, v string) { a.Debug.PprofAddr = v }},
+	{"VELVETROPE_RULES_STORE", "rules_store.backend", func(a *App, v string) { a.RulesStore.Backend = v }},
+	{"VELVETROPE_RULES_STORE_REDIS_ADDRS", "rules_store.redis_addrs", func(a *App, v string) { a.RulesStore.RedisAddrs = envList(v) }},
 }
 
 // Env lists the environment overrides, applied after the file.

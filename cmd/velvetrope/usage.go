@@ -126,13 +126,14 @@ var processes = map[string]process{
 		"Serve the HTTP and Envoy gRPC APIs over the whole pipeline on in-memory backends, in one process.\n" +
 			"Without admin.token it generates an admin token and prints it in the banner.",
 		[]string{"VELVETROPE_INSTANCE_ID", "VELVETROPE_RULES", "VELVETROPE_HTTP_ADDR", "VELVETROPE_GRPC_ADDR",
-			"VELVETROPE_ADMIN_TOKEN", "VELVETROPE_ANALYTICS_TOKEN", "VELVETROPE_HASH_KEY", "VELVETROPE_PPROF_ADDR"}}, true, true},
+			"VELVETROPE_ADMIN_TOKEN", "VELVETROPE_ANALYTICS_TOKEN", "VELVETROPE_HASH_KEY", "VELVETROPE_PPROF_ADDR", "VELVETROPE_RULES_STORE"}}, true, true},
 	"checker": {command{"checker", "[flags]",
 		"Serve the HTTP and Envoy gRPC APIs, sharing counters through Redis and Kafka.",
 		[]string{"VELVETROPE_INSTANCE_ID", "VELVETROPE_RULES", "VELVETROPE_HTTP_ADDR", "VELVETROPE_GRPC_ADDR",
 			"VELVETROPE_REDIS_ADDRS", "VELVETROPE_REDIS_PASSWORD", "VELVETROPE_KAFKA_BROKERS", "VELVETROPE_KAFKA_SASL_PASSWORD",
 			"VELVETROPE_CLICKHOUSE_ADDR", "VELVETROPE_CLICKHOUSE_PASSWORD", "VELVETROPE_ADMIN_TOKEN", "VELVETROPE_ANALYTICS_TOKEN",
-			"VELVETROPE_HASH_KEY", "VELVETROPE_STATE_DIR", "VELVETROPE_PPROF_ADDR"}}, true, true},
+			"VELVETROPE_HASH_KEY", "VELVETROPE_STATE_DIR", "VELVETROPE_PPROF_ADDR", "VELVETROPE_RULES_STORE",
+			"VELVETROPE_RULES_STORE_REDIS_ADDRS"}}, true, true},
 	"aggregator": {command{"aggregator", "[flags]",
 		"Apply consumption deltas from Kafka to the Redis counters, and usage to ClickHouse when clickhouse.addr is set;\n" +
 			"/metrics, /healthz and /readyz on its HTTP listener.",
@@ -144,7 +145,7 @@ var processes = map[string]process{
 			"rule's defer.target; /metrics, /healthz and /readyz on its HTTP listener.",
 		[]string{"VELVETROPE_INSTANCE_ID", "VELVETROPE_RULES", "VELVETROPE_HTTP_ADDR", "VELVETROPE_REDIS_ADDRS",
 			"VELVETROPE_REDIS_PASSWORD", "VELVETROPE_KAFKA_BROKERS", "VELVETROPE_KAFKA_SASL_PASSWORD", "VELVETROPE_HASH_KEY",
-			"VELVETROPE_STATE_DIR", "VELVETROPE_PPROF_ADDR"}}, true, false},
+			"VELVETROPE_STATE_DIR", "VELVETROPE_PPROF_ADDR", "VELVETROPE_RULES_STORE", "VELVETROPE_RULES_STORE_REDIS_ADDRS"}}, true, false},
 }
 
 // The other subcommands.

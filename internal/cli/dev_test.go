@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"regexp"
@@ -149,6 +150,11 @@ func newReflectionClient(t *testing.T, conn *grpc.ClientConn) (*reflectionClient
 
 func (c *reflectionClient) ask(req *reflectionpb.ServerReflectionRequest) (*reflectionpb.ServerReflectionResponse, error) {
 	if err := c.stream.Send(req); err != nil {
+		if errors.Is(err, io.EOF) {
+			// the server ended the stream (Unimplemented): Send says only
+			// EOF, Recv says why (seen under load in make test)
+			_, err = c.stream.Recv()
+		}
 		return nil, err
 	}
 	return c.stream.Recv()
