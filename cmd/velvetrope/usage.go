@@ -31,6 +31,8 @@ var envVars = []envVar{
 	{"VELVETROPE_HASH_KEY", "checker.hash_key: secret of hash_values rules, the same on every checker (unset: random)"},
 	{"VELVETROPE_STATE_DIR", "checker.state_dir: the spill file's directory (default $STATE_DIRECTORY, else /var/lib/velvetrope, else ~/.local/state/velvetrope)"},
 	{"VELVETROPE_PPROF_ADDR", "debug.pprof_addr: serve Go's profiles on this address (unset: none)"},
+	{"VELVETROPE_RULES_STORE", "rules_store.backend: redis or memory, the rules store beside the rule files (unset: files only; dev: memory)"},
+	{"VELVETROPE_RULES_STORE_REDIS_ADDRS", "rules_store.redis_addrs: a persistent Redis of the rules store's own, comma-separated (unset: redis.addrs)"},
 }
 
 // envText is the description of the variable name ("" when unknown).
