@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -177,7 +178,7 @@ func storeError(w http.ResponseWriter, v rulestore.Version, err error) (string, 
 		return "bad input: " + in.Field, http.StatusBadRequest
 	case errors.As(err, &c):
 		w.Header().Set("ETag", etag(c.Current))
-		msg := fmt.Sprintf("domain %q is at version %d, not %d: read it again (GET /v1/rules/%s), then write with If-Match: \"%d\"", c.Domain, c.Current, c.IfMatch, c.Domain, c.Current)
+		msg := fmt.Sprintf("domain %q is at version %d, not %d: read it again (GET /v1/rules/%s), then write with If-Match: \"%d\"", c.Domain, c.Current, c.IfMatch, url.PathEscape(c.Domain), c.Current)
 		if c.IfMatch == 0 {
 			msg = fmt.Sprintf("domain %q is already in the store at version %d: a PUT without If-Match only creates; send If-Match: \"%d\" to replace that version (or * for whatever is current)", c.Domain, c.Current, c.Current)
 		}
@@ -392,7 +393,7 @@ func (a *Admin) rollback(w http.ResponseWriter, r *http.Request) (string, int) {
 		return storeError(w, rulestore.Version{Domain: domain}, err)
 	}
 	if old.Deleted {
-		writeJSON(w, http.StatusUnprocessableEntity, ErrorsJSON{Error: fmt.Sprintf("version %d of domain %q is a delete: DELETE /v1/rules/%s does that", to, domain, domain)})
+		writeJSON(w, http.StatusUnprocessableEntity, ErrorsJSON{Error: fmt.Sprintf("version %d of domain %q is a delete: DELETE /v1/rules/%s does that", to, domain, url.PathEscape(domain))})
 		return "rollback to a delete", http.StatusUnprocessableEntity
 	}
 	msg := message(r)

@@ -118,6 +118,8 @@ func TestRulesStoreEndpoints(t *testing.T) {
 		{"POST", "/v1/rules/shop/rollback?to=4", "", nil, 422, `is a delete`, "", -1},
 		{"PUT", "/v1/rules/shop", shopDoc("6"), []string{"If-Match", `"4"`}, 201, `"version":5`, `"5"`, 6},
 		{"GET", "/v1/rules/a%2Fb", "", nil, 404, `no rules for domain \"a/b\"`, "", 6},
+		{"PUT", "/v1/rules/a%2Fb", strings.Replace(shopDoc("1"), "shop", "a/b", 1), nil, 201, `"domain":"a/b","version":1`, `"1"`, 6},
+		{"PUT", "/v1/rules/a%2Fb", strings.Replace(shopDoc("2"), "shop", "a/b", 1), []string{"If-Match", `"7"`}, 409, `(GET /v1/rules/a%2Fb)`, `"1"`, 6},
 		{"PUT", "/v1/rules/shop", shopDoc("7"), []string{"Authorization", "Bearer wrong", "If-Match", "*"}, 401, `bearer token`, "", 6},
 	}
 	for i, st := range steps {
