@@ -157,7 +157,7 @@ func TestRulesStoreEndpoints(t *testing.T) {
 	if rec := send(h, "POST", "/v1/rules/reload", "tok", ""); rec.Code != 200 || liveLimit(live, "shop") != 6 {
 		t.Fatalf("reload: %d %s, shop's limit %d", rec.Code, rec.Body, liveLimit(live, "shop"))
 	}
-	changes, err := audit.RuleChanges(context.Background(), sink.RuleChangesQuery{Limit: 10})
+	changes, err := audit.RuleChanges(context.Background(), sink.RuleChangesQuery{Domain: "shop", Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
