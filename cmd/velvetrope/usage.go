@@ -161,7 +161,7 @@ var (
 		[]string{"VELVETROPE_ANALYTICS_TOKEN"}}
 	rulesCommand = command{"rules validate", "[--] FILE|DIR...",
 		"Check rule files or directories: a summary per domain and exit 0, or FILE:LINE:COL: reason per error and\n" +
-			"exit 1.", nil}
+			"exit 1. The rules store's subcommands: velvetrope rules push|diff|dry-run|history|rollback --help.", nil}
 	benchCommand = command{"bench", "[flags]",
 		"Closed-loop gRPC load on a rate limit service (Envoy's ShouldRateLimit or gubernator's GetRateLimits):\n" +
 			"requests/s and latency. With --serve-noop, a ShouldRateLimit that answers OK and does nothing.", nil}
