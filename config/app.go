@@ -20,6 +20,8 @@ type App struct {
 	// RulesStore is the rules database: domains whose rules live in a
 	// store, versioned, beside (never instead of) the rule files.
 	RulesStore RulesStoreConfig `yaml:"rules_store"`
+	// XDS takes rules from an xDS control plane too.
+	XDS XDSConfig `yaml:"xds"`
 
 	HTTP       HTTPConfig       `yaml:"http"`
 	GRPC       GRPCConfig       `yaml:"grpc"`

@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -42,6 +43,20 @@ var envVars = []envVar{
 	{"VELVETROPE_STATE_DIR", "checker.state_dir", func(a *App, v string) { a.Checker.StateDir = v }},
 	{"VELVETROPE_PPROF_ADDR", "debug.pprof_addr", func(a *App, v string) { a.Debug.PprofAddr = v }},
 	{"VELVETROPE_RULES_STORE", "rules_store.backend", func(a *App, v string) { a.RulesStore.Backend = v }},
+	{"CONFIG_TYPE", "xds.config_type", func(a *App, v string) { a.XDS.ConfigType = v }},
+	{"CONFIG_GRPC_XDS_SERVER_URL", "xds.server_url", func(a *App, v string) { a.XDS.ServerURL = v }},
+	{"CONFIG_GRPC_XDS_NODE_ID", "xds.node_id", func(a *App, v string) { a.XDS.NodeID = v }},
+	{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "xds.tls.enabled", func(a *App, v string) {
+		if b, err := strconv.ParseBool(v); err == nil {
+			a.XDS.TLS.Enabled, a.XDS.badUseTLS = b, ""
+		} else {
+			a.XDS.badUseTLS = v
+		}
+	}},
+	{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "xds.tls.cert_file", func(a *App, v string) { a.XDS.TLS.CertFile = v }},
+	{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "xds.tls.key_file", func(a *App, v string) { a.XDS.TLS.KeyFile = v }},
+	{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "xds.tls.ca_file", func(a *App, v string) { a.XDS.TLS.CAFile = v }},
+	{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "xds.tls.server_name", func(a *App, v string) { a.XDS.TLS.ServerName = v }},
 	{"VELVETROPE_RULES_STORE_REDIS_ADDRS", "rules_store.redis_addrs", func(a *App, v string) { a.RulesStore.RedisAddrs = envList(v) }},
 }
 

@@ -82,6 +82,28 @@ type RulesStoreConfig struct {
 	MaxDocumentBytes int `yaml:"max_document_bytes"`
 }
 
+// XDSConfig takes rules from an xDS control plane as Envoy's ratelimit
+// service does, under its settings' names (CONFIG_TYPE=GRPC_XDS_SOTW and
+// CONFIG_GRPC_XDS_*): Envoy Gateway's controller serves the rate limit
+// service it deploys that way.
+type XDSConfig struct {
+	// ConfigType is FILE (rule files and the rules store only; the
+	// default) or GRPC_XDS_SOTW (and the control plane's configurations).
+	ConfigType string `yaml:"config_type"`
+	// ServerURL is the control plane's host:port; NodeID names this
+	// process to it.
+	ServerURL string `yaml:"server_url"`
+	NodeID    string `yaml:"node_id"`
+	// TLS secures the stream (CONFIG_GRPC_XDS_SERVER_USE_TLS and the
+	// CONFIG_GRPC_XDS_*_TLS_* files).
+	TLS ClientTLS `yaml:"tls"`
+
+	badUseTLS string // CONFIG_GRPC_XDS_SERVER_USE_TLS when it is no bool
+}
+
+// XDSOn reports whether the process follows a control plane.
+func (x XDSConfig) XDSOn() bool { return x.ConfigType == "GRPC_XDS_SOTW" }
+
 // AggregatorConfig tunes the Kafka aggregator; the consumer timeouts are
 // short by default so that a dead aggregator's partitions move within
 // seconds.

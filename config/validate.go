@@ -34,6 +34,18 @@ func (a App) problems() []problem {
 	if a.RulesReload <= 0 {
 		bad("rules_reload", "must be > 0, got %v", a.RulesReload)
 	}
+	switch x := a.XDS; {
+	case x.ConfigType != "" && x.ConfigType != "FILE" && x.ConfigType != "GRPC_XDS_SOTW":
+		bad("xds.config_type", `want FILE or GRPC_XDS_SOTW (Envoy's ratelimit service's CONFIG_TYPE), got %q`, x.ConfigType)
+	case x.badUseTLS != "":
+		bad("xds.tls.enabled", "want true or false, got %q", x.badUseTLS)
+	case x.XDSOn() && x.NodeID == "":
+		bad("xds.node_id", "required with GRPC_XDS_SOTW (CONFIG_GRPC_XDS_NODE_ID): the name this process gives the control plane")
+	case x.XDSOn():
+		if _, port, err := net.SplitHostPort(x.ServerURL); err != nil || port == "" {
+			bad("xds.server_url", "want the control plane's host:port with GRPC_XDS_SOTW (CONFIG_GRPC_XDS_SERVER_URL), got %q", x.ServerURL)
+		}
+	}
 	switch rs := a.RulesStore; {
 	case rs.Backend != "" && rs.Backend != "redis" && rs.Backend != "memory":
 		bad("rules_store.backend", `want "redis", "memory" or nothing (rule files only), got %q`, rs.Backend)

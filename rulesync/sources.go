@@ -10,8 +10,9 @@ import (
 	"github.com/velvetrope/velvetrope/rulestore"
 )
 
-// Sources compiles the live rule set from its two places — rule files and
-// the rules store's documents — and swaps it into a config.Store. A
+// Sources compiles the live rule set from its places — rule files, the
+// rules store's documents and an xDS control plane's configurations — and
+// swaps it into a config.Store. A
 // change from either place is compiled with the other's current rules
 // before it goes live; a change that does not compile is refused and the
 // rules before it stay. Safe for concurrent use.
@@ -20,7 +21,8 @@ type Sources struct {
 
 	mu    sync.Mutex
 	files []*config.File
-	docs  map[string]doc // by domain: the store's versions that are live
+	docs  map[string]doc   // by domain: the store's versions that are live
+	xds   []*config.File // the xDS control plane's configurations that are live
 }
 
 // doc is a store version that compiled, with its parsed document.
@@ -62,7 +64,7 @@ func Parse(v rulestore.Version) (*config.File, error) {
 func (s *Sources) SetFiles(files []*config.File) (*config.RuleSet, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	rs, err := compile(files, s.docs)
+	rs, err := compile(files, s.docs, s.xds)
 	if err != nil {
 		return nil, err
 	}
@@ -118,8 +120,23 @@ func (s *Sources) candidate(v rulestore.Version) (*config.RuleSet, doc, error) {
 		d = doc{v: v, file: f}
 		docs[v.Domain] = d
 	}
-	rs, err := compile(s.files, docs)
+	rs, err := compile(s.files, docs, s.xds)
 	return rs, d, err
+}
+
+// SetXDS makes files the xDS control plane's part of the set (all of it:
+// a state-of-the-world update replaces the one before). A set that does
+// not compile with the rest is refused and the one before stays.
+func (s *Sources) SetXDS(files []*config.File) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rs, err := compile(s.files, s.docs, files)
+	if err != nil {
+		return err
+	}
+	s.xds = files
+	s.live.Swap(rs)
+	return nil
 }
 
 // Live returns the store versions that are live, by domain.
@@ -149,7 +166,7 @@ func (s *Sources) FileDomain(domain string) (string, bool) {
 // compile builds the set of files and docs (docs in domain order, so
 // errors come out the same way every time). A fault in the compiler is an
 // error, never a crash.
-func compile(files []*config.File, docs map[string]doc) (rs *config.RuleSet, err error) {
+func compile(files []*config.File, docs map[string]doc, xds []*config.File) (rs *config.RuleSet, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			rs, err = nil, fmt.Errorf("rulesync: internal error compiling the rules: %v (please report it)", p)
@@ -164,6 +181,7 @@ func compile(files []*config.File, docs map[string]doc) (rs *config.RuleSet, err
 	for _, k := range names {
 		all = append(all, docs[k].file)
 	}
+	all = append(all, xds...)
 	rs, err = config.Compile(all)
 	if err != nil {
 		var el config.ErrorList

@@ -174,7 +174,7 @@ func processConfig(name string, args []string, stdout io.Writer) (app config.App
 func devModule(app config.App, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(app, logger),
-		fx.Provide(newShutdown, newRegistry, newRuleStore, newRulesDB),
+		fx.Provide(newShutdown, newRegistry, newRuleStore, newRulesDB, newXDS),
 		memBackends,
 		provideChecker(""),
 		fx.Provide(
@@ -338,6 +338,7 @@ type checkerHTTPIn struct {
 	Metrics   *metrics.Registry
 	Store     counters.Store // the checker's, for its operator (admin)
 	RulesDB   *rulesDB
+	XDS       *xdsRules
 }
 
 // newCheckerHTTP is the HTTP listener of a process that decides (dev and

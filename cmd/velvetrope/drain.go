@@ -120,7 +120,7 @@ func startDrain(sd *shutdown, d *deferred.Drain, logger *slog.Logger, reg *metri
 func drainModule(app config.App, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(app, logger),
-		fx.Provide(newShutdown, newRegistry, newRuleStore, newRulesDB),
+		fx.Provide(newShutdown, newRegistry, newRuleStore, newRulesDB, newXDS),
 		sharedBackends,
 		provideChecker("-drain"),
 		fx.Provide(
@@ -177,7 +177,7 @@ func drainModule(app config.App, logger *slog.Logger) fx.Option {
 				return newHTTPServer(sd, app, mux, 10*time.Second, reg)
 			},
 		),
-		fx.Invoke(watchRules, startDrain, func(*rulesDB) {}),
+		fx.Invoke(watchRules, startDrain, func(*rulesDB, *xdsRules) {}),
 	)
 }
 

@@ -122,7 +122,7 @@ func requireKafka(app config.App) error {
 func checkerModule(app config.App, logger *slog.Logger) fx.Option {
 	return fx.Options(
 		fx.Supply(app, logger),
-		fx.Provide(newShutdown, newRegistry, newRuleStore, newRulesDB),
+		fx.Provide(newShutdown, newRegistry, newRuleStore, newRulesDB, newXDS),
 		sharedBackends,
 		provideChecker(""),
 		fx.Provide(
@@ -163,6 +163,9 @@ func newCheckerProcessHTTP(in checkerProcessIn) (*httpapi.Server, error) {
 			return err
 		}
 		if err := in.Common.RulesDB.ready(app); err != nil {
+			return err
+		}
+		if err := in.Common.XDS.ready(); err != nil {
 			return err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), app.Checker.StoreTimeout)

@@ -32,6 +32,14 @@ var envVars = []envVar{
 	{"VELVETROPE_STATE_DIR", "checker.state_dir: the spill file's directory (default $STATE_DIRECTORY, else /var/lib/velvetrope, else ~/.local/state/velvetrope)"},
 	{"VELVETROPE_PPROF_ADDR", "debug.pprof_addr: serve Go's profiles on this address (unset: none)"},
 	{"VELVETROPE_RULES_STORE", "rules_store.backend: redis or memory, the rules store beside the rule files (unset: files only; dev: memory)"},
+	{"CONFIG_TYPE", "xds.config_type: GRPC_XDS_SOTW takes rules from an xDS control plane too, as Envoy's ratelimit service (default FILE)"},
+	{"CONFIG_GRPC_XDS_SERVER_URL", "xds.server_url: the control plane's host:port"},
+	{"CONFIG_GRPC_XDS_NODE_ID", "xds.node_id: this process's node id for the control plane"},
+	{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "xds.tls.enabled: true for TLS to the control plane"},
+	{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "xds.tls.cert_file: a client certificate for the control plane"},
+	{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "xds.tls.key_file: its key"},
+	{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "xds.tls.ca_file: the CA the control plane's certificate is checked against"},
+	{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "xds.tls.server_name: the name the control plane's certificate must hold"},
 	{"VELVETROPE_RULES_STORE_REDIS_ADDRS", "rules_store.redis_addrs: a persistent Redis of the rules store's own, comma-separated (unset: redis.addrs)"},
 }
 
@@ -128,14 +136,15 @@ var processes = map[string]process{
 		"Serve the HTTP and Envoy gRPC APIs over the whole pipeline on in-memory backends, in one process.\n" +
 			"Without admin.token it generates an admin token and prints it in the banner.",
 		[]string{"VELVETROPE_INSTANCE_ID", "VELVETROPE_RULES", "VELVETROPE_HTTP_ADDR", "VELVETROPE_GRPC_ADDR",
-			"VELVETROPE_ADMIN_TOKEN", "VELVETROPE_ANALYTICS_TOKEN", "VELVETROPE_HASH_KEY", "VELVETROPE_PPROF_ADDR", "VELVETROPE_RULES_STORE"}}, true, true},
+			"VELVETROPE_ADMIN_TOKEN", "VELVETROPE_ANALYTICS_TOKEN", "VELVETROPE_HASH_KEY", "VELVETROPE_PPROF_ADDR", "VELVETROPE_RULES_STORE",
+			"CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN"}}, true, true},
 	"checker": {command{"checker", "[flags]",
 		"Serve the HTTP and Envoy gRPC APIs, sharing counters through Redis and Kafka.",
 		[]string{"VELVETROPE_INSTANCE_ID", "VELVETROPE_RULES", "VELVETROPE_HTTP_ADDR", "VELVETROPE_GRPC_ADDR",
 			"VELVETROPE_REDIS_ADDRS", "VELVETROPE_REDIS_PASSWORD", "VELVETROPE_KAFKA_BROKERS", "VELVETROPE_KAFKA_SASL_PASSWORD",
 			"VELVETROPE_CLICKHOUSE_ADDR", "VELVETROPE_CLICKHOUSE_PASSWORD", "VELVETROPE_ADMIN_TOKEN", "VELVETROPE_ANALYTICS_TOKEN",
 			"VELVETROPE_HASH_KEY", "VELVETROPE_STATE_DIR", "VELVETROPE_PPROF_ADDR", "VELVETROPE_RULES_STORE",
-			"VELVETROPE_RULES_STORE_REDIS_ADDRS"}}, true, true},
+			"VELVETROPE_RULES_STORE_REDIS_ADDRS", "CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN"}}, true, true},
 	"aggregator": {command{"aggregator", "[flags]",
 		"Apply consumption deltas from Kafka to the Redis counters, and usage to ClickHouse when clickhouse.addr is set;\n" +
 			"/metrics, /healthz and /readyz on its HTTP listener.",
@@ -147,7 +156,8 @@ var processes = map[string]process{
 			"rule's defer.target; /metrics, /healthz and /readyz on its HTTP listener.",
 		[]string{"VELVETROPE_INSTANCE_ID", "VELVETROPE_RULES", "VELVETROPE_HTTP_ADDR", "VELVETROPE_REDIS_ADDRS",
 			"VELVETROPE_REDIS_PASSWORD", "VELVETROPE_KAFKA_BROKERS", "VELVETROPE_KAFKA_SASL_PASSWORD", "VELVETROPE_HASH_KEY",
-			"VELVETROPE_STATE_DIR", "VELVETROPE_PPROF_ADDR", "VELVETROPE_RULES_STORE", "VELVETROPE_RULES_STORE_REDIS_ADDRS"}}, true, false},
+			"VELVETROPE_STATE_DIR", "VELVETROPE_PPROF_ADDR", "VELVETROPE_RULES_STORE", "VELVETROPE_RULES_STORE_REDIS_ADDRS",
+			"CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN"}}, true, false},
 }
 
 // The other subcommands.
