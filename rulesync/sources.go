@@ -21,7 +21,7 @@ type Sources struct {
 
 	mu    sync.Mutex
 	files []*config.File
-	docs  map[string]doc   // by domain: the store's versions that are live
+	docs  map[string]doc // by domain: the store's versions that are live
 	xds   []*config.File // the xDS control plane's configurations that are live
 }
 
