@@ -22,7 +22,7 @@ func (a *Kafka) RegisterMetrics(reg MetricsRegistry) {
 	reg.Counter("velvetrope_aggregator_deltas_already_applied_total", "Deltas a charge applied when it decided (analytics only, no Redis work).",
 		func() float64 { return float64(a.Stats.AlreadyApplied.Load()) })
 	reg.Counter("velvetrope_aggregator_redis_round_trips_total", "Redis round trips.", func() float64 { return float64(a.Stats.RoundTrips.Load()) })
-	reg.Counter("velvetrope_aggregator_redis_scripts_total", "Redis script calls (one per counter and window of a batch).",
+	reg.Counter("velvetrope_aggregator_redis_scripts_total", "Redis script calls (a call applies up to 100 counters of a batch; a cluster: one counter's windows).",
 		func() float64 { return float64(a.Stats.Scripts.Load()) })
 	reg.Counter("velvetrope_aggregator_redis_errors_total", "Failed applies (retried).", func() float64 { return float64(a.Stats.RedisErrors.Load()) })
 	reg.Counter("velvetrope_aggregator_apply_seconds_total", "Time spent applying.", func() float64 { return float64(a.Stats.ApplyNanos.Load()) / 1e9 })

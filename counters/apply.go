@@ -39,7 +39,7 @@ type ApplyResult struct {
 // that comes after its bucket expired (full again) carries a TAT in the
 // past, which adds no debt.
 //
-// KEYS the counters, all of one Redis Cluster slot. ARGV[1] now µs; then
+// KEYS the counters (on a cluster, one counter's keys: one slot). ARGV[1] now µs; then
 // for each key in turn: kind ("w" or "b"), TTL in ms (a window) or slack
 // in ms (a bucket), the number of deltas, for a bucket its rate tokens and
 // period µs, then 7 values per delta: instance, partition, sequence,
@@ -184,11 +184,11 @@ func (r *Redis) ApplyBatch(ctx context.Context, batch []Delivered) (ApplyResult,
 		}
 		_, err := p.Exec(ctx)
 		res.RoundTrips++
-		res.Scripts += len(cmds)
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
 			r.loaded.Store(false)
 			continue
 		}
+		res.Scripts += len(cmds) // the calls that ran (a NOSCRIPT round ran none)
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return res, unavailable("apply", err)
 		}

@@ -105,7 +105,8 @@ type memPart struct {
 }
 
 // NewMemBus returns a bus of partitions partitions holding at most
-// maxPending uncommitted deltas.
+// maxPending uncommitted deltas (or one call's, when a single call holds
+// more).
 func NewMemBus(partitions, maxPending int) (*MemBus, error) {
 	if partitions <= 0 || maxPending <= 0 {
 		return nil, fmt.Errorf("events: mem bus needs partitions and maxPending > 0, got %d and %d", partitions, maxPending)
@@ -180,7 +181,10 @@ func (b *MemBus) produce(msgs []Message, counts []int) error {
 	if b.closed {
 		return ErrClosed
 	}
-	if b.pending+total > b.maxPending {
+	// A call larger than the bound is let onto an empty bus: refused, it
+	// would be refused for ever (a producer retries the same call), and
+	// the bus then holds at most one call beyond its bound.
+	if b.pending+total > b.maxPending && b.pending > 0 {
 		return ErrBusFull
 	}
 	var size int64

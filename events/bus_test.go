@@ -75,6 +75,22 @@ func TestMemBusBoundedAndClosed(t *testing.T) {
 	if err := b.Produce(ctx, []*eventsv1.Delta{delta(3, "a", 1)}); !errors.Is(err, ErrBusFull) {
 		t.Fatalf("over the bound: %v", err)
 	}
+	// a call larger than the bound: refused while others wait, let onto
+	// the bus once it is empty (refused, it would be refused for ever)
+	big := []*eventsv1.Delta{delta(4, "a", 1), delta(5, "a", 1), delta(6, "a", 1)}
+	if err := b.Produce(ctx, big); !errors.Is(err, ErrBusFull) {
+		t.Fatalf("a large call beside pending deltas: %v", err)
+	}
+	for b.Pending() > 0 {
+		m, err := b.Fetch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Commit(ctx, m)
+	}
+	if err := b.Produce(ctx, big); err != nil || b.Pending() != 3 {
+		t.Fatalf("a large call on an empty bus: %v, pending %d", err, b.Pending())
+	}
 	b.Close(ctx)
 	if _, err := b.Fetch(ctx); !errors.Is(err, ErrClosed) {
 		t.Fatalf("fetch after close: %v", err)

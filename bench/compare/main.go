@@ -206,6 +206,7 @@ func run() error {
 // Every system is up for the whole scenario and a cell's rows run one
 // after another, the ceiling first: a share of the ceiling compares rows
 // of the same minute (this machine's speed drifts by half within a run).
+// Each row starts once the machine is quiet (waitQuiet).
 func throughput(o options, dir string, rc *redis.Client) error {
 	started := time.Now()
 	var svs []*served
@@ -225,6 +226,9 @@ func throughput(o options, dir string, rc *redis.Client) error {
 	for _, conns := range o.conns {
 		for _, keys := range o.keys {
 			for _, sv := range svs {
+				if d := waitQuiet(30 * time.Second); d > time.Second {
+					fmt.Fprintf(os.Stderr, "compare: %s\n", quietNote(d))
+				}
 				r, err := measure(o, sv, rc, conns, keys)
 				if err != nil {
 					return fmt.Errorf("%s, %d connections, %d keys: %w", sv.name, conns, keys, err)

@@ -216,6 +216,12 @@ func launchVelvetrope(name string, o options, dir string) (*served, error) {
 	}
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	cfg := fmt.Sprintf("kafka:\n  topic: velvetrope.bench.%s\naggregator:\n  group: velvetrope-bench-%s\n", run, run)
+	if name == "velvetrope-sync" {
+		// a Redis database of its own: the two velvetrope systems are up
+		// together, and one would count the other's checker as a peer
+		// (first-touch allowances, slices)
+		cfg += "redis:\n  db: 1\n"
+	}
 	cfgPath := filepath.Join(dir, name+"-config.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
