@@ -55,8 +55,8 @@ func (a App) problems() []problem {
 		bad("rules_store.poll", "must be between 10ms and 1h, got %v", rs.Poll)
 	case rs.MaxAge < 0 || (rs.MaxAge > 0 && rs.MaxAge < rs.Poll):
 		bad("rules_store.max_age", "must be 0 (no bound) or at least rules_store.poll (%v), got %v", rs.Poll, rs.MaxAge)
-	case rs.MaxDocumentBytes < 1024 || rs.MaxDocumentBytes > 64<<20:
-		bad("rules_store.max_document_bytes", "must be between 1 KiB and 64 MiB (1024 to 67108864), got %d", rs.MaxDocumentBytes)
+	case rs.MaxDocumentBytes < 1024 || rs.MaxDocumentBytes > MaxRuleFileBytes:
+		bad("rules_store.max_document_bytes", "must be between 1 KiB and the rule file bound, 4 MiB (1024 to %d), got %d", MaxRuleFileBytes, rs.MaxDocumentBytes)
 	}
 	// A bearer token travels in a header: HTTP clients and servers trim
 	// the blanks around it and cannot carry control characters, so such

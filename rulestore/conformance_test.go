@@ -248,6 +248,7 @@ func TestInputIsChecked(t *testing.T) {
 		{"long domain", Write{Domain: strings.Repeat("d", MaxDomainBytes+1), Body: "x"}, "domain", "256 bytes, more than 255"},
 		{"newline in domain", Write{Domain: "a\nb", Body: "x"}, "domain", "control character U+000A at offset 1"},
 		{"invalid domain", Write{Domain: "a\xff", Body: "x"}, "domain", "invalid byte at offset 1"},
+		{"dot-dot domain", Write{Domain: "..", Body: "x"}, "domain", `".." is not a domain name`},
 		{"empty body", Write{Domain: "a"}, "body", "is empty"},
 		{"big body", Write{Domain: "a", Body: strings.Repeat("b", 65)}, "body", "65 bytes, more than the store's 64"},
 		{"binary body", Write{Domain: "a", Body: "ok\xc3("}, "body", "invalid byte at offset 2"},

@@ -305,8 +305,12 @@ func (s *Store) Changes(ctx context.Context) (<-chan string, error) { return s.b
 func (s *Store) Close() error { return s.b.close() }
 
 func checkDomain(d string) error {
-	if d == "" {
+	switch d {
+	case "":
 		return &InputError{"domain", "must not be empty"}
+	case ".", "..":
+		// a path segment of its own: /v1/rules/.. is no domain's address
+		return &InputError{"domain", fmt.Sprintf("%q is not a domain name", d)}
 	}
 	return checkText("domain", d, MaxDomainBytes)
 }

@@ -158,9 +158,13 @@ func runRulesStore(sub string, args []string, stdout, stderr io.Writer) int {
 			if err != nil {
 				return fail(err)
 			}
-			if err := pushOne(ctx, c, sub == "push", f.Domain, f.Path, string(body), *message, stdout); err != nil {
+			changed, err := pushOne(ctx, c, sub == "push", f.Domain, f.Path, string(body), *message, stdout)
+			if err != nil {
 				fmt.Fprintf(stderr, "velvetrope rules %s: %s (%s): %v\n", sub, f.Domain, f.Path, err)
 				code = 1
+			}
+			if changed && sub == "diff" {
+				code = 1 // as diff(1): the store is not what the files say
 			}
 		}
 		return code
@@ -260,15 +264,16 @@ func printDryRun(w io.Writer, path string, rep admin.DryRunJSON) {
 
 // pushOne shows how domain's document in the store differs from body and,
 // when push, writes it as the next version (If-Match: the version read,
-// so a write in between is a conflict, not lost).
-func pushOne(ctx context.Context, c *rulesClient, push bool, domain, path, body, message string, stdout io.Writer) error {
+// so a write in between is a conflict, not lost). changed says whether
+// the store's document differed.
+func pushOne(ctx context.Context, c *rulesClient, push bool, domain, path, body, message string, stdout io.Writer) (changed bool, err error) {
 	cur, ok, err := c.current(ctx, domain)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if ok && cur.Body == body {
 		fmt.Fprintf(stdout, "%s: unchanged (version %d)\n", domain, cur.Version)
-		return nil
+		return false, nil
 	}
 	old := ""
 	if ok {
@@ -280,7 +285,7 @@ func pushOne(ctx context.Context, c *rulesClient, push bool, domain, path, body,
 	}
 	fmt.Fprint(stdout, linediff.Unified(from, path, old, body))
 	if !push {
-		return nil
+		return true, nil
 	}
 	q := ""
 	if message != "" {
@@ -292,7 +297,7 @@ func pushOne(ctx context.Context, c *rulesClient, push bool, domain, path, body,
 	}
 	var v admin.VersionJSON
 	if err := c.do(ctx, "PUT", docPath(domain)+q, body, &v, headers...); err != nil {
-		return err
+		return true, err
 	}
 	switch {
 	case v.Unchanged:
@@ -302,5 +307,5 @@ func pushOne(ctx context.Context, c *rulesClient, push bool, domain, path, body,
 	default:
 		fmt.Fprintf(stdout, "%s: version %d → %d\n", domain, cur.Version, v.Version)
 	}
-	return nil
+	return true, nil
 }

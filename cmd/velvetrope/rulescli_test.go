@@ -77,7 +77,7 @@ func TestRulesPushDiffHistoryRollback(t *testing.T) {
 		out, err string
 		limit    int64
 	}{
-		{append(append([]string{"diff"}, addr...), dir), 0, "--- /dev/null\n+++ " + filepath.Join(dir, "shop.yaml") + "\n+domain: shop", "", -1},
+		{append(append([]string{"diff"}, addr...), dir), 1, "--- /dev/null\n+++ " + filepath.Join(dir, "shop.yaml") + "\n+domain: shop", "", -1},
 		{append(append([]string{"push", "--message", "from git"}, addr...), dir), 0, "shop: created at version 1\n", "", 2},
 		{append(append([]string{"push"}, addr...), dir), 0, "shop: unchanged (version 1)\n", "", 2},
 	}
@@ -95,7 +95,7 @@ func TestRulesPushDiffHistoryRollback(t *testing.T) {
 		check(i, st.args, st.code, st.out, st.err, st.limit)
 	}
 	write("shop.yaml", doc("20"))
-	check(3, append(append([]string{"diff"}, addr...), dir), 0,
+	check(3, append(append([]string{"diff"}, addr...), dir), 1,
 		"   - key: user\n-    rate_limit: {unit: minute, requests_per_unit: 2}\n+    rate_limit: {unit: minute, requests_per_unit: 20}\n", "", 2)
 	check(4, append(append([]string{"push"}, addr...), dir), 0, "shop: version 1 → 2\n", "", 20)
 	check(5, append(append([]string{"history"}, addr...), "shop"), 0, "from git", "", 20)

@@ -187,7 +187,8 @@ var rulesStoreCommands = map[string]command{
 			"CI can run it on every merge. Exit 0 when every domain is current, 1 otherwise.",
 		[]string{"VELVETROPE_ADMIN_TOKEN"}},
 	"diff": {"rules diff", "[--addr HOST:PORT] FILE|DIR...",
-		"Print how each rule file's domain differs from the rules store's current version; write nothing.",
+		"Print how each rule file's domain differs from the rules store's current version; write nothing.\n" +
+			"Exit 0 when the store holds every file's document, 1 when one differs or on an error.",
 		[]string{"VELVETROPE_ADMIN_TOKEN"}},
 	"history": {"rules history", "[--addr HOST:PORT] [--limit 20] DOMAIN",
 		"List a domain's versions in the rules store, newest first: time, author, size, message.",

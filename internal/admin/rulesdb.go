@@ -174,7 +174,7 @@ func storeError(w http.ResponseWriter, v rulestore.Version, err error) (string, 
 	var c *rulestore.ConflictError
 	switch {
 	case errors.As(err, &in):
-		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: in.Error()})
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: in.Field + ": " + in.Msg})
 		return "bad input: " + in.Field, http.StatusBadRequest
 	case errors.As(err, &c):
 		w.Header().Set("ETag", etag(c.Current))
@@ -245,7 +245,7 @@ func (a *Admin) getVersion(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var in *rulestore.InputError
 		if errors.As(err, &in) && in.Field == "version" {
-			writeJSON(w, http.StatusNotFound, ErrorsJSON{Error: in.Error()})
+			writeJSON(w, http.StatusNotFound, ErrorsJSON{Error: in.Field + ": " + in.Msg})
 			return
 		}
 		storeError(w, rulestore.Version{Domain: domain}, err)
@@ -255,9 +255,14 @@ func (a *Admin) getVersion(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, versionJSON(v, true))
 }
 
-// ifMatch reads If-Match: a version ("3" or 3), * for whatever is current;
-// absent: def.
+// ifMatch reads If-Match: a version as its ETag ("3", or 3), * for
+// whatever is current; absent: def. A weak tag never matches (RFC 9110:
+// If-Match compares strongly), so it is refused rather than taken.
 func ifMatch(r *http.Request, def int64) (int64, error) {
+	vs := r.Header.Values("If-Match")
+	if len(vs) > 1 {
+		return 0, errors.New("If-Match: given more than once; send one version")
+	}
 	h := strings.TrimSpace(r.Header.Get("If-Match"))
 	if h == "" {
 		return def, nil
@@ -265,9 +270,20 @@ func ifMatch(r *http.Request, def int64) (int64, error) {
 	if h == "*" {
 		return rulestore.Any, nil
 	}
-	n, err := strconv.ParseInt(strings.Trim(strings.TrimPrefix(h, "W/"), `"`), 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("If-Match: want a version such as \"3\" (the ETag of GET /v1/rules/{domain}) or *, got %q", h)
+	bad := fmt.Errorf("If-Match: want a version such as \"3\" (the ETag of GET /v1/rules/{domain}) or *, got %q", h)
+	if strings.HasPrefix(h, "W/") {
+		return 0, fmt.Errorf("If-Match: a weak tag never matches (the store's ETags are strong), got %q", h)
+	}
+	v := h
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = v[1 : len(v)-1]
+	}
+	if v == "" || len(v) > 19 || (len(v) > 1 && v[0] == '0') || strings.TrimLeft(v, "0123456789") != "" {
+		return 0, bad
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, bad
 	}
 	return n, nil
 }
@@ -387,7 +403,7 @@ func (a *Admin) rollback(w http.ResponseWriter, r *http.Request) (string, int) {
 	if err != nil {
 		var in *rulestore.InputError
 		if errors.As(err, &in) && in.Field == "version" {
-			writeJSON(w, http.StatusNotFound, ErrorsJSON{Error: in.Error()})
+			writeJSON(w, http.StatusNotFound, ErrorsJSON{Error: in.Field + ": " + in.Msg})
 			return "no such version", http.StatusNotFound
 		}
 		return storeError(w, rulestore.Version{Domain: domain}, err)
@@ -420,20 +436,31 @@ func (a *Admin) audit(ctx context.Context, action string, prev, v rulestore.Vers
 	}
 }
 
-// readBody reads a document of at most the store's bound; status 0: read.
+// readBody reads a document of at most the bounds it meets on its way:
+// http.max_body_bytes (the listener hands a handler at most one byte more
+// and no error: a longer body, chunked, would arrive cut), the rule file
+// bound and rules_store.max_document_bytes; status 0: read.
 func (a *Admin) readBody(w http.ResponseWriter, r *http.Request) ([]byte, string, int) {
-	limit := a.db.MaxDocumentBytes
-	if r.ContentLength > limit {
+	limit, bound := a.db.MaxDocumentBytes, "rules_store.max_document_bytes"
+	if a.maxBody > 0 && a.maxBody < limit {
+		limit, bound = a.maxBody, "http.max_body_bytes"
+	}
+	if config.MaxRuleFileBytes < limit {
+		limit, bound = config.MaxRuleFileBytes, "the rule file bound"
+	}
+	tooLarge := func() ([]byte, string, int) {
 		w.Header().Set("Connection", "close")
-		writeJSON(w, http.StatusRequestEntityTooLarge, ErrorsJSON{Error: fmt.Sprintf("rules document above rules_store.max_document_bytes (%d bytes)", limit)})
+		writeJSON(w, http.StatusRequestEntityTooLarge, ErrorsJSON{Error: fmt.Sprintf("rules document above %s (%d bytes)", bound, limit)})
 		return nil, "too large", http.StatusRequestEntityTooLarge
+	}
+	if r.ContentLength > limit {
+		return tooLarge()
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, ErrorsJSON{Error: fmt.Sprintf("rules document above rules_store.max_document_bytes (%d bytes)", limit)})
-			return nil, "too large", http.StatusRequestEntityTooLarge
+			return tooLarge()
 		}
 		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: "reading the body: " + err.Error()})
 		return nil, "unreadable body", http.StatusBadRequest

@@ -104,6 +104,9 @@ func TestRulesStoreEndpoints(t *testing.T) {
 		{"PUT", "/v1/rules/shop", "domain: other\ndescriptors: []\n", []string{"If-Match", "*"}, 422, `the document's domain \"other\" is not the domain it is stored under`, "", 3},
 		{"PUT", "/v1/rules/api", good, []string{"If-Match", "*"}, 409, `is defined in the rule file ` + path, "", 3},
 		{"PUT", "/v1/rules/shop", shopDoc("5"), []string{"If-Match", "three"}, 400, `If-Match: want a version`, "", 3},
+		{"PUT", "/v1/rules/shop", shopDoc("5"), []string{"If-Match", `W/"2"`}, 400, `a weak tag never matches`, "", 3},
+		{"PUT", "/v1/rules/shop", shopDoc("5"), []string{"If-Match", `"02"`}, 400, `If-Match: want a version`, "", 3},
+		{"PUT", "/v1/rules/%2E%2E", shopDoc("5"), nil, 400, `domain: \"..\" is not a domain name`, "", 3},
 		{"PUT", "/v1/rules/shop", strings.Repeat("#", 1025), []string{"If-Match", "*"}, 413, `max_document_bytes (1024 bytes)`, "", 3},
 		{"GET", "/v1/rules/shop", "", nil, 200, `"body":"domain: shop`, `"2"`, 3},
 		{"GET", "/v1/rules/shop/versions/1", "", nil, 200, `requests_per_unit: 2}`, `"1"`, 3},
@@ -230,5 +233,29 @@ func TestDryRunOnClickHouse(t *testing.T) {
 		if rec := sendH(mux, "POST", c.path, c.body); rec.Code != c.code || !strings.Contains(rec.Body.String(), c.want) {
 			t.Fatalf("%s: %d %s; want %d with %q", c.path, rec.Code, rec.Body, c.code, c.want)
 		}
+	}
+}
+
+// TestBodyAboveTheListenersBound: a body longer than http.max_body_bytes
+// arrives cut when it is chunked (the listener hands a handler one byte
+// more and no error): it is refused whole, naming the bound, never stored
+// as the part that arrived.
+func TestBodyAboveTheListenersBound(t *testing.T) {
+	store, _ := rulestore.NewMemory(rulestore.Options{})
+	live := config.NewStore(nil)
+	mux := http.NewServeMux()
+	New(live, nil, "tok", 100, slog.New(slog.DiscardHandler)).WithRulesDB(RulesDB{Store: store,
+		Sources: rulesync.NewSources(live, nil), MaxDocumentBytes: 1 << 20}).Register(mux)
+	body := shopDoc("5") + strings.Repeat("# padding\n", 20)
+	r := httptest.NewRequest("PUT", "/v1/rules/shop", strings.NewReader(body))
+	r.ContentLength = -1 // chunked
+	r.Header.Set("Authorization", "Bearer tok")
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, r)
+	if rec.Code != 413 || !strings.Contains(rec.Body.String(), "http.max_body_bytes (100 bytes)") {
+		t.Fatalf("%d %s; want 413 naming http.max_body_bytes", rec.Code, rec.Body)
+	}
+	if h, _ := store.Heads(context.Background()); len(h) != 0 {
+		t.Fatalf("a cut document was stored: %v", h)
 	}
 }
