@@ -98,10 +98,11 @@ func (r *report) markdown(chart string) string {
 	fmt.Fprintf(&b, "Measured %s on %s, commit `%s`, by `make bench-compare` (the whole run took %s). "+
 		"Closed-loop gRPC load from `velvetrope bench`, %d callers, %s per row after %s of warm-up, limits far above the load "+
 		"(every answer is OK, so the figures are the cost of deciding). Every server is its own process; **the load generator "+
-		"shares the cores with the servers, Redis and Kafka**. The ceiling is a gRPC server that answers OK and does nothing: "+
-		"the most any rate limit service can reach with this load generator here. Every system runs for the whole "+
-		"scenario and a cell's rows are measured one after another, the ceiling first, so a share compares rows of the same "+
-		"minute. Each cell: requests/s (p99), and the share of the ceiling's requests/s in the same column.\n\n",
+		"shares the cores with the servers, Redis and Kafka**. The ceiling is velvetrope's own gRPC front over a checker that "+
+		"admits everything: what answering costs here, without deciding. Every system runs for the whole "+
+		"scenario and a cell's rows are measured one after another, the ceiling first, each once the machine is quiet, so a "+
+		"share compares rows of the same minute; this machine's speed still drifts between rows, and a share above 100 %% is "+
+		"that drift. Each cell: requests/s (p99), and the share of the ceiling's requests/s in the same column.\n\n",
 		r.Started.UTC().Format("2006-01-02"), r.Machine, r.Commit, r.Took.Round(time.Second), r.Callers, r.Duration, r.Warmup)
 	for _, c := range conns {
 		fmt.Fprintf(&b, "%d callers over **%d connection(s)**:\n\n| requests/s (p99) |", r.Callers, c)
