@@ -404,23 +404,9 @@ func (a *Admin) rules(w http.ResponseWriter, _ *http.Request) {
 // sits behind the admin token: compiling is the most expensive thing an
 // untrusted body could otherwise make a checker do.
 func (a *Admin) validate(w http.ResponseWriter, r *http.Request) (string, int) {
-	limit := min(a.maxBody, config.MaxRuleFileBytes)
-	if r.ContentLength > limit { // refused before a byte is read, as strictjson.Read does
-		if r.ProtoMajor == 1 {
-			w.Header().Set("Connection", "close")
-		}
-		writeJSON(w, http.StatusRequestEntityTooLarge, ErrorsJSON{Error: fmt.Sprintf("rule file above the body limit (%d bytes)", limit)})
-		return "too large", http.StatusRequestEntityTooLarge
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, ErrorsJSON{Error: fmt.Sprintf("rule file above the body limit (%d bytes)", tooBig.Limit)})
-			return "too large", http.StatusRequestEntityTooLarge
-		}
-		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: "reading the body: " + err.Error()})
-		return "unreadable body", http.StatusBadRequest
+	body, out, status := readLimited(w, r, min(a.maxBody, config.MaxRuleFileBytes), "rule file above the body limit")
+	if status != 0 {
+		return out, status
 	}
 	name := r.URL.Query().Get("name")
 	if name == "" {
@@ -475,6 +461,32 @@ func (a *Admin) load() (*config.RuleSet, error) {
 		return nil, err
 	}
 	return a.db.Sources.SetFiles(files)
+}
+
+// readLimited reads a body of at most limit bytes; a longer one (by its
+// Content-Length before a byte is read, as strictjson.Read does, or as it
+// arrives) answers 413 with what, and status is then not 0.
+func readLimited(w http.ResponseWriter, r *http.Request, limit int64, what string) (body []byte, out string, status int) {
+	tooLarge := func() ([]byte, string, int) {
+		if r.ProtoMajor == 1 {
+			w.Header().Set("Connection", "close")
+		}
+		writeJSON(w, http.StatusRequestEntityTooLarge, ErrorsJSON{Error: fmt.Sprintf("%s (%d bytes)", what, limit)})
+		return nil, "too large", http.StatusRequestEntityTooLarge
+	}
+	if r.ContentLength > limit {
+		return tooLarge()
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return tooLarge()
+		}
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: "reading the body: " + err.Error()})
+		return nil, "unreadable body", http.StatusBadRequest
+	}
+	return body, "", 0
 }
 
 // authorized requires the bearer token, then runs h and audits the call.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -448,22 +447,5 @@ func (a *Admin) readBody(w http.ResponseWriter, r *http.Request) ([]byte, string
 	if config.MaxRuleFileBytes < limit {
 		limit, bound = config.MaxRuleFileBytes, "the rule file bound"
 	}
-	tooLarge := func() ([]byte, string, int) {
-		w.Header().Set("Connection", "close")
-		writeJSON(w, http.StatusRequestEntityTooLarge, ErrorsJSON{Error: fmt.Sprintf("rules document above %s (%d bytes)", bound, limit)})
-		return nil, "too large", http.StatusRequestEntityTooLarge
-	}
-	if r.ContentLength > limit {
-		return tooLarge()
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return tooLarge()
-		}
-		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: "reading the body: " + err.Error()})
-		return nil, "unreadable body", http.StatusBadRequest
-	}
-	return body, "", 0
+	return readLimited(w, r, limit, "rules document above "+bound)
 }
