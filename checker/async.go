@@ -26,6 +26,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/skewclock"
 	"github.com/velvetrope/velvetrope/internal/valuehash"
 	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/plantable"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -45,6 +46,9 @@ type Config struct {
 	IdempotencyTTL time.Duration       // request ids remembered (0: none; limiter.idempotency_ttl)
 	Bounds         config.LimitsConfig // a request's size (zero fields: config.DefaultLimits)
 	Logger         *slog.Logger
+	// Plans are the client tables rules with plans read their clients'
+	// plans from (nil: every client is decided at its rule's own limit).
+	Plans *plantable.Tables
 }
 
 // defaults fills the zero fields and checks what the engine needs.

@@ -115,6 +115,13 @@ func (c *Checker) prepare(p *pass, req *ratelimit.Request, d *ratelimit.Decision
 	d.Statuses = slices.Grow(d.Statuses[:0], p.n)[:p.n]
 	matched := req.Match(dom, matchBuf[:p.n])
 	config.DropReplaced(matched)
+	if pt := c.cfg.Plans; pt != nil { // a client's plan, by its values as sent (before hash_values)
+		for i, r := range matched {
+			if r != nil && r.Plans != nil {
+				matched[i] = pt.Resolve(r, req.Descriptors[i].Entries)
+			}
+		}
+	}
 	if !req.Prehashed {
 		req = c.hashed(req, c.hash.Request(req, matched))
 	}

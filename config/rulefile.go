@@ -265,7 +265,7 @@ func (p *parser) file(n *yaml.Node) *File {
 
 var descriptorFields = []string{"key", "value", "rate_limit", "shadow_mode", "detailed_metric", "hash_values",
 	"share_threshold", "value_to_metric", "descriptors", "algorithm", "burst", "throttle", "on_exceed", "mode", "near_limit",
-	"failure", "shards", "defer"}
+	"failure", "shards", "defer", "plans"}
 
 func (p *parser) descriptors(n *yaml.Node, where string) []*Descriptor {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
@@ -342,6 +342,8 @@ func (p *parser) descriptor(n *yaml.Node) *Descriptor {
 			}
 		case "defer":
 			d.Defer = p.deferSpec(v)
+		case "plans":
+			d.Plans = p.plansSpec(v)
 		}
 	})
 	if !ok {
@@ -445,6 +447,7 @@ func (p *parser) replaces(n *yaml.Node) []string {
 
 // checkDescriptor reports extensions that contradict each other.
 func (p *parser) checkDescriptor(n *yaml.Node, d *Descriptor) {
+	p.checkPlans(n, d)
 	ext := d.Algorithm != "" || d.Burst != 0 || d.Throttle.Type != "" || d.OnExceed != "" || d.Mode != "" ||
 		d.NearLimit != "" || d.Failure != "" || d.Shards != 0 || d.Defer != nil
 	if d.RateLimit == nil {

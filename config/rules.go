@@ -161,6 +161,10 @@ type Descriptor struct {
 	Failure   FailurePolicy
 	Shards    int64
 	Defer     *DeferSpec // on_exceed: defer only
+	// Plans (velvetrope extension): each client's limit is its plan's,
+	// from a table of the rules store; the rate_limit is the limit of
+	// clients without one.
+	Plans *PlansSpec
 
 	Pos Position
 }

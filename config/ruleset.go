@@ -77,6 +77,10 @@ type Rule struct {
 	Override bool
 	Base     *Rule
 
+	// Plans is set on a rule whose clients' limits come from their plans
+	// (a plans block); nil otherwise, and on the rules of its plans.
+	Plans *Plans
+
 	ceiling, capacity int64 // derived at compile time
 }
 
@@ -169,7 +173,7 @@ func (r *Rule) WithLimit(limit int64) (*Rule, error) {
 		return nil, fmt.Errorf("limit: %w", err)
 	}
 	cp := *r
-	cp.Limit = limit
+	cp.Limit, cp.Plans = limit, nil // a limit of its own: no plan changes it
 	if cp.Burst > 0 && limit > 0 {
 		// A burst is sized against the limit it was written for: scale it.
 		cp.Burst = max(1, r.Burst*limit/max(r.Limit, 1))
@@ -352,6 +356,9 @@ func (rs *RuleSet) build(n *node, domain string, path []Entry, shared, hashed []
 				if err := r.Limiter.Validate(); err != nil {
 					*errs = append(*errs, posError(d.Pos, fmt.Sprintf("descriptor %q: %v", d.Key, err)))
 				}
+			}
+			if d.Plans != nil {
+				compilePlans(r, d, hs, errs)
 			}
 			child.rule = r
 			rs.rules = append(rs.rules, r)
