@@ -41,3 +41,25 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeClient: a stored client field either decodes to values that
+// encode back to it, or is refused; never a panic.
+func FuzzDecodeClient(f *testing.F) {
+	f.Add(EncodeClient([]string{"acme"}))
+	f.Add(EncodeClient([]string{"a", "b"}))
+	f.Add("\x05ab")
+	f.Add("\x00")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		vals, err := DecodeClient(s)
+		if err != nil {
+			return
+		}
+		if EncodeClient(vals) != s {
+			t.Fatalf("%q decodes to %q, which encodes to %q", s, vals, EncodeClient(vals))
+		}
+		if _, _, _, err := readChange(appendChange(nil, s, "p")); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -16,6 +16,7 @@ type memory struct {
 	mu      sync.Mutex
 	domains map[string][]Version
 	subs    map[chan string]struct{}
+	tables  map[string]*memTable // domain NUL table
 }
 
 func (m *memory) latest(_ context.Context, domain string) (Version, bool, error) {
