@@ -1,0 +1,118 @@
+package rulesync
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/plantable"
+	"github.com/velvetrope/velvetrope/rulestore"
+)
+
+const plansDoc = `domain: api
+descriptors:
+  - key: api_key
+    rate_limit: {unit: second, requests_per_unit: 1}
+    plans: {table: customers, limits: {pro: 100, ent: 1000}}
+`
+
+func plansRules(t *testing.T, src string) *config.RuleSet {
+	t.Helper()
+	f, err := config.ParseRules("r.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := config.Compile([]*config.File{f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// waitFor polls cond (the followers' goroutines, not time, are awaited).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 10 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestClientsFollowTheTables: a table the rules name is loaded, a change
+// reaches it through the log, a follower the log left behind scans again
+// and loses nothing, and a table no rule names any more is dropped.
+func TestClientsFollowTheTables(t *testing.T) {
+	ctx := context.Background()
+	store, _ := rulestore.NewMemory(rulestore.Options{})
+	if _, err := store.SetClients(ctx, "api", "customers", []rulestore.ClientChange{{Client: []string{"acme"}, Plan: "pro"}}); err != nil {
+		t.Fatal(err)
+	}
+	live := config.NewStore(plansRules(t, plansDoc))
+	tables := &plantable.Tables{}
+	c := NewClients(store, live, tables, ClientsOptions{Wait: time.Hour, Rules: time.Millisecond})
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx)
+	rule := live.Load().Rules()[0]
+	limit := func(client string) int64 {
+		return tables.Resolve(rule, []config.Entry{{Key: "api_key", Value: client}}).Limit
+	}
+	waitFor(t, "acme on pro", func() bool { return limit("acme") == 100 })
+	if err := c.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	// the log's wait is an hour: only a write wakes the follower
+	start := time.Now()
+	if _, err := store.SetClients(ctx, "api", "customers", []rulestore.ClientChange{{Client: []string{"acme"}, Plan: "ent"}, {Client: []string{"zed"}, Plan: "pro"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "acme on ent", func() bool { return limit("acme") == 1000 && limit("zed") == 100 })
+	t.Logf("a change applied after %v", time.Since(start))
+
+	// past the log: more changes than it keeps, written while the
+	// follower is stopped
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for b := 0; b*rulestore.MaxClientChanges <= rulestore.ClientLogChanges+rulestore.MaxClientChanges; b++ {
+		cs := make([]rulestore.ClientChange, rulestore.MaxClientChanges)
+		for i := range cs {
+			cs[i] = rulestore.ClientChange{Client: []string{"c" + strconv.Itoa(i)}, Plan: "pro"}
+		}
+		if _, err := store.SetClients(ctx, "api", "customers", cs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := store.SetClients(ctx, "api", "customers", []rulestore.ClientChange{{Client: []string{"acme"}, Plan: ""}}); err != nil {
+		t.Fatal(err)
+	}
+	c2 := NewClients(store, live, tables, ClientsOptions{Wait: time.Hour, Rules: time.Millisecond})
+	f := &tableFollower{key: config.PlanTable{Domain: "api", Table: "customers"}, done: make(chan struct{})}
+	old := tables.Get("api", "customers")
+	f.table.Store(old)
+	f.seq.Store(3) // where the stopped follower was
+	fctx, cancel := context.WithCancel(ctx)
+	go c2.follow(fctx, f)
+	waitFor(t, "the rescan", func() bool { return f.scans.Load() == 1 && tables.Get("api", "customers") != old })
+	cancel()
+	<-f.done
+	if limit("acme") != 1 || limit("c9999") != 100 || limit("zed") != 100 {
+		t.Fatalf("after the rescan: acme %d (removed: 1), c9999 %d, zed %d", limit("acme"), limit("c9999"), limit("zed"))
+	}
+
+	// the rules drop the plans: the table goes
+	c3 := NewClients(store, live, tables, ClientsOptions{Wait: time.Hour, Rules: time.Millisecond})
+	if err := c3.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Stop(ctx)
+	waitFor(t, "c3 loads", func() bool { st := c3.Status(); return len(st) == 1 && st[0].Loaded && st[0].Clients == 10001 })
+	live.Swap(plansRules(t, "domain: api\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: second, requests_per_unit: 1}\n"))
+	waitFor(t, "the table dropped", func() bool { return tables.Get("api", "customers") == nil && len(c3.Status()) == 0 })
+}
