@@ -12,6 +12,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/admin"
 	"github.com/velvetrope/velvetrope/internal/metrics"
 	"github.com/velvetrope/velvetrope/internal/tlsconf"
+	"github.com/velvetrope/velvetrope/plantable"
 	"github.com/velvetrope/velvetrope/rulestore"
 	"github.com/velvetrope/velvetrope/rulesync"
 )
@@ -22,6 +23,10 @@ type rulesDB struct {
 	store    *rulestore.Store
 	follower *rulesync.Follower
 	sources  *rulesync.Sources
+	// plans are the client tables the checker reads, kept by clients
+	// (both nil without a store)
+	plans   *plantable.Tables
+	clients *rulesync.Clients
 }
 
 // cacheFileName is the follower's cache in checker.state_dir.
@@ -30,7 +35,7 @@ const cacheFileName = "rules-store.json"
 // newRulesDB opens rules_store's backend and follows it (started in the
 // stage of the clients, so the store's rules are live before the
 // listeners open).
-func newRulesDB(sd *shutdown, app config.App, src *rulesync.Sources, logger *slog.Logger, reg *metrics.Registry) (*rulesDB, error) {
+func newRulesDB(sd *shutdown, app config.App, rules *config.Store, src *rulesync.Sources, logger *slog.Logger, reg *metrics.Registry) (*rulesDB, error) {
 	cfg := app.RulesStore
 	db := &rulesDB{sources: src}
 	opts := rulestore.Options{History: cfg.History, MaxBodyBytes: cfg.MaxDocumentBytes}
@@ -60,6 +65,9 @@ func newRulesDB(sd *shutdown, app config.App, src *rulesync.Sources, logger *slo
 	sd.hook(stopClients, "rules store", func(ctx context.Context) error {
 		return staged("rules store", db.follower.Start(ctx))
 	}, db.follower.Stop)
+	db.plans = &plantable.Tables{}
+	db.clients = rulesync.NewClients(db.store, rules, db.plans, rulesync.ClientsOptions{Logger: logger})
+	sd.hook(stopClients, "client tables", db.clients.Start, db.clients.Stop)
 	db.register(reg)
 	return db, nil
 }
@@ -107,6 +115,28 @@ func (db *rulesDB) register(reg *metrics.Registry) {
 		a, _ := db.follower.Counts()
 		return float64(a)
 	})
+	tables := func(v func(rulesync.TableStatus) float64) func() map[string]float64 {
+		return func() map[string]float64 {
+			out := map[string]float64{}
+			for _, st := range db.clients.Status() {
+				out[st.Domain+"/"+st.Table] = v(st)
+			}
+			return out
+		}
+	}
+	reg.Labeled("velvetrope_client_plans_clients", "Clients with a plan in each client table held here (domain/table).", "gauge", "table",
+		tables(func(st rulesync.TableStatus) float64 { return float64(st.Clients) }))
+	reg.Labeled("velvetrope_client_plans_bytes", "Memory each client table held here takes (10 bytes a place).", "gauge", "table",
+		tables(func(st rulesync.TableStatus) float64 { return float64(st.Bytes) }))
+	reg.Labeled("velvetrope_client_plans_age_seconds", "Seconds since each client table was last read from the rules store (-1: never).", "gauge", "table",
+		tables(func(st rulesync.TableStatus) float64 {
+			if st.Age < 0 {
+				return -1
+			}
+			return st.Age.Seconds()
+		}))
+	reg.Labeled("velvetrope_client_plans_scans_total", "Whole reads of each client table (one at start; more when its log left this checker behind).", "counter", "table",
+		tables(func(st rulesync.TableStatus) float64 { return float64(st.Scans) }))
 	reg.Counter("velvetrope_rules_versions_refused_total", "Rules store versions refused here (they did not compile with the live rules; the domain's rules before them stayed).",
 		func() float64 {
 			_, r := db.follower.Counts()
@@ -120,7 +150,10 @@ func (db *rulesDB) ready(app config.App) error {
 	if db.follower == nil {
 		return nil
 	}
-	return db.follower.Ready(app.RulesStore.MaxAge)
+	if err := db.follower.Ready(app.RulesStore.MaxAge); err != nil {
+		return err
+	}
+	return db.clients.Ready()
 }
 
 // adminDB is what the admin endpoints act on; nil without a store.

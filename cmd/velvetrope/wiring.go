@@ -49,6 +49,7 @@ type checkerIn struct {
 	Store    counters.Store
 	Producer events.Producer
 	Metrics  *metrics.Registry
+	RulesDB  *rulesDB
 }
 
 // provideChecker is the one constructor of the checker of velvetrope
@@ -62,6 +63,7 @@ func provideChecker(instanceSuffix string) fx.Option {
 	return fx.Provide(func(in checkerIn) (*checker.Checker, error) {
 		cfg := checkerConfig(in.App, in.Logger)
 		cfg.InstanceName += instanceSuffix
+		cfg.Plans = in.RulesDB.plans
 		c, err := checker.New(cfg, in.Rules, in.Store, in.Producer, limiter.SystemClock{})
 		if err != nil {
 			return nil, staged("checker", err)

@@ -74,6 +74,7 @@ func (a *Admin) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/rules/reload", a.authorized("rules.reload", a.reload))
 	if a.db != nil {
 		a.registerRulesDB(mux)
+		a.registerClients(mux)
 	}
 	if a.keys != nil {
 		mux.HandleFunc("GET /v1/keys", a.authorized("keys.inspect", a.inspect))

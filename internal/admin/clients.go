@@ -1,0 +1,154 @@
+package admin
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/strictjson"
+	"github.com/velvetrope/velvetrope/rulestore"
+)
+
+// ClientsRequest is the body of POST /v1/rules/{domain}/clients/{table}:
+// changes applied in order (plan "" removes a client), and why.
+type ClientsRequest struct {
+	Changes []rulestore.ClientChange `json:"changes"`
+	Message string                   `json:"message,omitempty"`
+}
+
+// ClientsJSON answers a write of client changes.
+type ClientsJSON struct {
+	Domain  string `json:"domain"`
+	Table   string `json:"table"`
+	Seq     int64  `json:"seq"`
+	Changes int    `json:"changes"`
+	// UnknownPlans are plans of the write that no live rule reading the
+	// table names: their clients are held to the rules' own limits.
+	UnknownPlans []string `json:"unknown_plans,omitempty"`
+}
+
+// TableRuleJSON is a live rule that reads a table, and its plans' limits.
+type TableRuleJSON struct {
+	Rule   string           `json:"rule"`
+	Limit  int64            `json:"limit"` // a client without a plan
+	Unit   string           `json:"unit"`
+	Plans  map[string]int64 `json:"plans"`
+	Client []string         `json:"client"` // the descriptor keys whose values name a client
+}
+
+// TableJSON is the body of GET /v1/rules/{domain}/clients/{table}.
+type TableJSON struct {
+	rulestore.TableInfo
+	Rules []TableRuleJSON `json:"rules"`
+}
+
+// ClientJSON is the body of GET /v1/rules/{domain}/clients/{table}/lookup.
+type ClientJSON struct {
+	Client []string `json:"client"`
+	Plan   string   `json:"plan,omitempty"`
+	Found  bool     `json:"found"`
+	// Limits is each live rule's limit for this client.
+	Limits map[string]int64 `json:"limits"`
+}
+
+var clientsSchema = strictjson.MustFor[ClientsRequest](
+	strictjson.Bound{Path: "changes", Max: rulestore.MaxClientChanges, What: "changes"},
+	strictjson.Bound{Path: "changes.client", Max: rulestore.MaxClientValues, What: "values"},
+	strictjson.Bound{Path: "changes.plan", Max: config.MaxPlanNameBytes, What: "bytes"},
+	strictjson.Bound{Path: "message", Max: rulestore.MaxMessageBytes, What: "bytes"},
+)
+
+func (a *Admin) registerClients(mux *http.ServeMux) {
+	// a client's plan is its contract with the operator: reading one
+	// takes the token too
+	mux.HandleFunc("GET /v1/rules/{domain}/clients/{table}", a.authorized("clients.read", a.getTable))
+	mux.HandleFunc("GET /v1/rules/{domain}/clients/{table}/lookup", a.authorized("clients.lookup", a.lookupClient))
+	mux.HandleFunc("POST /v1/rules/{domain}/clients/{table}", a.authorized("clients.set", a.setClients))
+}
+
+// tableRules are the live rules that read a table.
+func (a *Admin) tableRules(domain, table string) []*config.Rule {
+	var out []*config.Rule
+	for _, r := range a.store.Load().Rules() {
+		if r.Domain == domain && r.Plans != nil && r.Plans.Table == table {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (a *Admin) getTable(w http.ResponseWriter, r *http.Request) (string, int) {
+	domain, table := r.PathValue("domain"), r.PathValue("table")
+	info, err := a.db.Store.Table(r.Context(), domain, table)
+	if err != nil {
+		return storeError(w, rulestore.Version{Domain: domain}, err)
+	}
+	out := TableJSON{TableInfo: info, Rules: []TableRuleJSON{}}
+	if out.Plans == nil {
+		out.Plans = []string{}
+	}
+	for _, rule := range a.tableRules(domain, table) {
+		tr := TableRuleJSON{Rule: rule.ID, Limit: rule.Limit, Unit: rule.Unit.String(), Plans: map[string]int64{}}
+		for name, pr := range rule.Plans.Rules {
+			tr.Plans[name] = pr.Limit
+		}
+		for _, i := range rule.Plans.Client {
+			tr.Client = append(tr.Client, rule.Path[i].Key)
+		}
+		out.Rules = append(out.Rules, tr)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return fmt.Sprintf("%d clients", info.Clients), http.StatusOK
+}
+
+func (a *Admin) lookupClient(w http.ResponseWriter, r *http.Request) (string, int) {
+	domain, table := r.PathValue("domain"), r.PathValue("table")
+	client := r.URL.Query()["client"]
+	plan, found, err := a.db.Store.ClientPlan(r.Context(), domain, table, client)
+	if err != nil {
+		return storeError(w, rulestore.Version{Domain: domain}, err)
+	}
+	out := ClientJSON{Client: client, Plan: plan, Found: found, Limits: map[string]int64{}}
+	for _, rule := range a.tableRules(domain, table) {
+		out.Limits[rule.ID] = rule.Limit
+		if pr := rule.Plans.Rules[plan]; found && pr != nil {
+			out.Limits[rule.ID] = pr.Limit
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return "found " + strconv.FormatBool(found), http.StatusOK
+}
+
+// setClients writes a batch of client changes.
+func (a *Admin) setClients(w http.ResponseWriter, r *http.Request) (string, int) {
+	domain, table := r.PathValue("domain"), r.PathValue("table")
+	var in ClientsRequest
+	if status, err := a.decode(w, r, clientsSchema, &in); err != nil {
+		writeJSON(w, status, ErrorsJSON{Error: err.Error()})
+		return "bad body", status
+	}
+	seq, err := a.db.Store.SetClients(r.Context(), domain, table, in.Changes)
+	if err != nil {
+		return storeError(w, rulestore.Version{Domain: domain}, err)
+	}
+	out := ClientsJSON{Domain: domain, Table: table, Seq: seq, Changes: len(in.Changes)}
+	rules := a.tableRules(domain, table)
+	for _, c := range in.Changes {
+		if c.Plan == "" || slices.Contains(out.UnknownPlans, c.Plan) {
+			continue
+		}
+		known := false
+		for _, rule := range rules {
+			known = known || rule.Plans.Rules[c.Plan] != nil
+		}
+		if !known {
+			out.UnknownPlans = append(out.UnknownPlans, c.Plan)
+		}
+	}
+	a.logger.Info("client plans changed", "domain", domain, "table", table, "changes", len(in.Changes), "seq", seq,
+		"author", Author, "message", in.Message)
+	writeJSON(w, http.StatusOK, out)
+	return fmt.Sprintf("%d changes, seq %s", len(in.Changes), strconv.FormatInt(seq, 10)), http.StatusOK
+}
