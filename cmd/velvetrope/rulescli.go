@@ -112,6 +112,9 @@ func (c *rulesClient) current(ctx context.Context, domain string) (v admin.Versi
 
 // runRulesStore implements rules push, diff, history and rollback.
 func runRulesStore(sub string, args []string, stdout, stderr io.Writer) int {
+	if sub == "clients" {
+		return runRulesClients(args, stdout, stderr)
+	}
 	cmd := rulesStoreCommands[sub]
 	fs := flag.NewFlagSet("rules "+sub, flag.ContinueOnError)
 	addr, token, timeout := rulesFlags(fs)

@@ -201,6 +201,11 @@ var rulesStoreCommands = map[string]command{
 	"rollback": {"rules rollback", "--to N [--addr HOST:PORT] [--token T] [--message M] DOMAIN",
 		"Make version N's document of DOMAIN current again, as a new version.",
 		[]string{"VELVETROPE_ADMIN_TOKEN"}},
+	"clients": {"rules clients", "[--addr HOST:PORT] [--token T] [--import FILE.csv | --set PLAN | --remove | --get] DOMAIN TABLE [VALUE...]",
+		"Per-client limits: show a client table of the rules store (its clients, plan names and what each live rule\n" +
+			"gives each plan); --import a CSV of VALUE[,VALUE...],PLAN rows (an empty PLAN removes the client), sent\n" +
+			"in batches; --set one client's plan, --remove it, or --get it with each rule's limit for it.",
+		[]string{"VELVETROPE_ADMIN_TOKEN"}},
 }
 
 // usageHead is the top-level usage before its list of variables.
