@@ -33,6 +33,7 @@ type Clients struct {
 	mu       sync.Mutex
 	followed map[config.PlanTable]*tableFollower
 
+	kick   chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -93,7 +94,7 @@ func NewClients(store *rulestore.Store, rules *config.Store, tables *plantable.T
 		opts.Now = time.Now
 	}
 	return &Clients{store: store, rules: rules, tables: tables, opts: opts, log: logx.New(opts.Logger, 10*time.Second),
-		followed: map[config.PlanTable]*tableFollower{}}
+		followed: map[config.PlanTable]*tableFollower{}, kick: make(chan struct{}, 1)}
 }
 
 // Start follows the tables the live rules name, in the background until
@@ -112,6 +113,8 @@ func (c *Clients) Start(context.Context) error {
 			case <-ctx.Done():
 				return
 			case <-t.C:
+				c.reconcile(ctx)
+			case <-c.kick:
 				c.reconcile(ctx)
 			}
 		}
@@ -139,6 +142,34 @@ func (c *Clients) Stop(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// Kick looks at the live rules now rather than at the next tick: the
+// rules just changed here.
+func (c *Clients) Kick() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// WaitSeq waits until this process holds domain's table up to sequence
+// number seq (a write just made here), or until ctx ends; false then.
+func (c *Clients) WaitSeq(ctx context.Context, domain, table string, seq int64) bool {
+	c.Kick()
+	for {
+		c.mu.Lock()
+		f := c.followed[config.PlanTable{Domain: domain, Table: table}]
+		c.mu.Unlock()
+		if f != nil && f.seq.Load() >= seq && c.tables.Get(domain, table) != nil {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Millisecond): // the follower's goroutine, woken by the write
+		}
+	}
 }
 
 // reconcile starts following tables the rules name and stops the others.

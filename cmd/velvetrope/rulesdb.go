@@ -161,6 +161,10 @@ func (db *rulesDB) adminDB(app config.App) *admin.RulesDB {
 	if db.store == nil {
 		return nil
 	}
-	return &admin.RulesDB{Store: db.store, Sources: db.sources, Apply: db.follower.SyncDomain,
-		MaxDocumentBytes: int64(app.RulesStore.MaxDocumentBytes)}
+	return &admin.RulesDB{Store: db.store, Sources: db.sources,
+		Apply: func(ctx context.Context, domain string) {
+			db.follower.SyncDomain(ctx, domain)
+			db.clients.Kick() // a new rule's table is followed now, not at the next tick
+		},
+		ClientsApplied: db.clients.WaitSeq, MaxDocumentBytes: int64(app.RulesStore.MaxDocumentBytes)}
 }

@@ -1,10 +1,12 @@
 package admin
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/strictjson"
@@ -135,6 +137,11 @@ func (a *Admin) setClients(w http.ResponseWriter, r *http.Request) (string, int)
 	}
 	out := ClientsJSON{Domain: domain, Table: table, Seq: seq, Changes: len(in.Changes)}
 	rules := a.tableRules(domain, table)
+	if a.db.ClientsApplied != nil && len(rules) > 0 { // this checker enforces it before it answers, as a rules write
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		a.db.ClientsApplied(ctx, domain, table, seq)
+		cancel()
+	}
 	for _, c := range in.Changes {
 		if c.Plan == "" || slices.Contains(out.UnknownPlans, c.Plan) {
 			continue

@@ -26,6 +26,10 @@ type RulesDB struct {
 	Store   *rulestore.Store
 	Sources *rulesync.Sources
 	Apply   func(ctx context.Context, domain string)
+	// ClientsApplied waits (bounded by ctx) until this process holds a
+	// client table up to a sequence number it just wrote (nil: the
+	// followers bring it).
+	ClientsApplied func(ctx context.Context, domain, table string, seq int64) bool
 	// MaxDocumentBytes bounds a PUT's body (rules_store.max_document_bytes).
 	MaxDocumentBytes int64
 	// Audit records each change (nil: the store's history and the log
