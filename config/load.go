@@ -36,6 +36,7 @@ var envVars = []envVar{
 	{"VELVETROPE_KAFKA_BROKERS", "kafka.brokers", func(a *App, v string) { a.Kafka.Brokers = envList(v) }},
 	{"VELVETROPE_CLICKHOUSE_ADDR", "clickhouse.addr", func(a *App, v string) { a.ClickHouse.Addr = v }},
 	{"VELVETROPE_ADMIN_TOKEN", "admin.token", func(a *App, v string) { a.Admin.Token = v }},
+	{"VELVETROPE_ADMIN_TOKENS", "admin.tokens", func(a *App, v string) { a.Admin.Tokens = envNamedTokens(v) }},
 	{"VELVETROPE_HASH_KEY", "checker.hash_key", func(a *App, v string) { a.Checker.HashKey = v }},
 	{"VELVETROPE_KAFKA_SASL_PASSWORD", "kafka.sasl.password", func(a *App, v string) { a.Kafka.SASL.Password = v }},
 	{"VELVETROPE_CLICKHOUSE_PASSWORD", "clickhouse.password", func(a *App, v string) { a.ClickHouse.Password = v }},
@@ -186,3 +187,20 @@ func settingKeys(field string) []string {
 
 // problem is one invalid setting: the key path (or sibling paths, see
 // settingKeys) and what is wrong.
+
+// envNamedTokens reads NAME=TOKEN[,NAME=TOKEN...]; an entry without "="
+// is kept with no name, for validation to name it.
+func envNamedTokens(v string) []NamedToken {
+	var out []NamedToken
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e == "" {
+			continue
+		}
+		name, tok, ok := strings.Cut(e, "=")
+		if !ok {
+			name, tok = "", e
+		}
+		out = append(out, NamedToken{Name: name, Token: tok})
+	}
+	return out
+}

@@ -56,8 +56,33 @@ func (t TLSConfig) Enabled() bool { return t.CertFile != "" }
 // AdminConfig protects the admin endpoints that change state.
 type AdminConfig struct {
 	// Token is the bearer token those endpoints require; empty disables
-	// them (they answer 403). Never logged.
+	// them (they answer 403) unless Tokens names some. Its holder is
+	// recorded as "admin". Never logged.
 	Token string `yaml:"token"`
+	// Tokens are named tokens, each as good as Token: a change is
+	// recorded under the name of the token that made it (the rules
+	// store's history and audit).
+	Tokens []NamedToken `yaml:"tokens"`
+}
+
+// NamedToken is an admin token and the name its changes are recorded
+// under.
+type NamedToken struct {
+	Name  string `yaml:"name"`
+	Token string `yaml:"token"`
+}
+
+// AdminTokenName is the name admin.token's changes are recorded under.
+const AdminTokenName = "admin"
+
+// Named returns every admin token with its name (admin.token as
+// AdminTokenName first).
+func (c AdminConfig) Named() []NamedToken {
+	var out []NamedToken
+	if c.Token != "" {
+		out = append(out, NamedToken{AdminTokenName, c.Token})
+	}
+	return append(out, c.Tokens...)
 }
 
 // RulesStoreConfig is the rules database (package rulestore) a checker

@@ -62,7 +62,36 @@ func (a App) problems() []problem {
 	// the blanks around it and cannot carry control characters, so such
 	// a token can never match and would lock the endpoints out in
 	// silence. (Tokens are never echoed, not even here.)
-	for _, tok := range []struct{ field, v string }{{"admin.token", a.Admin.Token}, {"analytics.token", a.Analytics.Token}} {
+	toks := []struct{ field, v string }{{"admin.token", a.Admin.Token}, {"analytics.token", a.Analytics.Token}}
+	names := map[string]string{}
+	if a.Admin.Token != "" {
+		names[AdminTokenName] = "admin.token"
+	}
+	for i, nt := range a.Admin.Tokens {
+		field := fmt.Sprintf("admin.tokens[%d]", i)
+		toks = append(toks, struct{ field, v string }{field + ".token", nt.Token})
+		switch {
+		case nt.Token == "":
+			bad(field+".token", "must not be empty")
+		case nt.Token == a.Admin.Token:
+			bad(field+".token", "is admin.token's: each holder needs a token of its own, or the changes cannot be told apart")
+		}
+		if nt.Name == "" || len(nt.Name) > 64 || strings.ContainsFunc(nt.Name, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' || r == '@')
+		}) {
+			bad(field+".name", "want 1 to 64 of a-z, A-Z, 0-9 and - _ . @ (it is recorded as the author of changes), got %q", nt.Name)
+		} else if prev, dup := names[nt.Name]; dup {
+			bad(field+".name", "%q is already the name of %s", nt.Name, prev)
+		} else {
+			names[nt.Name] = field
+		}
+		for j := range i {
+			if a.Admin.Tokens[j].Token == nt.Token && nt.Token != "" {
+				bad(field+".token", "is also admin.tokens[%d]'s: each holder needs a token of its own", j)
+			}
+		}
+	}
+	for _, tok := range toks {
 		if tok.v == "" {
 			continue
 		}

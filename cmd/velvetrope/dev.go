@@ -358,7 +358,7 @@ func newCheckerHTTP(in checkerHTTPIn, an *analytics.Handler, topic events.Publis
 		httpapi.WithBounds(app.Limits)))
 	mux.Handle("GET /v1/deferred/{ticket}", httpapi.TicketHandler(tickets))
 	mux.Handle("/json", rls.JSONHandler(in.RLS, app.HTTP.MaxBodyBytes))
-	adm := admin.New(in.Rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, in.Logger).WithKeys(operate.New(c, in.Store))
+	adm := admin.New(in.Rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, in.Logger).WithTokens(app.Admin.Tokens).WithKeys(operate.New(c, in.Store))
 	if db := in.RulesDB.adminDB(app); db != nil {
 		if audit != nil {
 			db.Audit = func(ctx context.Context, c sink.RuleChange) error {

@@ -30,7 +30,7 @@ import (
 func runChecker(args []string, stdout, stderr io.Writer) int {
 	adminOff := false
 	module := func(app config.App, logger *slog.Logger) fx.Option {
-		adminOff = app.Admin.Token == ""
+		adminOff = len(app.Admin.Named()) == 0
 		return checkerModule(app, logger)
 	}
 	return runProcess("checker", args, stdout, stderr, module, func(w io.Writer, addr, grpcAddr string) {

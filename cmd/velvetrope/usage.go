@@ -27,6 +27,7 @@ var envVars = []envVar{
 	{"VELVETROPE_CLICKHOUSE_ADDR", "clickhouse.addr: ClickHouse (native protocol) for usage analytics (unset: none)"},
 	{"VELVETROPE_CLICKHOUSE_PASSWORD", "clickhouse.password"},
 	{"VELVETROPE_ADMIN_TOKEN", "admin.token: bearer token of the admin endpoints (unset: they answer 403; dev generates one)"},
+	{"VELVETROPE_ADMIN_TOKENS", "admin.tokens: more admin tokens, each recorded by name as the author of its changes: NAME=TOKEN,..."},
 	{"VELVETROPE_ANALYTICS_TOKEN", "analytics.token: bearer token of /v1/analytics/* (unset: open); top sends it"},
 	{"VELVETROPE_HASH_KEY", "checker.hash_key: secret of hash_values rules, the same on every checker (unset: random)"},
 	{"VELVETROPE_STATE_DIR", "checker.state_dir: the spill file's directory (default $STATE_DIRECTORY, else /var/lib/velvetrope, else ~/.local/state/velvetrope)"},

@@ -44,7 +44,7 @@ type Admin struct {
 	keys    Keys
 	store   *config.Store
 	paths   []string // rule files and directories; empty: built in, not reloadable
-	token   []byte
+	tokens  []namedToken
 	maxBody int64
 	logger  *slog.Logger
 	mu      sync.Mutex // one reload at a time
@@ -55,7 +55,41 @@ type Admin struct {
 // New returns the admin endpoints for store, loaded from paths, requiring
 // token for state changes (empty: state changes are refused).
 func New(store *config.Store, paths []string, token string, maxBody int64, logger *slog.Logger) *Admin {
-	return &Admin{store: store, paths: paths, token: []byte(token), maxBody: maxBody, logger: logger}
+	a := &Admin{store: store, paths: paths, maxBody: maxBody, logger: logger}
+	if token != "" {
+		a.tokens = append(a.tokens, namedToken{config.AdminTokenName, []byte(token)})
+	}
+	return a
+}
+
+// namedToken is an admin token and the name its changes are recorded
+// under.
+type namedToken struct {
+	name  string
+	token []byte
+}
+
+// WithTokens adds named admin tokens (admin.tokens): each is as good as
+// the admin token, and a change made with one is recorded under its name.
+func (a *Admin) WithTokens(ts []config.NamedToken) *Admin {
+	for _, t := range ts {
+		if t.Token != "" {
+			a.tokens = append(a.tokens, namedToken{t.Name, []byte(t.Token)})
+		}
+	}
+	return a
+}
+
+// authorKey carries the name of the token a request was authorized with.
+type authorKey struct{}
+
+// authorOf is who a change is recorded under: the name of the token the
+// request carried.
+func authorOf(r *http.Request) string {
+	if n, ok := r.Context().Value(authorKey{}).(string); ok {
+		return n
+	}
+	return config.AdminTokenName
 }
 
 // WithKeys enables the per-key endpoints over k: GET /v1/keys,
@@ -493,20 +527,27 @@ func readLimited(w http.ResponseWriter, r *http.Request, limit int64, what strin
 // authorized requires the bearer token, then runs h and audits the call.
 func (a *Admin) authorized(action string, h func(http.ResponseWriter, *http.Request) (string, int)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if len(a.token) == 0 {
+		if len(a.tokens) == 0 {
 			a.logger.Warn("admin refused", "action", action, "remote", r.RemoteAddr, "reason", "no admin token configured")
 			writeJSON(w, http.StatusForbidden, ErrorsJSON{Error: "admin endpoints are disabled: set admin.token (VELVETROPE_ADMIN_TOKEN)"})
 			return
 		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), a.token) != 1 {
+		author := ""
+		for _, t := range a.tokens { // every one compared: the time says nothing of which matched
+			if subtle.ConstantTimeCompare([]byte(got), t.token) == 1 && author == "" {
+				author = t.name
+			}
+		}
+		if !ok || author == "" {
 			a.logger.Warn("admin refused", "action", action, "remote", r.RemoteAddr, "reason", "bad or missing bearer token")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="velvetrope admin"`)
 			writeJSON(w, http.StatusUnauthorized, ErrorsJSON{Error: "a valid bearer token is required"})
 			return
 		}
+		r = r.WithContext(context.WithValue(r.Context(), authorKey{}, author))
 		outcome, status := h(w, r)
-		a.logger.Info("admin", "action", action, "remote", r.RemoteAddr, "status", status, "outcome", outcome)
+		a.logger.Info("admin", "action", action, "author", author, "remote", r.RemoteAddr, "status", status, "outcome", outcome)
 	}
 }
 

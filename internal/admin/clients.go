@@ -155,7 +155,7 @@ func (a *Admin) setClients(w http.ResponseWriter, r *http.Request) (string, int)
 		}
 	}
 	a.logger.Info("client plans changed", "domain", domain, "table", table, "changes", len(in.Changes), "seq", seq,
-		"author", Author, "message", in.Message)
+		"author", authorOf(r), "message", in.Message)
 	writeJSON(w, http.StatusOK, out)
 	return fmt.Sprintf("%d changes, seq %s", len(in.Changes), strconv.FormatInt(seq, 10)), http.StatusOK
 }

@@ -1,9 +1,14 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/sink"
 )
 
 const shopPlans = "domain: shop\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: minute, requests_per_unit: 5}\n    plans: {table: customers, limits: {pro: 50, ent: 500}}\n"
@@ -54,5 +59,41 @@ func TestClientTableEndpoints(t *testing.T) {
 		if rec := sendH(h, m.method, m.path, `{"changes":[{"client":["x"],"plan":"pro"}]}`, "Authorization", "Bearer wrong"); rec.Code != 401 {
 			t.Fatalf("%s %s with a wrong token: %d", m.method, m.path, rec.Code)
 		}
+	}
+}
+
+// TestNamedTokens: a change is recorded under the name of the token that
+// made it — the version's author, the audit row, the log — and
+// admin.token's holder as "admin".
+func TestNamedTokens(t *testing.T) {
+	h, _, _, log, audit := setupDBTokens(t, []config.NamedToken{{Name: "ci", Token: "ci-tok"}, {Name: "priya@ops", Token: "p-tok"}})
+	steps := []struct{ token, body, author string }{
+		{"ci-tok", shopDoc("2"), "ci"},
+		{"p-tok", shopDoc("3"), "priya@ops"},
+		{"tok", shopDoc("4"), "admin"},
+	}
+	for i, s := range steps {
+		rec := sendH(h, "PUT", "/v1/rules/shop", s.body, "If-Match", "*", "Authorization", "Bearer "+s.token)
+		if rec.Code/100 != 2 || !strings.Contains(rec.Body.String(), `"author":"`+s.author+`"`) {
+			t.Fatalf("step %d: %d %s, want author %s", i, rec.Code, rec.Body, s.author)
+		}
+		if !strings.Contains(log.String(), "author="+s.author) {
+			t.Fatalf("step %d: the log does not name %s:\n%s", i, s.author, log)
+		}
+	}
+	rows, err := audit.RuleChanges(context.Background(), sink.RuleChangesQuery{Domain: "shop", Limit: 10})
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("audit rows %v %v", rows, err)
+	}
+	var authors []string
+	for _, r := range rows {
+		authors = append(authors, r.Author)
+	}
+	slices.Sort(authors)
+	if strings.Join(authors, ",") != "admin,ci,priya@ops" {
+		t.Fatalf("audit authors %v", authors)
+	}
+	if rec := sendH(h, "PUT", "/v1/rules/shop", shopDoc("5"), "If-Match", "*", "Authorization", "Bearer ci-to"); rec.Code != 401 {
+		t.Fatalf("a token's prefix: %d", rec.Code)
 	}
 }

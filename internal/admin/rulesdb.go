@@ -45,9 +45,6 @@ type RulesDB struct {
 // each; about 100 MB at the bound): a longer window answers 422.
 const DryRunMaxRows = 1_000_000
 
-// Author is the name a change is recorded under: the admin token's.
-const Author = "admin"
-
 // WithRulesDB enables the rules store's endpoints: GET, PUT and DELETE
 // /v1/rules/{domain}, GET /v1/rules/{domain}/history, GET
 // /v1/rules/{domain}/versions/{version} and POST
@@ -342,7 +339,7 @@ func (a *Admin) write(w http.ResponseWriter, r *http.Request, domain, body strin
 		writeJSON(w, http.StatusUnprocessableEntity, errorsOf("invalid rules; nothing was stored", err))
 		return "invalid: " + firstLine(err), http.StatusUnprocessableEntity
 	}
-	v, err := a.db.Store.Put(r.Context(), rulestore.Write{Domain: domain, Body: body, IfMatch: match, Author: Author, Message: msg})
+	v, err := a.db.Store.Put(r.Context(), rulestore.Write{Domain: domain, Body: body, IfMatch: match, Author: authorOf(r), Message: msg})
 	if err != nil {
 		return storeError(w, rulestore.Version{Domain: domain}, err)
 	}
@@ -371,7 +368,7 @@ func (a *Admin) deleteDoc(w http.ResponseWriter, r *http.Request) (string, int) 
 		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
 		return "bad If-Match", http.StatusBadRequest
 	}
-	v, err := a.db.Store.Delete(r.Context(), rulestore.Write{Domain: domain, IfMatch: match, Author: Author, Message: message(r)})
+	v, err := a.db.Store.Delete(r.Context(), rulestore.Write{Domain: domain, IfMatch: match, Author: authorOf(r), Message: message(r)})
 	if err != nil {
 		if errors.Is(err, rulestore.ErrNotFound) {
 			v.Domain = domain

@@ -30,6 +30,12 @@ func shopDoc(limit string) string {
 // once as a checker's follower applies them.
 func setupDB(t *testing.T) (http.Handler, *config.Store, string, *bytes.Buffer, *sink.Memory) {
 	t.Helper()
+	return setupDBTokens(t, nil)
+}
+
+// setupDBTokens is setupDB with named admin tokens beside "tok".
+func setupDBTokens(t *testing.T, named []config.NamedToken) (http.Handler, *config.Store, string, *bytes.Buffer, *sink.Memory) {
+	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "api.yaml")
 	if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
@@ -52,7 +58,7 @@ func setupDB(t *testing.T) (http.Handler, *config.Store, string, *bytes.Buffer, 
 	f := rulesync.NewFollower(store, src, rulesync.FollowerOptions{})
 	audit := sink.NewMemory(0)
 	var log bytes.Buffer
-	a := New(live, []string{dir}, "tok", 1<<16, slog.New(slog.NewTextHandler(&log, nil))).
+	a := New(live, []string{dir}, "tok", 1<<16, slog.New(slog.NewTextHandler(&log, nil))).WithTokens(named).
 		WithRulesDB(RulesDB{Store: store, Sources: src, Apply: f.SyncDomain, MaxDocumentBytes: 1024, Audit: audit.InsertRuleChange})
 	mux := http.NewServeMux()
 	a.Register(mux)

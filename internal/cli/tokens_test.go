@@ -148,7 +148,7 @@ func TestDocumentedTokens(t *testing.T) {
 		}
 	}
 	d := startDev(t, "", env("VELVETROPE_ADMIN_TOKEN=adm1n", "VELVETROPE_ANALYTICS_TOKEN=analyt1cs"))
-	fill := strings.NewReplacer("{ticket}", "AAAAAAAAAAAAAAAAAAAAAA", "{id}", "nope", "{domain}", "api", "{name}", "nope")
+	fill := strings.NewReplacer("{ticket}", "AAAAAAAAAAAAAAAAAAAAAA", "{id}", "nope", "{domain}", "api", "{name}", "nope", "{table}", "customers")
 	do := func(r tokenRow, bearer string) (int, string) {
 		t.Helper()
 		req, err := http.NewRequest(r.method, "http://"+d.HTTP+fill.Replace(r.path), strings.NewReader("{}"))
