@@ -166,5 +166,5 @@ func (db *rulesDB) adminDB(app config.App) *admin.RulesDB {
 			db.follower.SyncDomain(ctx, domain)
 			db.clients.Kick() // a new rule's table is followed now, not at the next tick
 		},
-		ClientsApplied: db.clients.WaitSeq, MaxDocumentBytes: int64(app.RulesStore.MaxDocumentBytes)}
+		ClientsApplied: db.clients.WaitSeq, Plans: db.plans, MaxDocumentBytes: int64(app.RulesStore.MaxDocumentBytes)}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/analytics"
 	"github.com/velvetrope/velvetrope/internal/dryrun"
 	"github.com/velvetrope/velvetrope/internal/linediff"
+	"github.com/velvetrope/velvetrope/plantable"
 	"github.com/velvetrope/velvetrope/rulestore"
 	"github.com/velvetrope/velvetrope/rulesync"
 	"github.com/velvetrope/velvetrope/sink"
@@ -39,6 +40,9 @@ type RulesDB struct {
 	// MaxWindow the longest window one may replay (analytics.max_window).
 	Demand    sink.Demander
 	MaxWindow time.Duration
+	// Plans are this process's client tables: a dry run decides each
+	// client of a rule with plans at its plan's limit (nil: at the rule's).
+	Plans *plantable.Tables
 }
 
 // DryRunMaxRows bounds the usage rows one dry run reads (a key's minute
@@ -120,7 +124,11 @@ func (a *Admin) dryRun(w http.ResponseWriter, r *http.Request) (string, int) {
 		writeJSON(w, http.StatusServiceUnavailable, ErrorsJSON{Error: "the analytics store did not answer: " + err.Error()})
 		return "analytics error", http.StatusServiceUnavailable
 	}
-	rep, err := dryrun.Evaluate(rs, domain, rows)
+	var plans func(*config.Rule, []config.Entry) *config.Rule
+	if a.db.Plans != nil {
+		plans = a.db.Plans.Resolve
+	}
+	rep, err := dryrun.Evaluate(rs, domain, rows, plans)
 	if err != nil {
 		writeJSON(w, http.StatusUnprocessableEntity, ErrorsJSON{Error: err.Error()})
 		return "invalid", http.StatusUnprocessableEntity

@@ -62,8 +62,10 @@ type KeyReport struct {
 }
 
 // Evaluate runs the rules of domain in rs over the usage rows (a key's
-// rows in minute order, as sink.Demand returns them).
-func Evaluate(rs *config.RuleSet, domain string, rows []sink.Demand) (Report, error) {
+// rows in minute order, as sink.Demand returns them). plans gives a rule
+// with plans the rule of a key's client (the checker's client tables);
+// nil decides every client at its rule's own limit.
+func Evaluate(rs *config.RuleSet, domain string, rows []sink.Demand, plans func(*config.Rule, []config.Entry) *config.Rule) (Report, error) {
 	d, ok := rs.Lookup(domain)
 	if !ok {
 		return Report{}, fmt.Errorf("the document has no rules for domain %q", domain)
@@ -101,7 +103,11 @@ func Evaluate(rs *config.RuleSet, domain string, rows []sink.Demand) (Report, er
 			rr = newRuleReport(r)
 			byRule[r] = rr
 		}
-		k.WouldDeny = wouldDeny(r, key)
+		decide := r
+		if r.Plans != nil && plans != nil {
+			decide = plans(r, entries) // the client's plan: reported under its rule
+		}
+		k.WouldDeny = wouldDeny(decide, key)
 		rr.Requests += k.Requests
 		rr.WouldDeny += k.WouldDeny
 		rr.DeniedNow += k.DeniedNow
@@ -137,6 +143,9 @@ func newRuleReport(r *config.Rule) *RuleReport {
 		rr.Unit = r.Unit.String()
 	}
 	rr.Exact, rr.Method = method(r)
+	if r.Plans != nil {
+		rr.Method += "; each client at its plan's limit (table " + r.Plans.Table + " as this checker holds it)"
+	}
 	return rr
 }
 

@@ -2,9 +2,11 @@ package dryrun
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/plantable"
 	"github.com/velvetrope/velvetrope/sink"
 )
 
@@ -65,7 +67,7 @@ var rows = []sink.Demand{
 //     2 refilled → 0; two minutes later min(2, 1+4) of 4 → 2: 5 in all
 //   - open (unlimited): 0; other=z matches no rule: unmatched
 func TestEvaluate(t *testing.T) {
-	rep, err := Evaluate(compile(t, proposed), "api", rows)
+	rep, err := Evaluate(compile(t, proposed), "api", rows, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +97,7 @@ func TestEvaluate(t *testing.T) {
 			t.Errorf("%s: no method", r.Rule)
 		}
 	}
-	if _, err := Evaluate(compile(t, proposed), "web", rows); err == nil {
+	if _, err := Evaluate(compile(t, proposed), "web", rows, nil); err == nil {
 		t.Fatal("a domain the document lacks was evaluated")
 	}
 }
@@ -116,7 +118,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 4}
 `
 	rs := compile(t, doc)
-	rep, err := Evaluate(rs, "api", nil)
+	rep, err := Evaluate(rs, "api", nil, nil)
 	if err != nil || rep.Requests != 0 || len(rep.Rules) != 3 || rep.Rules[0].TopKeys == nil {
 		t.Fatalf("no usage: %+v, %v", rep, err)
 	}
@@ -124,7 +126,7 @@ descriptors:
 		{Minute: t0, Descriptor: "blocked=x", Allowed: 3},
 		{Minute: t0, Descriptor: "shadow=y", Allowed: 3},
 		{Minute: t0, Descriptor: "soft=z", Allowed: 9},
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,5 +139,35 @@ descriptors:
 	}
 	if got["api:blocked"] != 3 || got["api:shadow"] != 2 || got["api:soft"] != 3 { // soft: 4 + 50 % = 6 admitted of 9
 		t.Fatalf("would deny %v", got)
+	}
+}
+
+// TestEvaluatePlans: a rule with plans replays each client at its plan's
+// limit, reported under the rule: a (plan big, 100 a minute) is refused
+// nothing of its 8 then 4, b (no plan: 5) 4 of its 9.
+func TestEvaluatePlans(t *testing.T) {
+	rs := compile(t, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n    plans: {table: t, limits: {big: 100}}\n")
+	tb := plantable.New()
+	if err := tb.Apply([]plantable.Change{{Key: tb.Key([]string{"a"}), Plan: "big"}}); err != nil {
+		t.Fatal(err)
+	}
+	var ts plantable.Tables
+	ts.Set("api", "t", tb)
+	rows := []sink.Demand{
+		{Minute: t0, Descriptor: "user=a", Allowed: 8},
+		{Minute: t0 + 60, Descriptor: "user=a", Allowed: 4},
+		{Minute: t0, Descriptor: "user=b", Allowed: 5, Denied: 4},
+	}
+	for _, c := range []struct {
+		plans func(*config.Rule, []config.Entry) *config.Rule
+		want  int64
+	}{{ts.Resolve, 4}, {nil, 3 + 4}} {
+		rep, err := Evaluate(rs, "api", rows, c.plans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Rules) != 1 || rep.Rules[0].WouldDeny != c.want || !strings.Contains(rep.Rules[0].Method, "each client at its plan's limit") {
+			t.Fatalf("plans %v: %+v, want %d refused", c.plans != nil, rep.Rules, c.want)
+		}
 	}
 }
