@@ -93,6 +93,7 @@ type Stats struct {
 	Keys                     atomic.Int64
 	Controlled               atomic.Uint64  // descriptors an operator control decided
 	ControlErrors            atomic.Uint64  // failed reads of the control store
+	StagedErrors             atomic.Uint64  // staged decisions that failed (their answer is thrown away anyway)
 	StoreErrors              atomic.Uint64  // failed store charges (refreshes: RefreshErrors)
 	Staleness                hist.Histogram // a store view's age when a refresh replaces it
 	// decisions that locked no shard (local-mode or unlimited rules only)
@@ -178,6 +179,8 @@ type Checker struct {
 	works        sync.Pool         // *syncWork, one per store charge
 	batch        *counters.Batcher // sends the store charges of concurrent decisions together
 	keyBufs      sync.Pool         // *[]byte, counter keys of small requests
+	// stagedDecisions are the thrown-away answers of staged rules
+	stagedDecisions sync.Pool // *ratelimit.Decision
 
 	flushNow chan struct{}
 	dirtyN   atomic.Int64 // keys queued for the next flush
@@ -260,6 +263,7 @@ func New(cfg Config, rules *config.Store, cs counters.Store, prod events.Produce
 	c.works.New = func() any { return &syncWork{Call: *counters.NewCall()} }
 	c.batch = counters.NewBatcher(cs, storeLanes)
 	c.keyBufs.New = func() any { b := make([]byte, 0, 512); return &b }
+	c.stagedDecisions.New = func() any { return new(ratelimit.Decision) }
 	return c, nil
 }
 

@@ -16,6 +16,29 @@ import (
 // atomic store call per descriptor that needs one. Its error is a
 // malformed request's (a *FieldError) or an internal fault.
 func (c *Checker) Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
+	err := c.checkOne(ctx, req, d)
+	if err == nil && !req.Release && !req.Prehashed {
+		if staged, ok := c.rules.Load().Staged(req.Domain); ok {
+			c.checkStaged(ctx, req, staged)
+		}
+	}
+	return err
+}
+
+// checkStaged decides req under the domain's staged rules too (a version
+// being rolled out in shadow): counted, reported in analytics under the
+// staged domain, and the answer thrown away.
+func (c *Checker) checkStaged(ctx context.Context, req *ratelimit.Request, staged string) {
+	sreq := *req
+	sreq.Domain, sreq.RequestID = staged, "" // its own decision, never a replay of the live one
+	sd := c.stagedDecisions.Get().(*ratelimit.Decision)
+	if err := c.checkOne(ctx, &sreq, sd); err != nil {
+		c.Stats.StagedErrors.Add(1)
+	}
+	c.stagedDecisions.Put(sd)
+}
+
+func (c *Checker) checkOne(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
 	// working memory on the stack for small requests (zeroing a few slots
 	// costs less than a pool round trip), pooled for large ones
 	var err error

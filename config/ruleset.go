@@ -224,6 +224,24 @@ type RuleSet struct {
 	// hashedKeys holds, per domain, the keys some descriptor marks
 	// hash_values (see HashedKeys).
 	hashedKeys map[string]map[string]bool
+	// staged maps a domain to the domain its staged rules are compiled
+	// under (nil: no domain has any, the usual case).
+	staged map[string]string
+}
+
+// StagedSuffix ends the domain a staged version of a domain's rules is
+// compiled under ("shop#staged"): the checker decides each request of
+// the domain under it too, and throws the answer away.
+const StagedSuffix = "#staged"
+
+// Staged returns the domain domain's staged rules are compiled under, if
+// it has some. It allocates nothing.
+func (rs *RuleSet) Staged(domain string) (string, bool) {
+	if rs == nil || rs.staged == nil {
+		return "", false
+	}
+	s, ok := rs.staged[domain]
+	return s, ok
 }
 
 // Domains returns the domain names, sorted.
@@ -295,6 +313,14 @@ func Compile(files []*File) (*RuleSet, error) {
 	}
 	if err := errs.err(); err != nil {
 		return nil, err
+	}
+	for name := range rs.domains {
+		if base, ok := strings.CutSuffix(name, StagedSuffix); ok && base != "" {
+			if rs.staged == nil {
+				rs.staged = map[string]string{}
+			}
+			rs.staged[base] = name
+		}
 	}
 	if len(rs.domains) <= 8 {
 		rs.few = make([]domainNode, 0, len(rs.domains))

@@ -367,3 +367,44 @@ func TestChangesAnnounceWrites(t *testing.T) {
 		})
 	}
 }
+
+// TestStagedVersions: a staged version carries the live document it
+// leaves in force — across staged versions in a row, and none for a
+// domain with no live rules — and a live write ends the staging.
+func TestStagedVersions(t *testing.T) {
+	for name, s := range backends(t, Options{}) {
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxT(t)
+			v1, err := s.Put(ctx, Write{Domain: "d", Body: "staged first", Stage: StageShadow})
+			if err != nil || v1.Stage != StageShadow || v1.LiveVersion != 0 || v1.LiveBody != "" {
+				t.Fatalf("staged with nothing live: %+v %v", v1, err)
+			}
+			mustPut(t, s, Write{Domain: "d", Body: "live two", IfMatch: 1})
+			v3, err := s.Put(ctx, Write{Domain: "d", Body: "staged three", IfMatch: 2, Stage: StageShadow})
+			if err != nil || v3.LiveVersion != 2 || v3.LiveBody != "live two" {
+				t.Fatalf("staged over 2: %+v %v", v3, err)
+			}
+			if _, err := s.Put(ctx, Write{Domain: "d", Body: "staged four", IfMatch: 2, Stage: StageShadow}); err == nil {
+				t.Fatal("a staged write on a stale version was taken")
+			}
+			v4, err := s.Put(ctx, Write{Domain: "d", Body: "staged four", IfMatch: Any, Stage: StageShadow})
+			if err != nil || v4.Version != 4 || v4.LiveVersion != 2 || v4.LiveBody != "live two" {
+				t.Fatalf("staged again: %+v %v", v4, err)
+			}
+			got, err := s.Get(ctx, "d")
+			if err != nil || got.Stage != StageShadow || got.LiveBody != "live two" || got.Body != "staged four" {
+				t.Fatalf("get: %+v %v", got, err)
+			}
+			v5 := mustPut(t, s, Write{Domain: "d", Body: "staged four", IfMatch: 4})
+			if v5.Stage != "" || v5.LiveVersion != 0 || v5.LiveBody != "" {
+				t.Fatalf("promoted: %+v", v5)
+			}
+			if _, err := s.Put(ctx, Write{Domain: "d", Body: "x", IfMatch: Any, Stage: "canary"}); err == nil || !strings.Contains(err.Error(), `stage: want "shadow"`) {
+				t.Fatalf("an unknown stage: %v", err)
+			}
+			if _, err := s.Put(ctx, Write{Domain: "d#staged", Body: "x"}); err == nil || !strings.Contains(err.Error(), "names a domain's staged rules") {
+				t.Fatalf("a staged domain's name: %v", err)
+			}
+		})
+	}
+}

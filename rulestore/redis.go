@@ -185,6 +185,12 @@ func decodeRecord(b []byte) (Version, error) {
 		return Version{}, errors.New("not a rules version: a delete with a body")
 	case !v.Deleted && v.Body == "":
 		return Version{}, errors.New("not a rules version: no body")
+	case v.Stage != "" && (v.Stage != StageShadow || v.Deleted):
+		return Version{}, fmt.Errorf("not a rules version: stage %q", v.Stage)
+	case v.Stage == "" && (v.LiveVersion != 0 || v.LiveBody != ""):
+		return Version{}, errors.New("not a rules version: a live document on a version that is not staged")
+	case v.LiveVersion < 0 || v.LiveVersion >= v.Version || (v.LiveVersion == 0) != (v.LiveBody == ""):
+		return Version{}, fmt.Errorf("not a rules version: live version %d", v.LiveVersion)
 	}
 	return v, nil
 }

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/velvetrope/velvetrope/config"
 )
 
 // Version is one stored version of a domain's rules document.
@@ -22,6 +25,14 @@ type Version struct {
 	Body string `json:"body,omitempty"`
 	// Deleted marks the version a delete wrote: the domain has no rules.
 	Deleted bool `json:"deleted,omitempty"`
+	// Stage is "" for a version that is live, or StageShadow for one
+	// staged: its document is evaluated beside the live rules and
+	// enforces nothing until it is promoted. A staged version carries the
+	// live document it leaves in force (LiveBody, version LiveVersion; 0
+	// and "" when the domain had no live rules).
+	Stage       string `json:"stage,omitempty"`
+	LiveVersion int64  `json:"live_version,omitempty"`
+	LiveBody    string `json:"live_body,omitempty"`
 	// Author is who wrote it (the admin token's name); Message says why.
 	Author  string `json:"author,omitempty"`
 	Message string `json:"message,omitempty"`
@@ -31,6 +42,13 @@ type Version struct {
 
 // Any is the IfMatch of a write that takes whatever version is current.
 const Any int64 = -1
+
+// StageShadow is the Stage of a staged version.
+const StageShadow = "shadow"
+
+// StagedSuffix ends the domain a staged version's rules are evaluated
+// under ("shop#staged"): a store domain may not end with it.
+const StagedSuffix = config.StagedSuffix
 
 // Write is a change to one domain's rules.
 type Write struct {
@@ -43,6 +61,9 @@ type Write struct {
 	IfMatch int64
 	// Author and Message go into the version, for the history and the audit.
 	Author, Message string
+	// Stage is "" (the body goes live) or StageShadow (the body is staged
+	// beside the live rules, which stay in force).
+	Stage string
 }
 
 // ErrNotFound is returned for a domain that has no rules: never written,
@@ -205,8 +226,11 @@ func (s *Store) Delete(ctx context.Context, w Write) (Version, error) {
 func (s *Store) write(ctx context.Context, w Write, del bool) (Version, error) {
 	for {
 		expected := w.IfMatch
-		if expected == Any || del {
-			cur, ok, err := s.b.latest(ctx, w.Domain)
+		var cur Version
+		if expected == Any || del || w.Stage != "" {
+			var ok bool
+			var err error
+			cur, ok, err = s.b.latest(ctx, w.Domain)
 			if err != nil {
 				return Version{}, fmt.Errorf("rulestore: read domain %q: %w", w.Domain, err)
 			}
@@ -223,6 +247,15 @@ func (s *Store) write(ctx context.Context, w Write, del bool) (Version, error) {
 			Time: s.opts.Now().UTC()}
 		if !del {
 			v.Body = w.Body
+		}
+		if w.Stage == StageShadow && !del {
+			v.Stage = StageShadow
+			switch {
+			case cur.Stage == StageShadow: // staged again: the same live rules stay
+				v.LiveVersion, v.LiveBody = cur.LiveVersion, cur.LiveBody
+			case cur.Version > 0 && !cur.Deleted:
+				v.LiveVersion, v.LiveBody = cur.Version, cur.Body
+			}
 		}
 		current, ok, err := s.b.appendIf(ctx, expected, v, s.opts.History)
 		if err != nil {
@@ -246,6 +279,9 @@ func (s *Store) checkWrite(w Write) error {
 	}
 	if w.IfMatch < Any {
 		return &InputError{"if_match", fmt.Sprintf("must be a version (0 or more), got %d", w.IfMatch)}
+	}
+	if w.Stage != "" && w.Stage != StageShadow {
+		return &InputError{"stage", fmt.Sprintf("want %q (or none: live), got %q", StageShadow, w.Stage)}
 	}
 	if err := checkText("author", w.Author, MaxAuthorBytes); err != nil {
 		return err
@@ -305,6 +341,9 @@ func (s *Store) Changes(ctx context.Context) (<-chan string, error) { return s.b
 func (s *Store) Close() error { return s.b.close() }
 
 func checkDomain(d string) error {
+	if strings.HasSuffix(d, StagedSuffix) {
+		return &InputError{"domain", fmt.Sprintf("%q ends with %q, which names a domain's staged rules", d, StagedSuffix)}
+	}
 	switch d {
 	case "":
 		return &InputError{"domain", "must not be empty"}

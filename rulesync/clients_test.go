@@ -116,3 +116,52 @@ func TestClientsFollowTheTables(t *testing.T) {
 	live.Swap(plansRules(t, "domain: api\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: second, requests_per_unit: 1}\n"))
 	waitFor(t, "the table dropped", func() bool { return tables.Get("api", "customers") == nil && len(c3.Status()) == 0 })
 }
+
+// TestStagedVersionSources: a staged version leaves its live document in
+// force and compiles its own under the staged domain, where a defer
+// becomes a refusal; promoting it (a live write of its document) ends
+// the staging.
+func TestStagedVersionSources(t *testing.T) {
+	live := config.NewStore(plansRules(t, "domain: other\ndescriptors: []\n"))
+	src := NewSources(live, nil)
+	doc := func(n int, deferred bool) string {
+		s := "domain: shop\ndescriptors:\n  - key: user\n    algorithm: fixed_window\n    rate_limit: {unit: minute, requests_per_unit: " + strconv.Itoa(n) + "}\n"
+		if deferred {
+			s += "    on_exceed: defer\n    defer: {target: \"http://t.example\"}\n"
+		}
+		return s
+	}
+	limit := func(domain string) (int64, config.OnExceed) {
+		r := live.Load().Match(domain, []config.Entry{{Key: "user", Value: "u"}})
+		if r == nil {
+			return -1, ""
+		}
+		return r.Limit, r.OnExceed
+	}
+	steps := []struct {
+		v              rulestore.Version
+		live, staged   int64
+		stagedOnExceed config.OnExceed
+	}{
+		{rulestore.Version{Domain: "shop", Version: 1, Body: doc(10, false)}, 10, -1, ""},
+		{rulestore.Version{Domain: "shop", Version: 2, Body: doc(3, true), Stage: rulestore.StageShadow, LiveVersion: 1, LiveBody: doc(10, false)}, 10, 3, config.ExceedDeny},
+		{rulestore.Version{Domain: "shop", Version: 3, Body: doc(3, true)}, 3, -1, ""},
+		{rulestore.Version{Domain: "shop", Version: 4, Body: doc(7, false), Stage: rulestore.StageShadow, LiveVersion: 3, LiveBody: doc(3, true)}, 3, 7, config.ExceedDeny},
+	}
+	for i, s := range steps {
+		if err := src.Apply(s.v); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		l, _ := limit("shop")
+		sl, so := limit("shop#staged")
+		if l != s.live || sl != s.staged || (s.staged >= 0 && so != s.stagedOnExceed) {
+			t.Fatalf("step %d: live %d, staged %d (%s); want %d, %d", i, l, sl, so, s.live, s.staged)
+		}
+		if name, ok := live.Load().Staged("shop"); ok != (s.staged >= 0) || (ok && name != "shop#staged") {
+			t.Fatalf("step %d: Staged = %q %v", i, name, ok)
+		}
+	}
+	if _, so := limit("shop"); so != config.ExceedDefer {
+		t.Fatal("the live rules lost their defer")
+	}
+}

@@ -25,10 +25,13 @@ type Sources struct {
 	xds   []*config.File // the xDS control plane's configurations that are live
 }
 
-// doc is a store version that compiled, with its parsed document.
+// doc is a store version that compiled, with its parsed documents: the
+// live one (nil for a staged version of a domain with no live rules) and
+// a staged version's, under the staged domain.
 type doc struct {
-	v    rulestore.Version
-	file *config.File
+	v      rulestore.Version
+	file   *config.File
+	staged *config.File
 }
 
 // NewSources returns Sources feeding live, starting from the rule files
@@ -58,6 +61,43 @@ func Parse(v rulestore.Version) (*config.File, error) {
 			Msg: fmt.Sprintf("the document's domain %q is not the domain it is stored under, %q", f.Domain, v.Domain)}}
 	}
 	return f, nil
+}
+
+// parseDoc reads a version's documents: a live version's, or a staged
+// version's two (the live rules it leaves in force, and its own under
+// the staged domain, where it can refuse but never defer: its answers
+// are thrown away, so work queued by it would be done for nobody).
+func parseDoc(v rulestore.Version) (doc, error) {
+	if v.Stage != rulestore.StageShadow {
+		f, err := Parse(v)
+		return doc{v: v, file: f}, err
+	}
+	d := doc{v: v}
+	if v.LiveVersion > 0 {
+		f, err := Parse(rulestore.Version{Domain: v.Domain, Version: v.LiveVersion, Body: v.LiveBody})
+		if err != nil {
+			return doc{}, err
+		}
+		d.file = f
+	}
+	f, err := Parse(v)
+	if err != nil {
+		return doc{}, err
+	}
+	f.Domain += rulestore.StagedSuffix
+	f.Path += " (staged)"
+	stripDefer(f.Descriptors)
+	d.staged = f
+	return d, nil
+}
+
+func stripDefer(ds []*config.Descriptor) {
+	for _, d := range ds {
+		if d.OnExceed == config.ExceedDefer {
+			d.OnExceed, d.Defer = config.ExceedDeny, nil
+		}
+		stripDefer(d.Descriptors)
+	}
 }
 
 // SetFiles makes files the rule files' part of the set.
@@ -113,11 +153,10 @@ func (s *Sources) candidate(v rulestore.Version) (*config.RuleSet, doc, error) {
 	if v.Deleted {
 		delete(docs, v.Domain)
 	} else {
-		f, err := Parse(v)
-		if err != nil {
+		var err error
+		if d, err = parseDoc(v); err != nil {
 			return nil, doc{}, err
 		}
-		d = doc{v: v, file: f}
 		docs[v.Domain] = d
 	}
 	rs, err := compile(s.files, docs, s.xds)
@@ -179,7 +218,12 @@ func compile(files []*config.File, docs map[string]doc, xds []*config.File) (rs 
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		all = append(all, docs[k].file)
+		if f := docs[k].file; f != nil {
+			all = append(all, f)
+		}
+		if f := docs[k].staged; f != nil {
+			all = append(all, f)
+		}
 	}
 	all = append(all, xds...)
 	rs, err = config.Compile(all)

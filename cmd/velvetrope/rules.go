@@ -26,7 +26,7 @@ func runRules(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if len(args) == 0 || args[0] != "validate" {
-		fmt.Fprintln(stderr, "usage: velvetrope rules validate|push|diff|dry-run|history|rollback|clients ... (velvetrope rules SUBCOMMAND --help)")
+		fmt.Fprintln(stderr, "usage: velvetrope rules validate|push|diff|dry-run|history|rollback|promote|clients ... (velvetrope rules SUBCOMMAND --help)")
 		return 2
 	}
 	if err := rulesCommand.parse(fs, args[1:], stdout); err != nil {

@@ -118,13 +118,16 @@ func runRulesStore(sub string, args []string, stdout, stderr io.Writer) int {
 	cmd := rulesStoreCommands[sub]
 	fs := flag.NewFlagSet("rules "+sub, flag.ContinueOnError)
 	addr, token, timeout := rulesFlags(fs)
-	message := new(string)
+	message, stage := new(string), new(string)
 	var to *int64
 	var limit *int
 	var window *string
 	switch sub {
 	case "push":
 		message = fs.String("message", "", "why: recorded with each new version")
+		stage = fs.String("stage", "", "shadow: stage each version beside the live rules (it enforces nothing until promoted)")
+	case "promote":
+		message = fs.String("message", "", "why (default: promote version N)")
 	case "rollback":
 		message = fs.String("message", "", "why (default: rollback to version N)")
 		to = fs.Int64("to", 0, "the version whose document becomes current again")
@@ -161,7 +164,7 @@ func runRulesStore(sub string, args []string, stdout, stderr io.Writer) int {
 			if err != nil {
 				return fail(err)
 			}
-			changed, err := pushOne(ctx, c, sub == "push", f.Domain, f.Path, string(body), *message, stdout)
+			changed, err := pushOne(ctx, c, sub == "push", f.Domain, f.Path, string(body), *message, *stage, stdout)
 			if err != nil {
 				fmt.Fprintf(stderr, "velvetrope rules %s: %s (%s): %v\n", sub, f.Domain, f.Path, err)
 				code = 1
@@ -214,8 +217,27 @@ func runRulesStore(sub string, args []string, stdout, stderr io.Writer) int {
 			if v.Deleted {
 				size = "deleted"
 			}
-			fmt.Fprintf(stdout, "%-8d %-20s %-12s %9s  %s\n", v.Version, v.Time.UTC().Format("2006-01-02 15:04:05"), v.Author, size, v.Message)
+			msg := v.Message
+			if v.Stage != "" {
+				msg = fmt.Sprintf("[staged over version %d] %s", v.LiveVersion, msg)
+			}
+			fmt.Fprintf(stdout, "%-8d %-20s %-12s %9s  %s\n", v.Version, v.Time.UTC().Format("2006-01-02 15:04:05"), v.Author, size, msg)
 		}
+		return 0
+	case "promote":
+		if fs.NArg() != 1 {
+			fmt.Fprintf(stderr, "usage: velvetrope rules promote %s\n", cmd.synopsis)
+			return 2
+		}
+		q := ""
+		if *message != "" {
+			q = "?message=" + url.QueryEscape(*message)
+		}
+		var v admin.VersionJSON
+		if err := c.do(ctx, "POST", docPath(fs.Arg(0))+"/promote"+q, "", &v); err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "%s: version %d is live (%s)\n", v.Domain, v.Version, v.Message)
 		return 0
 	case "rollback":
 		if fs.NArg() != 1 || *to < 1 {
@@ -269,12 +291,12 @@ func printDryRun(w io.Writer, path string, rep admin.DryRunJSON) {
 // when push, writes it as the next version (If-Match: the version read,
 // so a write in between is a conflict, not lost). changed says whether
 // the store's document differed.
-func pushOne(ctx context.Context, c *rulesClient, push bool, domain, path, body, message string, stdout io.Writer) (changed bool, err error) {
+func pushOne(ctx context.Context, c *rulesClient, push bool, domain, path, body, message, stage string, stdout io.Writer) (changed bool, err error) {
 	cur, ok, err := c.current(ctx, domain)
 	if err != nil {
 		return false, err
 	}
-	if ok && cur.Body == body {
+	if ok && cur.Body == body && cur.Stage == stage {
 		fmt.Fprintf(stdout, "%s: unchanged (version %d)\n", domain, cur.Version)
 		return false, nil
 	}
@@ -290,9 +312,16 @@ func pushOne(ctx context.Context, c *rulesClient, push bool, domain, path, body,
 	if !push {
 		return true, nil
 	}
-	q := ""
+	qv := url.Values{}
 	if message != "" {
-		q = "?message=" + url.QueryEscape(message)
+		qv.Set("message", message)
+	}
+	if stage != "" {
+		qv.Set("stage", stage)
+	}
+	q := ""
+	if len(qv) > 0 {
+		q = "?" + qv.Encode()
 	}
 	var headers []string
 	if cur.Version > 0 {
@@ -309,6 +338,10 @@ func pushOne(ctx context.Context, c *rulesClient, push bool, domain, path, body,
 		fmt.Fprintf(stdout, "%s: created at version %d\n", domain, v.Version)
 	default:
 		fmt.Fprintf(stdout, "%s: version %d → %d\n", domain, cur.Version, v.Version)
+	}
+	if v.Stage != "" && !v.Unchanged {
+		fmt.Fprintf(stdout, "%s: version %d is staged: it enforces nothing (version %d stays live) until `velvetrope rules promote %s`\n",
+			domain, v.Version, v.LiveVersion, domain)
 	}
 	return true, nil
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/velvetrope/velvetrope/config"
 )
 
 // TestRulesClientsCLI: a billing export imported as CSV in several
@@ -68,5 +70,48 @@ func TestRulesClientsCLI(t *testing.T) {
 	}
 	if code, _, _ := runRulesCLI("clients", "--addr", srv.URL, "shop"); code != 2 {
 		t.Fatalf("no table: exit %d, want 2", code)
+	}
+}
+
+// TestRulesStagePromoteCLI: push --stage shadow stages a version the
+// live rules ignore, history marks it, promote makes it live.
+func TestRulesStagePromoteCLI(t *testing.T) {
+	srv, live := rulesService(t)
+	dir := t.TempDir()
+	doc := func(n string) string {
+		return "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: " + n + "}\n"
+	}
+	path := filepath.Join(dir, "shop.yaml")
+	base := []string{"--addr", srv.URL, "--token", "tok"}
+	limit := func(domain string) int64 {
+		if r := live.Load().Match(domain, []config.Entry{{Key: "user", Value: "u"}}); r != nil {
+			return r.Limit
+		}
+		return -1
+	}
+	_ = os.WriteFile(path, []byte(doc("2")), 0o600)
+	if code, _, stderr := runRulesCLI(append(append([]string{"push"}, base...), path)...); code != 0 {
+		t.Fatal(stderr)
+	}
+	_ = os.WriteFile(path, []byte(doc("9")), 0o600)
+	code, out, stderr := runRulesCLI(append(append([]string{"push"}, base...), "--stage", "shadow", path)...)
+	if code != 0 || !strings.Contains(out, "shop: version 2 is staged: it enforces nothing (version 1 stays live) until `velvetrope rules promote shop`") {
+		t.Fatalf("stage: %d %s %s", code, out, stderr)
+	}
+	if limit("shop") != 2 || limit("shop#staged") != 9 {
+		t.Fatalf("live %d staged %d", limit("shop"), limit("shop#staged"))
+	}
+	if code, out, _ := runRulesCLI(append(append([]string{"push"}, base...), "--stage", "shadow", path)...); code != 0 || !strings.Contains(out, "unchanged (version 2)") {
+		t.Fatalf("stage again: %s", out)
+	}
+	if _, out, _ := runRulesCLI(append(append([]string{"history"}, base...), "shop")...); !strings.Contains(out, "[staged over version 1]") {
+		t.Fatalf("history: %s", out)
+	}
+	code, out, stderr = runRulesCLI(append(append([]string{"promote"}, base...), "shop")...)
+	if code != 0 || out != "shop: version 3 is live (promote version 2)\n" || limit("shop") != 9 || limit("shop#staged") != -1 {
+		t.Fatalf("promote: %d %q %s; live %d staged %d", code, out, stderr, limit("shop"), limit("shop#staged"))
+	}
+	if code, _, stderr := runRulesCLI(append(append([]string{"promote"}, base...), "shop")...); code != 1 || !strings.Contains(stderr, "has no staged version") {
+		t.Fatalf("promote again: %d %s", code, stderr)
 	}
 }

@@ -103,6 +103,16 @@ func (db *rulesDB) register(reg *metrics.Registry) {
 			}
 			return out
 		})
+	reg.Labeled("velvetrope_rules_staged_version", "The rules store's version staged here in shadow, per domain with one (the live rules are its live_version's).", "gauge", "domain",
+		func() map[string]float64 {
+			out := map[string]float64{}
+			for d, v := range db.sources.Live() {
+				if v.Stage != "" {
+					out[d] = float64(v.Version)
+				}
+			}
+			return out
+		})
 	reg.Gauge("velvetrope_rules_age_seconds", "Seconds since the rules store was last read in full (-1: not since start; the rules are the cache file's).",
 		func() float64 {
 			age, ok := db.follower.Age()

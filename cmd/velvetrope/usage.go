@@ -182,7 +182,7 @@ var (
 // rulesStoreCommands are the rules store's subcommands of `velvetrope
 // rules`, over a running velvetrope's admin API.
 var rulesStoreCommands = map[string]command{
-	"push": {"rules push", "[--addr HOST:PORT] [--token T] [--message M] FILE|DIR...",
+	"push": {"rules push", "[--addr HOST:PORT] [--token T] [--message M] [--stage shadow] FILE|DIR...",
 		"Write each rule file's domain to the rules store of a running velvetrope as its next version, after\n" +
 			"printing how it differs from the store's; a domain whose document is already current is left alone, so\n" +
 			"CI can run it on every merge. Exit 0 when every domain is current, 1 otherwise.",
@@ -201,6 +201,9 @@ var rulesStoreCommands = map[string]command{
 		[]string{"VELVETROPE_ADMIN_TOKEN"}},
 	"rollback": {"rules rollback", "--to N [--addr HOST:PORT] [--token T] [--message M] DOMAIN",
 		"Make version N's document of DOMAIN current again, as a new version.",
+		[]string{"VELVETROPE_ADMIN_TOKEN"}},
+	"promote": {"rules promote", "[--addr HOST:PORT] [--token T] [--message M] DOMAIN",
+		"Make DOMAIN's staged version (rules push --stage shadow) live, as a new version.",
 		[]string{"VELVETROPE_ADMIN_TOKEN"}},
 	"clients": {"rules clients", "[--addr HOST:PORT] [--token T] [--import FILE.csv | --set PLAN | --remove | --get] DOMAIN TABLE [VALUE...]",
 		"Per-client limits: show a client table of the rules store (its clients, plan names and what each live rule\n" +

@@ -66,6 +66,7 @@ func (a *Admin) registerRulesDB(mux *http.ServeMux) {
 	mux.HandleFunc("PUT /v1/rules/{domain}", a.authorized("rules.put", a.putDoc))
 	mux.HandleFunc("DELETE /v1/rules/{domain}", a.authorized("rules.delete", a.deleteDoc))
 	mux.HandleFunc("POST /v1/rules/{domain}/rollback", a.authorized("rules.rollback", a.rollback))
+	mux.HandleFunc("POST /v1/rules/{domain}/promote", a.authorized("rules.promote", a.promote))
 	mux.HandleFunc("POST /v1/rules/{domain}/dry-run", a.authorized("rules.dry-run", a.dryRun))
 }
 
@@ -140,15 +141,19 @@ func (a *Admin) dryRun(w http.ResponseWriter, r *http.Request) (string, int) {
 // VersionJSON is one version of a domain's rules as the store endpoints
 // show it; Body is left out of a history.
 type VersionJSON struct {
-	Domain    string    `json:"domain"`
-	Version   int64     `json:"version"`
-	Deleted   bool      `json:"deleted,omitempty"`
-	Body      string    `json:"body,omitempty"`
-	Bytes     int       `json:"bytes"`
-	Author    string    `json:"author,omitempty"`
-	Message   string    `json:"message,omitempty"`
-	Time      time.Time `json:"time"`
-	Unchanged bool      `json:"unchanged,omitempty"` // a PUT of the current document: no new version
+	Domain  string `json:"domain"`
+	Version int64  `json:"version"`
+	Deleted bool   `json:"deleted,omitempty"`
+	// Stage is "shadow" for a staged version: it enforces nothing until
+	// promoted; LiveVersion is the version whose rules stay in force.
+	Stage       string    `json:"stage,omitempty"`
+	LiveVersion int64     `json:"live_version,omitempty"`
+	Body        string    `json:"body,omitempty"`
+	Bytes       int       `json:"bytes"`
+	Author      string    `json:"author,omitempty"`
+	Message     string    `json:"message,omitempty"`
+	Time        time.Time `json:"time"`
+	Unchanged   bool      `json:"unchanged,omitempty"` // a PUT of the current document: no new version
 }
 
 // HistoryJSON is the body of GET /v1/rules/{domain}/history.
@@ -166,7 +171,7 @@ type ConflictJSON struct {
 
 func versionJSON(v rulestore.Version, body bool) VersionJSON {
 	out := VersionJSON{Domain: v.Domain, Version: v.Version, Deleted: v.Deleted, Bytes: len(v.Body), Author: v.Author,
-		Message: v.Message, Time: v.Time}
+		Message: v.Message, Time: v.Time, Stage: v.Stage, LiveVersion: v.LiveVersion}
 	if body {
 		out.Body = v.Body
 	}
@@ -313,15 +318,20 @@ func (a *Admin) putDoc(w http.ResponseWriter, r *http.Request) (string, int) {
 		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
 		return "bad If-Match", http.StatusBadRequest
 	}
+	stage := r.URL.Query().Get("stage")
+	if stage != "" && stage != rulestore.StageShadow {
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: fmt.Sprintf("stage: want %q (the version enforces nothing until promoted) or none, got %q", rulestore.StageShadow, stage)})
+		return "bad stage", http.StatusBadRequest
+	}
 	body, out, status := a.readBody(w, r)
 	if status != 0 {
 		return out, status
 	}
-	return a.write(w, r, domain, string(body), match, message(r))
+	return a.write(w, r, domain, string(body), match, message(r), stage)
 }
 
 // write validates and stores one document (PUT and rollback).
-func (a *Admin) write(w http.ResponseWriter, r *http.Request, domain, body string, match int64, msg string) (string, int) {
+func (a *Admin) write(w http.ResponseWriter, r *http.Request, domain, body string, match int64, msg, stage string) (string, int) {
 	if path, ok := a.db.Sources.FileDomain(domain); ok {
 		writeJSON(w, http.StatusConflict, ErrorsJSON{Error: fmt.Sprintf("domain %q is defined in the rule file %s: a domain lives in files or in the store, not both", domain, path)})
 		return "domain in a file", http.StatusConflict
@@ -331,7 +341,7 @@ func (a *Admin) write(w http.ResponseWriter, r *http.Request, domain, body strin
 	if err != nil && !created {
 		return storeError(w, rulestore.Version{Domain: domain}, err)
 	}
-	if err == nil && cur.Body == body && (match == rulestore.Any || match == cur.Version) {
+	if err == nil && cur.Body == body && cur.Stage == stage && (match == rulestore.Any || match == cur.Version) {
 		// the same document again (a CI push of an unchanged tree): no new version
 		w.Header().Set("ETag", etag(cur.Version))
 		out := versionJSON(cur, false)
@@ -343,11 +353,20 @@ func (a *Admin) write(w http.ResponseWriter, r *http.Request, domain, body strin
 	if match != rulestore.Any {
 		next = match + 1
 	}
-	if _, err := a.db.Sources.Candidate(rulestore.Version{Domain: domain, Version: next, Body: body}); err != nil {
+	cand := rulestore.Version{Domain: domain, Version: next, Body: body}
+	if stage != "" { // compiled as the checkers will: the live rules beside it
+		cand.Stage = stage
+		if cur.Stage == rulestore.StageShadow {
+			cand.LiveVersion, cand.LiveBody = cur.LiveVersion, cur.LiveBody
+		} else if cur.Version > 0 && !cur.Deleted {
+			cand.LiveVersion, cand.LiveBody = cur.Version, cur.Body
+		}
+	}
+	if _, err := a.db.Sources.Candidate(cand); err != nil {
 		writeJSON(w, http.StatusUnprocessableEntity, errorsOf("invalid rules; nothing was stored", err))
 		return "invalid: " + firstLine(err), http.StatusUnprocessableEntity
 	}
-	v, err := a.db.Store.Put(r.Context(), rulestore.Write{Domain: domain, Body: body, IfMatch: match, Author: authorOf(r), Message: msg})
+	v, err := a.db.Store.Put(r.Context(), rulestore.Write{Domain: domain, Body: body, IfMatch: match, Author: authorOf(r), Message: msg, Stage: stage})
 	if err != nil {
 		return storeError(w, rulestore.Version{Domain: domain}, err)
 	}
@@ -355,8 +374,13 @@ func (a *Admin) write(w http.ResponseWriter, r *http.Request, domain, body strin
 		a.db.Apply(r.Context(), domain)
 	}
 	action := "put"
-	if strings.HasPrefix(r.URL.Path, "/v1/rules/") && strings.HasSuffix(r.URL.Path, "/rollback") {
+	switch {
+	case strings.HasSuffix(r.URL.Path, "/rollback"):
 		action = "rollback"
+	case strings.HasSuffix(r.URL.Path, "/promote"):
+		action = "promote"
+	case stage != "":
+		action = "stage"
 	}
 	a.audit(r.Context(), action, cur, v)
 	w.Header().Set("ETag", etag(v.Version))
@@ -424,7 +448,37 @@ func (a *Admin) rollback(w http.ResponseWriter, r *http.Request) (string, int) {
 	if msg == "" {
 		msg = fmt.Sprintf("rollback to version %d", to)
 	}
-	return a.write(w, r, domain, old.Body, match, msg)
+	return a.write(w, r, domain, old.Body, match, msg, "")
+}
+
+// promote makes the staged version current live: its document written
+// again as the next version, live.
+func (a *Admin) promote(w http.ResponseWriter, r *http.Request) (string, int) {
+	domain := r.PathValue("domain")
+	match, err := ifMatch(r, rulestore.Any)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
+		return "bad If-Match", http.StatusBadRequest
+	}
+	cur, err := a.db.Store.Get(r.Context(), domain)
+	if err != nil {
+		if errors.Is(err, rulestore.ErrNotFound) {
+			cur.Domain = domain
+		}
+		return storeError(w, cur, err)
+	}
+	if cur.Stage != rulestore.StageShadow {
+		writeJSON(w, http.StatusConflict, ConflictJSON{Error: fmt.Sprintf("domain %q has no staged version: version %d is live (PUT ?stage=shadow stages one)", domain, cur.Version), Current: cur.Version})
+		return "nothing staged", http.StatusConflict
+	}
+	if match != rulestore.Any && match != cur.Version {
+		return storeError(w, cur, &rulestore.ConflictError{Domain: domain, IfMatch: match, Current: cur.Version})
+	}
+	msg := message(r)
+	if msg == "" {
+		msg = fmt.Sprintf("promote version %d", cur.Version)
+	}
+	return a.write(w, r, domain, cur.Body, cur.Version, msg, "")
 }
 
 // audit records the change from prev (the version replaced; zero: none)
