@@ -71,7 +71,7 @@ func (c *Checker) checkOne(ctx context.Context, req *ratelimit.Request, d *ratel
 func (c *Checker) checkLarge(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
 	sc := c.scratch.Get().(*scratch)
 	defer c.scratch.Put(sc)
-	clear(sc.slots[:min(2*len(req.Descriptors), len(sc.slots))]) // keys expects zero slots, as the stack's are
+	clear(sc.slots[:min(config.MaxLimitsPerDescriptor*len(req.Descriptors), len(sc.slots))]) // keys expects zero slots, as the stack's are
 	bufp := &sc.buf
 	return c.check(ctx, req, d, sc.slots[:], sc.locks[:0], sc.matched[:], &bufp)
 }
@@ -92,6 +92,7 @@ type pass struct {
 	slots  []slot // the descriptors' (the first n), then their pools'
 	n      int
 	pools  int
+	extras int // slots of descriptors' further limits (config.Rule.Extra)
 	locks  []int // the shards to lock, ascending and unique
 	denied bool  // a rule refuses the request
 	sync   bool  // a descriptor needs a store call
@@ -155,12 +156,18 @@ func (c *Checker) prepare(p *pass, req *ratelimit.Request, d *ratelimit.Decision
 		if r != nil && r.Pool != nil {
 			p.pools++
 		}
+		if r != nil {
+			p.extras += len(r.Extra)
+		}
 	}
-	if p.n+p.pools > len(slotBuf) {
+	if p.n+p.pools+p.extras > len(slotBuf) {
 		return nil, nil, req, errMoreSlots // nothing changed yet: decided again with more room
 	}
 	slots := slotBuf[:p.n]
 	c.keys(buf, req, matched, slots)
+	if p.extras > 0 {
+		slots = c.extraSlots(slotBuf, slots, req)
+	}
 	if p.pools > 0 {
 		slots = c.poolSlots(slotBuf, slots, req)
 	}
@@ -245,6 +252,9 @@ func (c *Checker) report(p *pass, req *ratelimit.Request, d *ratelimit.Decision)
 			continue
 		}
 		c.status(&d.Statuses[i], &p.slots[i], p.denied, p.now)
+		if p.extras > 0 {
+			c.mergeExtras(&d.Statuses[i], p, i)
+		}
 		if d.Code == ratelimit.Deferred && d.Statuses[i].Code == ratelimit.OverLimit {
 			d.Statuses[i].Code = ratelimit.Deferred
 		}
@@ -525,8 +535,8 @@ func (c *Checker) status(st *ratelimit.Status, s *slot, denied bool, now int64) 
 // scratch is a large Check's working memory, pooled.
 type scratch struct {
 	buf     []byte
-	slots   [2 * config.MaxDescriptors]slot // a descriptor's slot, and its pool's
-	locks   [2 * config.MaxDescriptors]int
+	slots   [config.MaxLimitsPerDescriptor * config.MaxDescriptors]slot // a descriptor's slot, and its pool's or its further limits'
+	locks   [config.MaxLimitsPerDescriptor * config.MaxDescriptors]int
 	matched [config.MaxDescriptors]*config.Rule
 }
 
@@ -572,6 +582,7 @@ type slot struct {
 	e     *entry
 	need  need
 	role  role
+	extra bool // a further limit of descriptor idx (config.Rule.Extra)
 	// compact: decided on a compact record, with no entry (compact.go)
 	compact bool
 	call    storeCall

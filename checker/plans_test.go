@@ -3,11 +3,13 @@ package checker
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/plantable"
+	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // TestPlansEveryAlgorithm: under a rule with plans each client is held to
@@ -115,5 +117,47 @@ func TestPlansOperatorControlWins(t *testing.T) {
 	}
 	if got := run(t, ck, 4, "api_key", "acme"); got != "allow allow allow deny" {
 		t.Fatalf("acme under a control of 3: %s", got)
+	}
+}
+
+// TestPlansBorrowFromThePool: an elastic rule's plan borrows from the
+// rule's pool as the rule does — capped by the pool, flagged elastic.
+func TestPlansBorrowFromThePool(t *testing.T) {
+	ms := counters.NewMemStore()
+	clk := &clock{}
+	clk.ns.Store(t0)
+	ms.SetClock(clk)
+	tables := &plantable.Tables{}
+	rules := ruleStore(t, `domain: api
+pools:
+  - name: shared
+    rate_limit: {unit: hour, requests_per_unit: 1}
+descriptors:
+  - key: api_key
+    algorithm: fixed_window
+    throttle: {type: elastic, pool: shared, max_multiplier: 3}
+    rate_limit: {unit: hour, requests_per_unit: 10}
+    plans: {table: customers, limits: {pro: 2}}
+`)
+	ck, err := New(Config{InstanceName: "c", Plans: tables}, rules, ms, &applyProducer{store: ms}, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := plantable.New()
+	_ = tb.Apply([]plantable.Change{{Key: tb.Key([]string{"p"}), Plan: "pro"}})
+	tables.Set("api", "customers", tb)
+	var flags []string
+	for range 4 {
+		var d ratelimit.Decision
+		if err := ck.Check(context.Background(), req(1, "api_key", "p"), &d); err != nil {
+			t.Fatal(err)
+		}
+		st := d.Statuses[0]
+		flags = append(flags, fmt.Sprintf("%s/elastic=%v/soft=%v", st.Code, st.Elastic, st.OverSoft))
+	}
+	// 2 of its own, 1 borrowed (the pool holds 1), then refused
+	want := "allow/elastic=false/soft=false allow/elastic=false/soft=false allow/elastic=true/soft=false deny/elastic=false/soft=false"
+	if got := strings.Join(flags, " "); got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
 	}
 }

@@ -54,6 +54,8 @@ const (
 	// MaxPlansPerTable bounds the distinct plan names one table holds and
 	// the plans one rule lists.
 	MaxPlansPerTable = 1000
+	// MaxClientValues bounds the values that name one client.
+	MaxClientValues = 8
 )
 
 // CheckPlanName returns an error unless s is a table's or a plan's name:
@@ -66,10 +68,9 @@ func CheckPlanName(s string) error {
 	if len(s) > MaxPlanNameBytes {
 		return fmt.Errorf("is %d bytes, more than %d", len(s), MaxPlanNameBytes)
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
+	for i, c := range s {
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("%s holds %s at offset %d (want a-z, 0-9, '_' and '-')", strconv.Quote(clip(s)), strconv.QuoteRune(rune(c)), i)
+			return fmt.Errorf("%s holds %s at offset %d (want a-z, 0-9, '_' and '-')", strconv.Quote(clip(s)), strconv.QuoteRune(c), i)
 		}
 	}
 	return nil
@@ -177,6 +178,9 @@ func compilePlans(r *Rule, d *Descriptor, hashed []bool, errs *ErrorList) {
 	switch {
 	case len(client) == 0:
 		*errs = append(*errs, posError(d.Plans.Pos, fmt.Sprintf("descriptor %q: plans need a client: an entry of the rule's path without a value (here every entry has a fixed value)", d.Key)))
+		return
+	case len(client) > MaxClientValues:
+		*errs = append(*errs, posError(d.Plans.Pos, fmt.Sprintf("descriptor %q: plans name a client by at most %d values; this path has %d entries without a fixed value", d.Key, MaxClientValues, len(client))))
 		return
 	case slices.Contains(hashed, true):
 		*errs = append(*errs, posError(d.Plans.Pos, fmt.Sprintf("descriptor %q: plans and hash_values do not combine (clients are looked up by the values hash_values hides)", d.Key)))

@@ -265,7 +265,7 @@ func (p *parser) file(n *yaml.Node) *File {
 
 var descriptorFields = []string{"key", "value", "rate_limit", "shadow_mode", "detailed_metric", "hash_values",
 	"share_threshold", "value_to_metric", "descriptors", "algorithm", "burst", "throttle", "on_exceed", "mode", "near_limit",
-	"failure", "shards", "defer", "plans"}
+	"failure", "shards", "defer", "plans", "limits"}
 
 func (p *parser) descriptors(n *yaml.Node, where string) []*Descriptor {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
@@ -344,6 +344,8 @@ func (p *parser) descriptor(n *yaml.Node) *Descriptor {
 			d.Defer = p.deferSpec(v)
 		case "plans":
 			d.Plans = p.plansSpec(v)
+		case "limits":
+			d.Limits = p.limits(v)
 		}
 	})
 	if !ok {
@@ -351,6 +353,10 @@ func (p *parser) descriptor(n *yaml.Node) *Descriptor {
 	}
 	if !hasKey || d.Key == "" {
 		p.errorf(n, "descriptor: missing key")
+	}
+	p.checkLimits(n, d)
+	if d.Limits != nil && d.RateLimit == nil && len(d.Limits) > 0 {
+		d.RateLimit = &RateLimit{Unit: d.Limits[0].Unit, RequestsPerUnit: d.Limits[0].RequestsPerUnit} // the first limit is the rule
 	}
 	p.checkDescriptor(n, d)
 	return d

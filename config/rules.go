@@ -165,6 +165,9 @@ type Descriptor struct {
 	// from a table of the rules store; the rate_limit is the limit of
 	// clients without one.
 	Plans *PlansSpec
+	// Limits (velvetrope extension) are several limits in place of
+	// RateLimit, each with its own counter; nil otherwise.
+	Limits []*RateLimit
 
 	Pos Position
 }

@@ -80,6 +80,9 @@ type Rule struct {
 	// Plans is set on a rule whose clients' limits come from their plans
 	// (a plans block); nil otherwise, and on the rules of its plans.
 	Plans *Plans
+	// Extra are a limits descriptor's further limits, each a rule of its
+	// own decided beside this one (the first); nil for one limit.
+	Extra []*Rule
 
 	ceiling, capacity int64 // derived at compile time
 }
@@ -190,7 +193,7 @@ func (r *Rule) WithLimit(limit int64) (*Rule, error) {
 // (an operator's allow list entry or exemption).
 func (r *Rule) Exempt() *Rule {
 	cp := *r
-	cp.Unlimited, cp.Limiter = true, nil
+	cp.Unlimited, cp.Limiter, cp.Extra = true, nil, nil // exempt from every limit
 	return &cp
 }
 
@@ -198,7 +201,7 @@ func (r *Rule) Exempt() *Rule {
 // mode (an operator's deny list entry).
 func (r *Rule) Blocked() *Rule {
 	cp := *r
-	cp.Unlimited, cp.Shadow, cp.Limit, cp.Limiter = false, false, 0, nil
+	cp.Unlimited, cp.Shadow, cp.Limit, cp.Limiter, cp.Extra = false, false, 0, nil, nil
 	if cp.Window <= 0 {
 		cp.Unit, cp.Window = Second, Second.Duration()
 	}
@@ -294,7 +297,13 @@ func Compile(files []*File) (*RuleSet, error) {
 			if r.Throttle.Type != ThrottleElastic {
 				continue
 			}
-			if r.Pool = rs.pools[f.Domain][r.Throttle.Pool]; r.Pool == nil {
+			r.Pool = rs.pools[f.Domain][r.Throttle.Pool]
+			if r.Plans != nil { // its plans' rules were derived before the pool was known
+				for _, pr := range r.Plans.Rules {
+					pr.Pool = r.Pool
+				}
+			}
+			if r.Pool == nil {
 				errs = append(errs, posError(r.Pos, fmt.Sprintf("descriptor %q: throttle.pool %q is not a pool of domain %q (pools: %s)",
 					r.Path[len(r.Path)-1].Key, r.Throttle.Pool, f.Domain, poolNames(rs.pools[f.Domain]))))
 			}
@@ -386,8 +395,12 @@ func (rs *RuleSet) build(n *node, domain string, path []Entry, shared, hashed []
 			if d.Plans != nil {
 				compilePlans(r, d, hs, errs)
 			}
+			if len(d.Limits) > 1 {
+				extraRules(r, d, errs)
+			}
 			child.rule = r
 			rs.rules = append(rs.rules, r)
+			rs.rules = append(rs.rules, r.Extra...)
 		}
 		rs.build(child, domain, p, sh, hs, d.Descriptors, errs)
 	}

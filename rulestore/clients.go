@@ -43,7 +43,7 @@ type TableInfo struct {
 	// Seq counts the changes ever written to the table.
 	Seq     int64    `json:"seq"`
 	Clients int64    `json:"clients"`
-	Plans   []string `json:"plans"` // every plan name ever given, sorted
+	Plans   []string `json:"plans"` // the plans some client is on, sorted
 }
 
 // ErrClientLogGap is ClientChanges' answer to a follower that fell
@@ -55,7 +55,7 @@ const (
 	// MaxClientChanges bounds one write.
 	MaxClientChanges = 10000
 	// MaxClientValues bounds a client's values, MaxClientValueBytes each.
-	MaxClientValues     = 8
+	MaxClientValues     = config.MaxClientValues
 	MaxClientValueBytes = 1024
 	// ClientLogChanges is how many recent changes a table's log keeps at
 	// least: a follower that falls further behind scans the table again.

@@ -11,7 +11,7 @@ import (
 // memTable is a client table in memory, its log newest last.
 type memTable struct {
 	clients map[string]string
-	plans   map[string]bool
+	plans   map[string]int // plan → clients on it
 	seq     int64
 	log     []rawBatch
 	logged  int64         // changes in log
@@ -22,7 +22,7 @@ func (m *memory) table(domain, table string) *memTable {
 	k := domain + "\x00" + table
 	t := m.tables[k]
 	if t == nil {
-		t = &memTable{clients: map[string]string{}, plans: map[string]bool{}, wake: make(chan struct{})}
+		t = &memTable{clients: map[string]string{}, plans: map[string]int{}, wake: make(chan struct{})}
 		if m.tables == nil {
 			m.tables = map[string]*memTable{}
 		}
@@ -35,16 +35,27 @@ func (m *memory) setClients(_ context.Context, domain, table string, fields, pla
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t := m.table(domain, table)
-	names := maps.Clone(t.plans)
-	for _, p := range plans {
-		if p != "" {
-			names[p] = true
+	counts := maps.Clone(t.plans)
+	cur := map[string]string{}
+	for i, f := range fields {
+		old, seen := cur[f]
+		if !seen {
+			old = t.clients[f]
 		}
+		if old != "" {
+			if counts[old]--; counts[old] == 0 {
+				delete(counts, old)
+			}
+		}
+		if plans[i] != "" {
+			counts[plans[i]]++
+		}
+		cur[f] = plans[i]
 	}
-	if len(names) > maxPlans {
-		return 0, &InputError{"changes", fmt.Sprintf("table %q would name %d plans, more than %d", table, len(names), maxPlans)}
+	if len(counts) > maxPlans {
+		return 0, &InputError{"changes", fmt.Sprintf("table %q would name %d plans, more than %d", table, len(counts), maxPlans)}
 	}
-	t.plans = names
+	t.plans = counts
 	var payload []byte
 	for i, f := range fields {
 		if plans[i] == "" {

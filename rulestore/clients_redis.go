@@ -15,7 +15,7 @@ import (
 // clientKeys names a table's keys, all under one hash tag: the clients
 // (a hash of encoded client → plan), the sequence number, the log (a
 // stream whose entry ids are the sequence numbers their batches reached)
-// and the plan names given.
+// and the plans in use (a hash of plan → its clients).
 func (r *redisBackend) clientKeys(domain, table string) (clients, seq, log, plans string) {
 	base := r.prefix + ":clients:{" + base64.RawURLEncoding.EncodeToString([]byte(domain)) + "." + table + "}"
 	return base + ":h", base + ":s", base + ":x", base + ":p"
@@ -23,26 +23,43 @@ func (r *redisBackend) clientKeys(domain, table string) (clients, seq, log, plan
 
 // setClientsScript applies a batch: KEYS the table's keys (clientKeys'
 // order); ARGV[1] the log's payload, ARGV[2] the changes the log keeps at
-// least, ARGV[3] the most plan names, then field, plan pairs. New plan
-// names are counted before anything is written: a refused batch changes
-// nothing. It returns the new sequence number, or -(the plan names the
-// table would have) when there would be too many.
+// least, ARGV[3] the most plan names, then field, plan pairs. The plans
+// in use are counted (KEYS[4]: plan → clients), so a name no client has
+// any more is forgotten; the names the batch would leave in use are
+// counted before anything is written: a refused batch changes nothing.
+// It returns the new sequence number, or -(the plan names the table
+// would have) when there would be too many.
 var setClientsScript = redis.NewScript(`
 local n = (#ARGV - 3) / 2
-local new, added = 0, {}
-for i = 0, n - 1 do
-  local plan = ARGV[5 + 2 * i]
-  if plan ~= '' and not added[plan] and redis.call('SISMEMBER', KEYS[4], plan) == 0 then
-    added[plan] = true
-    new = new + 1
-  end
+local cur, delta, order = {}, {}, {}
+local function bump(plan, d)
+  if delta[plan] == nil then delta[plan] = 0; order[#order + 1] = plan end
+  delta[plan] = delta[plan] + d
 end
-local names = redis.call('SCARD', KEYS[4]) + new
+for i = 0, n - 1 do
+  local field, plan = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
+  local old = cur[field]
+  if old == nil then old = redis.call('HGET', KEYS[1], field) or '' end
+  if old ~= '' then bump(old, -1) end
+  if plan ~= '' then bump(plan, 1) end
+  cur[field] = plan
+end
+local names = redis.call('HLEN', KEYS[4])
+for _, plan in ipairs(order) do
+  local had = tonumber(redis.call('HGET', KEYS[4], plan) or '0')
+  local will = had + delta[plan]
+  if had == 0 and will > 0 then names = names + 1 end
+  if had > 0 and will <= 0 then names = names - 1 end
+end
 if names > tonumber(ARGV[3]) then return -names end
-for plan in pairs(added) do redis.call('SADD', KEYS[4], plan) end
 for i = 0, n - 1 do
   local field, plan = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
   if plan == '' then redis.call('HDEL', KEYS[1], field) else redis.call('HSET', KEYS[1], field, plan) end
+end
+for _, plan in ipairs(order) do
+  if delta[plan] ~= 0 and redis.call('HINCRBY', KEYS[4], plan, delta[plan]) <= 0 then
+    redis.call('HDEL', KEYS[4], plan)
+  end
 end
 local seq = redis.call('INCRBY', KEYS[2], n)
 local keep = seq - tonumber(ARGV[2])
@@ -154,7 +171,7 @@ func (r *redisBackend) tableInfo(ctx context.Context, domain, table string) (int
 	var nCmd *redis.IntCmd
 	var plansCmd *redis.StringSliceCmd
 	_, err := r.c.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		seqCmd, nCmd, plansCmd = pl.Get(ctx, s), pl.HLen(ctx, h), pl.SMembers(ctx, p)
+		seqCmd, nCmd, plansCmd = pl.Get(ctx, s), pl.HLen(ctx, h), pl.HKeys(ctx, p)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {

@@ -257,7 +257,7 @@ func TestClientInput(t *testing.T) {
 				cs[i] = cl(fmt.Sprintf("p%d", i), "c"+strconv.Itoa(i))
 			}
 			mustSet(t, s, "names", cs...)
-			if _, err := s.SetClients(ctxT(t), "api", "names", []ClientChange{cl("p1", "c1"), cl("one-more", "c2"), cl("p0", "zz")}); err == nil ||
+			if _, err := s.SetClients(ctxT(t), "api", "names", []ClientChange{cl("p1", "c1"), cl("one-more", "zz1"), cl("p0", "zz")}); err == nil ||
 				!strings.Contains(err.Error(), "would name 1001 plans, more than 1000") {
 				t.Fatalf("the 1001st plan name: %v", err)
 			}
@@ -266,6 +266,24 @@ func TestClientInput(t *testing.T) {
 			}
 			if p, _, _ := s.ClientPlan(ctxT(t), "api", "names", []string{"c2"}); p != "p2" {
 				t.Fatalf("c2 is %q after a refused batch", p)
+			}
+			// a plan no client is on any more is forgotten: moving c1 off p1
+			// (and c2 through p1 and off it in one batch) leaves room for one
+			mustSet(t, s, "names", cl("p0", "c1"), cl("p1", "c2"), cl("p0", "c2"))
+			if info, _ := s.Table(ctxT(t), "api", "names"); len(info.Plans) != 998 {
+				t.Fatalf("%d plans in use, want 998 (p1 and p2 have no client)", len(info.Plans))
+			}
+			mustSet(t, s, "names", cl("one-more", "n1"), cl("two-more", "n2"))
+			if _, err := s.SetClients(ctxT(t), "api", "names", []ClientChange{cl("three-more", "n3")}); err == nil {
+				t.Fatal("a 1001st plan in use was taken")
+			}
+			cs = []ClientChange{cl("", "n1"), cl("", "n2")}
+			for i := range 1000 {
+				cs = append(cs, cl("", "c"+strconv.Itoa(i)))
+			}
+			mustSet(t, s, "names", cs...)
+			if info, _ := s.Table(ctxT(t), "api", "names"); info.Clients != 0 || len(info.Plans) != 0 {
+				t.Fatalf("every client removed: %d clients, plans %v", info.Clients, info.Plans)
 			}
 		})
 	}

@@ -253,6 +253,10 @@ func (c *Clients) follow(ctx context.Context, f *tableFollower) {
 		c.reached(f)
 		backoff = 100 * time.Millisecond
 		if err := apply(t, bs, f); err != nil {
+			// the table numbered more plan names than it can (names are
+			// never forgotten here, though the store forgets unused ones):
+			// a new scan numbers only those in use
+			f.table.Store(nil)
 			fail("apply", err)
 		}
 	}

@@ -28,12 +28,17 @@ type rulesClient struct {
 // rulesFlags are the flags every store subcommand takes.
 func rulesFlags(fs *flag.FlagSet) (addr, token *string, timeout *time.Duration) {
 	addr = fs.String("addr", "127.0.0.1:8080", "HTTP address of a velvetrope checker or dev")
-	token = fs.String("token", os.Getenv("VELVETROPE_ADMIN_TOKEN"), "admin token (default $VELVETROPE_ADMIN_TOKEN)")
+	// the default is read when the client is made, never shown: --help
+	// and a flag error print defaults, and a token is never echoed
+	token = fs.String("token", "", "admin token (default $VELVETROPE_ADMIN_TOKEN)")
 	timeout = fs.Duration("timeout", 10*time.Second, "give up on a call after this long")
 	return
 }
 
 func newRulesClient(addr, token string, timeout time.Duration) *rulesClient {
+	if token == "" {
+		token = os.Getenv("VELVETROPE_ADMIN_TOKEN")
+	}
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr
 	}

@@ -149,7 +149,11 @@ func sendClients(ctx context.Context, c *rulesClient, domain, table string, chan
 			size += len(b) + 1
 			hi++
 		}
-		body, _ := json.Marshal(admin.ClientsRequest{Changes: changes[lo:hi], Message: message})
+		batch := make([]admin.ClientChangeJSON, hi-lo)
+		for i, ch := range changes[lo:hi] {
+			batch[i] = admin.ClientChangeJSON{Client: ch.Client, Plan: &ch.Plan}
+		}
+		body, _ := json.Marshal(admin.ClientsRequest{Changes: batch, Message: message})
 		if err := c.do(ctx, "POST", tablePath(domain, table), string(body), &last); err != nil {
 			fmt.Fprintf(stderr, "velvetrope rules clients: changes %d to %d: %v\n", lo+1, hi, err)
 			if lo > 0 {

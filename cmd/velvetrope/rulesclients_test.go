@@ -115,3 +115,17 @@ func TestRulesStagePromoteCLI(t *testing.T) {
 		t.Fatalf("promote again: %d %s", code, stderr)
 	}
 }
+
+// TestRulesCommandsNeverEchoTheToken: --help and a flag error print the
+// flags' defaults; the admin token from the environment is not one.
+func TestRulesCommandsNeverEchoTheToken(t *testing.T) {
+	t.Setenv("VELVETROPE_ADMIN_TOKEN", "s3cret-token-xyz")
+	for sub := range rulesStoreCommands {
+		for _, args := range [][]string{{sub, "--help"}, {sub, "--bogus"}} {
+			_, out, errOut := runRulesCLI(args...)
+			if strings.Contains(out+errOut, "s3cret-token-xyz") {
+				t.Errorf("velvetrope rules %s printed the admin token", strings.Join(args, " "))
+			}
+		}
+	}
+}

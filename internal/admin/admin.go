@@ -532,7 +532,7 @@ func (a *Admin) authorized(action string, h func(http.ResponseWriter, *http.Requ
 			writeJSON(w, http.StatusForbidden, ErrorsJSON{Error: "admin endpoints are disabled: set admin.token (VELVETROPE_ADMIN_TOKEN)"})
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got, ok := bearer(r.Header.Get("Authorization"))
 		author := ""
 		for _, t := range a.tokens { // every one compared: the time says nothing of which matched
 			if subtle.ConstantTimeCompare([]byte(got), t.token) == 1 && author == "" {
@@ -573,4 +573,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// bearer reads an Authorization header's bearer token; the scheme's name
+// is case-insensitive (RFC 9110).
+func bearer(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return tok, true
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
@@ -16,8 +17,15 @@ import (
 // ClientsRequest is the body of POST /v1/rules/{domain}/clients/{table}:
 // changes applied in order (plan "" removes a client), and why.
 type ClientsRequest struct {
-	Changes []rulestore.ClientChange `json:"changes"`
-	Message string                   `json:"message,omitempty"`
+	Changes []ClientChangeJSON `json:"changes"`
+	Message string             `json:"message,omitempty"`
+}
+
+// ClientChangeJSON is one change of ClientsRequest. Plan is required:
+// "" removes the client (a change that forgot its plan must not).
+type ClientChangeJSON struct {
+	Client []string `json:"client"`
+	Plan   *string  `json:"plan"`
 }
 
 // ClientsJSON answers a write of client changes.
@@ -108,6 +116,10 @@ func (a *Admin) getTable(w http.ResponseWriter, r *http.Request) (string, int) {
 func (a *Admin) lookupClient(w http.ResponseWriter, r *http.Request) (string, int) {
 	domain, table := r.PathValue("domain"), r.PathValue("table")
 	client := r.URL.Query()["client"]
+	if msg := arityProblem(a.tableRules(domain, table), len(client)); msg != "" && len(client) > 0 {
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: "client: " + msg})
+		return "bad client", http.StatusBadRequest
+	}
 	plan, found, err := a.db.Store.ClientPlan(r.Context(), domain, table, client)
 	if err != nil {
 		return storeError(w, rulestore.Version{Domain: domain}, err)
@@ -131,18 +143,30 @@ func (a *Admin) setClients(w http.ResponseWriter, r *http.Request) (string, int)
 		writeJSON(w, status, ErrorsJSON{Error: err.Error()})
 		return "bad body", status
 	}
-	seq, err := a.db.Store.SetClients(r.Context(), domain, table, in.Changes)
+	rules := a.tableRules(domain, table)
+	changes := make([]rulestore.ClientChange, len(in.Changes))
+	for i, c := range in.Changes {
+		if c.Plan == nil {
+			writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: fmt.Sprintf("changes[%d].plan: missing (\"\" removes the client)", i)})
+			return "bad body", http.StatusBadRequest
+		}
+		if msg := arityProblem(rules, len(c.Client)); msg != "" {
+			writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: fmt.Sprintf("changes[%d].client: %s", i, msg)})
+			return "bad body", http.StatusBadRequest
+		}
+		changes[i] = rulestore.ClientChange{Client: c.Client, Plan: *c.Plan}
+	}
+	seq, err := a.db.Store.SetClients(r.Context(), domain, table, changes)
 	if err != nil {
 		return storeError(w, rulestore.Version{Domain: domain}, err)
 	}
 	out := ClientsJSON{Domain: domain, Table: table, Seq: seq, Changes: len(in.Changes)}
-	rules := a.tableRules(domain, table)
 	if a.db.ClientsApplied != nil && len(rules) > 0 { // this checker enforces it before it answers, as a rules write
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		a.db.ClientsApplied(ctx, domain, table, seq)
 		cancel()
 	}
-	for _, c := range in.Changes {
+	for _, c := range changes {
 		if c.Plan == "" || slices.Contains(out.UnknownPlans, c.Plan) {
 			continue
 		}
@@ -158,4 +182,25 @@ func (a *Admin) setClients(w http.ResponseWriter, r *http.Request) (string, int)
 		"author", authorOf(r), "message", in.Message)
 	writeJSON(w, http.StatusOK, out)
 	return fmt.Sprintf("%d changes, seq %s", len(in.Changes), strconv.FormatInt(seq, 10)), http.StatusOK
+}
+
+// arityProblem says why a client of n values is no client of the live
+// rules reading a table ("" when it is one, or no rule reads the table
+// yet: a table may be filled before its rules go live).
+func arityProblem(rules []*config.Rule, n int) string {
+	var want []string
+	for _, r := range rules {
+		if len(r.Plans.Client) == n {
+			return ""
+		}
+		var keys []string
+		for _, i := range r.Plans.Client {
+			keys = append(keys, r.Path[i].Key)
+		}
+		want = append(want, fmt.Sprintf("%d (%s, rule %s)", len(keys), strings.Join(keys, ", "), r.ID))
+	}
+	if len(want) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d values; the rules reading this table name a client by %s", n, strings.Join(want, " or "))
 }

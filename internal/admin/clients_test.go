@@ -41,6 +41,12 @@ func TestClientTableEndpoints(t *testing.T) {
 		{"POST", "/v1/rules/shop/clients/customers", `{"changes":[{"client":"acme","plan":"pro"}]}`, 400, `changes[0].client`},
 		{"POST", "/v1/rules/shop/clients/customers", `{"changes":[{"client":["a"],"plan":"pro","extra":1}]}`, 400, `extra`},
 		{"POST", "/v1/rules/shop/clients/customers", `{"changes":[]}`, 400, `changes: no changes`},
+		{"POST", "/v1/rules/shop/clients/customers", `{"changes":[{"client":["zed"]}]}`, 400, `changes[0].plan: missing (\"\" removes the client)`},
+		{"POST", "/v1/rules/shop/clients/customers", `{"changes":[{"client":["zed"],"plan":null}]}`, 400, `changes[0].plan: missing`},
+		{"POST", "/v1/rules/shop/clients/customers", `{"changes":[{"client":["a","b"],"plan":"pro"}]}`, 400,
+			`changes[0].client: 2 values; the rules reading this table name a client by 1 (api_key, rule shop:api_key)`},
+		{"GET", "/v1/rules/shop/clients/customers/lookup?client=a&client=b", "", 400, `client: 2 values`},
+		{"POST", "/v1/rules/shop/clients/nobody-reads", `{"changes":[{"client":["a","b"],"plan":"pro"}]}`, 200, `"unknown_plans":["pro"]`},
 	}
 	for i, s := range steps {
 		rec := sendH(h, s.method, s.path, s.body)
