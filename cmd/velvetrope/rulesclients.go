@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/velvetrope/velvetrope/internal/admin"
 	"github.com/velvetrope/velvetrope/rulestore"
@@ -46,8 +48,21 @@ func runRulesClients(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	values := fs.Args()[min(2, fs.NArg()):]
-	if fs.NArg() < 2 || modes > 1 || (modes == 0 || *imp != "") != (len(values) == 0) {
-		fmt.Fprintf(stderr, "usage: velvetrope rules clients %s\n", cmd.synopsis)
+	why := ""
+	switch {
+	case fs.NArg() < 2:
+		why = "DOMAIN and TABLE are needed"
+	case modes > 1:
+		why = "give one of --import, --set, --remove and --get"
+	case *imp != "" && len(values) > 0:
+		why = "--import takes its clients from the file, not from VALUE..."
+	case modes == 1 && *imp == "" && len(values) == 0:
+		why = "--set, --remove and --get need the client's VALUE..."
+	case modes == 0 && len(values) > 0:
+		why = "VALUE... needs --set PLAN, --remove or --get (--set \"\" is not a plan: --remove removes)"
+	}
+	if why != "" {
+		fmt.Fprintf(stderr, "velvetrope rules clients: %s\nusage: velvetrope rules clients %s\n", why, cmd.synopsis)
 		return 2
 	}
 	domain, table := fs.Arg(0), fs.Arg(1)
@@ -86,9 +101,24 @@ func runRulesClients(args []string, stdout, stderr io.Writer) int {
 			defer f.Close()
 			in = f
 		}
-		changes, err := readClientsCSV(in, *imp)
+		changes, lines, err := readClientsCSV(in, *imp)
 		if err != nil {
 			return fail(err)
+		}
+		if len(changes) == 0 {
+			fmt.Fprintf(stdout, "%s: no rows: nothing written\n", *imp)
+			return 0
+		}
+		// a row the live rules could never match is refused before anything
+		// is written, naming its line
+		var t admin.TableJSON
+		if err := c.do(ctx, "GET", tablePath(domain, table), "", &t); err != nil {
+			return fail(err)
+		}
+		for i, ch := range changes {
+			if msg := tableArity(t.Rules, len(ch.Client)); msg != "" {
+				return fail(fmt.Errorf("%s:%d: %s", *imp, lines[i], msg))
+			}
 		}
 		return sendClients(ctx, c, domain, table, changes, *message, stdout, stderr)
 	}
@@ -110,27 +140,58 @@ func runRulesClients(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// readClientsCSV reads VALUE[,VALUE...],PLAN rows; a row's error names
-// its line.
-func readClientsCSV(in io.Reader, name string) ([]rulestore.ClientChange, error) {
-	r := csv.NewReader(in)
-	r.FieldsPerRecord = -1
-	r.ReuseRecord = false
+// readClientsCSV reads VALUE[,VALUE...],PLAN rows, every row with as
+// many fields as the first (a stray trailing comma would otherwise turn
+// a plan into a value and the row into a removal); a row's error names
+// its line. A UTF-8 byte order mark is skipped; bytes that are not UTF-8
+// are refused (the service would refuse them).
+func readClientsCSV(in io.Reader, name string) ([]rulestore.ClientChange, []int, error) {
+	data, err := io.ReadAll(in)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	data = bytes.TrimPrefix(data, []byte("\xEF\xBB\xBF"))
+	if !utf8.Valid(data) {
+		for i, l := range bytes.Split(data, []byte("\n")) {
+			if !utf8.Valid(l) {
+				return nil, nil, fmt.Errorf("%s:%d: not UTF-8 text", name, i+1)
+			}
+		}
+	}
+	r := csv.NewReader(bytes.NewReader(data))
 	var out []rulestore.ClientChange
+	var lines []int
 	for {
 		rec, err := r.Read()
 		if errors.Is(err, io.EOF) {
-			return out, nil
+			return out, lines, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+			return nil, nil, fmt.Errorf("%s: %w (every row needs as many fields as the first: VALUE[,VALUE...],PLAN)", name, err)
 		}
 		line, _ := r.FieldPos(0)
 		if len(rec) < 2 {
-			return nil, fmt.Errorf("%s:%d: want VALUE[,VALUE...],PLAN, got %d field", name, line, len(rec))
+			return nil, nil, fmt.Errorf("%s:%d: want VALUE[,VALUE...],PLAN, got %d field", name, line, len(rec))
 		}
 		out = append(out, rulestore.ClientChange{Client: rec[:len(rec)-1], Plan: rec[len(rec)-1]})
+		lines = append(lines, line)
 	}
+}
+
+// tableArity says why a client of n values is no client of the rules
+// reading a table ("" when it is one, or none reads it yet).
+func tableArity(rules []admin.TableRuleJSON, n int) string {
+	var want []string
+	for _, r := range rules {
+		if len(r.Client) == n {
+			return ""
+		}
+		want = append(want, fmt.Sprintf("%d (%s)", len(r.Client), strings.Join(r.Client, ", ")))
+	}
+	if len(want) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d values; the rules reading this table name a client by %s", n, strings.Join(want, " or "))
 }
 
 // sendClients writes changes in batches of at most MaxClientChanges and

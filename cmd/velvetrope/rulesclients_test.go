@@ -58,11 +58,32 @@ func TestRulesClientsCLI(t *testing.T) {
 	if code != 0 || out != "shop/customers: 25002 clients, 25004 changes written, plans: gold, pro\n  shop:api_key (client: api_key): 5 per minute without a plan, pro 50\n" {
 		t.Fatalf("summary: %d %q", code, out)
 	}
-	bad := filepath.Join(dir, "bad.csv")
-	_ = os.WriteFile(bad, []byte("a,pro\nlonely\n"), 0o600)
-	if code, _, stderr := runRulesCLI(append(append([]string{"clients"}, base...), "--import", bad, "shop", "customers")...); code != 1 ||
-		!strings.Contains(stderr, "bad.csv:2: want VALUE[,VALUE...],PLAN, got 1 field") {
-		t.Fatalf("a bad row: %d %s", code, stderr)
+	for _, c := range []struct{ csv, want string }{
+		{"a,pro\nlonely\n", "bad.csv: record on line 2: wrong number of fields"},
+		{"lonely\n", "bad.csv:1: want VALUE[,VALUE...],PLAN, got 1 field"},
+		{"a,pro\nb,pro,\n", "bad.csv: record on line 2: wrong number of fields"}, // a stray comma: not a removal of client [b, pro]
+		{"a,b,pro\n", "bad.csv:1: 2 values; the rules reading this table name a client by 1 (api_key)"},
+		{"a,pro\nb\xff,pro\n", "bad.csv:2: not UTF-8 text"},
+	} {
+		bad := filepath.Join(dir, "bad.csv")
+		_ = os.WriteFile(bad, []byte(c.csv), 0o600)
+		if code, _, stderr := runRulesCLI(append(append([]string{"clients"}, base...), "--import", bad, "shop", "customers")...); code != 1 ||
+			!strings.Contains(stderr, c.want) {
+			t.Fatalf("%q: %d %s, want %s", c.csv, code, stderr, c.want)
+		}
+	}
+	bom := filepath.Join(dir, "bom.csv")
+	_ = os.WriteFile(bom, []byte("\xEF\xBB\xBFbom1,pro\r\n\r\n"), 0o600)
+	if code, _, stderr := runRulesCLI(append(append([]string{"clients"}, base...), "--import", bom, "shop", "customers")...); code != 0 {
+		t.Fatal(stderr)
+	}
+	if _, out, _ := runRulesCLI(append(append([]string{"clients"}, base...), "--get", "shop", "customers", "bom1")...); !strings.HasPrefix(out, "bom1: plan pro") {
+		t.Fatalf("a BOM kept in the first client: %q", out)
+	}
+	empty := filepath.Join(dir, "empty.csv")
+	_ = os.WriteFile(empty, nil, 0o600)
+	if code, out, _ := runRulesCLI(append(append([]string{"clients"}, base...), "--import", empty, "shop", "customers")...); code != 0 || !strings.Contains(out, "no rows: nothing written") {
+		t.Fatalf("an empty file: %d %s", code, out)
 	}
 	if code, _, stderr := runRulesCLI(append(append([]string{"clients"}, base...), "--set", "Pro", "shop", "customers", "zed")...); code != 1 ||
 		!strings.Contains(stderr, `changes[0].plan: \"Pro\" holds 'P'`) && !strings.Contains(stderr, `changes[0].plan: "Pro" holds 'P'`) {
