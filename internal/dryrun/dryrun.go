@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
@@ -98,20 +99,28 @@ func Evaluate(rs *config.RuleSet, domain string, rows []sink.Demand, plans func(
 			rep.Unmatched += k.Requests
 			continue
 		}
-		rr := byRule[r]
-		if rr == nil {
-			rr = newRuleReport(r)
-			byRule[r] = rr
-		}
 		decide := r
 		if r.Plans != nil && plans != nil {
 			decide = plans(r, entries) // the client's plan: reported under its rule
 		}
-		k.WouldDeny = wouldDeny(decide, key)
-		rr.Requests += k.Requests
-		rr.WouldDeny += k.WouldDeny
-		rr.DeniedNow += k.DeniedNow
-		keys[r] = append(keys[r], k)
+		// a descriptor's further limits (limits:) each its own report line
+		for j, lr := range append([]*config.Rule{r}, r.Extra...) {
+			rr := byRule[lr]
+			if rr == nil {
+				rr = newRuleReport(lr)
+				byRule[lr] = rr
+			}
+			kk := k
+			if j == 0 {
+				kk.WouldDeny = wouldDeny(decide, key)
+			} else {
+				kk.WouldDeny = wouldDeny(lr, key)
+			}
+			rr.Requests += kk.Requests
+			rr.WouldDeny += kk.WouldDeny
+			rr.DeniedNow += kk.DeniedNow
+			keys[lr] = append(keys[lr], kk)
+		}
 	}
 	for _, r := range rs.Rules() {
 		if r.Domain != domain {
@@ -145,6 +154,9 @@ func newRuleReport(r *config.Rule) *RuleReport {
 	rr.Exact, rr.Method = method(r)
 	if r.Plans != nil {
 		rr.Method += "; each client at its plan's limit (table " + r.Plans.Table + " as this checker holds it)"
+	}
+	if len(r.Extra) > 0 || strings.Contains(r.ID, ":#limit:") {
+		rr.Method += "; one of a descriptor's limits, replayed alone (beside the others, a request they refuse would not count here: an upper bound)"
 	}
 	return rr
 }

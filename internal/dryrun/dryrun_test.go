@@ -171,3 +171,27 @@ func TestEvaluatePlans(t *testing.T) {
 		}
 	}
 }
+
+// TestEvaluateSeveralLimits: each limit of a descriptor is its own report
+// line: a's 8 then 4 in two minutes under 5 a minute (3 refused) and 10 an
+// hour (2 refused).
+func TestEvaluateSeveralLimits(t *testing.T) {
+	rs := compile(t, "domain: api\ndescriptors:\n  - key: user\n    algorithm: fixed_window\n    limits:\n      - {unit: minute, requests_per_unit: 5}\n      - {unit: hour, requests_per_unit: 10}\n")
+	rep, err := Evaluate(rs, "api", []sink.Demand{
+		{Minute: t0, Descriptor: "user=a", Allowed: 8},
+		{Minute: t0 + 60, Descriptor: "user=a", Allowed: 4},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, r := range rep.Rules {
+		got[r.Rule] = r.WouldDeny
+		if r.Requests != 12 || !strings.Contains(r.Method, "replayed alone") {
+			t.Fatalf("%+v", r)
+		}
+	}
+	if len(got) != 2 || got["api:user"] != 3 || got["api:user:#limit:hour"] != 2 {
+		t.Fatalf("would deny %v", got)
+	}
+}
