@@ -95,3 +95,37 @@ descriptors:
 		})
 	}
 }
+
+// TestThreeLimitsTakeThePooledPath: three limits on one descriptor need
+// more slots than the stack gives; the pooled path decides them alike.
+func TestThreeLimitsTakeThePooledPath(t *testing.T) {
+	ms := counters.NewMemStore()
+	clk := &clock{}
+	clk.ns.Store(t0)
+	ms.SetClock(clk)
+	ck, err := New(Config{InstanceName: "c"}, ruleStore(t, `domain: api
+descriptors:
+  - key: k
+    algorithm: fixed_window
+    limits:
+      - {unit: second, requests_per_unit: 3}
+      - {unit: minute, requests_per_unit: 4}
+      - {unit: hour, requests_per_unit: 5}
+`), ms, &applyProducer{store: ms}, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, step := range []int64{0, 0, 0, 0, int64(time.Second), int64(time.Second), int64(time.Minute), int64(time.Minute)} {
+		clk.ns.Add(step)
+		var d ratelimit.Decision
+		if err := ck.Check(context.Background(), req(1, "k", "v"), &d); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, d.Code.String()+":"+d.Statuses[0].Rule.Unit.String())
+	}
+	want := "allow:second allow:second allow:second deny:second allow:minute deny:minute allow:hour deny:hour"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("got  %s\nwant %s", strings.Join(got, " "), want)
+	}
+}

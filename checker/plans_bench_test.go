@@ -46,3 +46,34 @@ func BenchmarkCheckAsyncPlans(b *testing.B) {
 		b.Fatalf("far band made %d store calls", c.Stats.SyncCharges.Load())
 	}
 }
+
+// BenchmarkCheckAsyncTwoLimits is BenchmarkCheckAsync with a second limit
+// on the descriptor (a day beside the second): compare the two in one run
+// for what a further limit costs a decision.
+func BenchmarkCheckAsyncTwoLimits(b *testing.B) {
+	ms := counters.NewMemStore()
+	c, err := New(Config{CheckerConfig: config.CheckerConfig{MaxKeys: 1 << 20}, FlushThreshold: 1 << 30},
+		ruleStore(b, `domain: api
+descriptors:
+  - key: user_id
+    algorithm: token_bucket
+    limits:
+      - {unit: second, requests_per_unit: 1000000000}
+      - {unit: day, requests_per_unit: 1000000000000}
+`), ms, &applyProducer{store: ms}, sysClock{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := req(1, "user_id", "priya")
+	warm(b, c, r)
+	var d ratelimit.Decision
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		c.Check(context.Background(), r, &d)
+		sinkAllowed = d.Code == ratelimit.OK
+	}
+	if c.Stats.SyncCharges.Load() > 6 {
+		b.Fatalf("far band made %d store calls", c.Stats.SyncCharges.Load())
+	}
+}
