@@ -3,6 +3,7 @@ package checker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -16,9 +17,13 @@ import (
 // atomic store call per descriptor that needs one. Its error is a
 // malformed request's (a *FieldError) or an internal fault.
 func (c *Checker) Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
-	err := c.checkOne(ctx, req, d)
-	if err == nil && !req.Release && !req.Prehashed {
-		if staged, ok := c.rules.Load().Staged(req.Domain); ok {
+	rs := c.rules.Load()
+	if rs.IsStaged(req.Domain) { // staged rules answer nobody: no client may ask them
+		return &ratelimit.FieldError{Field: "domain", Err: fmt.Errorf("%w %q", ratelimit.ErrUnknownDomain, req.Domain)}
+	}
+	replayed, err := c.checkOne(ctx, req, d)
+	if err == nil && !replayed && !req.Release && !req.Prehashed {
+		if staged, ok := rs.Staged(req.Domain); ok {
 			c.checkStaged(ctx, req, staged)
 		}
 	}
@@ -32,43 +37,44 @@ func (c *Checker) checkStaged(ctx context.Context, req *ratelimit.Request, stage
 	sreq := *req
 	sreq.Domain, sreq.RequestID = staged, "" // its own decision, never a replay of the live one
 	sd := c.stagedDecisions.Get().(*ratelimit.Decision)
-	if err := c.checkOne(ctx, &sreq, sd); err != nil {
+	if _, err := c.checkOne(ctx, &sreq, sd); err != nil {
 		c.Stats.StagedErrors.Add(1)
 	}
 	c.stagedDecisions.Put(sd)
 }
 
-func (c *Checker) checkOne(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
+// checkOne decides req into d; replayed: d is a request id's answer
+// remembered, nothing was decided.
+func (c *Checker) checkOne(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) (replayed bool, err error) {
 	// working memory on the stack for small requests (zeroing a few slots
 	// costs less than a pool round trip), pooled for large ones
-	var err error
 	var bufp *[]byte // taken from the pool only for local-mode keys
 	switch n := len(req.Descriptors); {
 	case n <= 1:
 		var slots [2]slot
 		var locks [2]int
 		var matched [1]*config.Rule
-		err = c.check(ctx, req, d, slots[:], locks[:0], matched[:], &bufp)
+		replayed, err = c.check(ctx, req, d, slots[:], locks[:0], matched[:], &bufp)
 	case n <= smallRequest:
 		var slots [smallRequest]slot
 		var locks [smallRequest]int
 		var matched [smallRequest]*config.Rule
-		err = c.check(ctx, req, d, slots[:], locks[:0], matched[:], &bufp)
+		replayed, err = c.check(ctx, req, d, slots[:], locks[:0], matched[:], &bufp)
 	default:
 		return c.checkLarge(ctx, req, d)
 	}
 	if bufp != nil {
 		c.keyBufs.Put(bufp)
 	}
-	if err == errMoreSlots { // elastic rules' pools did not fit
+	if err == errMoreSlots { // elastic rules' pools or further limits did not fit
 		return c.checkLarge(ctx, req, d)
 	}
-	return err
+	return replayed, err
 }
 
 // checkLarge decides with pooled working memory (many descriptors, or
 // pools that need more slots than the stack gives).
-func (c *Checker) checkLarge(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
+func (c *Checker) checkLarge(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) (bool, error) {
 	sc := c.scratch.Get().(*scratch)
 	defer c.scratch.Put(sc)
 	clear(sc.slots[:min(config.MaxLimitsPerDescriptor*len(req.Descriptors), len(sc.slots))]) // keys expects zero slots, as the stack's are
@@ -101,11 +107,11 @@ type pass struct {
 }
 
 func (c *Checker) check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision, slotBuf []slot, locks []int,
-	matchBuf []*config.Rule, buf **[]byte) error {
+	matchBuf []*config.Rule, buf **[]byte) (replayed bool, err error) {
 	var p pass
 	slots, locks, req, err := c.prepare(&p, req, d, slotBuf, locks, matchBuf, buf)
 	if p.done || err != nil {
-		return err
+		return p.done && err == nil, err
 	}
 	p.slots, p.locks = slots, locks
 	c.lock(p.locks)
@@ -116,7 +122,7 @@ func (c *Checker) check(ctx context.Context, req *ratelimit.Request, d *ratelimi
 		c.releaseWork(p.slots)
 	}
 	c.report(&p, req, d)
-	return nil
+	return false, nil
 }
 
 // prepare validates the request, answers a replayed request id (done),

@@ -31,21 +31,34 @@ func (c *Checker) extraSlots(slotBuf []slot, slots []slot, req *ratelimit.Reques
 	return slots
 }
 
-// mergeExtras makes descriptor i's status its limits' most severe: a
-// refusal over a shadow refusal over an admission, and between equals
-// the one with least remaining. The status's rule names the limit.
+// mergeExtras makes descriptor i's status its limits' most severe
+// (worse). The status's rule names the limit.
 func (c *Checker) mergeExtras(st *ratelimit.Status, p *pass, i int) {
 	for k := p.n; k < len(p.slots); k++ {
 		s := &p.slots[k]
-		if !s.extra || s.idx != i {
-			continue
+		if !s.extra || s.idx != i || s.call == callSkipped {
+			continue // (skipped: another refused first, so it was never asked; its answer is unknown)
 		}
 		var xs ratelimit.Status
 		c.status(&xs, s, p.denied, p.now)
-		if severity(&xs) > severity(st) || severity(&xs) == severity(st) && xs.Remaining < st.Remaining {
+		if worse(&xs, st) {
 			*st = xs
 		}
 	}
+}
+
+// worse says a is the status to answer over b: more severe; between
+// refusals the longer wait (a client told to retry sooner would be
+// refused again by the other limit); between admissions less remaining.
+func worse(a, b *ratelimit.Status) bool {
+	sa, sb := severity(a), severity(b)
+	switch {
+	case sa != sb:
+		return sa > sb
+	case sa == 2:
+		return a.RetryNever && !b.RetryNever || a.RetryNever == b.RetryNever && a.RetryAfter > b.RetryAfter
+	}
+	return a.Remaining < b.Remaining
 }
 
 func severity(st *ratelimit.Status) int {

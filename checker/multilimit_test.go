@@ -23,7 +23,7 @@ func TestSeveralLimitsEveryAlgorithm(t *testing.T) {
 	// nothing, so the hour has room for one more; under Envoy's
 	// semantics the refused 3 were charged and the hour is spent.
 	const ours = "allow allow deny:minute deny:minute deny:minute | allow deny:hour"
-	const envoy = "allow allow deny:minute deny:minute deny:minute | deny:hour deny:hour"
+	const envoy = "allow allow deny:minute deny:hour deny:hour | deny:hour deny:hour" // both refuse the 4th and 5th: the hour's wait is the longer
 	cases := []struct{ name, ext, want string }{
 		{"envoy", "", envoy},
 		{"fixed_window", "algorithm: fixed_window", ours},
@@ -127,5 +127,40 @@ descriptors:
 	want := "allow:second allow:second allow:second deny:second allow:minute deny:minute allow:hour deny:hour"
 	if strings.Join(got, " ") != want {
 		t.Fatalf("got  %s\nwant %s", strings.Join(got, " "), want)
+	}
+}
+
+// TestSeveralLimitsRefusingAnswerTheLongestWait: when two limits refuse
+// at once the status is the one a retry must wait longest for (under
+// Envoy's semantics every limit is asked; with an algorithm a limit that
+// needs the store is not asked once another refused, and the status is
+// the refusal known — see docs/rules.md).
+func TestSeveralLimitsRefusingAnswerTheLongestWait(t *testing.T) {
+	for _, c := range []struct{ ext, want string }{
+		{"", "api:k:#limit:hour"},
+		{"algorithm: fixed_window\n    ", "api:k:#limit:hour"},
+	} {
+		ms := counters.NewMemStore()
+		clk := &clock{}
+		clk.ns.Store(t0)
+		ms.SetClock(clk)
+		limits := "limits:\n      - {unit: second, requests_per_unit: 5}\n      - {unit: hour, requests_per_unit: 2}\n"
+		if c.ext == "" { // both refuse the third request
+			limits = "limits:\n      - {unit: second, requests_per_unit: 2}\n      - {unit: hour, requests_per_unit: 2}\n"
+		}
+		ck, err := New(Config{InstanceName: "c"}, ruleStore(t, "domain: api\ndescriptors:\n  - key: k\n    "+c.ext+limits), ms, &applyProducer{store: ms}, clk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d ratelimit.Decision
+		for range 3 {
+			if err := ck.Check(context.Background(), req(1, "k", "v"), &d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := d.Statuses[0]
+		if st.Code != ratelimit.OverLimit || st.Rule.ID != c.want || st.RetryAfter < 59*time.Minute {
+			t.Fatalf("%q: %s by %s, retry after %v; want the hour's wait", c.ext, st.Code, st.Rule.ID, st.RetryAfter)
+		}
 	}
 }

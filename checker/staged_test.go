@@ -2,7 +2,10 @@ package checker
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
@@ -27,6 +30,7 @@ func TestStagedRulesDecideBeside(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		f.Staged = strings.HasSuffix(f.Domain, config.StagedSuffix) // as rulesync marks a staged version's
 		files = append(files, f)
 	}
 	rs, err := config.Compile(files)
@@ -34,7 +38,7 @@ func TestStagedRulesDecideBeside(t *testing.T) {
 		t.Fatal(err)
 	}
 	rules := config.NewStore(rs)
-	c, err := New(Config{InstanceName: "c"}, rules, ms, &applyProducer{store: ms}, clk)
+	c, err := New(Config{InstanceName: "c", CheckerConfig: config.CheckerConfig{}, IdempotencyTTL: time.Minute}, rules, ms, &applyProducer{store: ms}, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +50,7 @@ func TestStagedRulesDecideBeside(t *testing.T) {
 		r := req(0, "user", "priya")
 		r.Domain = domain
 		var d ratelimit.Decision
-		if err := c.Check(context.Background(), r, &d); err != nil {
+		if _, err := c.checkOne(context.Background(), r, &d); err != nil { // the staged domain is no client's to ask
 			t.Fatal(err)
 		}
 		return d.Statuses[0].Remaining
@@ -69,7 +73,25 @@ func TestStagedRulesDecideBeside(t *testing.T) {
 	}
 	sr := req(0, "user", "sam")
 	sr.Domain = "api#staged"
-	if err := c.Check(context.Background(), sr, &d); err != nil || d.Statuses[0].Remaining != 2 {
+	if _, err := c.checkOne(context.Background(), sr, &d); err != nil || d.Statuses[0].Remaining != 2 {
 		t.Fatalf("a release was decided under the staged rules: remaining %d %v", d.Statuses[0].Remaining, err)
+	}
+	// a client asking the staged domain is told it does not exist
+	if err := c.Check(context.Background(), sr, &d); !errors.Is(err, ratelimit.ErrUnknownDomain) {
+		t.Fatalf("a client asked the staged domain: %v", err)
+	}
+	// a retry answered from the request id's memory is not decided again
+	// under the staged rules
+	rid := req(1, "user", "rid")
+	rid.RequestID = "same-1"
+	for range 3 {
+		if err := c.Check(context.Background(), rid, &d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rr := req(0, "user", "rid")
+	rr.Domain = "api#staged"
+	if _, err := c.checkOne(context.Background(), rr, &d); err != nil || d.Statuses[0].Remaining != 1 {
+		t.Fatalf("three tries of one request id: the staged counter has %d of 2 left, want 1", d.Statuses[0].Remaining)
 	}
 }

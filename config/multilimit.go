@@ -57,9 +57,14 @@ func (p *parser) limits(n *yaml.Node) []*RateLimit {
 		case rpuNode == nil:
 			p.errorf(item, "limits: missing requests_per_unit")
 			continue
-		case rl.RequestsPerUnit < 1:
-			p.errorf(rpuNode, "limits.requests_per_unit: must be at least 1, got %s (a limit of 0 refuses everything: one rate_limit says that)", rpuNode.Value)
+		case rl.RequestsPerUnit == 0 && p.isInt(rpuNode):
+			p.errorf(rpuNode, "limits.requests_per_unit: must be at least 1, got 0 (a limit of 0 refuses everything: one rate_limit says that)")
 			continue
+		case rl.RequestsPerUnit < 0:
+			p.errorf(rpuNode, "limits.requests_per_unit: must be at least 1, got %s", rpuNode.Value)
+			continue
+		case rl.RequestsPerUnit == 0:
+			continue // not an integer: reported
 		}
 		if line, dup := seen[rl.Unit]; dup && rl.Unit != 0 {
 			p.errorf(unitNode, "limits: a second limit per %s (the first at line %d): one limit per unit", rl.Unit, line)
@@ -126,4 +131,10 @@ func extraRules(r *Rule, d *Descriptor, errs *ErrorList) {
 		}
 		r.Extra = append(r.Extra, &x)
 	}
+}
+
+// isInt says whether n is an integer the parser reads.
+func (p *parser) isInt(n *yaml.Node) bool {
+	var v int64
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!int" && n.Decode(&v) == nil
 }

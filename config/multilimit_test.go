@@ -70,3 +70,30 @@ func TestSeveralLimitsErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestStagedDomains: only a staged version's rules (rulesync marks them)
+// may live under a domain ending in StagedSuffix; a domain staged before
+// it has live rules is known, and limits nothing.
+func TestStagedDomains(t *testing.T) {
+	f, err := ParseRules("q.yaml", []byte("domain: \"q#staged\"\ndescriptors: []\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Compile([]*File{f}); err == nil || !strings.Contains(err.Error(), `q.yaml:1:1: domain "q#staged" ends with "#staged"`) {
+		t.Fatalf("a rule file's staged domain: %v", err)
+	}
+	f.Staged = true
+	rs, err := Compile([]*File{f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, ok := rs.Staged("q"); !ok || name != "q#staged" || !rs.IsStaged("q#staged") || rs.IsStaged("q") {
+		t.Fatalf("staged %q %v", name, ok)
+	}
+	if _, known := rs.Lookup("q"); !known {
+		t.Fatal("a domain staged before any live rules is unknown: its requests would be refused")
+	}
+	if BaseDomain("q#staged") != "q" || BaseDomain("q") != "q" || BaseDomain("#staged") != "#staged" {
+		t.Fatal("BaseDomain")
+	}
+}

@@ -215,7 +215,7 @@ func (rs *RuleSet) PlanTables() []PlanTable {
 		if r.Plans == nil {
 			continue
 		}
-		t := PlanTable{r.Domain, r.Plans.Table}
+		t := PlanTable{BaseDomain(r.Domain), r.Plans.Table} // staged rules read the domain's table
 		if !seen[t] {
 			seen[t] = true
 			out = append(out, t)

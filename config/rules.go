@@ -176,6 +176,10 @@ type Descriptor struct {
 type File struct {
 	Path        string
 	Domain      string
+	// Staged marks the rules of a staged version (the rules store's,
+	// compiled under Domain + StagedSuffix by rulesync): only they may
+	// have a domain with that suffix.
+	Staged bool
 	Pools       []*Pool
 	Descriptors []*Descriptor
 	Pos         Position

@@ -228,8 +228,25 @@ type RuleSet struct {
 	// hash_values (see HashedKeys).
 	hashedKeys map[string]map[string]bool
 	// staged maps a domain to the domain its staged rules are compiled
-	// under (nil: no domain has any, the usual case).
-	staged map[string]string
+	// under (nil: no domain has any, the usual case); stagedNames holds
+	// those domains.
+	staged      map[string]string
+	stagedNames map[string]bool
+}
+
+// IsStaged says whether domain holds staged rules: decided only beside
+// its base domain's requests, never asked for by a client.
+func (rs *RuleSet) IsStaged(domain string) bool {
+	return rs != nil && rs.stagedNames != nil && rs.stagedNames[domain]
+}
+
+// BaseDomain is the domain whose staged rules domain holds, or domain
+// itself.
+func BaseDomain(domain string) string {
+	if b, ok := strings.CutSuffix(domain, StagedSuffix); ok && b != "" {
+		return b
+	}
+	return domain
 }
 
 // StagedSuffix ends the domain a staged version of a domain's rules is
@@ -323,13 +340,25 @@ func Compile(files []*File) (*RuleSet, error) {
 	if err := errs.err(); err != nil {
 		return nil, err
 	}
-	for name := range rs.domains {
-		if base, ok := strings.CutSuffix(name, StagedSuffix); ok && base != "" {
+	for _, f := range files {
+		base, ok := strings.CutSuffix(f.Domain, StagedSuffix)
+		switch {
+		case ok && !f.Staged:
+			errs = append(errs, &Error{File: f.Path, Line: f.Pos.Line, Column: f.Pos.Column,
+				Msg: fmt.Sprintf("domain %q ends with %q, which names a domain's staged rules (the rules store's staged versions)", f.Domain, StagedSuffix)})
+		case ok && base != "":
 			if rs.staged == nil {
 				rs.staged = map[string]string{}
+				rs.stagedNames = map[string]bool{}
 			}
-			rs.staged[base] = name
+			rs.staged[base], rs.stagedNames[f.Domain] = f.Domain, true
+			if rs.domains[base] == nil { // staged before any live rules: the domain is known, and limits nothing yet
+				rs.domains[base] = &node{}
+			}
 		}
+	}
+	if err := errs.err(); err != nil {
+		return nil, err
 	}
 	if len(rs.domains) <= 8 {
 		rs.few = make([]domainNode, 0, len(rs.domains))

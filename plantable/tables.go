@@ -60,7 +60,7 @@ func (ts *Tables) Get(domain, table string) *Table {
 // for a client without one (or with a plan r does not name, or while the
 // table is not loaded). It allocates nothing.
 func (ts *Tables) Resolve(r *config.Rule, es []config.Entry) *config.Rule {
-	t := ts.Get(r.Domain, r.Plans.Table)
+	t := ts.Get(config.BaseDomain(r.Domain), r.Plans.Table) // a staged rule reads its domain's table
 	if t == nil {
 		return r
 	}

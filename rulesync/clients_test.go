@@ -165,3 +165,22 @@ func TestStagedVersionSources(t *testing.T) {
 		t.Fatal("the live rules lost their defer")
 	}
 }
+
+// TestStagingANewDomain: a domain staged before it has live rules is
+// known (its requests are answered, limited by nothing) and its staged
+// rules are decided beside them.
+func TestStagingANewDomain(t *testing.T) {
+	live := config.NewStore(plansRules(t, "domain: other\ndescriptors: []\n"))
+	src := NewSources(live, nil)
+	body := "domain: nw\ndescriptors:\n  - key: u\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+	if err := src.Apply(rulestore.Version{Domain: "nw", Version: 1, Body: body, Stage: rulestore.StageShadow}); err != nil {
+		t.Fatal(err)
+	}
+	rs := live.Load()
+	if _, known := rs.Lookup("nw"); !known {
+		t.Fatal("nw unknown: its requests would be refused, and nothing decided under the staged rules")
+	}
+	if rs.Match("nw", []config.Entry{{Key: "u", Value: "x"}}) != nil || rs.Match("nw#staged", []config.Entry{{Key: "u", Value: "x"}}) == nil {
+		t.Fatal("the live domain limits, or the staged one does not")
+	}
+}

@@ -86,6 +86,7 @@ func parseDoc(v rulestore.Version) (doc, error) {
 	}
 	f.Domain += rulestore.StagedSuffix
 	f.Path += " (staged)"
+	f.Staged = true
 	stripDefer(f.Descriptors)
 	d.staged = f
 	return d, nil

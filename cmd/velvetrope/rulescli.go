@@ -225,6 +225,9 @@ func runRulesStore(sub string, args []string, stdout, stderr io.Writer) int {
 			msg := v.Message
 			if v.Stage != "" {
 				msg = fmt.Sprintf("[staged over version %d] %s", v.LiveVersion, msg)
+				if v.LiveVersion == 0 {
+					msg = "[staged; nothing live] " + v.Message
+				}
 			}
 			fmt.Fprintf(stdout, "%-8d %-20s %-12s %9s  %s\n", v.Version, v.Time.UTC().Format("2006-01-02 15:04:05"), v.Author, size, msg)
 		}
@@ -313,7 +316,15 @@ func pushOne(ctx context.Context, c *rulesClient, push bool, domain, path, body,
 	if !ok {
 		from = "/dev/null"
 	}
-	fmt.Fprint(stdout, linediff.Unified(from, path, old, body))
+	if ok && cur.Body == body { // the same document, another stage
+		if stage == "" {
+			fmt.Fprintf(stdout, "%s: the document of staged version %d, written live (a promote)\n", domain, cur.Version)
+		} else {
+			fmt.Fprintf(stdout, "%s: the document of live version %d, staged\n", domain, cur.Version)
+		}
+	} else {
+		fmt.Fprint(stdout, linediff.Unified(from, path, old, body))
+	}
 	if !push {
 		return true, nil
 	}

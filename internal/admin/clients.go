@@ -82,7 +82,7 @@ func (a *Admin) registerClients(mux *http.ServeMux) {
 func (a *Admin) tableRules(domain, table string) []*config.Rule {
 	var out []*config.Rule
 	for _, r := range a.store.Load().Rules() {
-		if r.Domain == domain && r.Plans != nil && r.Plans.Table == table {
+		if config.BaseDomain(r.Domain) == domain && r.Plans != nil && r.Plans.Table == table { // staged rules too
 			out = append(out, r)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -318,8 +319,12 @@ func (a *Admin) putDoc(w http.ResponseWriter, r *http.Request) (string, int) {
 		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
 		return "bad If-Match", http.StatusBadRequest
 	}
+	if bad := unknownParams(r, "message", "stage"); bad != "" {
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: bad})
+		return "bad query", http.StatusBadRequest
+	}
 	stage := r.URL.Query().Get("stage")
-	if stage != "" && stage != rulestore.StageShadow {
+	if vs, ok := r.URL.Query()["stage"]; ok && (len(vs) != 1 || stage != rulestore.StageShadow) {
 		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: fmt.Sprintf("stage: want %q (the version enforces nothing until promoted) or none, got %q", rulestore.StageShadow, stage)})
 		return "bad stage", http.StatusBadRequest
 	}
@@ -395,6 +400,10 @@ func (a *Admin) write(w http.ResponseWriter, r *http.Request, domain, body strin
 // deleteDoc ends the domain's rules; without If-Match whatever is current.
 func (a *Admin) deleteDoc(w http.ResponseWriter, r *http.Request) (string, int) {
 	domain := r.PathValue("domain")
+	if bad := unknownParams(r, "message"); bad != "" {
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: bad})
+		return "bad query", http.StatusBadRequest
+	}
 	match, err := ifMatch(r, rulestore.Any)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
@@ -421,6 +430,10 @@ func (a *Admin) deleteDoc(w http.ResponseWriter, r *http.Request) (string, int) 
 // PUT is: the rules around it may have changed since).
 func (a *Admin) rollback(w http.ResponseWriter, r *http.Request) (string, int) {
 	domain, s := r.PathValue("domain"), r.URL.Query().Get("to")
+	if bad := unknownParams(r, "message", "to"); bad != "" {
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: bad})
+		return "bad query", http.StatusBadRequest
+	}
 	to, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || to < 1 {
 		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: fmt.Sprintf("to: want the version to go back to (1 or more), got %q", s)})
@@ -455,6 +468,10 @@ func (a *Admin) rollback(w http.ResponseWriter, r *http.Request) (string, int) {
 // again as the next version, live.
 func (a *Admin) promote(w http.ResponseWriter, r *http.Request) (string, int) {
 	domain := r.PathValue("domain")
+	if bad := unknownParams(r, "message"); bad != "" {
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: bad})
+		return "bad query", http.StatusBadRequest
+	}
 	match, err := ifMatch(r, rulestore.Any)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
@@ -511,4 +528,15 @@ func (a *Admin) readBody(w http.ResponseWriter, r *http.Request) ([]byte, string
 		limit, bound = config.MaxRuleFileBytes, "the rule file bound"
 	}
 	return readLimited(w, r, limit, "rules document above "+bound)
+}
+
+// unknownParams names a query parameter a write does not take (a typo
+// such as ?stag=shadow must not write live), or "".
+func unknownParams(r *http.Request, known ...string) string {
+	for k := range r.URL.Query() {
+		if !slices.Contains(known, k) {
+			return fmt.Sprintf("%s: unknown query parameter (this endpoint takes %s)", k, strings.Join(known, ", "))
+		}
+	}
+	return ""
 }

@@ -38,6 +38,11 @@ func TestStagedRollout(t *testing.T) {
 		{"POST", "/v1/rules/shop/promote", "", nil, 200, `"version":3,"bytes":93,"author":"admin","message":"promote version 2"`, 5, -1},
 		{"POST", "/v1/rules/shop/promote", "", nil, 409, `domain \"shop\" has no staged version: version 3 is live`, 5, -1},
 		{"PUT", "/v1/rules/shop%23staged", shopDoc("5"), nil, 400, `names a domain's staged rules`, 5, -1},
+		{"PUT", "/v1/rules/shop?stag=shadow", shopDoc("6"), []string{"If-Match", "*"}, 400, `stag: unknown query parameter (this endpoint takes message, stage)`, 5, -1},
+		{"PUT", "/v1/rules/shop?stage=", shopDoc("6"), []string{"If-Match", "*"}, 400, `stage: want \"shadow\"`, 5, -1},
+		{"PUT", "/v1/rules/shop?stage=shadow&stage=shadow", shopDoc("6"), []string{"If-Match", "*"}, 400, `stage: want \"shadow\"`, 5, -1},
+		{"DELETE", "/v1/rules/shop?stage=shadow", "", nil, 400, `stage: unknown query parameter (this endpoint takes message)`, 5, -1},
+		{"POST", "/v1/rules/shop/rollback?to=1&force=1", "", nil, 400, `force: unknown query parameter`, 5, -1},
 	}
 	for i, s := range steps {
 		rec := sendH(h, s.method, s.path, s.body, s.headers...)
