@@ -115,6 +115,11 @@ type RuleChanges struct {
 type RuleChange struct {
 	Time     time.Time `json:"time"`
 	Domain   string    `json:"domain"`
+	// Table is set on a write to a client table of the domain (action
+	// "clients"): Version and From are then the table's sequence numbers
+	// (its changes ever written) after and before the write, Added the
+	// clients given a plan and Removed those taken off one.
+	Table    string    `json:"table,omitempty"`
 	Version  int64     `json:"version"`
 	From     int64     `json:"from_version"`
 	Action   string    `json:"action"`

@@ -145,6 +145,25 @@ var migrations = []migration{
 		PARTITION BY toYYYYMM(time)
 		ORDER BY (domain, version)`,
 	}, nil},
+	// Writes to client tables (per-client limits), audited beside the
+	// rules documents: one row per domain, table and sequence number.
+	{4, "client_changes", []string{
+		`CREATE TABLE IF NOT EXISTS %[1]s.client_changes (
+			time DateTime,
+			domain String,
+			table_name String,
+			seq UInt64,
+			from_seq UInt64,
+			action String,
+			author String,
+			message String,
+			added UInt32,
+			removed UInt32,
+			instance String
+		) ENGINE = ReplacingMergeTree()
+		PARTITION BY toYYYYMM(time)
+		ORDER BY (domain, table_name, seq)`,
+	}, nil},
 }
 
 // Migrate creates the database and applies the migrations it has not

@@ -51,7 +51,7 @@ func (m *Memory) InsertRuleChange(_ context.Context, c RuleChange) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for i := range a.changes { // a retried write is the same change, as in ClickHouse
-		if a.changes[i].Domain == c.Domain && a.changes[i].Version == c.Version {
+		if a.changes[i].Domain == c.Domain && a.changes[i].Table == c.Table && a.changes[i].Version == c.Version {
 			a.changes[i] = c
 			return nil
 		}
@@ -88,13 +88,19 @@ func (c *ClickHouse) InsertRuleChange(ctx context.Context, ch RuleChange) error 
 	if err := c.Migrate(ctx); err != nil {
 		return err
 	}
-	b, err := c.conn.PrepareBatch(ctx, "INSERT INTO "+c.db+".rule_changes (time, domain, version, from_version, action, author, "+
-		"message, added, removed, bytes, instance)")
+	query := "INSERT INTO " + c.db + ".rule_changes (time, domain, version, from_version, action, author, message, added, removed, bytes, instance)"
+	row := []any{ch.Time.UTC(), ch.Domain, uint64(ch.Version), uint64(ch.From), ch.Action, ch.Author, ch.Message,
+		uint32(ch.Added), uint32(ch.Removed), uint64(ch.Bytes), ch.Instance}
+	if ch.Table != "" { // a client table's write: its own table, keyed by its sequence numbers
+		query = "INSERT INTO " + c.db + ".client_changes (time, domain, table_name, seq, from_seq, action, author, message, added, removed, instance)"
+		row = []any{ch.Time.UTC(), ch.Domain, ch.Table, uint64(ch.Version), uint64(ch.From), ch.Action, ch.Author, ch.Message,
+			uint32(ch.Added), uint32(ch.Removed), ch.Instance}
+	}
+	b, err := c.conn.PrepareBatch(ctx, query)
 	if err != nil {
 		return fmt.Errorf("sink: insert rule change: %w", err)
 	}
-	if err := b.Append(ch.Time.UTC(), ch.Domain, uint64(ch.Version), uint64(ch.From), ch.Action, ch.Author, ch.Message,
-		uint32(ch.Added), uint32(ch.Removed), uint64(ch.Bytes), ch.Instance); err != nil {
+	if err := b.Append(row...); err != nil {
 		_ = b.Abort()
 		return fmt.Errorf("sink: insert rule change: %w", err)
 	}
@@ -116,8 +122,13 @@ func (c *ClickHouse) RuleChanges(ctx context.Context, q RuleChangesQuery) ([]Rul
 	if q.Domain != "" {
 		where, args = where+" AND domain = ?", append(args, q.Domain)
 	}
-	rows, err := c.conn.Query(ctx, "SELECT time, domain, version, from_version, action, author, message, added, removed, bytes, instance "+
-		"FROM "+c.db+".rule_changes FINAL WHERE "+where+" ORDER BY time DESC, domain, version DESC LIMIT "+fmt.Sprint(q.Limit), args...)
+	// the documents' changes and the client tables' in one list
+	rows, err := c.conn.Query(ctx, "SELECT time, domain, tbl, version, from_version, action, author, message, added, removed, bytes, instance FROM ("+
+		"SELECT time, domain, '' AS tbl, version, from_version, action, author, message, added, removed, bytes, instance "+
+		"FROM "+c.db+".rule_changes FINAL WHERE "+where+
+		" UNION ALL SELECT time, domain, table_name AS tbl, seq AS version, from_seq AS from_version, action, author, message, added, removed, "+
+		"toUInt64(0) AS bytes, instance FROM "+c.db+".client_changes FINAL WHERE "+where+
+		") ORDER BY time DESC, domain, tbl, version DESC LIMIT "+fmt.Sprint(q.Limit), append(args, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("sink: rule changes: %w", err)
 	}
@@ -127,7 +138,7 @@ func (c *ClickHouse) RuleChanges(ctx context.Context, q RuleChangesQuery) ([]Rul
 		var r RuleChange
 		var version, from, bytes uint64
 		var added, removed uint32
-		if err := rows.Scan(&r.Time, &r.Domain, &version, &from, &r.Action, &r.Author, &r.Message, &added, &removed, &bytes, &r.Instance); err != nil {
+		if err := rows.Scan(&r.Time, &r.Domain, &r.Table, &version, &from, &r.Action, &r.Author, &r.Message, &added, &removed, &bytes, &r.Instance); err != nil {
 			return nil, fmt.Errorf("sink: rule changes: %w", err)
 		}
 		r.Version, r.From, r.Added, r.Removed, r.Bytes = int64(version), int64(from), int(added), int(removed), int(bytes)

@@ -57,3 +57,34 @@ func TestRuleChanges(t *testing.T) {
 		})
 	}
 }
+
+// TestClientChangesBesideRuleChanges: a client table's write is audited
+// beside the documents' changes, kept apart from a document version of
+// the same number, and read back with its table.
+func TestClientChangesBesideRuleChanges(t *testing.T) {
+	ctx := context.Background()
+	for name, s := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			a := s.(RuleAudit)
+			base := time.Date(2026, 12, 4, 11, 0, 0, 0, time.UTC)
+			doc := RuleChange{Time: base, Domain: "saas", Version: 3, From: 2, Action: "put", Author: "ci", Message: "m", Instance: "c0"}
+			cl := RuleChange{Time: base.Add(time.Second), Domain: "saas", Table: "customers", Version: 3, From: 1, Action: "clients",
+				Author: "billing", Message: "sync", Added: 1, Removed: 1, Instance: "c0"}
+			for _, c := range []RuleChange{doc, cl, cl} { // the client write retried
+				if err := a.InsertRuleChange(ctx, c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := a.RuleChanges(ctx, RuleChangesQuery{Since: base, Domain: "saas", Limit: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range got {
+				got[i].Time = got[i].Time.UTC() // the server's UTC location is another pointer
+			}
+			if len(got) != 2 || got[0] != cl || got[1] != doc {
+				t.Fatalf("got %+v\nwant %+v and %+v", got, cl, doc)
+			}
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/internal/strictjson"
 	"github.com/velvetrope/velvetrope/rulestore"
+	"github.com/velvetrope/velvetrope/sink"
 )
 
 // ClientsRequest is the body of POST /v1/rules/{domain}/clients/{table}:
@@ -180,6 +181,22 @@ func (a *Admin) setClients(w http.ResponseWriter, r *http.Request) (string, int)
 	}
 	a.logger.Info("client plans changed", "domain", domain, "table", table, "changes", len(in.Changes), "seq", seq,
 		"author", authorOf(r), "message", in.Message)
+	if a.db.Audit != nil {
+		rc := sink.RuleChange{Time: time.Now().UTC(), Domain: domain, Table: table, Version: seq, From: seq - int64(len(changes)),
+			Action: "clients", Author: authorOf(r), Message: in.Message}
+		for _, c := range changes {
+			if c.Plan == "" {
+				rc.Removed++
+			} else {
+				rc.Added++
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+		if err := a.db.Audit(ctx, rc); err != nil {
+			a.logger.Warn("client plans change not audited in analytics (it is in this log)", "domain", domain, "table", table, "seq", seq, "error", err)
+		}
+		cancel()
+	}
 	writeJSON(w, http.StatusOK, out)
 	return fmt.Sprintf("%d changes, seq %s", len(in.Changes), strconv.FormatInt(seq, 10)), http.StatusOK
 }

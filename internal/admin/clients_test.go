@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +18,7 @@ const shopPlans = "domain: shop\ndescriptors:\n  - key: api_key\n    rate_limit:
 // plan ""), read whole and per client with what each live rule gives the
 // client, refuses bad input naming the field, and needs the token.
 func TestClientTableEndpoints(t *testing.T) {
-	h, _, _, log, _ := setupDB(t)
+	h, _, _, log, audit := setupDB(t)
 	if rec := sendH(h, "PUT", "/v1/rules/shop", shopPlans); rec.Code != 201 {
 		t.Fatalf("put: %d %s", rec.Code, rec.Body)
 	}
@@ -59,6 +60,19 @@ func TestClientTableEndpoints(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), `msg="client plans changed" domain=shop table=customers changes=2 seq=2 author=admin message="billing sync"`) {
 		t.Fatalf("the change is not in the log:\n%s", log)
+	}
+	rows, err := audit.RuleChanges(context.Background(), sink.RuleChangesQuery{Domain: "shop", Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clientRows []string
+	for _, r := range rows {
+		if r.Table != "" {
+			clientRows = append(clientRows, fmt.Sprintf("%s %s@%d<-%d +%d -%d %s %q", r.Action, r.Table, r.Version, r.From, r.Added, r.Removed, r.Author, r.Message))
+		}
+	}
+	if want := `[clients nobody-reads@1<-0 +1 -0 admin "" clients customers@3<-2 +0 -1 admin "" clients customers@2<-0 +2 -0 admin "billing sync"]`; fmt.Sprint(clientRows) != want {
+		t.Fatalf("audited client writes %v\nwant %s", clientRows, want)
 	}
 	for _, m := range []struct{ method, path string }{{"POST", "/v1/rules/shop/clients/customers"}, {"GET", "/v1/rules/shop/clients/customers"},
 		{"GET", "/v1/rules/shop/clients/customers/lookup?client=zed"}} {
