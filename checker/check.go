@@ -95,7 +95,7 @@ const smallRequest = 4
 type pass struct {
 	now    int64
 	fp     uint64 // the request id's fingerprint
-	slots  []slot // the descriptors' (the first n), then their pools'
+	slots  []slot // the descriptors' (the first n), then their further limits' and their pools'
 	n      int
 	pools  int
 	extras int // slots of descriptors' further limits (config.Rule.Extra)
