@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/velvetrope/velvetrope/config"
-	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -49,14 +48,8 @@ descriptors:
       - {unit: minute, requests_per_unit: 2}
       - {unit: hour, requests_per_unit: 3}
 `, strings.ReplaceAll(c.ext, "\n        ", "\n    "))
-			ms := counters.NewMemStore()
-			clk := &clock{}
-			clk.ns.Store(t0)
-			ms.SetClock(clk)
-			ck, err := New(Config{InstanceName: "c"}, ruleStore(t, src), ms, &applyProducer{store: ms}, clk)
-			if err != nil {
-				t.Fatal(err)
-			}
+			rg := newRigRules(t, Config{InstanceName: "c"}, src)
+			ck, clk := rg.c, rg.clk
 			decide := func(n int) string {
 				var out []string
 				for range n {
@@ -99,11 +92,7 @@ descriptors:
 // TestThreeLimitsTakeThePooledPath: three limits on one descriptor need
 // more slots than the stack gives; the pooled path decides them alike.
 func TestThreeLimitsTakeThePooledPath(t *testing.T) {
-	ms := counters.NewMemStore()
-	clk := &clock{}
-	clk.ns.Store(t0)
-	ms.SetClock(clk)
-	ck, err := New(Config{InstanceName: "c"}, ruleStore(t, `domain: api
+	rg := newRigRules(t, Config{InstanceName: "c"}, `domain: api
 descriptors:
   - key: k
     algorithm: fixed_window
@@ -111,10 +100,8 @@ descriptors:
       - {unit: second, requests_per_unit: 3}
       - {unit: minute, requests_per_unit: 4}
       - {unit: hour, requests_per_unit: 5}
-`), ms, &applyProducer{store: ms}, clk)
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
+	ck, clk := rg.c, rg.clk
 	var got []string
 	for _, step := range []int64{0, 0, 0, 0, int64(time.Second), int64(time.Second), int64(time.Minute), int64(time.Minute)} {
 		clk.ns.Add(step)
@@ -140,18 +127,12 @@ func TestSeveralLimitsRefusingAnswerTheLongestWait(t *testing.T) {
 		{"", "api:k:#limit:hour"},
 		{"algorithm: fixed_window\n    ", "api:k:#limit:hour"},
 	} {
-		ms := counters.NewMemStore()
-		clk := &clock{}
-		clk.ns.Store(t0)
-		ms.SetClock(clk)
 		limits := "limits:\n      - {unit: second, requests_per_unit: 5}\n      - {unit: hour, requests_per_unit: 2}\n"
 		if c.ext == "" { // both refuse the third request
 			limits = "limits:\n      - {unit: second, requests_per_unit: 2}\n      - {unit: hour, requests_per_unit: 2}\n"
 		}
-		ck, err := New(Config{InstanceName: "c"}, ruleStore(t, "domain: api\ndescriptors:\n  - key: k\n    "+c.ext+limits), ms, &applyProducer{store: ms}, clk)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rg := newRigRules(t, Config{InstanceName: "c"}, "domain: api\ndescriptors:\n  - key: k\n    "+c.ext+limits)
+		ck := rg.c
 		var d ratelimit.Decision
 		for range 3 {
 			if err := ck.Check(context.Background(), req(1, "k", "v"), &d); err != nil {

@@ -43,15 +43,9 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 2}
     plans: {table: customers, limits: {pro: 5, none: 0}}
 `, c.ext)
-			ms := counters.NewMemStore()
-			clk := &clock{}
-			clk.ns.Store(t0)
-			ms.SetClock(clk)
 			tables := &plantable.Tables{}
-			ck, err := New(Config{InstanceName: "c", Plans: tables}, ruleStore(t, src), ms, &applyProducer{store: ms}, clk)
-			if err != nil {
-				t.Fatal(err)
-			}
+			rg := newRigRules(t, Config{InstanceName: "c", Plans: tables}, src)
+			ck := rg.c
 			tb := plantable.New()
 			set := func(client, plan string) {
 				t.Helper()
@@ -94,21 +88,14 @@ descriptors:
 // TestPlansOperatorControlWins: an operator's control on a client's key
 // decides over the client's plan.
 func TestPlansOperatorControlWins(t *testing.T) {
-	ms := counters.NewMemStore()
-	clk := &clock{}
-	clk.ns.Store(t0)
-	ms.SetClock(clk)
 	tables := &plantable.Tables{}
-	rules := ruleStore(t, "domain: api\ndescriptors:\n  - key: api_key\n    algorithm: fixed_window\n    rate_limit: {unit: hour, requests_per_unit: 2}\n    plans: {table: customers, limits: {pro: 50}}\n")
-	ck, err := New(Config{InstanceName: "c", Plans: tables}, rules, ms, &applyProducer{store: ms}, clk)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rg := newRigRules(t, Config{InstanceName: "c", Plans: tables}, "domain: api\ndescriptors:\n  - key: api_key\n    algorithm: fixed_window\n    rate_limit: {unit: hour, requests_per_unit: 2}\n    plans: {table: customers, limits: {pro: 50}}\n")
+	ck := rg.c
 	tb := plantable.New()
 	_ = tb.Apply([]plantable.Change{{Key: tb.Key([]string{"acme"}), Plan: "pro"}})
 	tables.Set("api", "customers", tb)
 	ctx := context.Background()
-	if err := ms.PutControl(ctx, counters.Control{Domain: "api", Rule: "api:api_key", Entries: []config.Entry{{Key: "api_key", Value: "acme"}},
+	if err := rg.store.PutControl(ctx, counters.Control{Domain: "api", Rule: "api:api_key", Entries: []config.Entry{{Key: "api_key", Value: "acme"}},
 		Action: counters.ActionLimit, Limit: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -123,12 +110,8 @@ func TestPlansOperatorControlWins(t *testing.T) {
 // TestPlansBorrowFromThePool: an elastic rule's plan borrows from the
 // rule's pool as the rule does — capped by the pool, flagged elastic.
 func TestPlansBorrowFromThePool(t *testing.T) {
-	ms := counters.NewMemStore()
-	clk := &clock{}
-	clk.ns.Store(t0)
-	ms.SetClock(clk)
 	tables := &plantable.Tables{}
-	rules := ruleStore(t, `domain: api
+	rg := newRigRules(t, Config{InstanceName: "c", Plans: tables}, `domain: api
 pools:
   - name: shared
     rate_limit: {unit: hour, requests_per_unit: 1}
@@ -139,10 +122,7 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 10}
     plans: {table: customers, limits: {pro: 2}}
 `)
-	ck, err := New(Config{InstanceName: "c", Plans: tables}, rules, ms, &applyProducer{store: ms}, clk)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ck := rg.c
 	tb := plantable.New()
 	_ = tb.Apply([]plantable.Change{{Key: tb.Key([]string{"p"}), Plan: "pro"}})
 	tables.Set("api", "customers", tb)

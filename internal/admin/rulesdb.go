@@ -314,14 +314,9 @@ func message(r *http.Request) string {
 // with every other live rule. Without If-Match it only creates.
 func (a *Admin) putDoc(w http.ResponseWriter, r *http.Request) (string, int) {
 	domain := r.PathValue("domain")
-	match, err := ifMatch(r, 0)
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
-		return "bad If-Match", http.StatusBadRequest
-	}
-	if bad := unknownParams(r, "message", "stage"); bad != "" {
-		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: bad})
-		return "bad query", http.StatusBadRequest
+	match, out, status := writeArgs(w, r, 0, "message", "stage")
+	if status != 0 {
+		return out, status
 	}
 	stage := r.URL.Query().Get("stage")
 	if vs, ok := r.URL.Query()["stage"]; ok && (len(vs) != 1 || stage != rulestore.StageShadow) {
@@ -400,14 +395,9 @@ func (a *Admin) write(w http.ResponseWriter, r *http.Request, domain, body strin
 // deleteDoc ends the domain's rules; without If-Match whatever is current.
 func (a *Admin) deleteDoc(w http.ResponseWriter, r *http.Request) (string, int) {
 	domain := r.PathValue("domain")
-	if bad := unknownParams(r, "message"); bad != "" {
-		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: bad})
-		return "bad query", http.StatusBadRequest
-	}
-	match, err := ifMatch(r, rulestore.Any)
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
-		return "bad If-Match", http.StatusBadRequest
+	match, out, status := writeArgs(w, r, rulestore.Any, "message")
+	if status != 0 {
+		return out, status
 	}
 	v, err := a.db.Store.Delete(r.Context(), rulestore.Write{Domain: domain, IfMatch: match, Author: authorOf(r), Message: message(r)})
 	if err != nil {
@@ -430,19 +420,14 @@ func (a *Admin) deleteDoc(w http.ResponseWriter, r *http.Request) (string, int) 
 // PUT is: the rules around it may have changed since).
 func (a *Admin) rollback(w http.ResponseWriter, r *http.Request) (string, int) {
 	domain, s := r.PathValue("domain"), r.URL.Query().Get("to")
-	if bad := unknownParams(r, "message", "to"); bad != "" {
-		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: bad})
-		return "bad query", http.StatusBadRequest
+	match, out, status := writeArgs(w, r, rulestore.Any, "message", "to")
+	if status != 0 {
+		return out, status
 	}
 	to, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || to < 1 {
 		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: fmt.Sprintf("to: want the version to go back to (1 or more), got %q", s)})
 		return "bad to", http.StatusBadRequest
-	}
-	match, err := ifMatch(r, rulestore.Any)
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
-		return "bad If-Match", http.StatusBadRequest
 	}
 	old, err := a.db.Store.At(r.Context(), domain, to)
 	if err != nil {
@@ -468,14 +453,9 @@ func (a *Admin) rollback(w http.ResponseWriter, r *http.Request) (string, int) {
 // again as the next version, live.
 func (a *Admin) promote(w http.ResponseWriter, r *http.Request) (string, int) {
 	domain := r.PathValue("domain")
-	if bad := unknownParams(r, "message"); bad != "" {
-		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: bad})
-		return "bad query", http.StatusBadRequest
-	}
-	match, err := ifMatch(r, rulestore.Any)
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
-		return "bad If-Match", http.StatusBadRequest
+	match, out, status := writeArgs(w, r, rulestore.Any, "message")
+	if status != 0 {
+		return out, status
 	}
 	cur, err := a.db.Store.Get(r.Context(), domain)
 	if err != nil {
@@ -528,6 +508,21 @@ func (a *Admin) readBody(w http.ResponseWriter, r *http.Request) ([]byte, string
 		limit, bound = config.MaxRuleFileBytes, "the rule file bound"
 	}
 	return readLimited(w, r, limit, "rules document above "+bound)
+}
+
+// writeArgs reads a write's If-Match (absent: def) and refuses a query
+// parameter it does not take; status 0: both fine.
+func writeArgs(w http.ResponseWriter, r *http.Request, def int64, params ...string) (match int64, out string, status int) {
+	if bad := unknownParams(r, params...); bad != "" {
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: bad})
+		return 0, "bad query", http.StatusBadRequest
+	}
+	match, err := ifMatch(r, def)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: err.Error()})
+		return 0, "bad If-Match", http.StatusBadRequest
+	}
+	return match, "", 0
 }
 
 // unknownParams names a query parameter a write does not take (a typo
