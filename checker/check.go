@@ -98,7 +98,7 @@ type pass struct {
 	slots  []slot // the descriptors' (the first n), then their further limits' and their pools'
 	n      int
 	pools  int
-	extras int // slots of descriptors' further limits (config.Rule.Extra)
+	extras int   // slots of descriptors' further limits (config.Rule.Extra)
 	locks  []int // the shards to lock, ascending and unique
 	denied bool  // a rule refuses the request
 	sync   bool  // a descriptor needs a store call
