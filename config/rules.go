@@ -174,12 +174,12 @@ type Descriptor struct {
 
 // File is one parsed rule file.
 type File struct {
-	Path        string
-	Domain      string
+	Path   string
+	Domain string
 	// Staged marks the rules of a staged version (the rules store's,
 	// compiled under Domain + StagedSuffix by rulesync): only they may
 	// have a domain with that suffix.
-	Staged bool
+	Staged      bool
 	Pools       []*Pool
 	Descriptors []*Descriptor
 	Pos         Position

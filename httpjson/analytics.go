@@ -113,20 +113,20 @@ type RuleChanges struct {
 // rollback), who wrote it and why, the document's lines it added and
 // removed, its size, and the checker that took it. A row of [RuleChanges].
 type RuleChange struct {
-	Time     time.Time `json:"time"`
-	Domain   string    `json:"domain"`
+	Time   time.Time `json:"time"`
+	Domain string    `json:"domain"`
 	// Table is set on a write to a client table of the domain (action
 	// "clients"): Version and From are then the table's sequence numbers
 	// (its changes ever written) after and before the write, Added the
 	// clients given a plan and Removed those taken off one.
-	Table    string    `json:"table,omitempty"`
-	Version  int64     `json:"version"`
-	From     int64     `json:"from_version"`
-	Action   string    `json:"action"`
-	Author   string    `json:"author"`
-	Message  string    `json:"message"`
-	Added    int       `json:"added"`
-	Removed  int       `json:"removed"`
-	Bytes    int       `json:"bytes"`
-	Instance string    `json:"instance"`
+	Table    string `json:"table,omitempty"`
+	Version  int64  `json:"version"`
+	From     int64  `json:"from_version"`
+	Action   string `json:"action"`
+	Author   string `json:"author"`
+	Message  string `json:"message"`
+	Added    int    `json:"added"`
+	Removed  int    `json:"removed"`
+	Bytes    int    `json:"bytes"`
+	Instance string `json:"instance"`
 }
