@@ -148,6 +148,9 @@ func readCheck(w http.ResponseWriter, r *http.Request, schema *strictjson.Schema
 	if err := schema.Read(w, r, maxBody, in); err != nil {
 		return ratelimit.Request{}, err.(*strictjson.Error)
 	}
+	if in.Payload != nil && len(in.Payload.Headers) == 0 {
+		in.Payload.Headers = nil // "headers":{} is no headers: one request, one form (a deferred item carries none either way)
+	}
 	return toRequest(in), nil
 }
 
