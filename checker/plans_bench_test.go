@@ -1,14 +1,12 @@
 package checker
 
 import (
-	"context"
 	"strconv"
 	"testing"
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/plantable"
-	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
 // BenchmarkCheckAsyncPlans is BenchmarkCheckAsync with the rule's limit
@@ -33,18 +31,7 @@ func BenchmarkCheckAsyncPlans(b *testing.B) {
 	}
 	tb.Publish()
 	tables.Set("api", "customers", tb)
-	r := req(1, "user_id", "priya")
-	warm(b, c, r)
-	var d ratelimit.Decision
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		c.Check(context.Background(), r, &d)
-		sinkAllowed = d.Code == ratelimit.OK
-	}
-	if c.Stats.SyncCharges.Load() > 3 {
-		b.Fatalf("far band made %d store calls", c.Stats.SyncCharges.Load())
-	}
+	farLoop(b, c, 3)
 }
 
 // BenchmarkCheckAsyncTwoLimits is BenchmarkCheckAsync with a second limit
@@ -64,16 +51,5 @@ descriptors:
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := req(1, "user_id", "priya")
-	warm(b, c, r)
-	var d ratelimit.Decision
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		c.Check(context.Background(), r, &d)
-		sinkAllowed = d.Code == ratelimit.OK
-	}
-	if c.Stats.SyncCharges.Load() > 6 {
-		b.Fatalf("far band made %d store calls", c.Stats.SyncCharges.Load())
-	}
+	farLoop(b, c, 6) // two limits: each warmed through its own store answers
 }

@@ -186,16 +186,7 @@ func TestClientFollowerConverges(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, b := range bs {
-					for _, c := range b.Changes {
-						if c.Plan == "" {
-							delete(mine, EncodeClient(c.Client))
-						} else {
-							mine[EncodeClient(c.Client)] = c.Plan
-						}
-					}
-					seq = b.Seq
-				}
+				seq = applyBatches(mine, seq, bs)
 			}
 			close(stop)
 			wg.Wait()
@@ -203,20 +194,28 @@ func TestClientFollowerConverges(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, b := range bs {
-				for _, c := range b.Changes {
-					if c.Plan == "" {
-						delete(mine, EncodeClient(c.Client))
-					} else {
-						mine[EncodeClient(c.Client)] = c.Plan
-					}
-				}
-			}
+			applyBatches(mine, seq, bs)
 			if want, _ := scanAll(t, s, "live"); !maps.Equal(mine, want) {
 				t.Fatalf("the follower holds %d clients, the table %d (or plans differ)", len(mine), len(want))
 			}
 		})
 	}
+}
+
+// applyBatches applies a log's batches to a follower's copy, as a
+// checker does, and returns the sequence number it reached.
+func applyBatches(mine map[string]string, seq int64, bs []ClientBatch) int64 {
+	for _, b := range bs {
+		for _, c := range b.Changes {
+			if c.Plan == "" {
+				delete(mine, EncodeClient(c.Client))
+			} else {
+				mine[EncodeClient(c.Client)] = c.Plan
+			}
+		}
+		seq = b.Seq
+	}
+	return seq
 }
 
 // TestClientInput: what a client table refuses, naming the field.

@@ -116,7 +116,7 @@ func runRulesClients(args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 		for i, ch := range changes {
-			if msg := tableArity(t.Rules, len(ch.Client)); msg != "" {
+			if msg := admin.ArityProblem(t.Rules, len(ch.Client)); msg != "" {
 				return fail(fmt.Errorf("%s:%d: %s", *imp, lines[i], msg))
 			}
 		}
@@ -176,22 +176,6 @@ func readClientsCSV(in io.Reader, name string) ([]rulestore.ClientChange, []int,
 		out = append(out, rulestore.ClientChange{Client: rec[:len(rec)-1], Plan: rec[len(rec)-1]})
 		lines = append(lines, line)
 	}
-}
-
-// tableArity says why a client of n values is no client of the rules
-// reading a table ("" when it is one, or none reads it yet).
-func tableArity(rules []admin.TableRuleJSON, n int) string {
-	var want []string
-	for _, r := range rules {
-		if len(r.Client) == n {
-			return ""
-		}
-		want = append(want, fmt.Sprintf("%d (%s)", len(r.Client), strings.Join(r.Client, ", ")))
-	}
-	if len(want) == 0 {
-		return ""
-	}
-	return fmt.Sprintf("%d values; the rules reading this table name a client by %s", n, strings.Join(want, " or "))
 }
 
 // sendClients writes changes in batches of at most MaxClientChanges and

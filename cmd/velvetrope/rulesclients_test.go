@@ -62,7 +62,7 @@ func TestRulesClientsCLI(t *testing.T) {
 		{"a,pro\nlonely\n", "bad.csv: record on line 2: wrong number of fields"},
 		{"lonely\n", "bad.csv:1: want VALUE[,VALUE...],PLAN, got 1 field"},
 		{"a,pro\nb,pro,\n", "bad.csv: record on line 2: wrong number of fields"}, // a stray comma: not a removal of client [b, pro]
-		{"a,b,pro\n", "bad.csv:1: 2 values; the rules reading this table name a client by 1 (api_key)"},
+		{"a,b,pro\n", "bad.csv:1: 2 values; the rules reading this table name a client by 1 (api_key, rule shop:api_key)"},
 		{"a,pro\nb\xff,pro\n", "bad.csv:2: not UTF-8 text"},
 	} {
 		bad := filepath.Join(dir, "bad.csv")

@@ -96,20 +96,11 @@ func (a *Admin) getTable(w http.ResponseWriter, r *http.Request) (string, int) {
 	if err != nil {
 		return storeError(w, rulestore.Version{Domain: domain}, err)
 	}
-	out := TableJSON{TableInfo: info, Rules: []TableRuleJSON{}}
+	out := TableJSON{TableInfo: info}
 	if out.Plans == nil {
 		out.Plans = []string{}
 	}
-	for _, rule := range a.tableRules(domain, table) {
-		tr := TableRuleJSON{Rule: rule.ID, Limit: rule.Limit, Unit: rule.Unit.String(), Plans: map[string]int64{}}
-		for name, pr := range rule.Plans.Rules {
-			tr.Plans[name] = pr.Limit
-		}
-		for _, i := range rule.Plans.Client {
-			tr.Client = append(tr.Client, rule.Path[i].Key)
-		}
-		out.Rules = append(out.Rules, tr)
-	}
+	out.Rules = tableRulesJSON(a.tableRules(domain, table))
 	writeJSON(w, http.StatusOK, out)
 	return fmt.Sprintf("%d clients", info.Clients), http.StatusOK
 }
@@ -117,7 +108,7 @@ func (a *Admin) getTable(w http.ResponseWriter, r *http.Request) (string, int) {
 func (a *Admin) lookupClient(w http.ResponseWriter, r *http.Request) (string, int) {
 	domain, table := r.PathValue("domain"), r.PathValue("table")
 	client := r.URL.Query()["client"]
-	if msg := arityProblem(a.tableRules(domain, table), len(client)); msg != "" && len(client) > 0 {
+	if msg := ArityProblem(tableRulesJSON(a.tableRules(domain, table)), len(client)); msg != "" && len(client) > 0 {
 		writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: "client: " + msg})
 		return "bad client", http.StatusBadRequest
 	}
@@ -145,13 +136,14 @@ func (a *Admin) setClients(w http.ResponseWriter, r *http.Request) (string, int)
 		return "bad body", status
 	}
 	rules := a.tableRules(domain, table)
+	described := tableRulesJSON(rules)
 	changes := make([]rulestore.ClientChange, len(in.Changes))
 	for i, c := range in.Changes {
 		if c.Plan == nil {
 			writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: fmt.Sprintf("changes[%d].plan: missing (\"\" removes the client)", i)})
 			return "bad body", http.StatusBadRequest
 		}
-		if msg := arityProblem(rules, len(c.Client)); msg != "" {
+		if msg := ArityProblem(described, len(c.Client)); msg != "" {
 			writeJSON(w, http.StatusBadRequest, ErrorsJSON{Error: fmt.Sprintf("changes[%d].client: %s", i, msg)})
 			return "bad body", http.StatusBadRequest
 		}
@@ -201,20 +193,35 @@ func (a *Admin) setClients(w http.ResponseWriter, r *http.Request) (string, int)
 	return fmt.Sprintf("%d changes, seq %s", len(in.Changes), strconv.FormatInt(seq, 10)), http.StatusOK
 }
 
-// arityProblem says why a client of n values is no client of the live
-// rules reading a table ("" when it is one, or no rule reads the table
-// yet: a table may be filled before its rules go live).
-func arityProblem(rules []*config.Rule, n int) string {
+// tableRulesJSON describes the rules reading a table: each plan's limit
+// and the keys whose values name a client.
+func tableRulesJSON(rules []*config.Rule) []TableRuleJSON {
+	out := []TableRuleJSON{}
+	for _, rule := range rules {
+		tr := TableRuleJSON{Rule: rule.ID, Limit: rule.Limit, Unit: rule.Unit.String(), Plans: map[string]int64{}}
+		for name, pr := range rule.Plans.Rules {
+			tr.Plans[name] = pr.Limit
+		}
+		for _, i := range rule.Plans.Client {
+			tr.Client = append(tr.Client, rule.Path[i].Key)
+		}
+		out = append(out, tr)
+	}
+	return out
+}
+
+// ArityProblem says why a client of n values is no client of the rules
+// reading a table ("" when it is one, or no rule reads the table yet: a
+// table may be filled before its rules go live). The API checks each
+// change with it, and `rules clients --import` each row before it sends
+// any.
+func ArityProblem(rules []TableRuleJSON, n int) string {
 	var want []string
 	for _, r := range rules {
-		if len(r.Plans.Client) == n {
+		if len(r.Client) == n {
 			return ""
 		}
-		var keys []string
-		for _, i := range r.Plans.Client {
-			keys = append(keys, r.Path[i].Key)
-		}
-		want = append(want, fmt.Sprintf("%d (%s, rule %s)", len(keys), strings.Join(keys, ", "), r.ID))
+		want = append(want, fmt.Sprintf("%d (%s, rule %s)", len(r.Client), strings.Join(r.Client, ", "), r.Rule))
 	}
 	if len(want) == 0 {
 		return ""
