@@ -45,7 +45,7 @@ func bucketAllow(s *State, capacity int64, r Rate, now, cost int64, d *Decision)
 	} else {
 		d.RetryAfter = Never
 	}
-	d.Remaining = bal
+	d.Remaining = max(bal, 0) // in debt after a forced charge: nothing remains
 	if bal >= capacity { // full: fresh now, also on a clock behind the state's
 		d.ResetAfter = 0
 	} else if w, ok := r.wait(capacity-bal, carry); ok {

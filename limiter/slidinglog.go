@@ -91,7 +91,7 @@ func (l SlidingLog) decide(s *State, now, cost int64, d *Decision) error {
 		}
 		d.RetryAfter = dur(g.ts[i-1] + W - now)
 	}
-	d.Remaining = l.Limit - g.sum
+	d.Remaining = max(l.Limit-g.sum, 0) // a forced charge may log more than the limit
 	if g.head < len(g.ts) {
 		d.ResetAfter = dur(g.newest() + W - now)
 	}

@@ -43,4 +43,7 @@ type Algorithm interface {
 	// refund gives back cost charged at or before now (never above a fresh
 	// state).
 	refund(s *State, now, cost int64)
+	// force counts cost at now whatever s holds, past the limit if need
+	// be (force.go).
+	force(s *State, now, cost int64)
 }
