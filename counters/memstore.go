@@ -464,7 +464,11 @@ func (s *MemStore) ChargeSync(_ context.Context, q *SyncRequest) (SyncResult, er
 	if now == 0 {
 		now = s.now()
 	}
-	d, err := s.sync.keyed.AllowAt(syncKey(q), alg, now, q.Cost, q.IdempotencyKey())
+	allow := s.sync.keyed.AllowAt
+	if q.Force {
+		allow = s.sync.keyed.ForceAt
+	}
+	d, err := allow(syncKey(q), alg, now, q.Cost, q.IdempotencyKey())
 	if err != nil && !errors.Is(err, limiter.ErrCostExceedsLimit) {
 		return SyncResult{}, err
 	}

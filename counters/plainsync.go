@@ -38,7 +38,7 @@ type plainCall struct {
 // Envoy window, no request id (its stored answer needs the script), the
 // caller's clock given.
 func plain(q *SyncRequest) bool {
-	return (q.Algorithm == config.AlgFixedWindow || q.Algorithm == config.AlgEnvoy) && q.RequestID == "" &&
+	return (q.Algorithm == config.AlgFixedWindow || q.Algorithm == config.AlgEnvoy) && q.RequestID == "" && !q.Force &&
 		q.Clock > 0 && q.Now == 0 && q.Window >= int64(time.Microsecond)
 }
 

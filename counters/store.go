@@ -198,6 +198,10 @@ type SyncRequest struct {
 	// the store's: a fixed or Envoy window decided with plain commands is
 	// the window it names (0: the store's scripts decide).
 	Clock int64
+	// Force counts Cost whatever the counter holds (a cost charged after
+	// the response): never refused, it may take the counter past its
+	// limit (limiter.Force), and is answered allowed with what remains.
+	Force bool
 }
 
 // IdempotencyKey is what a store remembers the answer under: the request
@@ -207,6 +211,9 @@ type SyncRequest struct {
 func (q *SyncRequest) IdempotencyKey() string {
 	if q.RequestID == "" {
 		return ""
+	}
+	if q.Force { // a charge and a decision under one id are two things
+		return q.RequestID + "#f" + strconv.FormatInt(q.Cost, 10)
 	}
 	return q.RequestID + "#" + strconv.FormatInt(q.Cost, 10)
 }

@@ -71,6 +71,10 @@ func (r *Redis) syncCall(q *SyncRequest) (*redis.Script, []string, []any, error)
 		ttl = max(int64(q.IdempotencyTTL/time.Millisecond), 1)
 	}
 	keys := r.syncKeys(q)
+	force := 0
+	if q.Force {
+		force = 1
+	}
 	now := q.Now
 	if now == 0 && r.pin != nil {
 		now = r.pin()
@@ -84,11 +88,11 @@ func (r *Redis) syncCall(q *SyncRequest) (*redis.Script, []string, []any, error)
 		case config.AlgFixedWindow:
 			kind = "f"
 		}
-		return syncWindow, keys, []any{now / us, ttl, kind, q.Limit, q.Window / us, q.Cost}, nil
+		return syncWindow, keys, []any{now / us, ttl, kind, q.Limit, q.Window / us, q.Cost, force}, nil
 	case config.AlgTokenBucket, config.AlgGCRA, config.AlgLeakyBucket:
-		return syncBucket, keys, []any{now / us, ttl, q.Limit, q.Tokens, q.Window / us, q.Cost}, nil
+		return syncBucket, keys, []any{now / us, ttl, q.Limit, q.Tokens, q.Window / us, q.Cost, force}, nil
 	case config.AlgSlidingLog:
-		return syncLog, keys, []any{now / us, ttl, q.Limit, q.Window / us, q.Cost}, nil
+		return syncLog, keys, []any{now / us, ttl, q.Limit, q.Window / us, q.Cost, force}, nil
 	}
 	return nil, nil, nil, fmt.Errorf("counters: sync: unknown algorithm %q", q.Algorithm)
 }

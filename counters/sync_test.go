@@ -13,8 +13,9 @@ import (
 )
 
 type syncStep struct {
-	dtMS int64
-	cost int64
+	dtMS  int64
+	cost  int64
+	force bool // a cost charged after the response (SyncRequest.Force)
 }
 
 // syncCases are the conformance cases: each algorithm with parameters
@@ -52,11 +53,25 @@ func walk(seed uint64) []syncStep {
 	return steps
 }
 
+// forcedWalk is walk with some steps forced charges, of up to 40 hits:
+// counters past their limits, buckets in debt, logs over full.
+func forcedWalk(seed uint64) []syncStep {
+	steps := walk(seed)
+	r := rand.New(rand.NewPCG(seed, 11))
+	for i := range steps {
+		if r.IntN(8) == 0 {
+			steps[i].force, steps[i].cost = true, int64(r.IntN(41))
+		}
+	}
+	return steps
+}
+
 // TestSyncConformance runs the same steps through the exact in-process
 // limiter and through the Redis scripts (standalone and cluster) with the
 // scripts' clock pinned: decisions and remaining counts must be identical,
 // and the retry-after and reset the scripts answer the limiter's rounded
-// up to their microsecond.
+// up to their microsecond. Forced charges (counted past the limit) are in
+// the walk.
 func TestSyncConformance(t *testing.T) {
 	targets := redisTargets(t, "%s is unset: the Redis side of the conformance suite needs `make test`")
 	ctx := context.Background()
@@ -66,10 +81,10 @@ func TestSyncConformance(t *testing.T) {
 				store := NewRedis(client, testsvc.Unique("s"), 0)
 				mem := NewMemStore()
 				now := w0 + 123*int64(time.Millisecond)
-				for j, st := range walk(uint64(i)) {
+				for j, st := range forcedWalk(uint64(i)) {
 					now += st.dtMS * int64(time.Millisecond)
 					q := base
-					q.Key, q.Cost, q.Now = "api:k|k=v", st.cost, now
+					q.Key, q.Cost, q.Now, q.Force = "api:k|k=v", st.cost, now, st.force
 					want, err := mem.ChargeSync(ctx, &q)
 					if err != nil {
 						t.Fatal(err)
@@ -82,7 +97,10 @@ func TestSyncConformance(t *testing.T) {
 					// rounded up to the µs, never earlier
 					if got.Allowed != want.Allowed || got.Remaining != want.Remaining ||
 						got.RetryAfter != upToMicro(want.RetryAfter) || got.ResetAfter != upToMicro(want.ResetAfter) {
-						t.Fatalf("step %d (+%dms, cost %d): redis %+v, limiter %+v", j, st.dtMS, st.cost, got, want)
+						t.Fatalf("step %d (+%dms, cost %d, force %v): redis %+v, limiter %+v", j, st.dtMS, st.cost, st.force, got, want)
+					}
+					if st.force && (!got.Allowed || got.RetryAfter != 0) {
+						t.Fatalf("step %d: a forced charge was refused: %+v", j, got)
 					}
 				}
 			})
