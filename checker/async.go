@@ -86,6 +86,7 @@ func (c *Config) defaults() error {
 // update (monotonic, atomic); [Checker.Snapshot] adds the shards' to them.
 type Stats struct {
 	SyncCharges, Refunds     atomic.Uint64
+	Late, LateFailed         atomic.Uint64 // charges after the response counted; refused by a failing store
 	Degraded                 atomic.Uint64
 	Refreshes, RefreshErrors atomic.Uint64
 	Flushes                  atomic.Uint64

@@ -21,6 +21,13 @@ func (c *Checker) Check(ctx context.Context, req *ratelimit.Request, d *ratelimi
 	if rs.IsStaged(req.Domain) { // staged rules answer nobody: no client may ask them
 		return &ratelimit.FieldError{Field: "domain", Err: fmt.Errorf("%w %q", ratelimit.ErrUnknownDomain, req.Domain)}
 	}
+	if req.Charge && len(req.Descriptors) == 0 { // a charge naming its check's id
+		creq := *req
+		if err := c.ids.Recall(&creq, c.clock.Now()); err != nil {
+			return err
+		}
+		req = &creq
+	}
 	replayed, err := c.checkOne(ctx, req, d)
 	if err == nil && !replayed && !req.Release && !req.Prehashed {
 		if staged, ok := rs.Staged(req.Domain); ok {
@@ -109,11 +116,19 @@ type pass struct {
 func (c *Checker) check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision, slotBuf []slot, locks []int,
 	matchBuf []*config.Rule, buf **[]byte) (replayed bool, err error) {
 	var p pass
+	orig := req // as asked, before hash_values: what its id remembers
 	slots, locks, req, err := c.prepare(&p, req, d, slotBuf, locks, matchBuf, buf)
 	if p.done || err != nil {
 		return p.done && err == nil, err
 	}
 	p.slots, p.locks = slots, locks
+	if req.Charge {
+		if err := c.late(ctx, &p, req); err != nil {
+			return false, err
+		}
+		c.report(&p, orig, req, d)
+		return false, nil
+	}
 	c.lock(p.locks)
 	c.decideAll(&p, req)
 	c.settle(&p, req)
@@ -121,7 +136,7 @@ func (c *Checker) check(ctx context.Context, req *ratelimit.Request, d *ratelimi
 	if p.sync {
 		c.releaseWork(p.slots)
 	}
-	c.report(&p, req, d)
+	c.report(&p, orig, req, d)
 	return false, nil
 }
 
@@ -248,9 +263,9 @@ func (c *Checker) settle(p *pass, req *ratelimit.Request) {
 	}
 }
 
-// report fills the statuses, remembers the request id's answer and wakes
-// the flusher when enough keys wait.
-func (c *Checker) report(p *pass, req *ratelimit.Request, d *ratelimit.Decision) {
+// report fills the statuses, remembers the request id's answer (to orig,
+// req as asked) and wakes the flusher when enough keys wait.
+func (c *Checker) report(p *pass, orig, req *ratelimit.Request, d *ratelimit.Decision) {
 	d.Code = p.code
 	for i := range p.n {
 		if j := p.slots[i].dupOf; j >= 0 {
@@ -265,7 +280,7 @@ func (c *Checker) report(p *pass, req *ratelimit.Request, d *ratelimit.Decision)
 			d.Statuses[i].Code = ratelimit.Deferred
 		}
 	}
-	c.ids.Remember(req, p.fp, p.now, d)
+	c.ids.Remember(orig, p.fp, p.now, d)
 	if c.dirtyN.Load() >= int64(c.cfg.FlushThreshold) {
 		select {
 		case c.flushNow <- struct{}{}:

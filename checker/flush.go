@@ -194,8 +194,14 @@ func (c *Checker) delta(e *entry, p *tally.Pending, applied bool, ownAfter int64
 // pending delta (requires the lock); an Envoy refusal counts as decided.
 func (c *Checker) count(s *slot, now, cost int64, allowed bool) {
 	e := s.e
+	e.pend.Tally(now, cost, allowed, refusalOf(s, false), true)
+	c.countHits(e, now, cost)
+}
+
+// countHits counts hits the counter must add, pending emission (requires
+// the lock).
+func (c *Checker) countHits(e *entry, now, cost int64) {
 	p := &e.pend
-	p.Tally(now, cost, allowed, refusalOf(s, false), true)
 	e.Observe(now, cost)
 	p.Counted += uint64(cost)
 	if e.emit == emitLazy { // held back (emitSoon bounds it)

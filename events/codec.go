@@ -3,6 +3,7 @@ package events
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -166,8 +167,10 @@ func Validate(d *eventsv1.Delta) error {
 		return bad("limit %d: must not be negative", d.Limit)
 	case d.FirstUnixNanos <= 0 || d.LastUnixNanos < d.FirstUnixNanos:
 		return bad("timestamps first=%d last=%d: want 0 < first <= last", d.FirstUnixNanos, d.LastUnixNanos)
-	case d.CountedCost > d.AllowedCost+d.DeniedCost:
-		return bad("counted_cost %d exceeds allowed %d + denied %d", d.CountedCost, d.AllowedCost, d.DeniedCost)
+	case !within(d.CountedCost, d.AllowedCost, d.DeniedCost, d.LateCost):
+		return bad("counted_cost %d exceeds allowed %d + denied %d + late %d", d.CountedCost, d.AllowedCost, d.DeniedCost, d.LateCost)
+	case d.LateCount > d.LateCost:
+		return bad("late_count %d exceeds late_cost %d (a charge costs at least one hit)", d.LateCount, d.LateCost)
 	}
 	// Every algorithm a rule can run is known here (config.Algorithms):
 	// buckets carry their rate, everything else the window its counter
@@ -185,4 +188,17 @@ func Validate(d *eventsv1.Delta) error {
 		}
 	}
 	return nil
+}
+
+// within says v <= the sum of parts, the sum taken without wrapping (a
+// foreign record's huge parts must not wrap around to a small sum).
+func within(v uint64, parts ...uint64) bool {
+	var sum uint64
+	for _, p := range parts {
+		var carry uint64
+		if sum, carry = bits.Add64(sum, p, 0); carry != 0 {
+			return true
+		}
+	}
+	return v <= sum
 }

@@ -48,6 +48,8 @@ func TestValidate(t *testing.T) {
 		{"negative limit", func(d *eventsv1.Delta) { d.Limit = -1 }},
 		{"timestamps reversed", func(d *eventsv1.Delta) { d.LastUnixNanos = d.FirstUnixNanos - 1 }},
 		{"counted above seen", func(d *eventsv1.Delta) { d.CountedCost = 99 }},
+		{"counted above seen and late", func(d *eventsv1.Delta) { d.CountedCost, d.LateCount, d.LateCost = 99, 1, 97 }},
+		{"late count above its cost", func(d *eventsv1.Delta) { d.LateCount, d.LateCost, d.CountedCost = 3, 2, 3 }},
 		{"unknown algorithm", func(d *eventsv1.Delta) { d.Algorithm = "magic" }},
 		{"bucket without rate", func(d *eventsv1.Delta) { d.Algorithm, d.WindowStartUnixNanos = "gcra", 0 }},
 	}
@@ -63,6 +65,16 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("Decode: got %v, want ErrBadRecord", err)
 			}
 		})
+	}
+	late := delta(1, "x", 1)
+	late.LateCount, late.LateCost, late.CountedCost = 2, 97, 98 // a late charge is counted too
+	if _, err := Encode(late); err != nil {
+		t.Fatalf("a delta with late charges: %v", err)
+	}
+	huge := delta(1, "x", 1)
+	huge.AllowedCost, huge.LateCost, huge.CountedCost = 1<<63, 1<<63, 5 // the parts' sum wraps: accepted, not refused as small
+	if _, err := Encode(huge); err != nil {
+		t.Fatalf("wrapping parts: %v", err)
 	}
 	if _, err := Decode([]byte{0xff, 0xff, 0xff}); !errors.Is(err, ErrBadRecord) {
 		t.Fatalf("garbage: got %v", err)

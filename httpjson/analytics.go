@@ -28,6 +28,7 @@ type KeyUsage struct {
 	ShadowDenied uint64 `json:"shadow_denied"`
 	OverSoft     uint64 `json:"over_soft"`
 	Elastic      uint64 `json:"elastic"`
+	Late         uint64 `json:"late"` // costs charged after the response (POST /v1/charge): no decision
 }
 
 // Usage is the answer of GET /v1/analytics/usage: one key's usage per
@@ -59,6 +60,8 @@ type MinuteUsage struct {
 	Elastic      uint64    `json:"elastic"`
 	AllowedCost  uint64    `json:"allowed_cost"`
 	DeniedCost   uint64    `json:"denied_cost"`
+	Late         uint64    `json:"late"`      // costs charged after the response (POST /v1/charge): no decision
+	LateCost     uint64    `json:"late_cost"` // their hits
 }
 
 // Rules is the answer of GET /v1/analytics/rules: every rule's totals.
@@ -78,6 +81,7 @@ type RuleUsage struct {
 	ShadowDenied uint64  `json:"shadow_denied"`
 	OverSoft     uint64  `json:"over_soft"`
 	Elastic      uint64  `json:"elastic"`
+	Late         uint64  `json:"late"`      // costs charged after the response: no decision
 	DenyRate     float64 `json:"deny_rate"` // denied of every decision; 0 with no traffic
 }
 

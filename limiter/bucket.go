@@ -46,7 +46,7 @@ func bucketAllow(s *State, capacity int64, r Rate, now, cost int64, d *Decision)
 		d.RetryAfter = Never
 	}
 	d.Remaining = max(bal, 0) // in debt after a forced charge: nothing remains
-	if bal >= capacity { // full: fresh now, also on a clock behind the state's
+	if bal >= capacity {      // full: fresh now, also on a clock behind the state's
 		d.ResetAfter = 0
 	} else if w, ok := r.wait(capacity-bal, carry); ok {
 		d.ResetAfter = dur(w + (at - now))

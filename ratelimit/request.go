@@ -70,6 +70,16 @@ type Request struct {
 	// (the async checker's Hashed): they are not hashed again. Such a request names
 	// each descriptor's rule (Descriptor.Rule): a hash matches no value.
 	Prehashed bool
+	// Charge makes the request a cost charged after the response (tokens
+	// or bytes known only then): its hits are counted whatever the
+	// counters hold, past their limits if need be, so that the next
+	// requests are refused; it is never refused itself (the decision is
+	// OK, and each status says what remains after it). With a RequestID it
+	// is counted once: a retry gets the first answer (charges and checks
+	// keep their ids apart, so a charge may reuse its check's id). A
+	// charge with a RequestID and no descriptors charges the descriptors
+	// of the check this engine decided under that id within its TTL.
+	Charge bool
 }
 
 // Code is the outcome of one descriptor or a whole request.
@@ -184,7 +194,7 @@ func (r *Request) ValidateBounds(known bool, b *config.LimitsConfig) error {
 		return &FieldError{"domain", fmt.Errorf("%w: must not be empty", ErrBadRequest)}
 	case !known:
 		return &FieldError{"domain", fmt.Errorf("%w %q", ErrUnknownDomain, r.Domain)}
-	case len(r.Descriptors) == 0:
+	case len(r.Descriptors) == 0 && !(r.Charge && r.RequestID != ""):
 		return &FieldError{"descriptors", ErrNoDescriptors}
 	case len(r.Descriptors) > b.MaxDescriptors:
 		return &FieldError{"descriptors", fmt.Errorf("%w: more than %d descriptors (got %d)", ErrBadRequest, b.MaxDescriptors, len(r.Descriptors))}

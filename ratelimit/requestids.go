@@ -1,8 +1,12 @@
 package ratelimit
 
 import (
+	"fmt"
 	"hash/maphash"
+	"strings"
 	"time"
+
+	"github.com/velvetrope/velvetrope/config"
 
 	"github.com/velvetrope/velvetrope/internal/idem"
 )
@@ -18,10 +22,24 @@ type RequestIDs struct {
 	cache *idem.Cache[answered]
 }
 
-// answered is a remembered decision.
+// answered is a remembered decision, and the descriptors it decided (a
+// charge naming the check's id charges them).
 type answered struct {
 	code     Code
 	statuses []Status
+	descs    []Descriptor
+}
+
+// chargeScope keeps charges' ids apart from checks': a charge may reuse
+// the id of the check it follows. No domain starts with a NUL byte.
+const chargeScope = "\x00charge\x00"
+
+// scope is the id memory's scope of req.
+func scope(req *Request) string {
+	if req.Charge {
+		return chargeScope + req.Domain
+	}
+	return req.Domain
 }
 
 // NewRequestIDs returns a memory of at most maxIDs request ids, each kept
@@ -37,6 +55,9 @@ func (c *RequestIDs) fingerprint(req *Request) uint64 {
 	h.SetSeed(c.cache.Seed())
 	h.WriteString(req.Domain)
 	h.WriteByte(0)
+	if req.Charge {
+		h.WriteByte(1)
+	}
 	var num [8]byte
 	writeInt := func(v int64) {
 		for i := range num {
@@ -80,7 +101,7 @@ func (c *RequestIDs) Replay(req *Request, now int64, d *Decision) (fp uint64, do
 		return 0, false, nil
 	}
 	fp = c.fingerprint(req)
-	a, found, conflict := c.cache.Get(req.Domain, req.RequestID, fp, now)
+	a, found, conflict := c.cache.Get(scope(req), req.RequestID, fp, now)
 	switch {
 	case conflict:
 		return fp, false, errRequestIDConflict
@@ -92,9 +113,53 @@ func (c *RequestIDs) Replay(req *Request, now int64, d *Decision) (fp uint64, do
 }
 
 // Remember stores d as the answer to req (fp from Replay); a no-op
-// without a request id.
+// without a request id. A check's descriptors are kept too (copied: they
+// may alias the caller's buffer), for a charge that names its id.
 func (c *RequestIDs) Remember(req *Request, fp uint64, now int64, d *Decision) {
-	if c != nil && req.RequestID != "" {
-		c.cache.Put(req.Domain, req.RequestID, fp, now, answered{d.Code, append([]Status(nil), d.Statuses...)})
+	if c == nil || req.RequestID == "" {
+		return
 	}
+	a := answered{code: d.Code, statuses: append([]Status(nil), d.Statuses...)}
+	if !req.Charge {
+		a.descs = cloneDescriptors(req.Descriptors)
+	}
+	c.cache.Put(scope(req), req.RequestID, fp, now, a)
+}
+
+// Recall fills the descriptors of a charge that has none from the check
+// decided under its request id (within the TTL): the check's entries and
+// limit overrides, charged at the charge's hits. It reports a
+// *[FieldError] naming request_id when no such check is remembered.
+func (c *RequestIDs) Recall(req *Request, now int64) error {
+	if !req.Charge || len(req.Descriptors) > 0 || req.RequestID == "" {
+		return nil
+	}
+	var a answered
+	found := false
+	if c != nil {
+		a, found = c.cache.Peek(req.Domain, req.RequestID, now)
+	}
+	if !found || len(a.descs) == 0 {
+		return &FieldError{"request_id", fmt.Errorf("%w: no check with request id %q in domain %q is remembered here "+
+			"(checks are remembered for the idempotency TTL by the checker that decided them); send the descriptors",
+			ErrBadRequest, req.RequestID, req.Domain)}
+	}
+	req.Descriptors = make([]Descriptor, len(a.descs))
+	for i, d := range a.descs {
+		req.Descriptors[i] = Descriptor{Entries: d.Entries, Rule: d.Rule} // the charge's hits, not the check's
+	}
+	return nil
+}
+
+// cloneDescriptors copies ds with strings of their own.
+func cloneDescriptors(ds []Descriptor) []Descriptor {
+	out := make([]Descriptor, len(ds))
+	for i, d := range ds {
+		es := make([]config.Entry, len(d.Entries))
+		for j, e := range d.Entries {
+			es[j] = config.Entry{Key: strings.Clone(e.Key), Value: strings.Clone(e.Value)}
+		}
+		out[i] = Descriptor{Entries: es, Hits: d.Hits, HasHits: d.HasHits, Rule: d.Rule}
+	}
+	return out
 }

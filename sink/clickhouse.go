@@ -164,6 +164,12 @@ var migrations = []migration{
 		PARTITION BY toYYYYMM(time)
 		ORDER BY (domain, table_name, seq)`,
 	}, nil},
+	// Costs charged after the response (POST /v1/charge): rows written
+	// before had none.
+	{5, "usage_minute late, late_cost", nil, []column{
+		{"late", "UInt64 DEFAULT 0"},
+		{"late_cost", "UInt64 DEFAULT 0"},
+	}},
 }
 
 // Migrate creates the database and applies the migrations it has not
@@ -291,7 +297,7 @@ func (c *ClickHouse) Insert(ctx context.Context, rows []Row) error {
 		return err
 	}
 	b, err := c.conn.PrepareBatch(ctx, "INSERT INTO "+c.db+".usage_minute (minute, domain, rule, descriptor, instance, stream, "+
-		"version, allowed, denied, deferred, shadow_denied, over_soft, elastic, allowed_cost, denied_cost, pool)")
+		"version, allowed, denied, deferred, shadow_denied, over_soft, elastic, allowed_cost, denied_cost, pool, late, late_cost)")
 	if err != nil {
 		return fmt.Errorf("sink: insert: %w", err)
 	}
@@ -302,7 +308,7 @@ func (c *ClickHouse) Insert(ctx context.Context, rows []Row) error {
 			pool = 1
 		}
 		if err := b.Append(time.Unix(r.Minute, 0).UTC(), r.Domain, r.Rule, r.Descriptor, r.Instance, r.Stream, r.Version,
-			r.Allowed, r.Denied, r.Deferred, r.ShadowDenied, r.OverSoft, r.Elastic, r.AllowedCost, r.DeniedCost, pool); err != nil {
+			r.Allowed, r.Denied, r.Deferred, r.ShadowDenied, r.OverSoft, r.Elastic, r.AllowedCost, r.DeniedCost, pool, r.Late, r.LateCost); err != nil {
 			_ = b.Abort()
 			return fmt.Errorf("sink: insert: %w", err)
 		}
@@ -326,7 +332,7 @@ func (c *ClickHouse) TopDenied(ctx context.Context, q TopQuery) ([]KeyUsage, err
 		return nil, err
 	}
 	rows, err := c.conn.Query(ctx, `SELECT domain, rule, descriptor, sum(denied) AS d, sum(allowed) AS a, sum(deferred) AS f,
-			sum(shadow_denied), sum(over_soft), sum(elastic)
+			sum(shadow_denied), sum(over_soft), sum(elastic), sum(late)
 		FROM `+c.db+`.usage_minute FINAL
 		WHERE minute >= toDateTime(?) AND pool = 0 AND (? = '' OR domain = ?) AND (? = '' OR rule = ?)
 		GROUP BY domain, rule, descriptor
@@ -341,7 +347,7 @@ func (c *ClickHouse) TopDenied(ctx context.Context, q TopQuery) ([]KeyUsage, err
 	for rows.Next() {
 		var u KeyUsage
 		if err := rows.Scan(&u.Domain, &u.Rule, &u.Descriptor, &u.Denied, &u.Allowed, &u.Deferred,
-			&u.ShadowDenied, &u.OverSoft, &u.Elastic); err != nil {
+			&u.ShadowDenied, &u.OverSoft, &u.Elastic, &u.Late); err != nil {
 			return nil, fmt.Errorf("sink: top denied: %w", err)
 		}
 		out = append(out, u)
@@ -368,7 +374,7 @@ func (c *ClickHouse) perMinute(ctx context.Context, what, where string, since ti
 		return nil, err
 	}
 	rows, err := c.conn.Query(ctx, `SELECT toUInt32(minute) AS m, sum(allowed), sum(denied), sum(deferred), sum(shadow_denied),
-			sum(over_soft), sum(elastic), sum(allowed_cost), sum(denied_cost)
+			sum(over_soft), sum(elastic), sum(allowed_cost), sum(denied_cost), sum(late), sum(late_cost)
 		FROM `+c.db+`.usage_minute FINAL
 		WHERE minute >= toDateTime(?) AND pool = 0 AND `+where+`
 		GROUP BY m
@@ -382,7 +388,7 @@ func (c *ClickHouse) perMinute(ctx context.Context, what, where string, since ti
 		var m uint32
 		var u MinuteUsage
 		if err := rows.Scan(&m, &u.Allowed, &u.Denied, &u.Deferred, &u.ShadowDenied, &u.OverSoft, &u.Elastic,
-			&u.AllowedCost, &u.DeniedCost); err != nil {
+			&u.AllowedCost, &u.DeniedCost, &u.Late, &u.LateCost); err != nil {
 			return nil, fmt.Errorf("sink: %s: %w", what, err)
 		}
 		u.Minute = time.Unix(int64(m), 0).UTC()
@@ -397,7 +403,7 @@ func (c *ClickHouse) Rules(ctx context.Context, q RulesQuery) ([]RuleUsage, erro
 		return nil, err
 	}
 	rows, err := c.conn.Query(ctx, `SELECT domain, rule, sum(allowed), sum(denied), sum(deferred), sum(shadow_denied),
-			sum(over_soft), sum(elastic)
+			sum(over_soft), sum(elastic), sum(late)
 		FROM `+c.db+`.usage_minute FINAL
 		WHERE minute >= toDateTime(?) AND pool = 0 AND (? = '' OR domain = ?)
 		GROUP BY domain, rule
@@ -410,7 +416,7 @@ func (c *ClickHouse) Rules(ctx context.Context, q RulesQuery) ([]RuleUsage, erro
 	for rows.Next() {
 		var u RuleUsage
 		if err := rows.Scan(&u.Domain, &u.Rule, &u.Allowed, &u.Denied, &u.Deferred, &u.ShadowDenied,
-			&u.OverSoft, &u.Elastic); err != nil {
+			&u.OverSoft, &u.Elastic, &u.Late); err != nil {
 			return nil, fmt.Errorf("sink: rules: %w", err)
 		}
 		u.DenyRate = DenyRate(u.Allowed, u.Denied, u.Deferred, u.ShadowDenied)

@@ -203,6 +203,7 @@ func (m *Memory) TopDenied(_ context.Context, q TopQuery) ([]KeyUsage, error) {
 		u.ShadowDenied += r.ShadowDenied
 		u.OverSoft += r.OverSoft
 		u.Elastic += r.Elastic
+		u.Late += r.Late
 	})
 	out := make([]KeyUsage, 0, len(sums))
 	for _, u := range sums {
@@ -258,8 +259,10 @@ func (m *Memory) perMinute(since time.Time, match func(*Row) bool) []MinuteUsage
 		u.ShadowDenied += r.ShadowDenied
 		u.OverSoft += r.OverSoft
 		u.Elastic += r.Elastic
+		u.Late += r.Late
 		u.AllowedCost += r.AllowedCost
 		u.DeniedCost += r.DeniedCost
+		u.LateCost += r.LateCost
 	})
 	out := make([]MinuteUsage, 0, len(sums))
 	for _, u := range sums {
@@ -288,6 +291,7 @@ func (m *Memory) Rules(_ context.Context, q RulesQuery) ([]RuleUsage, error) {
 		u.ShadowDenied += r.ShadowDenied
 		u.OverSoft += r.OverSoft
 		u.Elastic += r.Elastic
+		u.Late += r.Late
 	})
 	out := make([]RuleUsage, 0, len(sums))
 	for _, u := range sums {

@@ -32,6 +32,9 @@ type Row struct {
 	Allowed, Denied, Deferred, ShadowDenied uint64
 	OverSoft, Elastic                       uint64
 	AllowedCost, DeniedCost                 uint64
+	// Late counts costs charged after the response (no decision, in none
+	// of the counts above), LateCost their hits.
+	Late, LateCost uint64
 	// Pool marks the row of an elastic pool's counter (config.PoolOf of
 	// Rule): not a key of any client's.
 	Pool bool
@@ -60,7 +63,7 @@ func RowOf(d *eventsv1.Delta) (Row, bool) {
 		Instance: d.InstanceId, Stream: m.Stream, Version: d.Sequence,
 		Allowed: m.AllowedCount, Denied: m.DeniedCount, Deferred: m.DeferredCount, ShadowDenied: m.ShadowDeniedCount,
 		OverSoft: m.OverSoftCount, Elastic: m.ElasticCount,
-		AllowedCost: m.AllowedCost, DeniedCost: m.DeniedCost, Pool: pool}, true
+		AllowedCost: m.AllowedCost, DeniedCost: m.DeniedCost, Late: m.LateCount, LateCost: m.LateCost, Pool: pool}, true
 }
 
 // Store keeps rows (the newest version of each) and answers the queries.

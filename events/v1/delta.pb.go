@@ -81,7 +81,7 @@ type Delta struct {
 	ShadowDeniedCount uint64 `protobuf:"varint,16,opt,name=shadow_denied_count,json=shadowDeniedCount,proto3" json:"shadow_denied_count,omitempty"`
 	// Hits the shared counter must add: allowed_cost for rules with an
 	// algorithm; allowed and denied hits for Envoy-semantics rules, which
-	// charge every call.
+	// charge every call; and late_cost.
 	CountedCost uint64 `protobuf:"varint,17,opt,name=counted_cost,json=countedCost,proto3" json:"counted_cost,omitempty"`
 	// True when counted_cost was already applied to the shared counter by an
 	// atomic near-limit charge: the aggregator uses the delta for analytics
@@ -109,7 +109,12 @@ type Delta struct {
 	// whole row it belongs to: a copy or a re-delivery writes the same row or
 	// an older one, and the row of the highest sequence wins (the sink's
 	// ReplacingMergeTree). Absent from deltas of older checkers.
-	Minute        *MinuteUsage `protobuf:"bytes,25,opt,name=minute,proto3" json:"minute,omitempty"`
+	Minute *MinuteUsage `protobuf:"bytes,25,opt,name=minute,proto3" json:"minute,omitempty"`
+	// Costs charged after the response (POST /v1/charge, the middleware's
+	// ChargeAfter): no decision, counted whatever the counter held, in
+	// counted_cost too. Absent (0) from deltas of older checkers.
+	LateCount     uint64 `protobuf:"varint,26,opt,name=late_count,json=lateCount,proto3" json:"late_count,omitempty"`
+	LateCost      uint64 `protobuf:"varint,27,opt,name=late_cost,json=lateCost,proto3" json:"late_cost,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -319,6 +324,20 @@ func (x *Delta) GetMinute() *MinuteUsage {
 	return nil
 }
 
+func (x *Delta) GetLateCount() uint64 {
+	if x != nil {
+		return x.LateCount
+	}
+	return 0
+}
+
+func (x *Delta) GetLateCost() uint64 {
+	if x != nil {
+		return x.LateCost
+	}
+	return 0
+}
+
 // MinuteUsage is one instance's usage of one counter in one minute.
 type MinuteUsage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -347,7 +366,11 @@ type MinuteUsage struct {
 	OverSoftCount uint64 `protobuf:"varint,9,opt,name=over_soft_count,json=overSoftCount,proto3" json:"over_soft_count,omitempty"`
 	// Of allowed_count: admissions an elastic rule made above its own limit
 	// by borrowing from its pool.
-	ElasticCount  uint64 `protobuf:"varint,10,opt,name=elastic_count,json=elasticCount,proto3" json:"elastic_count,omitempty"`
+	ElasticCount uint64 `protobuf:"varint,10,opt,name=elastic_count,json=elasticCount,proto3" json:"elastic_count,omitempty"`
+	// Costs charged after the response, and their hits: no decision, in
+	// none of the counts above.
+	LateCount     uint64 `protobuf:"varint,11,opt,name=late_count,json=lateCount,proto3" json:"late_count,omitempty"`
+	LateCost      uint64 `protobuf:"varint,12,opt,name=late_cost,json=lateCost,proto3" json:"late_cost,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -452,6 +475,20 @@ func (x *MinuteUsage) GetElasticCount() uint64 {
 	return 0
 }
 
+func (x *MinuteUsage) GetLateCount() uint64 {
+	if x != nil {
+		return x.LateCount
+	}
+	return 0
+}
+
+func (x *MinuteUsage) GetLateCost() uint64 {
+	if x != nil {
+		return x.LateCost
+	}
+	return 0
+}
+
 // DeltaBatch is a v2 record: many deltas in one Kafka record, so that a
 // flush of many keys costs the producer, the broker and the consumer one
 // record per partition instead of one per key.
@@ -507,7 +544,7 @@ var File_delta_proto protoreflect.FileDescriptor
 
 const file_delta_proto_rawDesc = "" +
 	"\n" +
-	"\vdelta.proto\x12\x14velvetrope.events.v1\"\x8e\a\n" +
+	"\vdelta.proto\x12\x14velvetrope.events.v1\"\xca\a\n" +
 	"\x05Delta\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x1a\n" +
@@ -538,7 +575,10 @@ const file_delta_proto_rawDesc = "" +
 	"\x05burst\x18\x16 \x01(\x03R\x05burst\x12/\n" +
 	"\x14tat_after_unix_nanos\x18\x17 \x01(\x03R\x11tatAfterUnixNanos\x12\x1b\n" +
 	"\town_after\x18\x18 \x01(\x04R\bownAfter\x129\n" +
-	"\x06minute\x18\x19 \x01(\v2!.velvetrope.events.v1.MinuteUsageR\x06minute\"\xf6\x02\n" +
+	"\x06minute\x18\x19 \x01(\v2!.velvetrope.events.v1.MinuteUsageR\x06minute\x12\x1d\n" +
+	"\n" +
+	"late_count\x18\x1a \x01(\x04R\tlateCount\x12\x1b\n" +
+	"\tlate_cost\x18\x1b \x01(\x04R\blateCost\"\xb2\x03\n" +
 	"\vMinuteUsage\x12\x1f\n" +
 	"\vminute_unix\x18\x01 \x01(\x03R\n" +
 	"minuteUnix\x12\x16\n" +
@@ -552,7 +592,10 @@ const file_delta_proto_rawDesc = "" +
 	"\x13shadow_denied_count\x18\b \x01(\x04R\x11shadowDeniedCount\x12&\n" +
 	"\x0fover_soft_count\x18\t \x01(\x04R\roverSoftCount\x12#\n" +
 	"\relastic_count\x18\n" +
-	" \x01(\x04R\felasticCount\"A\n" +
+	" \x01(\x04R\felasticCount\x12\x1d\n" +
+	"\n" +
+	"late_count\x18\v \x01(\x04R\tlateCount\x12\x1b\n" +
+	"\tlate_cost\x18\f \x01(\x04R\blateCost\"A\n" +
 	"\n" +
 	"DeltaBatch\x123\n" +
 	"\x06deltas\x18  \x03(\v2\x1b.velvetrope.events.v1.DeltaR\x06deltasB5Z3github.com/velvetrope/velvetrope/events/v1;eventsv1b\x06proto3"

@@ -68,6 +68,19 @@ func (c *Cache[V]) Get(scope, id string, fp uint64, now int64) (v V, found, conf
 	return e.v, true, false
 }
 
+// Peek returns the value stored for (scope, id) unless it expired by
+// now, whatever request it was stored for.
+func (c *Cache[V]) Peek(scope, id string, now int64) (v V, found bool) {
+	sh := c.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[key{scope, id}]
+	if !ok || e.expires <= now {
+		return v, false
+	}
+	return e.v, true
+}
+
 // Put stores v for (scope, id) and the request fingerprint fp until now +
 // ttl.
 func (c *Cache[V]) Put(scope, id string, fp uint64, now int64, v V) {

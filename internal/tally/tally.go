@@ -25,16 +25,18 @@ const (
 
 // Pending is consumption counted but not yet emitted. Counts are uint32
 // (a key's decisions between two emissions, at most a minute apart),
-// costs uint64: 64 bytes.
+// costs uint64: 80 bytes.
 type Pending struct {
 	AllowedCost, DeniedCost, Counted uint64
-	First, Last                      int64 // First is 0 while nothing is pending
+	LateCost                         uint64 // charged after the response (Late)
+	First, Last                      int64  // First is 0 while nothing is pending
 	AllowedCount, DeniedCount        uint32
 	ShadowDenied, Deferred           uint32
 	// OverSoft and Elastic count admissions (of AllowedCount) above the
 	// rule's own limit: into a soft throttle's overage, or borrowed from
 	// an elastic rule's pool.
 	OverSoft, Elastic uint32
+	LateCount         uint32
 }
 
 // Used says something is pending.
@@ -88,6 +90,18 @@ func (p *Pending) Tally(now, cost int64, allowed bool, why Refusal, charged bool
 	}
 }
 
+// Late adds a cost charged after the response: no decision, only hits
+// counted whatever the counter held (a zero cost is nothing). Counted is
+// the caller's, as for Tally.
+func (p *Pending) Late(now, cost int64) {
+	if cost <= 0 {
+		return
+	}
+	p.add(now)
+	p.LateCount++
+	p.LateCost += uint64(cost)
+}
+
 // Fill sets the decision counts of d from p and, through u, the minute
 // row d carries.
 func (p *Pending) Fill(d *eventsv1.Delta, u *Minute) {
@@ -95,6 +109,7 @@ func (p *Pending) Fill(d *eventsv1.Delta, u *Minute) {
 	d.DeniedCount, d.DeniedCost = uint64(p.DeniedCount), p.DeniedCost
 	d.DeferredCount, d.ShadowDeniedCount = uint64(p.Deferred), uint64(p.ShadowDenied)
 	d.CountedCost, d.FirstUnixNanos, d.LastUnixNanos = p.Counted, p.First, p.Last
+	d.LateCount, d.LateCost = uint64(p.LateCount), p.LateCost
 	d.Minute = u.Add(p)
 }
 
@@ -106,6 +121,8 @@ type Minute struct {
 	allowedCount, deniedCount uint32 // a key's decisions in one minute
 	deferred, shadowDenied    uint32
 	overSoft, elastic         uint32
+	lateCount                 uint32
+	lateCost                  uint64
 }
 
 // NewMinute starts the usage of the key whose rows are stream (unique
@@ -130,8 +147,11 @@ func (u *Minute) Add(p *Pending) *eventsv1.MinuteUsage {
 	u.shadowDenied += p.ShadowDenied
 	u.overSoft += p.OverSoft
 	u.elastic += p.Elastic
+	u.lateCount += p.LateCount
+	u.lateCost += p.LateCost
 	return &eventsv1.MinuteUsage{MinuteUnix: u.minute, Stream: u.stream, AllowedCount: uint64(u.allowedCount),
 		AllowedCost: u.allowedCost, DeniedCount: uint64(u.deniedCount), DeniedCost: u.deniedCost,
 		DeferredCount: uint64(u.deferred), ShadowDeniedCount: uint64(u.shadowDenied),
-		OverSoftCount: uint64(u.overSoft), ElasticCount: uint64(u.elastic)}
+		OverSoftCount: uint64(u.overSoft), ElasticCount: uint64(u.elastic),
+		LateCount: uint64(u.lateCount), LateCost: u.lateCost}
 }

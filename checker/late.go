@@ -1,0 +1,107 @@
+package checker
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/internal/estimate"
+	"github.com/velvetrope/velvetrope/limiter"
+	"github.com/velvetrope/velvetrope/ratelimit"
+)
+
+// A late charge (ratelimit.Request.Charge) is a cost known after the
+// response: a delta like any other. Each descriptor's counter takes its
+// hits whatever it holds: an async counter counts them in memory and
+// emits them at the next flush (a window past its limit, a bucket's TAT
+// past its burst: the next decision sees no room, here at once and on
+// the other checkers once the store has them); a `mode: sync` counter is
+// charged in the store, forced; a `mode: local` one in the limiter.
+// Nothing is refused, and no pool lends: a charge past an elastic rule's
+// limit is its own counter's debt.
+
+// lateCounted says s takes a late charge: a limited counter of its own
+// (an unlimited or blocking rule, a repeated descriptor and a pool take
+// none). A charge of nothing counts nothing and reports the counter.
+func lateCounted(s *slot) bool {
+	r := s.rule
+	return s.dupOf < 0 && s.role != rolePool && r != nil && !r.Unlimited && r.Limit > 0
+}
+
+// late counts a charge after the response (Check's for Request.Charge).
+// The store's counters are charged first, no lock held: if the store
+// fails, nothing at all is counted and the error says so, so that the
+// caller can retry the charge (with its request id, a `mode: sync`
+// counter the store charged is not charged twice).
+func (c *Checker) late(ctx context.Context, p *pass, req *ratelimit.Request) error {
+	for i := range p.slots {
+		s := &p.slots[i]
+		if !lateCounted(s) || s.rule.Mode != config.ModeSync {
+			continue
+		}
+		s.need = needExact
+		s.w = c.work(s.w)
+		q := counters.SyncRequestFor(s.rule, string(config.AppendCounterKey(nil, s.rule, s.entriesOf(req))), s.cost)
+		q.Force = true
+		if req.RequestID != "" {
+			q.RequestID, q.IdempotencyTTL = req.RequestID, c.cfg.IdempotencyTTL
+		}
+		s.w.Sync, s.w.SyncReq = true, q
+		c.Stats.SyncCharges.Add(1)
+		if c.call(s.w, p.now); s.w.Err != nil {
+			err := s.w.Err
+			c.releaseWork(p.slots)
+			c.Stats.LateFailed.Add(1)
+			return fmt.Errorf("checker: charge of rule %s: %w (nothing was counted; retry the charge)", s.rule.ID, err)
+		}
+	}
+	c.lock(p.locks)
+	for i := range p.slots {
+		s := &p.slots[i]
+		s.allowed = true
+		if !lateCounted(s) {
+			if s.dupOf < 0 {
+				s.need = needNone
+			}
+			continue
+		}
+		sh := &c.shards[s.sh]
+		e := c.entryFor(sh, s, req, p.now, false)
+		cost := s.cost
+		s.charged = true
+		switch s.rule.Mode {
+		case config.ModeSync:
+			a := &s.w.SyncAnswer
+			s.remaining, s.resetAfter = a.Remaining, a.ResetAfter
+			e.pendApplied.Late(p.now, cost) // the store holds it: analytics only
+		case config.ModeLocal:
+			s.need = needLocal
+			ld, _ := c.local.ForceAt(s.key, s.rule.Limiter, p.now, cost, "")
+			s.remaining, s.resetAfter = ld.Remaining, max(ld.ResetAfter, 0)
+			e.pendApplied.Late(p.now, cost)
+		default:
+			s.need = needMemory
+			e.pend.Late(p.now, cost)
+			c.countHits(e, p.now, cost)
+			e.ctr.force(e, p.now, cost)
+			s.remaining, s.resetAfter = e.ctr.state(c, e, p.now, 0)
+		}
+		c.emitSoon(sh, e, p.now, 0, -1) // due at the next flush: the others must learn of it
+	}
+	c.unlock(p.locks)
+	c.releaseWork(p.slots)
+	c.Stats.Late.Add(1)
+	p.code = ratelimit.OK
+	return nil
+}
+
+// force counts a late charge's hits in the window (addMemory did).
+func (w *windowCounter) force(*entry, int64, int64) {}
+
+// force moves the bucket's TAT by the late charge's hits, past its burst
+// if need be (limiter.Force).
+func (b *bucketCounter) force(e *entry, now, cost int64) {
+	var d limiter.Decision
+	_ = limiter.Force(estimate.GCRA(e.rule), &b.State, now, cost, &d)
+}

@@ -1,0 +1,193 @@
+package checker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/velvetrope/velvetrope/ratelimit"
+)
+
+// lateCases are every algorithm and mode a late charge meets.
+var lateCases = []struct{ name, ext string }{
+	{"envoy", ""},
+	{"fixed_window", "algorithm: fixed_window"},
+	{"sliding_window", "algorithm: sliding_window"},
+	{"token_bucket", "algorithm: token_bucket"},
+	{"gcra", "algorithm: gcra"},
+	{"leaky_bucket", "algorithm: leaky_bucket"},
+	{"near_limit async", "algorithm: fixed_window\n    near_limit: async"},
+	{"shards", "algorithm: fixed_window\n    shards: 4"},
+	{"sliding_log sync", "algorithm: sliding_log\n    mode: sync"},
+	{"fixed_window sync", "algorithm: fixed_window\n    mode: sync"},
+	{"gcra sync", "algorithm: gcra\n    mode: sync"},
+	{"fixed_window local", "algorithm: fixed_window\n    mode: local"},
+	{"token_bucket local", "algorithm: token_bucket\n    mode: local"},
+	{"elastic", "algorithm: fixed_window\n    throttle: {type: elastic, pool: spare, max_multiplier: 2}"},
+}
+
+func lateRules(ext string) string {
+	pool := ""
+	if strings.Contains(ext, "elastic") {
+		pool = "pools:\n  - {name: spare, rate_limit: {unit: minute, requests_per_unit: 5}}\n"
+	}
+	return fmt.Sprintf("domain: api\n%sdescriptors:\n  - key: k\n    %s\n    rate_limit: {unit: minute, requests_per_unit: 10}\n", pool, ext)
+}
+
+func charge(hits int64, id string, kv ...string) *ratelimit.Request {
+	r := req(hits, kv...)
+	r.Charge, r.RequestID = true, id
+	return r
+}
+
+// TestLateChargeEveryAlgorithmAndMode: a cost charged after the response
+// is never refused, takes the key past its limit (the charge's status
+// says nothing remains, the next request is refused, on this checker and
+// on another sharing the store), reaches the analytics as a late charge
+// and, with a request id, is counted once.
+func TestLateChargeEveryAlgorithmAndMode(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range lateCases {
+		t.Run(c.name, func(t *testing.T) {
+			rg := newRigRules(t, Config{InstanceName: "a", IdempotencyTTL: time.Minute}, lateRules(c.ext))
+			if d := rg.check(t, 1, "k", "v"); d.Code != ratelimit.OK {
+				t.Fatalf("first request: %s", codes(d))
+			}
+			for range 2 { // a retry of the charge is answered the same, counted once
+				var d ratelimit.Decision
+				if err := rg.c.Check(ctx, charge(25, "resp-1", "k", "v"), &d); err != nil {
+					t.Fatal(err)
+				}
+				if d.Code != ratelimit.OK || d.Statuses[0].Code != ratelimit.OK || d.Statuses[0].Remaining != 0 {
+					t.Fatalf("charge answered %s remaining %d; want allow with nothing remaining", codes(d), d.Statuses[0].Remaining)
+				}
+			}
+			if d := rg.check(t, 1, "k", "v"); d.Code != ratelimit.OverLimit {
+				t.Fatalf("the request after a charge past the limit: %s, want deny", codes(d))
+			}
+			if err := rg.c.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var late, lateCost uint64
+			for _, d := range rg.prod.all {
+				late, lateCost = late+d.LateCount, lateCost+d.LateCost
+				if m := d.GetMinute(); m != nil && m.LateCost > 25 {
+					t.Fatalf("minute row late cost %d", m.LateCost)
+				}
+			}
+			if late != 1 || lateCost != 25 {
+				t.Fatalf("deltas carry %d late charges of %d hits, want 1 of 25", late, lateCost)
+			}
+			if strings.Contains(c.ext, "local") {
+				return // a local counter is this process's only
+			}
+			other, err := New(Config{InstanceName: "b"}, ruleStore(t, lateRules(c.ext)), rg.store, rg.prod, rg.clk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// a probe first: an async counter learns the store's count at
+			// its next refresh (near_limit: async and shards by design;
+			// the others at their first store call)
+			var d ratelimit.Decision
+			if err := other.Check(ctx, req(0, "k", "v"), &d); err != nil {
+				t.Fatal(err)
+			}
+			rg.clk.ns.Add(int64(5 * time.Second))
+			other.Refresh(ctx)
+			if err := other.Check(ctx, req(1, "k", "v"), &d); err != nil {
+				t.Fatal(err)
+			}
+			if d.Code != ratelimit.OverLimit {
+				t.Fatalf("another checker admitted after the charge: %s", codes(d))
+			}
+		})
+	}
+}
+
+// TestLateChargeUnderTheLimit: a charge within the limit leaves the rest,
+// and a charge of nothing counts nothing.
+func TestLateChargeUnderTheLimit(t *testing.T) {
+	for _, c := range lateCases {
+		t.Run(c.name, func(t *testing.T) {
+			rg := newRigRules(t, Config{InstanceName: "a"}, lateRules(c.ext))
+			for _, step := range []struct{ hits, remaining int64 }{{4, 6}, {0, 6}, {5, 1}} {
+				var d ratelimit.Decision
+				if err := rg.c.Check(context.Background(), charge(step.hits, "", "k", "v"), &d); err != nil {
+					t.Fatal(err)
+				}
+				if d.Code != ratelimit.OK || d.Statuses[0].Remaining != step.remaining {
+					t.Fatalf("charge of %d: %s remaining %d, want %d", step.hits, codes(d), d.Statuses[0].Remaining, step.remaining)
+				}
+			}
+			if d := rg.check(t, 1, "k", "v"); d.Code != ratelimit.OK {
+				t.Fatalf("the last hit refused: %s", codes(d))
+			}
+			// past the limit: refused, or borrowed from the pool (elastic)
+			if d := rg.check(t, 1, "k", "v"); d.Code != ratelimit.OverLimit && !d.Statuses[0].Elastic {
+				t.Fatalf("past the limit: %s", codes(d))
+			}
+		})
+	}
+}
+
+// TestLateChargeByRequestID: a charge naming its check's request id and
+// no descriptors charges the check's descriptors; an id this checker
+// never decided is refused naming request_id.
+func TestLateChargeByRequestID(t *testing.T) {
+	ctx := context.Background()
+	rg := newRigRules(t, Config{InstanceName: "a", IdempotencyTTL: time.Minute}, lateRules("algorithm: fixed_window"))
+	check := req(1, "k", "v")
+	check.RequestID = "q-1"
+	var d ratelimit.Decision
+	if err := rg.c.Check(ctx, check, &d); err != nil || d.Code != ratelimit.OK {
+		t.Fatalf("check: %s %v", codes(d), err)
+	}
+	byID := &ratelimit.Request{Domain: "api", Hits: 7, RequestID: "q-1", Charge: true}
+	if err := rg.c.Check(ctx, byID, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Code != ratelimit.OK || len(d.Statuses) != 1 || d.Statuses[0].Remaining != 2 {
+		t.Fatalf("charge by id: %s %+v", codes(d), d.Statuses)
+	}
+	if len(byID.Descriptors) != 0 {
+		t.Fatal("the caller's request was changed")
+	}
+	// the check's own id still answers the check (charges keep their ids apart)
+	if err := rg.c.Check(ctx, check, &d); err != nil || d.Statuses[0].Remaining != 9 {
+		t.Fatalf("the check's retry: %+v %v", d.Statuses, err)
+	}
+	unknown := &ratelimit.Request{Domain: "api", Hits: 7, RequestID: "never", Charge: true}
+	err := rg.c.Check(ctx, unknown, &d)
+	var fe *ratelimit.FieldError
+	if !errors.As(err, &fe) || fe.Field != "request_id" {
+		t.Fatalf("unknown id: %v, want a request_id field error", err)
+	}
+	noID := &ratelimit.Request{Domain: "api", Hits: 7, Charge: true}
+	if err := rg.c.Check(ctx, noID, &d); !errors.As(err, &fe) || fe.Field != "descriptors" {
+		t.Fatalf("no descriptors, no id: %v", err)
+	}
+}
+
+// TestLateChargeStoreDown: a charge of a `mode: sync` rule the store
+// cannot take counts nothing at all and says so; retried when the store
+// is back, it is counted once.
+func TestLateChargeStoreDown(t *testing.T) {
+	ctx := context.Background()
+	rg := newRigRules(t, Config{InstanceName: "a", IdempotencyTTL: time.Minute},
+		"domain: api\ndescriptors:\n  - key: k\n    algorithm: fixed_window\n    mode: sync\n    rate_limit: {unit: minute, requests_per_unit: 10}\n  - key: m\n    algorithm: fixed_window\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")
+	rg.store.SetUnavailable(true)
+	var d ratelimit.Decision
+	if err := rg.c.Check(ctx, charge(4, "c-1", "m", "x", "k", "v"), &d); err == nil {
+		t.Fatal("a charge the store refused reported success")
+	}
+	rg.store.SetUnavailable(false)
+	if err := rg.c.Check(ctx, charge(4, "c-1", "m", "x", "k", "v"), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Statuses[0].Remaining != 6 || d.Statuses[1].Remaining != 6 {
+		t.Fatalf("after the retry: %+v, want 6 remaining on both (counted once)", d.Statuses)
+	}
+}
