@@ -59,6 +59,13 @@ func (l *Engine) Check(_ context.Context, req *ratelimit.Request, d *ratelimit.D
 	}
 	dom, _ := rs.Lookup(req.Domain)
 	now := l.clock.Now()
+	if req.Charge && len(req.Descriptors) == 0 { // a charge naming its check's id
+		creq := *req
+		if err := l.ids.Recall(&creq, now); err != nil {
+			return err
+		}
+		req = &creq
+	}
 	fp, done, err := l.ids.Replay(req, now, d)
 	if err != nil || done {
 		return err
@@ -91,6 +98,27 @@ func (l *Engine) Check(_ context.Context, req *ratelimit.Request, d *ratelimit.D
 
 	bufp := l.bufs.Get().(*[]byte)
 	defer l.bufs.Put(bufp)
+	if req.Charge { // a cost after the response: counted whatever each counter holds
+		for i := range n {
+			st := &d.Statuses[i]
+			*st = ratelimit.Status{Code: ratelimit.OK, Rule: matched[i]}
+			if r := matched[i]; r != nil && !r.Unlimited && r.Limit > 0 && dupOf[i] < 0 {
+				ld, err := l.keyed.ForceAt(l.key(bufp, r, req, i), r.Limiter, now, cost[i], "")
+				if err != nil {
+					return fmt.Errorf("local: rule %s: %w", r.ID, err)
+				}
+				fill(st, r, ld)
+			}
+		}
+		for i := range n {
+			if dupOf[i] >= 0 {
+				d.Statuses[i] = d.Statuses[dupOf[i]]
+			}
+		}
+		d.Code = ratelimit.OK
+		l.ids.Remember(req, fp, now, d)
+		return nil
+	}
 	// Phase 1: Envoy-semantics rules are charged now (every call counts);
 	// algorithm rules are only peeked.
 	denied := false

@@ -321,3 +321,39 @@ func TestLocalCheckDoesNotAllocate(t *testing.T) {
 		t.Fatalf("Check allocates %v times per call on existing keys", allocs)
 	}
 }
+
+// TestLocalCharge: a cost charged after the response is never refused,
+// goes past the limit so the next request is refused, is counted once
+// under its request id, and may name its check's id instead of the
+// descriptors.
+func TestLocalCharge(t *testing.T) {
+	l, _ := newLocal(t)
+	ctx := context.Background()
+	tenant := []ratelimit.Descriptor{{Entries: []config.Entry{{Key: "tenant", Value: "acme"}}}}
+	check := &ratelimit.Request{Domain: "api", Descriptors: tenant, Hits: 1, RequestID: "q"}
+	var d ratelimit.Decision
+	if err := l.Check(ctx, check, &d); err != nil || d.Code != ratelimit.OK {
+		t.Fatalf("check: %v %v", d.Code, err)
+	}
+	for range 2 { // the retry is counted once
+		if err := l.Check(ctx, &ratelimit.Request{Domain: "api", Hits: 150, RequestID: "q", Charge: true}, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Code != ratelimit.OK || d.Statuses[0].Remaining != 0 {
+			t.Fatalf("charge: %v remaining %d", d.Code, d.Statuses[0].Remaining)
+		}
+	}
+	if err := l.Check(ctx, &ratelimit.Request{Domain: "api", Descriptors: tenant, Hits: 0}, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Code != ratelimit.OverLimit { // a probe of a key in debt: nothing is left
+		t.Fatalf("a probe: %v", d.Code)
+	}
+	if err := l.Check(ctx, &ratelimit.Request{Domain: "api", Descriptors: tenant, Hits: 1}, &d); err != nil || d.Code != ratelimit.OverLimit {
+		t.Fatalf("after a charge of 150 on 100: %v %v", d.Code, err)
+	}
+	var fe *ratelimit.FieldError
+	if err := l.Check(ctx, &ratelimit.Request{Domain: "api", Hits: 1, RequestID: "nope", Charge: true}, &d); !errors.As(err, &fe) || fe.Field != "request_id" {
+		t.Fatalf("an unknown id: %v", err)
+	}
+}
