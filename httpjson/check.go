@@ -86,3 +86,21 @@ type ErrorResponse struct {
 	Error string `json:"error"`
 	Field string `json:"field,omitempty"`
 }
+
+// ChargeRequest is the body of POST /v1/charge: a cost known after the
+// response (tokens, bytes, backend time), counted whatever the counters
+// hold. Descriptors may be left out when RequestID names a check the
+// same checker decided within the idempotency TTL: its descriptors are
+// charged. The answer is a [CheckResponse] whose decision is always
+// allow.
+type ChargeRequest struct {
+	Domain      string       `json:"domain"`
+	Descriptors []Descriptor `json:"descriptors,omitempty"`
+	// Hits is the cost to count (required; 0 counts nothing and reports
+	// the counters).
+	Hits *int64 `json:"hits"`
+	// RequestID makes the charge idempotent: a retry is counted once.
+	// Charges and checks keep their ids apart: a charge may carry its
+	// check's id.
+	RequestID string `json:"request_id,omitempty"`
+}
