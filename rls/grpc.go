@@ -17,7 +17,8 @@ import (
 func StreamWorkers() uint32 { return uint32(max(32*runtime.GOMAXPROCS(0), 64)) }
 
 // NewGRPCServer returns a gRPC server serving s as Envoy's rate limit
-// service and the standard health service (SERVING for "" and for
+// service, velvetrope's charge service (ChargeService) and the standard
+// health service (SERVING for "" and for
 // envoy.service.ratelimit.v3.RateLimitService). Server reflection is the
 // caller's to register (google.golang.org/grpc/reflection): velvetrope's
 // processes do unless grpc.reflection is false; it serves the generated
@@ -36,6 +37,7 @@ func NewGRPCServer(s *Server, opts ...grpc.ServerOption) (*grpc.Server, *health.
 		grpc.MaxConcurrentStreams(s.opts.MaxConcurrentStreams), grpc.InTapHandle(callDeadline(s.opts.CallTimeout))}
 	g := grpc.NewServer(append(defaults, opts...)...)
 	g.RegisterService(s.serviceDesc(), s) // ShouldRateLimit without generated messages (wire.go)
+	RegisterCharges(g, s)
 	h := health.NewServer()
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	h.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
