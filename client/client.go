@@ -31,8 +31,8 @@ type Request struct {
 	Domain      string
 	Descriptors []Descriptor
 	Hits        uint32
-	// RequestID makes retries idempotent (HTTP only; the Envoy API has no
-	// such field).
+	// RequestID makes retries idempotent (a check over HTTP only: the
+	// Envoy API has no such field; a charge over both).
 	RequestID string
 }
 
@@ -65,6 +65,11 @@ type Response struct {
 
 // ErrInvalidArgument wraps the service's refusal of a malformed request.
 var ErrInvalidArgument = errors.New("invalid request")
+
+// ErrUnavailable wraps a charge the service could not count (its counter
+// store did not answer): nothing was counted; retry with the same
+// request id.
+var ErrUnavailable = errors.New("service unavailable")
 
 // ParseDescriptor reads the CLI form "k=v[,k2=v2...]", the form the
 // analytics name descriptors in (config.ParseDescriptorText): a backslash

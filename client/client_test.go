@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -46,7 +47,10 @@ func serve(t *testing.T) (*GRPC, *HTTP) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = gc.Close() })
-	hs := httptest.NewServer(httpapi.CheckHandler(l, 1<<20, nil, nil))
+	mux := http.NewServeMux()
+	mux.Handle("/v1/check", httpapi.CheckHandler(l, 1<<20, nil, nil))
+	mux.Handle("/v1/charge", httpapi.ChargeHandler(l, 1<<20, nil))
+	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
 	return gc, NewHTTP(hs.URL, nil, 2*time.Second)
 }

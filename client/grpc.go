@@ -51,6 +51,60 @@ func (g *GRPC) Check(ctx context.Context, req Request) (Response, error) {
 		ctx, cancel = context.WithTimeout(ctx, g.timeout)
 		defer cancel()
 	}
+	var trailer metadata.MD
+	out, err := g.rls.ShouldRateLimit(ctx, toProto(req), grpc.Trailer(&trailer))
+	if err != nil {
+		if status.Code(err) == codes.InvalidArgument {
+			return Response{}, fmt.Errorf("%w: %s", ErrInvalidArgument, status.Convert(err).Message())
+		}
+		return Response{}, fmt.Errorf("client: ShouldRateLimit: %w", err)
+	}
+	resp := fromProto(out)
+	if v := trailer.Get(unknownDomainTrailer); len(v) > 0 {
+		resp.UnknownDomain = true
+		resp.KnownDomains = knownDomains(v[0])
+	}
+	return resp, nil
+}
+
+// chargeMethod and requestIDMetadata are rls.ChargeMethod and
+// rls.RequestIDMetadata (client imports no server package;
+// TestChargeNames holds them equal).
+const (
+	chargeMethod      = "/velvetrope.v1.Charges/Charge"
+	requestIDMetadata = "velvetrope-request-id"
+)
+
+// Charge counts a cost known after the response (velvetrope.v1.Charges):
+// req.Hits (or a descriptor's Hits) is counted whatever the counters
+// hold, and never refused; the statuses say what remains. With
+// req.RequestID a retry is counted once. A store that cannot take the
+// charge answers an error wrapping ErrUnavailable: retry with the same
+// request id.
+func (g *GRPC) Charge(ctx context.Context, req Request) (Response, error) {
+	if g.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.timeout)
+		defer cancel()
+	}
+	if req.RequestID != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, requestIDMetadata, req.RequestID)
+	}
+	out := new(rlsv3.RateLimitResponse)
+	if err := g.conn.Invoke(ctx, chargeMethod, toProto(req), out); err != nil {
+		switch status.Code(err) {
+		case codes.InvalidArgument, codes.FailedPrecondition:
+			return Response{}, fmt.Errorf("%w: %s", ErrInvalidArgument, status.Convert(err).Message())
+		case codes.Unavailable:
+			return Response{}, fmt.Errorf("%w: %s", ErrUnavailable, status.Convert(err).Message())
+		}
+		return Response{}, fmt.Errorf("client: Charge: %w", err)
+	}
+	return fromProto(out), nil
+}
+
+// toProto is req as Envoy's message.
+func toProto(req Request) *rlsv3.RateLimitRequest {
 	in := &rlsv3.RateLimitRequest{Domain: req.Domain, HitsAddend: req.Hits,
 		Descriptors: make([]*ratelimitv3.RateLimitDescriptor, len(req.Descriptors))}
 	for i, d := range req.Descriptors {
@@ -63,14 +117,11 @@ func (g *GRPC) Check(ctx context.Context, req Request) (Response, error) {
 		}
 		in.Descriptors[i] = pd
 	}
-	var trailer metadata.MD
-	out, err := g.rls.ShouldRateLimit(ctx, in, grpc.Trailer(&trailer))
-	if err != nil {
-		if status.Code(err) == codes.InvalidArgument {
-			return Response{}, fmt.Errorf("%w: %s", ErrInvalidArgument, status.Convert(err).Message())
-		}
-		return Response{}, fmt.Errorf("client: ShouldRateLimit: %w", err)
-	}
+	return in
+}
+
+// fromProto is Envoy's answer as a Response.
+func fromProto(out *rlsv3.RateLimitResponse) Response {
 	resp := Response{OverLimit: out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT,
 		Statuses: make([]Status, len(out.Statuses))}
 	for i, s := range out.Statuses {
@@ -86,11 +137,7 @@ func (g *GRPC) Check(ctx context.Context, req Request) (Response, error) {
 		}
 		resp.Statuses[i] = st
 	}
-	if v := trailer.Get(unknownDomainTrailer); len(v) > 0 {
-		resp.UnknownDomain = true
-		resp.KnownDomains = knownDomains(v[0])
-	}
-	return resp, nil
+	return resp
 }
 
 // unknownDomainTrailer is rls.UnknownDomainTrailer (client imports no

@@ -43,33 +43,66 @@ type answer struct {
 // as the service refuses them.
 func (h *HTTP) Check(ctx context.Context, req Request) (Response, error) {
 	hits := int64(max(req.Hits, 1))
-	in := httpjson.CheckRequest{Domain: req.Domain, Hits: &hits, RequestID: req.RequestID,
-		Descriptors: make([]httpjson.Descriptor, len(req.Descriptors))}
-	for i, d := range req.Descriptors {
+	in := httpjson.CheckRequest{Domain: req.Domain, Hits: &hits, RequestID: req.RequestID}
+	var err error
+	if in.Descriptors, err = toJSON(req.Descriptors); err != nil {
+		return Response{}, err
+	}
+	return h.post(ctx, "/v1/check", in)
+}
+
+// Charge counts a cost known after the response (POST /v1/charge):
+// req.Hits (0 counts nothing) or a descriptor's Hits, whatever the
+// counters hold, never refused; the statuses say what remains. With
+// req.RequestID a retry is counted once, and a charge with no descriptors
+// charges those of the check the same checker decided under that id. A
+// store that cannot take the charge answers an error wrapping
+// ErrUnavailable: retry with the same request id.
+func (h *HTTP) Charge(ctx context.Context, req Request) (Response, error) {
+	hits := int64(req.Hits)
+	in := httpjson.ChargeRequest{Domain: req.Domain, Hits: &hits, RequestID: req.RequestID}
+	var err error
+	if in.Descriptors, err = toJSON(req.Descriptors); err != nil {
+		return Response{}, err
+	}
+	return h.post(ctx, "/v1/charge", in)
+}
+
+// toJSON is ds as the API's descriptors; hits above math.MaxInt64, which
+// the API's integers cannot carry, are refused without a call, as the
+// service refuses them.
+func toJSON(ds []Descriptor) ([]httpjson.Descriptor, error) {
+	out := make([]httpjson.Descriptor, len(ds))
+	for i, d := range ds {
 		for _, e := range d.Entries {
-			in.Descriptors[i].Entries = append(in.Descriptors[i].Entries, httpjson.Entry(e))
+			out[i].Entries = append(out[i].Entries, httpjson.Entry(e))
 		}
 		if d.Hits != nil {
 			if *d.Hits > math.MaxInt64 { // the API's hits are int64: what the service would answer
 				field := fmt.Sprintf("descriptors[%d].hits", i)
-				return Response{}, fmt.Errorf("%w: %s: %s: %d is out of range (64 bits)", ErrInvalidArgument, field, field, *d.Hits)
+				return nil, fmt.Errorf("%w: %s: %s: %d is out of range (64 bits)", ErrInvalidArgument, field, field, *d.Hits)
 			}
 			h := int64(*d.Hits)
-			in.Descriptors[i].Hits = &h
+			out[i].Hits = &h
 		}
 	}
+	return out, nil
+}
+
+// post sends in to path and reads the decision it answers.
+func (h *HTTP) post(ctx context.Context, path string, in any) (Response, error) {
 	body, err := json.Marshal(in)
 	if err != nil {
 		return Response{}, fmt.Errorf("client: encoding the request: %w", err)
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, h.base+"/v1/check", bytes.NewReader(body))
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, h.base+path, bytes.NewReader(body))
 	if err != nil {
 		return Response{}, fmt.Errorf("client: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hresp, err := h.hc.Do(hreq)
 	if err != nil {
-		return Response{}, fmt.Errorf("client: POST /v1/check: %w", err)
+		return Response{}, fmt.Errorf("client: POST %s: %w", path, err)
 	}
 	defer hresp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(hresp.Body, 4<<20))
@@ -78,13 +111,15 @@ func (h *HTTP) Check(ctx context.Context, req Request) (Response, error) {
 	}
 	var out answer
 	if err := json.Unmarshal(raw, &out); err != nil {
-		return Response{}, fmt.Errorf("client: POST /v1/check answered %d with undecodable JSON: %w", hresp.StatusCode, err)
+		return Response{}, fmt.Errorf("client: POST %s answered %d with undecodable JSON: %w", path, hresp.StatusCode, err)
 	}
 	switch {
-	case hresp.StatusCode == http.StatusBadRequest:
+	case hresp.StatusCode == http.StatusBadRequest, hresp.StatusCode == http.StatusConflict:
 		return Response{}, fmt.Errorf("%w: %s: %s", ErrInvalidArgument, out.Field, out.Error)
+	case hresp.StatusCode == http.StatusServiceUnavailable:
+		return Response{}, fmt.Errorf("%w: %s", ErrUnavailable, out.Error)
 	case hresp.StatusCode != http.StatusOK:
-		return Response{}, fmt.Errorf("client: POST /v1/check answered %d: %s", hresp.StatusCode, out.Error)
+		return Response{}, fmt.Errorf("client: POST %s answered %d: %s", path, hresp.StatusCode, out.Error)
 	}
 	resp := Response{OverLimit: out.Decision == "deny", Statuses: make([]Status, len(out.Statuses))}
 	for i, s := range out.Statuses {

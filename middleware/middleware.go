@@ -34,6 +34,19 @@ type Options struct {
 	Descriptors [][]Source
 	// Cost is the hits of a request (nil: 1), e.g. per route.
 	Cost func(r *http.Request) int64
+	// ChargeAfter, when set, is the cost a response adds once the handler
+	// returned (tokens from a response header, bytes written, 1 for a 401
+	// only), charged to the request's descriptors whatever their counters
+	// hold (ratelimit.Request.Charge): it may take a key past its limit,
+	// so that its next requests are refused. 0 charges nothing. status is
+	// the response's code, h its headers. With ChargeAfter, a request
+	// whose Cost is 0 is a probe that is refused once a descriptor has
+	// nothing left (a budget counted only by charges, such as failed
+	// logins, admits no request past it). The charge runs before the
+	// handler's response is complete: in-process in microseconds, over
+	// Remote in one call bounded by Timeout; a charge that fails is
+	// counted in ChargeFailures and logged, and the response stands.
+	ChargeAfter func(status int, h http.Header) int64
 	// Timeout bounds each decision (0: the request's own context only).
 	Timeout time.Duration
 	// FailOpen lets requests through when the Checker fails (a remote
@@ -85,8 +98,9 @@ type Limiter struct {
 	log *logx.Limited
 	// Failures counts decisions the Checker could not make; Emergency
 	// those the emergency budget then refused; BadRequests requests
-	// refused for attributes beyond the bounds.
-	Failures, EmergencyDenied, BadRequests atomic.Int64
+	// refused for attributes beyond the bounds; ChargeFailures the costs
+	// after the response (Options.ChargeAfter) that could not be counted.
+	Failures, EmergencyDenied, BadRequests, ChargeFailures atomic.Int64
 }
 
 type call struct {
@@ -175,6 +189,9 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		if cl.d.Code == ratelimit.Deferred && l.deferRequest(w, r, cl) {
 			return
 		}
+		if l.opts.ChargeAfter != nil && cl.req.Hits == 0 {
+			refuseSpent(&cl.d) // a probe of a budget counted by charges: none left, no request
+		}
 		ratelimit.SetHeaders(w.Header(), &cl.d)
 		if !cl.d.Allowed() {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -182,9 +199,88 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			_, _ = w.Write([]byte("too many requests\n"))
 			return
 		}
-		next.ServeHTTP(w, r)
+		if l.opts.ChargeAfter == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		l.chargeAfter(ctx, cl, rec.status, w.Header())
 	})
 }
+
+// chargeAfter counts the response's cost (Options.ChargeAfter) against
+// the request's descriptors.
+func (l *Limiter) chargeAfter(ctx context.Context, cl *call, status int, h http.Header) {
+	cost := l.opts.ChargeAfter(status, h)
+	if cost <= 0 {
+		return
+	}
+	cl.req.Charge, cl.req.Hits, cl.req.RequestID = true, cost, ""
+	for i := range cl.req.Descriptors {
+		cl.req.Descriptors[i].HasHits = false
+	}
+	defer func() { cl.req.Charge = false }()
+	if cost > ratelimit.MaxHits {
+		cl.req.Hits = ratelimit.MaxHits // the most one request may cost: the key is in debt either way
+	}
+	// the handler's context may be done (the client left): the cost was spent all the same
+	ctx = context.WithoutCancel(ctx)
+	if l.opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.opts.Timeout)
+		defer cancel()
+	}
+	if err := l.c.Check(ctx, &cl.req, &cl.d); err != nil {
+		l.ChargeFailures.Add(1)
+		l.log.Warn("charge after the response failed", "domain", l.opts.Domain, "cost", cost, "error", err,
+			"charge_failures_total", l.ChargeFailures.Load())
+	}
+}
+
+// refuseSpent refuses a probe (a request of no hits) when a descriptor's
+// limit has nothing left: until the window resets.
+func refuseSpent(d *ratelimit.Decision) {
+	for i := range d.Statuses {
+		st := &d.Statuses[i]
+		if st.Code == ratelimit.OK && st.Rule != nil && !st.Rule.Unlimited && st.Remaining == 0 && !st.Shadowed {
+			st.Code, st.RetryAfter = ratelimit.OverLimit, max(st.ResetAfter, time.Second)
+			d.Code = ratelimit.OverLimit
+		}
+	}
+}
+
+// statusRecorder remembers the status a handler wrote. It passes
+// Flush, Hijack and the rest through Unwrap (http.ResponseController).
+type statusRecorder struct {
+	http.ResponseWriter
+	status      int
+	wroteHeader bool
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if !s.wroteHeader && code >= 200 {
+		s.status, s.wroteHeader = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	s.wroteHeader = true
+	return s.ResponseWriter.Write(b)
+}
+
+// Flush implements http.Flusher for handlers that stream (server-sent
+// events, a model's tokens): they test for it directly.
+func (s *statusRecorder) Flush() {
+	s.wroteHeader = true
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap gives http.ResponseController the writer underneath.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // build fills cl.req from r, reusing cl's memory; false when no
 // descriptor applies.

@@ -43,11 +43,18 @@ func exactEngine(t *testing.T) *local.Engine {
 // loopback and returns a Remote of it.
 func remote(t *testing.T) *Remote {
 	t.Helper()
+	return remoteOf(t, exactEngine(t))
+}
+
+// remoteOf serves e as Envoy's rate limit service on loopback and
+// returns a Remote of it.
+func remoteOf(t *testing.T, e rls.Checker) *Remote {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, _ := rls.NewGRPCServer(rls.New(exactEngine(t), rls.Options{}))
+	g, _ := rls.NewGRPCServer(rls.New(e, rls.Options{}))
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
 	gc, err := client.DialGRPC(lis.Addr().String(), time.Second)

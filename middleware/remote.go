@@ -42,7 +42,11 @@ func (rm *Remote) Check(ctx context.Context, req *ratelimit.Request, d *ratelimi
 		}
 		in.Descriptors[i] = cd
 	}
-	resp, err := rm.c.Check(ctx, in)
+	call := rm.c.Check
+	if req.Charge { // a cost after the response: velvetrope.v1.Charges
+		call, in.RequestID = rm.c.Charge, req.RequestID
+	}
+	resp, err := call(ctx, in)
 	if err != nil {
 		return err
 	}
