@@ -29,6 +29,10 @@ func (c *Checker) RegisterMetrics(reg MetricsRegistry) {
 	reg.Counter("velvetrope_checker_near_band_total", "Descriptors decided in the near-limit band.", snap(func(s Snapshot) uint64 { return s.NearBand }))
 	reg.Counter("velvetrope_checker_over_band_total", "Descriptors refused from memory over their limit.", snap(func(s Snapshot) uint64 { return s.OverBand }))
 	reg.Counter("velvetrope_checker_store_charges_total", "Atomic charges in the counter store.", snap(func(s Snapshot) uint64 { return s.SyncCharges }))
+	reg.Counter("velvetrope_checker_late_charges_total", "Costs charged after the response (POST /v1/charge, velvetrope.v1.Charges, the middleware's ChargeAfter): counted, never refused.",
+		func() float64 { return float64(c.Stats.Late.Load()) })
+	reg.Counter("velvetrope_checker_late_charge_failures_total", "Late charges a `mode: sync` rule's store could not take: nothing counted, the caller told to retry.",
+		func() float64 { return float64(c.Stats.LateFailed.Load()) })
 	reg.Counter("velvetrope_checker_degraded_total", "Decisions made by a failure policy.", snap(func(s Snapshot) uint64 { return s.Degraded }))
 	reg.Counter("velvetrope_checker_deltas_emitted_total", "Consumption deltas handed to the producer.", snap(func(s Snapshot) uint64 { return s.DeltasEmitted }))
 	reg.Counter("velvetrope_checker_emit_errors_total", "Flushes the producer refused.", snap(func(s Snapshot) uint64 { return s.EmitErrors }))

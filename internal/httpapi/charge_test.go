@@ -15,7 +15,7 @@ import (
 )
 
 // newChargeHandlers are /v1/check and /v1/charge over one engine.
-func newChargeHandlers(t *testing.T) (check, charge http.Handler) {
+func newChargeHandlers(t testing.TB) (check, charge http.Handler) {
 	t.Helper()
 	rs, err := config.ExampleRules()
 	if err != nil {
@@ -104,4 +104,33 @@ func TestChargeBadRequests(t *testing.T) {
 	if rec.Code != http.StatusMethodNotAllowed {
 		t.Fatalf("GET: %d", rec.Code)
 	}
+}
+
+// FuzzChargeHandler: any /v1/charge body is answered 200 (the decision
+// allow: a charge is never refused), 400, 409 or 413, in JSON, never a
+// panic or a 500.
+func FuzzChargeHandler(f *testing.F) {
+	f.Add(`{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"priya"}]}],"hits":1000}`)
+	f.Add(`{"domain":"api","hits":3,"request_id":"r"}`)
+	f.Add(`{"domain":"api","descriptors":[{"entries":[{"key":"login","value":"x"}],"hits":4294967296}],"hits":0}`)
+	f.Add(`{"domain":"api","descriptors":[],"hits":1}`)
+	f.Add(`{"domain":"api","descriptors":[{"entries":[{"key":"tenant","value":"a"},{"key":"route","value":"/export"}]}],"hits":9223372036854775807}`)
+	_, charge := newChargeHandlers(f)
+	f.Fuzz(func(t *testing.T, body string) {
+		rec := postTo(charge, "/v1/charge", body)
+		switch rec.Code {
+		case 200:
+			var got httpjson.CheckResponse
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || got.Decision != "allow" {
+				t.Fatalf("200 answered %q", rec.Body)
+			}
+		case 400, 409, 413:
+			var e httpjson.ErrorResponse
+			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error == "" {
+				t.Fatalf("%d answered %q", rec.Code, rec.Body)
+			}
+		default:
+			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body)
+		}
+	})
 }
