@@ -10,6 +10,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/ratelimit"
@@ -23,7 +27,16 @@ import (
 // and whose limit_remaining say what remains after it. The request id
 // that makes a charge idempotent travels in the RequestIDMetadata
 // metadata (RateLimitRequest has no field for it).
+//
+// ChargeMarker, the key of a descriptor's last entry, makes a
+// ShouldRateLimit call a charge: Envoy's `apply_on_stream_done` call,
+// whose hits_addend is the response's cost, is then counted whatever the
+// counters hold under every rule (Envoy-semantics rules count every call
+// anyway; an algorithm rule counts nothing a refused call asks). The
+// entry is dropped before matching: the descriptor names the same counter
+// as without it.
 const (
+	ChargeMarker       = "velvetrope_charge"
 	ChargeService      = "velvetrope.v1.Charges"
 	ChargeMethod       = "/" + ChargeService + "/Charge"
 	RequestIDMetadata  = "velvetrope-request-id"
@@ -31,12 +44,43 @@ const (
 	errChargeNoRequest = "charge: the request must not be empty"
 )
 
+// chargeProto is the service's descriptor, registered in the global
+// registry so that server reflection describes it (grpcurl calls it as
+// it is); its messages are Envoy's.
+const chargeProto = "velvetrope/v1/charges.proto"
+
+func init() {
+	rls := rlsv3.File_envoy_service_ratelimit_v3_rls_proto
+	fdp := &descriptorpb.FileDescriptorProto{
+		Name:       proto.String(chargeProto),
+		Package:    proto.String("velvetrope.v1"),
+		Dependency: []string{rls.Path()},
+		Syntax:     proto.String("proto3"),
+		Service: []*descriptorpb.ServiceDescriptorProto{{
+			Name: proto.String("Charges"),
+			Method: []*descriptorpb.MethodDescriptorProto{{
+				Name:       proto.String(chargeMethodName),
+				InputType:  proto.String(".envoy.service.ratelimit.v3.RateLimitRequest"),
+				OutputType: proto.String(".envoy.service.ratelimit.v3.RateLimitResponse"),
+			}},
+		}},
+	}
+	fd, err := protodesc.NewFile(fdp, protoregistry.GlobalFiles)
+	if err == nil {
+		err = protoregistry.GlobalFiles.RegisterFile(fd)
+	}
+	if err != nil {
+		panic("rls: the charge service's descriptor: " + err.Error()) // a programming error every test meets
+	}
+}
+
 // RegisterCharges registers the charge service of s on g (NewGRPCServer
 // does).
 func RegisterCharges(g *grpc.Server, s *Server) {
 	g.RegisterService(&grpc.ServiceDesc{
 		ServiceName: ChargeService,
 		HandlerType: (*any)(nil),
+		Metadata:    chargeProto,
 		Methods: []grpc.MethodDesc{{MethodName: chargeMethodName, Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
 			in := new(rlsv3.RateLimitRequest)
 			if err := dec(in); err != nil {

@@ -129,3 +129,44 @@ func TestStreamDoneHitsAddend(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamDoneChargeMarker: a stream-done ShouldRateLimit whose
+// descriptors end with the velvetrope_charge entry is a charge under an
+// algorithm rule too: counted past the limit although the rule refuses
+// what does not fit, on the counter of the descriptor without the marker.
+func TestStreamDoneChargeMarker(t *testing.T) {
+	const src = "domain: llm\ndescriptors:\n  - key: tenant\n    algorithm: token_bucket\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) {
+			clk := testrules.NewClock()
+			client := dial(t, New(e.make(t, testrules.Store(t, src), clk), Options{}))
+			ask := func(hits uint32, kv ...string) (rlsv3.RateLimitResponse_Code, error) {
+				resp, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "llm",
+					Descriptors: []*ratelimitv3.RateLimitDescriptor{desc(kv...)}, HitsAddend: hits})
+				if err != nil {
+					return 0, err
+				}
+				return resp.OverallCode, nil
+			}
+			if got, err := ask(1, "tenant", "acme"); err != nil || got != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("the request: %v %v", got, err)
+			}
+			// without the marker a cost of 40 on a bucket of 10 is refused and counts nothing
+			if got, _ := ask(40, "tenant", "acme"); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+				t.Fatalf("an uncharged cost of 40: %v", got)
+			}
+			if got, _ := ask(1, "tenant", "acme"); got != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("a refused call counted: %v", got)
+			}
+			if got, err := ask(40, "tenant", "acme", ChargeMarker, "after"); err != nil || got != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("the stream-done charge: %v %v", got, err)
+			}
+			if got, _ := ask(1, "tenant", "acme"); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+				t.Fatalf("the request after the charge: %v", got)
+			}
+			if _, err := ask(1, ChargeMarker, "after"); status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("a marker alone: %v", err)
+			}
+		})
+	}
+}

@@ -197,7 +197,7 @@ func (s *Server) decide(ctx context.Context, w *work, rs *config.RuleSet) (known
 	// an engine that defers whatever the request says is refused here:
 	// nothing queues it, so no metric may count it deferred
 	w.d.Refuse()
-	if s.opts.Decisions != nil {
+	if s.opts.Decisions != nil && !w.req.Charge { // a charge is no decision
 		s.opts.Decisions.Observe(&w.d)
 	}
 	if w.d.Code != ratelimit.OK {
@@ -298,6 +298,14 @@ func (w *work) start(domain string, hitsAddend uint32) {
 // hits_addend when set) and appends it to w.req.
 func (w *work) add(i int, es []config.Entry, lim *ratelimitv3.RateLimitDescriptor_RateLimitOverride, hits *uint64,
 	negative bool, o *overrides, rs *config.RuleSet, known bool, b *config.LimitsConfig) error {
+	if n := len(es); n > 0 && es[n-1].Key == ChargeMarker {
+		// Envoy's stream-done call for a velvetrope charge: the marker is
+		// no entry of the counter, it makes the whole request a charge
+		if n == 1 {
+			return fieldf(index("descriptors", i, "entries"), "%s alone: nothing to charge", ChargeMarker)
+		}
+		es, w.req.Charge = es[:n-1], true
+	}
 	switch {
 	case len(es) == 0:
 		return fieldf(index("descriptors", i, "entries"), "must not be empty")
