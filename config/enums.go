@@ -23,12 +23,13 @@ const (
 	AlgSlidingLog    Algorithm = "sliding_log"
 )
 
-// Algorithms lists every algorithm a rule may name, Envoy's semantics
-// (AlgEnvoy, written as no algorithm) first: the one list the rule parser
-// accepts and the delta validator knows (package events), so that no
-// algorithm a rule can run makes deltas the pipeline refuses.
+// Algorithms lists every algorithm a rule may run, Envoy's semantics
+// (AlgEnvoy, written as no algorithm) first and a concurrency block's
+// (AlgConcurrency, written as `concurrency:`) last: the one list the rule
+// parser accepts and the delta validator knows (package events), so that
+// no algorithm a rule can run makes deltas the pipeline refuses.
 func Algorithms() []Algorithm {
-	return []Algorithm{AlgEnvoy, AlgFixedWindow, AlgSlidingWindow, AlgTokenBucket, AlgGCRA, AlgLeakyBucket, AlgSlidingLog}
+	return []Algorithm{AlgEnvoy, AlgFixedWindow, AlgSlidingWindow, AlgTokenBucket, AlgGCRA, AlgLeakyBucket, AlgSlidingLog, AlgConcurrency}
 }
 
 // Known reports whether a is one of [Algorithms].

@@ -265,7 +265,7 @@ func (p *parser) file(n *yaml.Node) *File {
 
 var descriptorFields = []string{"key", "value", "rate_limit", "shadow_mode", "detailed_metric", "hash_values",
 	"share_threshold", "value_to_metric", "descriptors", "algorithm", "burst", "throttle", "on_exceed", "mode", "near_limit",
-	"failure", "shards", "defer", "plans", "limits"}
+	"failure", "shards", "defer", "plans", "limits", "concurrency"}
 
 func (p *parser) descriptors(n *yaml.Node, where string) []*Descriptor {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
@@ -346,6 +346,8 @@ func (p *parser) descriptor(n *yaml.Node) *Descriptor {
 			d.Plans = p.plansSpec(v)
 		case "limits":
 			d.Limits = p.limits(v)
+		case "concurrency":
+			d.Concurrency = p.concurrencySpec(v)
 		}
 	})
 	if !ok {
@@ -358,6 +360,11 @@ func (p *parser) descriptor(n *yaml.Node) *Descriptor {
 	if d.Limits != nil && d.RateLimit == nil && len(d.Limits) > 0 {
 		d.RateLimit = &RateLimit{Unit: d.Limits[0].Unit, RequestsPerUnit: d.Limits[0].RequestsPerUnit} // the first limit is the rule
 	}
+	if d.Concurrency != nil {
+		p.checkConcurrency(n, d)
+		d.RateLimit = concurrencyRateLimit(d.Concurrency)
+		return d
+	}
 	p.checkDescriptor(n, d)
 	return d
 }
@@ -366,11 +373,11 @@ func (p *parser) descriptor(n *yaml.Node) *Descriptor {
 const MaxShards = 64
 
 // algorithms are the names an `algorithm:` field accepts: [Algorithms]
-// but Envoy's semantics, which is written as no algorithm.
+// but Envoy's semantics and concurrency, which are written otherwise.
 var algorithms = func() []string {
 	var names []string
 	for _, a := range Algorithms() {
-		if a != AlgEnvoy {
+		if a != AlgEnvoy && a != AlgConcurrency { // written as no algorithm, and as a concurrency block
 			names = append(names, string(a))
 		}
 	}

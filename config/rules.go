@@ -168,6 +168,10 @@ type Descriptor struct {
 	// Limits (velvetrope extension) are several limits in place of
 	// RateLimit, each with its own counter; nil otherwise.
 	Limits []*RateLimit
+	// Concurrency (velvetrope extension) holds the descriptor to a number
+	// of requests in flight, counted by leases; RateLimit is then derived
+	// from it (concurrency.go).
+	Concurrency *ConcurrencySpec
 
 	Pos Position
 }

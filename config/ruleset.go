@@ -464,6 +464,9 @@ func newRule(domain string, path []Entry, shared []bool, d *Descriptor) *Rule {
 	if d.Defer != nil {
 		r.Defer = *d.Defer
 	}
+	if cs := d.Concurrency; cs != nil { // leases in the store: a sync rule whose window is the lease TTL
+		r.Algorithm, r.Mode, r.Window, r.Unit = AlgConcurrency, ModeSync, cs.LeaseTTL, 0
+	}
 	if r.Throttle.Type == "" {
 		r.Throttle.Type = ThrottleHard
 	}

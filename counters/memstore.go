@@ -30,6 +30,7 @@ type MemStore struct {
 
 	down      atomic.Bool                   // SetUnavailable: every call fails
 	sync      memSync                       // mode: sync decisions, on the exact limiter
+	leases    memLeases                     // concurrency rules' leases (leases.go)
 	clock     atomic.Pointer[limiter.Clock] // the store's own clock (SetClock)
 	instances map[string]int64              // the registry: instance → expiry (under mu)
 	tickets   memTickets                    // deferred requests' states
@@ -453,6 +454,16 @@ func (s *MemStore) ChargeSync(_ context.Context, q *SyncRequest) (SyncResult, er
 	if err := s.check(); err != nil {
 		return SyncResult{}, err
 	}
+	if q.Algorithm == config.AlgConcurrency {
+		if err := checkLease(q); err != nil {
+			return SyncResult{}, err
+		}
+		now := q.Now
+		if now == 0 {
+			now = s.now()
+		}
+		return s.leases.acquire(q, now), nil
+	}
 	alg, err := syncAlgorithm(q)
 	if err != nil {
 		return SyncResult{}, err
@@ -477,9 +488,15 @@ func (s *MemStore) ChargeSync(_ context.Context, q *SyncRequest) (SyncResult, er
 }
 
 // RefundSync implements [SyncStore].
-func (s *MemStore) RefundSync(_ context.Context, q *SyncRequest, _ string) error {
+func (s *MemStore) RefundSync(_ context.Context, q *SyncRequest, token string) error {
 	if err := s.check(); err != nil {
 		return err
+	}
+	if q.Algorithm == config.AlgConcurrency {
+		if token != "" {
+			s.leases.release(q, token, s.now())
+		}
+		return nil
 	}
 	alg, err := syncAlgorithm(q)
 	if err != nil || s.sync.keyed == nil {
@@ -496,6 +513,10 @@ func (s *MemStore) RefundSync(_ context.Context, q *SyncRequest, _ string) error
 func (s *MemStore) ResetSync(_ context.Context, q *SyncRequest) error {
 	if err := s.check(); err != nil {
 		return err
+	}
+	if q.Algorithm == config.AlgConcurrency {
+		s.leases.reset(q)
+		return nil
 	}
 	alg, err := syncAlgorithm(q)
 	if err != nil || s.sync.keyed == nil {

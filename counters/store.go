@@ -202,6 +202,11 @@ type SyncRequest struct {
 	// the response): never refused, it may take the counter past its
 	// limit (limiter.Force), and is answered allowed with what remains.
 	Force bool
+	// Rule is the counter's rule id, and Lease the lease an acquire of a
+	// concurrency rule adds (config.AlgConcurrency; leases.go): Limit is
+	// then the leases in flight, Window their TTL, and the answer's Token
+	// the lease held.
+	Rule, Lease string
 }
 
 // IdempotencyKey is what a store remembers the answer under: the request
@@ -246,7 +251,7 @@ func syncAlgorithm(q *SyncRequest) (limiter.Algorithm, error) {
 
 // SyncRequestFor builds the sync request of rule r for cost.
 func SyncRequestFor(r *config.Rule, key string, cost int64) SyncRequest {
-	q := SyncRequest{Key: key, Algorithm: r.Algorithm, Limit: r.Capacity(), Window: int64(r.Window), Cost: cost}
+	q := SyncRequest{Key: key, Algorithm: r.Algorithm, Limit: r.Capacity(), Window: int64(r.Window), Cost: cost, Rule: r.ID}
 	if r.Algorithm.Bucket() {
 		q.Tokens = r.Limit
 	}

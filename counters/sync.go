@@ -15,6 +15,10 @@ import (
 // syncKeys are the keys of a `mode: sync` counter, in the counter's hash
 // tag (the layout: docs/design.md).
 func (r *Redis) syncKeys(q *SyncRequest) []string {
+	if q.Algorithm == config.AlgConcurrency {
+		counter, rule := r.leaseKeys(q)
+		return []string{counter, rule, counter[:len(counter)-len(":l")] + ":r:" + q.IdempotencyKey()}
+	}
 	stem := r.base(q.Key + "|" + string(q.Algorithm))
 	rid := stem + ":r:" + q.IdempotencyKey()
 	switch {
@@ -30,6 +34,10 @@ func (r *Redis) syncKeys(q *SyncRequest) []string {
 // windows a sliding window weighs, the TAT, the log); stored answers of
 // idempotent requests stay.
 func (r *Redis) ResetSync(ctx context.Context, q *SyncRequest) error {
+	if q.Algorithm == config.AlgConcurrency { // every lease of the counter goes
+		counter, rule := r.leaseKeys(q)
+		return unavailable("reset leases", resetLeases.Run(ctx, r.c, []string{counter, rule}).Err())
+	}
 	stem := r.base(q.Key + "|" + string(q.Algorithm))
 	us := int64(time.Microsecond)
 	now := q.Now
@@ -93,6 +101,11 @@ func (r *Redis) syncCall(q *SyncRequest) (*redis.Script, []string, []any, error)
 		return syncBucket, keys, []any{now / us, ttl, q.Limit, q.Tokens, q.Window / us, q.Cost, force}, nil
 	case config.AlgSlidingLog:
 		return syncLog, keys, []any{now / us, ttl, q.Limit, q.Window / us, q.Cost, force}, nil
+	case config.AlgConcurrency:
+		if err := checkLease(q); err != nil {
+			return nil, nil, nil, err
+		}
+		return syncLease, keys, []any{now / us, ttl, q.Limit, q.Window / us, q.Cost, q.Lease}, nil
 	}
 	return nil, nil, nil, fmt.Errorf("counters: sync: unknown algorithm %q", q.Algorithm)
 }
@@ -124,6 +137,13 @@ func parseSync(res any) (SyncResult, error) {
 
 // RefundSync implements SyncStore.
 func (r *Redis) RefundSync(ctx context.Context, q *SyncRequest, token string) error {
+	if q.Algorithm == config.AlgConcurrency { // the lease the refused request took
+		if token == "" {
+			return nil
+		}
+		_, err := r.ReleaseLease(ctx, q, token)
+		return err
+	}
 	keys := r.syncKeys(q)
 	kind, perToken := "w", 0.0
 	switch {
