@@ -87,6 +87,7 @@ func (c *Config) defaults() error {
 type Stats struct {
 	SyncCharges, Refunds     atomic.Uint64
 	Late, LateFailed         atomic.Uint64 // charges after the response counted; refused by a failing store
+	LeasesReleased           atomic.Uint64 // concurrency leases released (by id, or a counter's oldest)
 	Degraded                 atomic.Uint64
 	Refreshes, RefreshErrors atomic.Uint64
 	Flushes                  atomic.Uint64

@@ -215,6 +215,9 @@ func (c *Checker) answerExact(s *slot) {
 		if !s.allowed && !s.never {
 			s.retryAfter = res.RetryAfter
 		}
+		if s.allowed {
+			s.lease = res.Token // a concurrency rule's; copied: the work goes back to its pool
+		}
 	}
 	s.shadowed = !s.allowed && s.rule.Shadow
 	s.later = laterAnalytics
@@ -302,6 +305,15 @@ func (c *Checker) prepareExact(s *slot, req *ratelimit.Request, cost, now int64)
 	s.w.Charge.ChargeDenied = s.rule.Algorithm == config.AlgEnvoy // Envoy semantics: every call counts
 	if req.RequestID != "" {
 		s.w.SyncReq.RequestID, s.w.SyncReq.IdempotencyTTL = req.RequestID, c.cfg.IdempotencyTTL
+	}
+	if s.rule.Algorithm == config.AlgConcurrency && cost > 0 {
+		if c.rules.Load().IsStaged(req.Domain) {
+			// a staged rule's answer is thrown away: nobody would release
+			// its lease, so it only asks
+			s.w.SyncReq.Cost = 0
+		} else {
+			s.w.SyncReq.Lease = newLease(s.e.key)
+		}
 	}
 }
 

@@ -122,8 +122,13 @@ func (c *Checker) check(ctx context.Context, req *ratelimit.Request, d *ratelimi
 		return p.done && err == nil, err
 	}
 	p.slots, p.locks = slots, locks
-	if req.Charge {
-		if err := c.late(ctx, &p, req); err != nil {
+	if req.Charge || req.ReleaseLeases {
+		if req.Charge {
+			err = c.late(ctx, &p, req)
+		} else {
+			err = c.releaseLeases(ctx, &p, req)
+		}
+		if err != nil {
 			return false, err
 		}
 		c.report(&p, orig, req, d)
@@ -304,6 +309,9 @@ func (c *Checker) unlock(idx []int) {
 // decide makes one descriptor's decision from memory, or readies its
 // store call (requires its lock): the key's view is placed in a band.
 func (c *Checker) decide(s *slot, req *ratelimit.Request, now int64) {
+	if s.rule != nil && s.rule.Algorithm == config.AlgConcurrency && s.cost > 1 {
+		s.cost = 1 // a request holds one lease whatever its hits
+	}
 	r, cost := s.rule, s.cost
 	switch {
 	case r == nil || r.Unlimited:
@@ -551,6 +559,9 @@ func (c *Checker) status(st *ratelimit.Status, s *slot, denied bool, now int64) 
 	default:
 		st.OverSoft = overSoft(r, rem)
 	}
+	if !denied {
+		st.Lease = s.lease // a refused request's lease went back with the refund
+	}
 }
 
 // scratch is a large Check's working memory, pooled.
@@ -619,8 +630,9 @@ type slot struct {
 	poolSlot int
 	entries  []config.Entry
 
-	w    *syncWork     // the store call, when one is made
-	post limiter.State // a bucket's state after the cost (look), stored by commit
+	w     *syncWork     // the store call, when one is made
+	lease string        // the lease a concurrency rule's admission holds
+	post  limiter.State // a bucket's state after the cost (look), stored by commit
 }
 
 // stored says the slot is decided by a store call.

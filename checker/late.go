@@ -22,11 +22,12 @@ import (
 // limit is its own counter's debt.
 
 // lateCounted says s takes a late charge: a limited counter of its own
-// (an unlimited or blocking rule, a repeated descriptor and a pool take
-// none). A charge of nothing counts nothing and reports the counter.
+// (an unlimited or blocking rule, a repeated descriptor, a pool and a
+// concurrency rule, whose leases are requests in flight, take none). A
+// charge of nothing counts nothing and reports the counter.
 func lateCounted(s *slot) bool {
 	r := s.rule
-	return s.dupOf < 0 && s.role != rolePool && r != nil && !r.Unlimited && r.Limit > 0
+	return s.dupOf < 0 && s.role != rolePool && r != nil && !r.Unlimited && r.Limit > 0 && r.Algorithm != config.AlgConcurrency
 }
 
 // late counts a charge after the response (Check's for Request.Charge).

@@ -225,3 +225,18 @@ func ParseDescriptorText(s string) ([]Entry, error) {
 	}
 	return es, nil
 }
+
+// RuleOfCounterKey returns the rule id a counter key begins with: the
+// key up to its first unescaped '|' (the whole key when it has none: a
+// rule without entries of its own).
+func RuleOfCounterKey(key string) string {
+	for i := 0; i < len(key); i++ {
+		switch key[i] {
+		case '\\':
+			i++
+		case '|':
+			return key[:i]
+		}
+	}
+	return key
+}

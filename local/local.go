@@ -102,7 +102,7 @@ func (l *Engine) Check(_ context.Context, req *ratelimit.Request, d *ratelimit.D
 		for i := range n {
 			st := &d.Statuses[i]
 			*st = ratelimit.Status{Code: ratelimit.OK, Rule: matched[i]}
-			if r := matched[i]; r != nil && !r.Unlimited && r.Limit > 0 && dupOf[i] < 0 {
+			if r := matched[i]; r != nil && !r.Unlimited && r.Limit > 0 && dupOf[i] < 0 && r.Algorithm != config.AlgConcurrency {
 				ld, err := l.keyed.ForceAt(l.key(bufp, r, req, i), r.Limiter, now, cost[i], "")
 				if err != nil {
 					return fmt.Errorf("local: rule %s: %w", r.ID, err)
@@ -134,6 +134,8 @@ func (l *Engine) Check(_ context.Context, req *ratelimit.Request, d *ratelimit.D
 		var ld limiter.Decision
 		var err error
 		switch {
+		case r.Algorithm == config.AlgConcurrency:
+			return fmt.Errorf("local: rule %s: concurrency rules need the checker (their leases live in the counter store)", r.ID)
 		case r.Limit == 0: // Envoy's block: everything is over
 			ld = limiter.Decision{RetryAfter: limiter.Never,
 				ResetAfter: time.Duration(r.Window.Nanoseconds() - now%r.Window.Nanoseconds())}

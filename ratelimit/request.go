@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -80,6 +81,19 @@ type Request struct {
 	// charge with a RequestID and no descriptors charges the descriptors
 	// of the check this engine decided under that id within its TTL.
 	Charge bool
+	// ReleaseLeases makes the request give back one lease of each of its
+	// concurrency descriptors (Envoy's is_negative_hits, which names no
+	// lease): the counter's oldest. Other rules take nothing; nothing is
+	// refused. A lease's own id releases exactly it (LeaseReleaser).
+	ReleaseLeases bool
+}
+
+// LeaseReleaser releases the lease a concurrency rule's status gave
+// (Status.Lease), whichever checker decided it. released is false when it
+// was not held any more (released already, or expired); a lease id no
+// checker issues is a *FieldError naming lease.
+type LeaseReleaser interface {
+	ReleaseLease(ctx context.Context, lease string) (released bool, err error)
 }
 
 // Code is the outcome of one descriptor or a whole request.
@@ -139,6 +153,11 @@ type Status struct {
 	// Degraded is set when the decision needed the counter store, the store
 	// did not answer, and the rule's failure policy decided instead.
 	Degraded bool
+	// Lease is the lease an admitted request holds under a concurrency
+	// rule, to release when it is done (LeaseReleaser); it expires with
+	// the rule's lease_ttl otherwise. Empty for every other rule, and
+	// when the request was refused.
+	Lease string
 }
 
 // Decision is the outcome of a request: OverLimit if any status is,

@@ -1,0 +1,120 @@
+package checker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/counters"
+	"github.com/velvetrope/velvetrope/ratelimit"
+)
+
+// Concurrency rules (config.AlgConcurrency) are sync rules whose counter
+// is a set of leases in the store (counters.Leases): an admitted request
+// holds one until it is released or its TTL ends. A lease id names its
+// counter key and 128 random bits: any checker can release it, and no
+// one can release a lease whose id they were not given.
+
+// newLease is a fresh lease id of counter key.
+func newLease(key string) string {
+	var r [16]byte
+	_, _ = rand.Read(r[:]) // never fails (crypto/rand)
+	enc := base64.RawURLEncoding
+	b := make([]byte, 0, enc.EncodedLen(len(key))+1+enc.EncodedLen(len(r)))
+	b = enc.AppendEncode(b, []byte(key))
+	b = append(b, '.')
+	return string(enc.AppendEncode(b, r[:]))
+}
+
+// ErrBadLease is a lease id no checker could have issued.
+var ErrBadLease = errors.New("not a lease id")
+
+// leaseRequest is the store request that releases lease.
+func leaseRequest(lease string) (*counters.SyncRequest, error) {
+	k, r, ok := strings.Cut(lease, ".")
+	key, err := base64.RawURLEncoding.DecodeString(k)
+	if !ok || err != nil || len(key) == 0 || base64.RawURLEncoding.DecodedLen(len(r)) != 16 {
+		return nil, ErrBadLease
+	}
+	if _, err := base64.RawURLEncoding.DecodeString(r); err != nil {
+		return nil, ErrBadLease
+	}
+	ks := string(key)
+	return &counters.SyncRequest{Key: ks, Rule: config.RuleOfCounterKey(ks), Algorithm: config.AlgConcurrency}, nil
+}
+
+// ReleaseLease releases a concurrency lease a decision gave (its
+// status's Lease), on whatever checker decided it: released is false
+// when it was not held any more (released already, or expired). A lease
+// id no checker issues is a *ratelimit.FieldError naming lease.
+func (c *Checker) ReleaseLease(ctx context.Context, lease string) (released bool, err error) {
+	q, err := leaseRequest(lease)
+	if err != nil {
+		return false, &ratelimit.FieldError{Field: "lease", Err: fmt.Errorf("%w: %w", ratelimit.ErrBadRequest, err)}
+	}
+	ls, ok := c.store.(counters.Leases)
+	if !ok {
+		return false, errors.New("checker: the counter store keeps no leases")
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	defer cancel()
+	released, err = ls.ReleaseLease(ctx, q, lease)
+	if err == nil {
+		c.Stats.LeasesReleased.Add(1)
+	}
+	return released, err
+}
+
+// releaseLeases releases one lease of each concurrency descriptor of req
+// (Request.ReleaseLeases: Envoy's is_negative_hits, which names no
+// lease): the counter's oldest. Other rules take nothing.
+func (c *Checker) releaseLeases(ctx context.Context, p *pass, req *ratelimit.Request) error {
+	ls, ok := c.store.(counters.Leases)
+	if !ok {
+		return errors.New("checker: the counter store keeps no leases")
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	defer cancel()
+	for i := range p.slots {
+		s := &p.slots[i]
+		s.allowed, s.need = true, needNone
+		if s.dupOf >= 0 || s.rule == nil || s.rule.Algorithm != config.AlgConcurrency {
+			continue
+		}
+		key := string(config.AppendCounterKey(nil, s.rule, s.entriesOf(req)))
+		q := &counters.SyncRequest{Key: key, Rule: s.rule.ID, Algorithm: config.AlgConcurrency}
+		for range max(s.cost, 1) { // a repeated descriptor releases one lease per repetition
+			if _, err := ls.ReleaseLease(ctx, q, ""); err != nil {
+				return fmt.Errorf("checker: release of rule %s: %w", s.rule.ID, err)
+			}
+			c.Stats.LeasesReleased.Add(1)
+		}
+	}
+	p.code = ratelimit.OK
+	return nil
+}
+
+// InFlight is the leases held in the whole fleet per concurrency rule of
+// the live rules (the counter store's count).
+func (c *Checker) InFlight(ctx context.Context) (map[string]int64, error) {
+	var ids []string
+	for _, r := range c.rules.Load().Rules() {
+		if r.Algorithm == config.AlgConcurrency {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return map[string]int64{}, nil
+	}
+	ls, ok := c.store.(counters.Leases)
+	if !ok {
+		return nil, errors.New("checker: the counter store keeps no leases")
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
+	defer cancel()
+	return ls.InFlight(ctx, ids)
+}
