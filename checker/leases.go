@@ -82,17 +82,17 @@ func (c *Checker) releaseLeases(ctx context.Context, p *pass, req *ratelimit.Req
 	for i := range p.slots {
 		s := &p.slots[i]
 		s.allowed, s.need = true, needNone
-		if s.dupOf >= 0 || s.rule == nil || s.rule.Algorithm != config.AlgConcurrency {
+		// one lease per descriptor, whatever its hits (an acquire takes one);
+		// a repeated descriptor's slot releases one more
+		if s.rule == nil || s.rule.Algorithm != config.AlgConcurrency || s.role != roleRule && s.role != roleDefer {
 			continue
 		}
 		key := string(config.AppendCounterKey(nil, s.rule, s.entriesOf(req)))
 		q := &counters.SyncRequest{Key: key, Rule: s.rule.ID, Algorithm: config.AlgConcurrency}
-		for range max(s.cost, 1) { // a repeated descriptor releases one lease per repetition
-			if _, err := ls.ReleaseLease(ctx, q, ""); err != nil {
-				return fmt.Errorf("checker: release of rule %s: %w", s.rule.ID, err)
-			}
-			c.Stats.LeasesReleased.Add(1)
+		if _, err := ls.ReleaseLease(ctx, q, ""); err != nil {
+			return fmt.Errorf("checker: release of rule %s: %w", s.rule.ID, err)
 		}
+		c.Stats.LeasesReleased.Add(1)
 	}
 	p.code = ratelimit.OK
 	return nil

@@ -1,6 +1,10 @@
 package checker
 
-import "github.com/velvetrope/velvetrope/internal/hist"
+import (
+	"context"
+
+	"github.com/velvetrope/velvetrope/internal/hist"
+)
 
 // MetricsRegistry is where [Checker.RegisterMetrics] puts the checker's
 // metrics (the binary's Prometheus registry); each is read when scraped,
@@ -33,6 +37,19 @@ func (c *Checker) RegisterMetrics(reg MetricsRegistry) {
 		func() float64 { return float64(c.Stats.Late.Load()) })
 	reg.Counter("velvetrope_checker_late_charge_failures_total", "Late charges a `mode: sync` rule's store could not take: nothing counted, the caller told to retry.",
 		func() float64 { return float64(c.Stats.LateFailed.Load()) })
+	reg.Labeled("velvetrope_leases_in_flight", "Concurrency leases held in the whole fleet, per rule (read from the counter store at each scrape: every checker reports the same).",
+		"gauge", "rule", func() map[string]float64 {
+			n, err := c.InFlight(context.Background())
+			out := make(map[string]float64, len(n))
+			if err == nil {
+				for id, v := range n {
+					out[id] = float64(v) // rule file ids: bounded by the rule set
+				}
+			}
+			return out
+		})
+	reg.Counter("velvetrope_checker_leases_released_total", "Concurrency leases this checker released (POST /v1/release, the middleware, Envoy's is_negative_hits).",
+		func() float64 { return float64(c.Stats.LeasesReleased.Load()) })
 	reg.Counter("velvetrope_checker_degraded_total", "Decisions made by a failure policy.", snap(func(s Snapshot) uint64 { return s.Degraded }))
 	reg.Counter("velvetrope_checker_deltas_emitted_total", "Consumption deltas handed to the producer.", snap(func(s Snapshot) uint64 { return s.DeltasEmitted }))
 	reg.Counter("velvetrope_checker_emit_errors_total", "Flushes the producer refused.", snap(func(s Snapshot) uint64 { return s.EmitErrors }))

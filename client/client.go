@@ -22,6 +22,10 @@ type Entry struct {
 type Descriptor struct {
 	Entries []Entry
 	Hits    *uint64
+	// Release gives back a lease of this descriptor's concurrency rule
+	// instead of asking for a decision (Envoy's is_negative_hits, gRPC
+	// only): every descriptor of the request must have it.
+	Release bool
 }
 
 // Request asks for a decision. Hits 0 means one hit over gRPC (Envoy's

@@ -115,6 +115,7 @@ func toProto(req Request) *rlsv3.RateLimitRequest {
 		if d.Hits != nil {
 			pd.HitsAddend = wrapperspb.UInt64(*d.Hits)
 		}
+		pd.IsNegativeHits = d.Release
 		in.Descriptors[i] = pd
 	}
 	return in

@@ -75,6 +75,10 @@ type Status struct {
 	// Degraded: the counter store was needed and did not answer; the
 	// rule's failure policy decided.
 	Degraded bool `json:"degraded,omitempty"`
+	// Lease is the lease a concurrency rule's admission holds: release it
+	// when the request is done (POST /v1/release), or it expires with
+	// the rule's lease_ttl.
+	Lease string `json:"lease,omitempty"`
 }
 
 // ErrorResponse is the body of a 4xx or 5xx answer of these endpoints
@@ -85,6 +89,32 @@ type Status struct {
 type ErrorResponse struct {
 	Error string `json:"error"`
 	Field string `json:"field,omitempty"`
+}
+
+// ReleaseRequest is the body of POST /v1/release: the leases concurrency
+// rules gave (a status's lease, the RateLimit-Lease header), at most 100.
+type ReleaseRequest struct {
+	Leases []string `json:"leases"`
+}
+
+// ReleaseResponse answers a ReleaseRequest: for each lease, in order,
+// whether it was held (false: released already, or expired).
+type ReleaseResponse struct {
+	Released []bool `json:"released"`
+}
+
+// Leases is the answer of GET /v1/leases: the leases in flight in the
+// whole fleet per concurrency rule of the live rules.
+type Leases struct {
+	Rules []RuleLeases `json:"rules"`
+}
+
+// RuleLeases is one concurrency rule's leases in flight (all its keys')
+// and its max_in_flight (per key).
+type RuleLeases struct {
+	Rule        string `json:"rule"`
+	InFlight    int64  `json:"in_flight"`
+	MaxInFlight int64  `json:"max_in_flight"`
 }
 
 // ChargeRequest is the body of POST /v1/charge: a cost known after the

@@ -101,12 +101,21 @@ type Limiter struct {
 	// refused for attributes beyond the bounds; ChargeFailures the costs
 	// after the response (Options.ChargeAfter) that could not be counted.
 	Failures, EmergencyDenied, BadRequests, ChargeFailures atomic.Int64
+	// ReleaseFailures counts concurrency leases the Limiter could not give
+	// back when the handler returned (they expire with their TTL).
+	ReleaseFailures atomic.Int64
 }
 
 type call struct {
 	req     ratelimit.Request
 	d       ratelimit.Decision
 	entries []config.Entry
+	// leases are the concurrency leases the admission holds, released
+	// when the handler returns; byDescriptors: a concurrency rule admitted
+	// it without telling a lease (a Remote), so its descriptors release
+	leases        [config.MaxDescriptors]string
+	nLeases       int
+	byDescriptors bool
 }
 
 // New returns a Limiter deciding with c.
@@ -199,6 +208,9 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			_, _ = w.Write([]byte("too many requests\n"))
 			return
 		}
+		if l.holdsLeases(cl) {
+			defer l.release(ctx, cl) // also when the handler panics
+		}
 		if l.opts.ChargeAfter == nil {
 			next.ServeHTTP(w, r)
 			return
@@ -207,6 +219,57 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		next.ServeHTTP(rec, r)
 		l.chargeAfter(ctx, cl, rec.status, w.Header())
 	})
+}
+
+// holdsLeases notes the concurrency leases an admitted request holds.
+func (l *Limiter) holdsLeases(cl *call) bool {
+	cl.nLeases, cl.byDescriptors = 0, false
+	for i := range cl.d.Statuses {
+		st := &cl.d.Statuses[i]
+		switch {
+		case st.Lease != "":
+			cl.leases[cl.nLeases] = st.Lease
+			cl.nLeases++
+		case st.Rule != nil && st.Rule.Algorithm == config.AlgConcurrency && st.Code == ratelimit.OK && !st.Degraded && !st.Shadowed:
+			cl.byDescriptors = true
+		}
+	}
+	return cl.nLeases > 0 || cl.byDescriptors
+}
+
+// release gives back the leases the request held, once its handler
+// returned: by id where the checker told them, else by its descriptors.
+// A failure is counted and logged; the lease then expires with its TTL.
+func (l *Limiter) release(ctx context.Context, cl *call) {
+	ctx = context.WithoutCancel(ctx) // the client may have gone: the request is done all the same
+	if l.opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.opts.Timeout)
+		defer cancel()
+	}
+	var err error
+	if rel, ok := l.c.(ratelimit.LeaseReleaser); ok && cl.nLeases > 0 {
+		for _, lease := range cl.leases[:cl.nLeases] {
+			if _, e := rel.ReleaseLease(ctx, lease); e != nil {
+				err = e
+			}
+		}
+	}
+	if cl.byDescriptors || cl.nLeases > 0 && !isReleaser(l.c) {
+		cl.req.ReleaseLeases, cl.req.Charge, cl.req.RequestID, cl.req.Hits = true, false, "", 1
+		err = errors.Join(err, l.c.Check(ctx, &cl.req, &cl.d))
+		cl.req.ReleaseLeases = false
+	}
+	if err != nil {
+		l.ReleaseFailures.Add(1)
+		l.log.Warn("releasing a concurrency lease failed: it expires with its TTL", "domain", l.opts.Domain, "error", err,
+			"release_failures_total", l.ReleaseFailures.Load())
+	}
+}
+
+func isReleaser(c ratelimit.Checker) bool {
+	_, ok := c.(ratelimit.LeaseReleaser)
+	return ok
 }
 
 // chargeAfter counts the response's cost (Options.ChargeAfter) against

@@ -25,7 +25,10 @@ var units = map[string]config.Unit{"second": config.Second, "minute": config.Min
 // Check implements Checker. The Envoy API names no rule ids: a status's
 // rule is described by the rule's name, else the descriptor's keys, which
 // is what the RateLimit headers show. A refused status may retry when its
-// window resets, the only time the Envoy API reports.
+// window resets, the only time the Envoy API reports. Nor does it carry
+// leases: a concurrency rule's status (its unit UNKNOWN) has none, and a
+// request with ReleaseLeases gives one back by its descriptors
+// (is_negative_hits); a charge goes to velvetrope.v1.Charges.
 func (rm *Remote) Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
 	in := client.Request{Domain: req.Domain, Descriptors: make([]client.Descriptor, len(req.Descriptors))}
 	// Hits travel per descriptor: the Envoy API reads a request-level 0 as
@@ -36,7 +39,7 @@ func (rm *Remote) Check(ctx context.Context, req *ratelimit.Request, d *ratelimi
 		if desc.HasHits {
 			hits[i] = uint64(max(desc.Hits, 0))
 		}
-		cd := client.Descriptor{Entries: make([]client.Entry, len(desc.Entries)), Hits: &hits[i]}
+		cd := client.Descriptor{Entries: make([]client.Entry, len(desc.Entries)), Hits: &hits[i], Release: req.ReleaseLeases}
 		for j, e := range desc.Entries {
 			cd.Entries[j] = client.Entry{Key: e.Key, Value: e.Value}
 		}
@@ -74,6 +77,9 @@ func (rm *Remote) Check(ctx context.Context, req *ratelimit.Request, d *ratelimi
 			}
 			u := units[s.Unit]
 			st.Rule = &config.Rule{ID: id, Domain: req.Domain, Limit: int64(s.Limit), Unit: u, Window: u.Duration()}
+			if s.Unit == "unknown" { // Envoy's API has no unit for requests in flight: a concurrency rule's
+				st.Rule.Algorithm = config.AlgConcurrency
+			}
 		}
 		d.Statuses = append(d.Statuses, st)
 	}

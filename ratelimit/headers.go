@@ -15,9 +15,10 @@ import (
 // Retry-After (whole seconds, rounded up) when the request is refused and
 // waiting can help; RateLimit-Over-Soft and RateLimit-Elastic (the rule
 // ids) when a soft throttle admitted it over the base limit or an elastic
-// rule borrowed from its pool for it.
+// rule borrowed from its pool for it; RateLimit-Lease (the lease ids,
+// as structured-field strings) when concurrency rules admitted it.
 func SetHeaders(h http.Header, d *Decision) {
-	var policies, soft, elastic []string
+	var policies, soft, elastic, leases []string
 	var tight *Status
 	for i := range d.Statuses {
 		st := &d.Statuses[i]
@@ -29,6 +30,9 @@ func SetHeaders(h http.Header, d *Decision) {
 		}
 		if st.Elastic {
 			elastic = append(elastic, sfString(st.Rule.ID))
+		}
+		if st.Lease != "" {
+			leases = append(leases, sfString(st.Lease))
 		}
 		policies = append(policies, fmt.Sprintf("%s;q=%d;w=%d", sfString(st.Rule.ID), st.Limit, int64(st.Rule.Window/time.Second)))
 		switch {
@@ -52,6 +56,9 @@ func SetHeaders(h http.Header, d *Decision) {
 	}
 	if len(elastic) > 0 {
 		h.Set("RateLimit-Elastic", strings.Join(elastic, ", "))
+	}
+	if len(leases) > 0 {
+		h.Set("RateLimit-Lease", strings.Join(leases, ", "))
 	}
 	if d.Code != OK {
 		if wait, never := d.RetryAfter(); !never {

@@ -170,3 +170,34 @@ func TestStreamDoneChargeMarker(t *testing.T) {
 		})
 	}
 }
+
+// TestEnvoyConcurrencyRelease: over Envoy's API a concurrency rule holds
+// a request in flight until a stream-done call with is_negative_hits on
+// the same descriptors gives its lease back.
+func TestEnvoyConcurrencyRelease(t *testing.T) {
+	const src = "domain: llm\ndescriptors:\n  - key: tenant\n    concurrency: {max_in_flight: 1, lease_ttl: 30s}\n"
+	clk := testrules.NewClock()
+	client := dial(t, New(engines[1].make(t, testrules.Store(t, src), clk), Options{}))
+	ask := func(negative bool) rlsv3.RateLimitResponse_Code {
+		d := desc("tenant", "acme")
+		d.IsNegativeHits = negative
+		resp, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "llm",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.OverallCode
+	}
+	steps := []struct {
+		negative bool
+		want     rlsv3.RateLimitResponse_Code
+	}{
+		{false, rlsv3.RateLimitResponse_OK}, {false, rlsv3.RateLimitResponse_OVER_LIMIT},
+		{true, rlsv3.RateLimitResponse_OK}, {false, rlsv3.RateLimitResponse_OK}, {false, rlsv3.RateLimitResponse_OVER_LIMIT},
+	}
+	for i, s := range steps {
+		if got := ask(s.negative); got != s.want {
+			t.Fatalf("step %d (is_negative_hits %v): %v, want %v", i, s.negative, got, s.want)
+		}
+	}
+}

@@ -197,7 +197,7 @@ func (s *Server) decide(ctx context.Context, w *work, rs *config.RuleSet) (known
 	// an engine that defers whatever the request says is refused here:
 	// nothing queues it, so no metric may count it deferred
 	w.d.Refuse()
-	if s.opts.Decisions != nil && !w.req.Charge { // a charge is no decision
+	if s.opts.Decisions != nil && !w.req.Charge && !w.req.ReleaseLeases { // a charge or a release is no decision
 		s.opts.Decisions.Observe(&w.d)
 	}
 	if w.d.Code != ratelimit.OK {
@@ -311,8 +311,13 @@ func (w *work) add(i int, es []config.Entry, lim *ratelimitv3.RateLimitDescripto
 		return fieldf(index("descriptors", i, "entries"), "must not be empty")
 	case len(es) > b.MaxEntries:
 		return errTooManyEntries(i, b)
-	case negative:
-		return fieldf(index("descriptors", i, "is_negative_hits"), "refunds through the Envoy API are not supported")
+	case i == 0:
+		w.req.ReleaseLeases = negative // is_negative_hits: give back a concurrency lease
+	case negative != w.req.ReleaseLeases:
+		return fieldf(index("descriptors", i, "is_negative_hits"), "set on some descriptors only: a release of leases and a decision are separate calls")
+	}
+	if negative && w.req.Charge {
+		return fieldf(index("descriptors", i, "is_negative_hits"), "a release of leases is no charge (%s)", ChargeMarker)
 	}
 	for j := range es {
 		if es[j].Key == "" {

@@ -67,8 +67,8 @@ func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
 		{"empty key", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("", "a")}}, "descriptors[0].entries[0].key"},
 		{"huge descriptor hits", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{
 			{Entries: desc("foo", "a").Entries, HitsAddend: wrapperspb.UInt64(1 << 40)}}}, "descriptors[0].hits_addend"},
-		{"negative hits", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{
-			{Entries: desc("foo", "a").Entries, HitsAddend: wrapperspb.UInt64(1), IsNegativeHits: true}}}, "descriptors[0].is_negative_hits"},
+		{"negative hits on some descriptors only", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			desc("foo", "a"), {Entries: desc("foo", "b").Entries, HitsAddend: wrapperspb.UInt64(1), IsNegativeHits: true}}}, "descriptors[1].is_negative_hits"},
 		{"override without a unit", &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{
 			{Entries: desc("foo", "a").Entries, Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3}}}},
 			"descriptors[0].limit.unit"},

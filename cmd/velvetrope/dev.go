@@ -357,6 +357,8 @@ func newCheckerHTTP(in checkerHTTPIn, an *analytics.Handler, topic events.Publis
 	mux.Handle("/v1/check", httpapi.CheckHandler(c, app.HTTP.MaxBodyBytes, logx.New(in.Logger, 10*time.Second), in.Decisions, httpapi.WithQueue(q),
 		httpapi.WithBounds(app.Limits)))
 	mux.Handle("/v1/charge", httpapi.ChargeHandler(c, app.HTTP.MaxBodyBytes, logx.New(in.Logger, 10*time.Second), httpapi.WithBounds(app.Limits)))
+	mux.Handle("/v1/release", httpapi.ReleaseHandler(c, app.HTTP.MaxBodyBytes, logx.New(in.Logger, 10*time.Second)))
+	mux.Handle("GET /v1/leases", httpapi.LeasesHandler(c))
 	mux.Handle("GET /v1/deferred/{ticket}", httpapi.TicketHandler(tickets))
 	mux.Handle("/json", rls.JSONHandler(in.RLS, app.HTTP.MaxBodyBytes))
 	adm := admin.New(in.Rules, app.Rules, app.Admin.Token, app.HTTP.MaxBodyBytes, in.Logger).WithTokens(app.Admin.Tokens).WithKeys(operate.New(c, in.Store))

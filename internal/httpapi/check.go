@@ -180,11 +180,14 @@ func toResponse(d *ratelimit.Decision) httpjson.CheckResponse {
 	for i, st := range d.Statuses {
 		js := httpjson.Status{Decision: st.Code.String(), Remaining: st.Remaining, ResetAfterMS: ceilMS(st.ResetAfter),
 			RetryAfterMS: ceilMS(st.RetryAfter), RetryNever: st.RetryNever, Shadowed: st.Shadowed, OverSoft: st.OverSoft,
-			Elastic: st.Elastic, Degraded: st.Degraded}
+			Elastic: st.Elastic, Degraded: st.Degraded, Lease: st.Lease}
 		if r := st.Rule; r != nil {
 			js.Rule, js.Unlimited = r.ID, r.Unlimited
 			if !r.Unlimited {
 				js.Limit, js.Unit = r.Limit, r.Unit.String()
+			}
+			if r.Algorithm == config.AlgConcurrency {
+				js.Unit = UnitInFlight
 			}
 		}
 		out.Statuses[i] = js
