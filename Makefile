@@ -29,7 +29,7 @@ test: compose-check
 # Envoy's /json, the gRPC wire parser, the strict JSON scanner under the first two, a deferred request's path (checked
 # on /v1/check and in the middleware) and the client address headers the middleware reads. The other targets
 # (docs/testing.md) run their seeds in every go test and are fuzzed by hand.
-FUZZ_TARGETS := ./internal/httpapi:FuzzCheckHandler ./internal/httpapi:FuzzChargeHandler ./rls:FuzzJSONHandler ./rls:FuzzWireParse ./internal/strictjson:FuzzDecode \
+FUZZ_TARGETS := ./internal/httpapi:FuzzCheckHandler ./internal/httpapi:FuzzChargeHandler ./ratelimit:FuzzParseLease ./rls:FuzzJSONHandler ./rls:FuzzWireParse ./internal/strictjson:FuzzDecode \
 	./deferred:FuzzCheckPath ./middleware:FuzzClientIP ./events:FuzzDecodeRecord
 FUZZTIME ?= 10s
 

@@ -312,7 +312,7 @@ func (c *Checker) prepareExact(s *slot, req *ratelimit.Request, cost, now int64)
 			// its lease, so it only asks
 			s.w.SyncReq.Cost = 0
 		} else {
-			s.w.SyncReq.Lease = newLease(s.e.key)
+			s.w.SyncReq.Lease = ratelimit.NewLease(s.e.key)
 		}
 	}
 }

@@ -2,11 +2,8 @@ package checker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
@@ -15,36 +12,15 @@ import (
 
 // Concurrency rules (config.AlgConcurrency) are sync rules whose counter
 // is a set of leases in the store (counters.Leases): an admitted request
-// holds one until it is released or its TTL ends. A lease id names its
-// counter key and 128 random bits: any checker can release it, and no
-// one can release a lease whose id they were not given.
-
-// newLease is a fresh lease id of counter key.
-func newLease(key string) string {
-	var r [16]byte
-	_, _ = rand.Read(r[:]) // never fails (crypto/rand)
-	enc := base64.RawURLEncoding
-	b := make([]byte, 0, enc.EncodedLen(len(key))+1+enc.EncodedLen(len(r)))
-	b = enc.AppendEncode(b, []byte(key))
-	b = append(b, '.')
-	return string(enc.AppendEncode(b, r[:]))
-}
-
-// ErrBadLease is a lease id no checker could have issued.
-var ErrBadLease = errors.New("not a lease id")
+// holds one (ratelimit.NewLease) until it is released or its TTL ends.
 
 // leaseRequest is the store request that releases lease.
 func leaseRequest(lease string) (*counters.SyncRequest, error) {
-	k, r, ok := strings.Cut(lease, ".")
-	key, err := base64.RawURLEncoding.DecodeString(k)
-	if !ok || err != nil || len(key) == 0 || base64.RawURLEncoding.DecodedLen(len(r)) != 16 {
-		return nil, ErrBadLease
+	key, err := ratelimit.ParseLease(lease)
+	if err != nil {
+		return nil, err
 	}
-	if _, err := base64.RawURLEncoding.DecodeString(r); err != nil {
-		return nil, ErrBadLease
-	}
-	ks := string(key)
-	return &counters.SyncRequest{Key: ks, Rule: config.RuleOfCounterKey(ks), Algorithm: config.AlgConcurrency}, nil
+	return &counters.SyncRequest{Key: key, Rule: config.RuleOfCounterKey(key), Algorithm: config.AlgConcurrency}, nil
 }
 
 // ReleaseLease releases a concurrency lease a decision gave (its

@@ -47,6 +47,13 @@ func ReleaseHandler(r ratelimit.LeaseReleaser, maxBody int64, log *logx.Limited)
 			writeError(w, http.StatusBadRequest, "leases", "leases: want 1 to 100 lease ids")
 			return
 		}
+		for i, l := range in.Leases { // every id first: a bad one releases nothing
+			if _, err := ratelimit.ParseLease(l); err != nil {
+				field := fmt.Sprintf("leases[%d]", i)
+				writeError(w, http.StatusBadRequest, field, field+": "+err.Error())
+				return
+			}
+		}
 		out := httpjson.ReleaseResponse{Released: make([]bool, len(in.Leases))}
 		for i, l := range in.Leases {
 			ok, err := r.ReleaseLease(req.Context(), l)
