@@ -22,7 +22,7 @@ func countRows() []Row {
 	pool := config.InternalRuleID(dom, "#pool", "p:1")
 	return []Row{
 		{Minute: m0, Domain: "api", Rule: "api:user", Descriptor: "user=a", Instance: "c/1", Stream: 1, Version: 1,
-			Allowed: 5, Denied: 7, Deferred: 2, AllowedCost: 5, DeniedCost: 7},
+			Allowed: 5, Denied: 7, Deferred: 2, AllowedCost: 5, DeniedCost: 7, Late: 2, LateCost: 30},
 		{Minute: m1, Domain: "api", Rule: "api:user", Descriptor: "user=a", Instance: "c/1", Stream: 1, Version: 2,
 			Allowed: 1, Denied: 3, AllowedCost: 1, DeniedCost: 3},
 		{Minute: m1, Domain: "api", Rule: "api:user", Descriptor: "user=a", Instance: "c/2", Stream: 9, Version: 3,
@@ -41,7 +41,7 @@ func countRows() []Row {
 }
 
 // TestEveryCountInEveryQuery (issue 20): each count a row holds —
-// allowed, denied, deferred, shadow-denied, over-soft, elastic — comes
+// allowed, denied, deferred, shadow-denied, over-soft, elastic, late — comes
 // back apart from every query of both stores, and pools' rows only from
 // Pools: never as a key of top-denied or usage, a rule, or requests of
 // the timeline (a borrowing request counts under its rule already; the
@@ -68,7 +68,7 @@ func checkCountQueries(t *testing.T, s Analytics, since time.Time, dom string) {
 		t.Fatal(err)
 	}
 	wantTop := []KeyUsage{
-		{Domain: "api", Rule: "api:user", Descriptor: "user=a", Allowed: 8, Denied: 11, Deferred: 2},
+		{Domain: "api", Rule: "api:user", Descriptor: "user=a", Allowed: 8, Denied: 11, Deferred: 2, Late: 2},
 		{Domain: dom, Rule: dom + ":team", Descriptor: "team=x", Allowed: 8, Denied: 4, Elastic: 3},
 		{Domain: "api", Rule: "api:soft", Descriptor: "soft=s", Allowed: 6, Denied: 1, OverSoft: 2},
 	}
@@ -94,7 +94,7 @@ func checkCountQueries(t *testing.T, s Analytics, since time.Time, dom string) {
 		t.Fatal(err)
 	}
 	wantTL := []MinuteUsage{
-		{Minute: t0, Allowed: 21, Denied: 12, Deferred: 2, ShadowDenied: 3, OverSoft: 2, Elastic: 3, AllowedCost: 21, DeniedCost: 11},
+		{Minute: t0, Allowed: 21, Denied: 12, Deferred: 2, ShadowDenied: 3, OverSoft: 2, Elastic: 3, AllowedCost: 21, DeniedCost: 11, Late: 2, LateCost: 30},
 		{Minute: t0.Add(time.Minute), Allowed: 3, Denied: 4, AllowedCost: 3, DeniedCost: 4},
 	}
 	if !slices.Equal(tl, wantTL) {
@@ -107,7 +107,7 @@ func checkCountQueries(t *testing.T, s Analytics, since time.Time, dom string) {
 	wantRules := []RuleUsage{
 		{Domain: "api", Rule: "api:soft", Allowed: 6, Denied: 1, OverSoft: 2, DenyRate: 1.0 / 7},
 		{Domain: "api", Rule: "api:tenant", Allowed: 2, ShadowDenied: 3},
-		{Domain: "api", Rule: "api:user", Allowed: 8, Denied: 11, Deferred: 2, DenyRate: 11.0 / 21},
+		{Domain: "api", Rule: "api:user", Allowed: 8, Denied: 11, Deferred: 2, Late: 2, DenyRate: 11.0 / 21},
 		{Domain: dom, Rule: dom + ":team", Allowed: 8, Denied: 4, Elastic: 3, DenyRate: 4.0 / 12},
 	}
 	if !slices.Equal(rules, wantRules) {

@@ -84,7 +84,7 @@ func topDenied(t *testing.T, addr string) {
 		resp.Body.Close()
 	}
 	want := `{"domain":"api","rule":"api:user_id","descriptor":"user_id=mallory","denied":3,"allowed":0,"deferred":0,` +
-		`"shadow_denied":0,"over_soft":0,"elastic":0}`
+		`"shadow_denied":0,"over_soft":0,"elastic":0,"late":0}`
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r, err := http.Get("http://" + addr + "/v1/analytics/top-denied?window=1h&limit=10&domain=api")

@@ -69,26 +69,26 @@ func TestEndpoints(t *testing.T) {
 		want string // exact body (JSON, one line)
 	}{
 		{"/v1/analytics/top-denied?window=1h&limit=10&domain=api", 200,
-			`{"window":"1h","keys":[{"domain":"api","rule":"api:user_id","descriptor":"user_id=priya","denied":20,"allowed":10,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0},` +
-				`{"domain":"api","rule":"api:user_id","descriptor":"user_id=bob","denied":5,"allowed":1,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0}]}`},
+			`{"window":"1h","keys":[{"domain":"api","rule":"api:user_id","descriptor":"user_id=priya","denied":20,"allowed":10,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"late":0},` +
+				`{"domain":"api","rule":"api:user_id","descriptor":"user_id=bob","denied":5,"allowed":1,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"late":0}]}`},
 		{"/v1/analytics/top-denied?limit=1", 200,
-			`{"window":"1h","keys":[{"domain":"api","rule":"api:user_id","descriptor":"user_id=priya","denied":20,"allowed":10,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0}]}`},
+			`{"window":"1h","keys":[{"domain":"api","rule":"api:user_id","descriptor":"user_id=priya","denied":20,"allowed":10,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"late":0}]}`},
 		{"/v1/analytics/top-denied?window=3h&limit=1", 200,
-			`{"window":"3h","keys":[{"domain":"api","rule":"api:user_id","descriptor":"user_id=old","denied":99,"allowed":0,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0}]}`},
+			`{"window":"3h","keys":[{"domain":"api","rule":"api:user_id","descriptor":"user_id=old","denied":99,"allowed":0,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"late":0}]}`},
 		{"/v1/analytics/top-denied?domain=web&rule=web:path", 200,
-			`{"window":"1h","keys":[{"domain":"web","rule":"web:path","descriptor":"path=/x","denied":1,"allowed":0,"deferred":2,"shadow_denied":0,"over_soft":0,"elastic":0}]}`},
+			`{"window":"1h","keys":[{"domain":"web","rule":"web:path","descriptor":"path=/x","denied":1,"allowed":0,"deferred":2,"shadow_denied":0,"over_soft":0,"elastic":0,"late":0}]}`},
 		{"/v1/analytics/top-denied?domain=nobody", 200, `{"window":"1h","keys":[]}`},
 		// issue 20: every count apart; the pool is no key, and the shadow
 		// rule's key, refused by nobody, is no denied key
 		{"/v1/analytics/top-denied?domain=web", 200, `{"window":"1h","keys":[` +
-			`{"domain":"web","rule":"web:team","descriptor":"team=x","denied":3,"allowed":5,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":2},` +
-			`{"domain":"web","rule":"web:path","descriptor":"path=/x","denied":1,"allowed":0,"deferred":2,"shadow_denied":0,"over_soft":0,"elastic":0},` +
-			`{"domain":"web","rule":"web:soft","descriptor":"soft=s","denied":1,"allowed":4,"deferred":0,"shadow_denied":0,"over_soft":1,"elastic":0}]}`},
+			`{"domain":"web","rule":"web:team","descriptor":"team=x","denied":3,"allowed":5,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":2,"late":0},` +
+			`{"domain":"web","rule":"web:path","descriptor":"path=/x","denied":1,"allowed":0,"deferred":2,"shadow_denied":0,"over_soft":0,"elastic":0,"late":0},` +
+			`{"domain":"web","rule":"web:soft","descriptor":"soft=s","denied":1,"allowed":4,"deferred":0,"shadow_denied":0,"over_soft":1,"elastic":0,"late":0}]}`},
 		{"/v1/analytics/rules?domain=web", 200, `{"window":"1h","rules":[` +
-			`{"domain":"web","rule":"web:path","allowed":0,"denied":1,"deferred":2,"shadow_denied":0,"over_soft":0,"elastic":0,"deny_rate":0.3333333333333333},` +
-			`{"domain":"web","rule":"web:soft","allowed":4,"denied":1,"deferred":0,"shadow_denied":0,"over_soft":1,"elastic":0,"deny_rate":0.2},` +
-			`{"domain":"web","rule":"web:team","allowed":5,"denied":3,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":2,"deny_rate":0.375},` +
-			`{"domain":"web","rule":"web:tenant","allowed":2,"denied":0,"deferred":0,"shadow_denied":3,"over_soft":0,"elastic":0,"deny_rate":0}]}`},
+			`{"domain":"web","rule":"web:path","allowed":0,"denied":1,"deferred":2,"shadow_denied":0,"over_soft":0,"elastic":0,"late":0,"deny_rate":0.3333333333333333},` +
+			`{"domain":"web","rule":"web:soft","allowed":4,"denied":1,"deferred":0,"shadow_denied":0,"over_soft":1,"elastic":0,"late":0,"deny_rate":0.2},` +
+			`{"domain":"web","rule":"web:team","allowed":5,"denied":3,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":2,"late":0,"deny_rate":0.375},` +
+			`{"domain":"web","rule":"web:tenant","allowed":2,"denied":0,"deferred":0,"shadow_denied":3,"over_soft":0,"elastic":0,"late":0,"deny_rate":0}]}`},
 		{"/v1/analytics/usage?domain=web&key=%23pool%3Dspare", 200, `{"window":"1h","domain":"web","key":"#pool=spare","minutes":[]}`},
 		{"/v1/analytics/pools", 200, `{"window":"1h","pools":[` +
 			`{"domain":"web","pool":"spare","rule":"web:#pool:spare","borrowed":2,"borrowed_hits":2,"refused":3}]}`},
@@ -102,12 +102,12 @@ func TestEndpoints(t *testing.T) {
 		{"/v1/analytics/rule-changes?window=1h", 200, `{"window":"1h","changes":[]}`},
 		{"/v1/analytics/rule-changes?rule=x", 400, `{"error":"rule: unknown parameter (want window, domain, limit)"}`},
 		{"/v1/analytics/rules?window=1h&domain=api", 200,
-			`{"window":"1h","rules":[{"domain":"api","rule":"api:ip","allowed":30,"denied":0,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"deny_rate":0},` +
-				`{"domain":"api","rule":"api:user_id","allowed":11,"denied":25,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"deny_rate":0.6944444444444444}]}`},
+			`{"window":"1h","rules":[{"domain":"api","rule":"api:ip","allowed":30,"denied":0,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"late":0,"deny_rate":0},` +
+				`{"domain":"api","rule":"api:user_id","allowed":11,"denied":25,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"late":0,"deny_rate":0.6944444444444444}]}`},
 		{"/v1/analytics/usage?domain=api&key=user_id%3Dpriya&window=6h", 200,
 			`{"window":"6h","domain":"api","key":"user_id=priya","minutes":[` +
-				`{"minute":"2026-11-30T11:50:00Z","allowed":6,"denied":12,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"allowed_cost":0,"denied_cost":0},` +
-				`{"minute":"2026-11-30T11:55:00Z","allowed":4,"denied":8,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"allowed_cost":0,"denied_cost":0}]}`},
+				`{"minute":"2026-11-30T11:50:00Z","allowed":6,"denied":12,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"allowed_cost":0,"denied_cost":0,"late":0,"late_cost":0},` +
+				`{"minute":"2026-11-30T11:55:00Z","allowed":4,"denied":8,"deferred":0,"shadow_denied":0,"over_soft":0,"elastic":0,"allowed_cost":0,"denied_cost":0,"late":0,"late_cost":0}]}`},
 		// refused, naming the parameter
 		{"/v1/analytics/top-denied?window=soon", 400, `{"error":"window: want a duration such as 15m, 6h or 7d, got \"soon\""}`},
 		{"/v1/analytics/top-denied?window=30s", 400, `{"error":"window: want 1m to 7d, got 30s"}`},
