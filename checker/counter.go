@@ -36,9 +36,10 @@ type counter interface {
 	// admit records an admission decided from memory; post is look's
 	// state after the cost, still current when held (the lock kept).
 	admit(e *entry, now, cost int64, post limiter.State, held bool)
-	// force counts a late charge's hits (after addMemory), past the
-	// limit if need be (late.go).
-	force(e *entry, now, cost int64)
+	// force takes a late charge's hits into the view, past the limit if
+	// need be (late.go), and returns the hits the counter takes: cost, or
+	// less where a bucket's debt is bounded (addMemory then counts them).
+	force(e *entry, now, cost int64) int64
 	addMemory(cost int64)  // this instance's hits decided in memory
 	addCharged(cost int64) // this instance's hits the store charged
 	mineMemory() int64     // the former, as a delta's own_after reports it

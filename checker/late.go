@@ -7,6 +7,7 @@ import (
 	"github.com/velvetrope/velvetrope/config"
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/internal/estimate"
+	"github.com/velvetrope/velvetrope/internal/rates"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
@@ -84,8 +85,7 @@ func (c *Checker) late(ctx context.Context, p *pass, req *ratelimit.Request) err
 		default:
 			s.need = needMemory
 			e.pend.Late(p.now, cost)
-			c.countHits(e, p.now, cost)
-			e.ctr.force(e, p.now, cost)
+			c.countHits(e, p.now, e.ctr.force(e, p.now, cost)) // what the store must add: a bucket's debt is bounded
 			s.remaining, s.resetAfter = e.ctr.state(c, e, p.now, 0)
 		}
 		c.emitSoon(sh, e, p.now, 0, -1) // due at the next flush: the others must learn of it
@@ -97,12 +97,22 @@ func (c *Checker) late(ctx context.Context, p *pass, req *ratelimit.Request) err
 	return nil
 }
 
-// force counts a late charge's hits in the window (addMemory did).
-func (w *windowCounter) force(*entry, int64, int64) {}
+// force takes a late charge's hits whole: a window's count has no bound
+// that matters (it is forgotten at the window's end).
+func (w *windowCounter) force(_ *entry, _, cost int64) int64 { return cost }
 
 // force moves the bucket's TAT by the late charge's hits, past its burst
-// if need be (limiter.Force).
-func (b *bucketCounter) force(e *entry, now, cost int64) {
+// if need be (limiter.Force, whose debt is bounded), and returns the hits
+// the TAT moved by: what the store's bucket adds, so that its own TAT
+// (tat + the hits' span) stays within the same bound.
+func (b *bucketCounter) force(e *entry, now, cost int64) int64 {
+	g := estimate.GCRA(e.rule)
+	before := max(g.TAT(&b.State), now)
 	var d limiter.Decision
-	_ = limiter.Force(estimate.GCRA(e.rule), &b.State, now, cost, &d)
+	_ = limiter.Force(g, &b.State, now, cost, &d)
+	moved := g.TAT(&b.State) - before
+	if moved <= 0 {
+		return 0
+	}
+	return min(cost, rates.MulDiv(moved, e.rule.Limit, int64(e.rule.Window)))
 }

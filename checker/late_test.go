@@ -191,3 +191,54 @@ func TestLateChargeStoreDown(t *testing.T) {
 		t.Fatalf("after the retry: %+v, want 6 remaining on both (counted once)", d.Statuses)
 	}
 }
+
+// TestLateChargeBucketDebtBounded: a bucket's debt is bounded at a
+// hundred capacities whatever the charge (2^32 hits included) and
+// whatever was decided before it: the next request's wait is at most 101
+// capacities' refill on this checker and on another that reads the store
+// (the probe found a key checked before the charge carried the whole
+// charge to the store: 16.6 h, and 89 years for 2^32 hits).
+func TestLateChargeBucketDebtBounded(t *testing.T) {
+	ctx := context.Background()
+	const maxWait = 101 * time.Minute / 10 * 10 // 101 capacities of 10 a minute: 101 minutes
+	for _, alg := range []string{"token_bucket", "gcra", "leaky_bucket"} {
+		for _, hits := range []int64{100000, 1 << 32} {
+			t.Run(fmt.Sprintf("%s/%d", alg, hits), func(t *testing.T) {
+				rules := lateRules("algorithm: " + alg)
+				rg := newRigRules(t, Config{InstanceName: "a"}, rules)
+				rg.check(t, 1, "k", "v")
+				for range 2 {
+					var d ratelimit.Decision
+					if err := rg.c.Check(ctx, charge(hits, "", "k", "v"), &d); err != nil {
+						t.Fatal(err)
+					}
+					if d.Statuses[0].ResetAfter > maxWait {
+						t.Fatalf("the charge says reset in %v", d.Statuses[0].ResetAfter)
+					}
+				}
+				d := rg.check(t, 1, "k", "v")
+				if d.Code != ratelimit.OverLimit || d.Statuses[0].RetryAfter > maxWait {
+					t.Fatalf("after the charge: %s retry %v (at most %v)", codes(d), d.Statuses[0].RetryAfter, maxWait)
+				}
+				if err := rg.c.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+				other, err := New(Config{InstanceName: "b"}, ruleStore(t, rules), rg.store, rg.prod, rg.clk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var od ratelimit.Decision
+				if err := other.Check(ctx, req(1, "k", "v"), &od); err != nil {
+					t.Fatal(err)
+				}
+				if od.Code != ratelimit.OverLimit || od.Statuses[0].RetryAfter > maxWait+time.Minute {
+					t.Fatalf("another checker: %s retry %v", codes(od), od.Statuses[0].RetryAfter)
+				}
+				rg.clk.ns.Add(int64(maxWait + 2*time.Minute))
+				if d := rg.check(t, 1, "k", "v"); d.Code != ratelimit.OK {
+					t.Fatalf("after 103 minutes: %s", codes(d))
+				}
+			})
+		}
+	}
+}
