@@ -129,6 +129,7 @@ func (c *Checker) check(ctx context.Context, req *ratelimit.Request, d *ratelimi
 			err = c.releaseLeases(ctx, &p, req)
 		}
 		if err != nil {
+			c.ids.Abandon(orig, p.fp) // nothing counted: a retry decides afresh
 			return false, err
 		}
 		c.report(&p, orig, req, d)
@@ -187,7 +188,8 @@ func (c *Checker) prepare(p *pass, req *ratelimit.Request, d *ratelimit.Decision
 		}
 	}
 	if p.n+p.pools+p.extras > len(slotBuf) {
-		return nil, nil, req, errMoreSlots // nothing changed yet: decided again with more room
+		c.ids.Abandon(req, p.fp)           // decided again with more room, which claims the id again
+		return nil, nil, req, errMoreSlots // nothing changed yet
 	}
 	slots := slotBuf[:p.n]
 	c.keys(buf, req, matched, slots)

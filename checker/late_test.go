@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -240,5 +241,33 @@ func TestLateChargeBucketDebtBounded(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestConcurrentChargesOneID: 16 concurrent copies of one charge (one
+// request id) are counted once, on every algorithm and mode.
+func TestConcurrentChargesOneID(t *testing.T) {
+	for _, c := range lateCases {
+		t.Run(c.name, func(t *testing.T) {
+			rg := newRigRules(t, Config{InstanceName: "a", IdempotencyTTL: time.Minute}, lateRules(c.ext))
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					var d ratelimit.Decision
+					if err := rg.c.Check(context.Background(), charge(3, "once", "k", "v"), &d); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if d := rg.check(t, 0, "k", "v"); d.Statuses[0].Remaining != 7 {
+				t.Fatalf("remaining %d after 16 copies of one charge of 3, want 7", d.Statuses[0].Remaining)
+			}
+		})
 	}
 }

@@ -52,7 +52,7 @@ func (l *Engine) Rules() *config.RuleSet { return l.rules.Load() }
 // Check decides req into d, reusing d.Statuses' capacity. It returns an
 // error only for a malformed request (a *[ratelimit.FieldError]) or an
 // internal fault; a refusal is a Decision, not an error.
-func (l *Engine) Check(_ context.Context, req *ratelimit.Request, d *ratelimit.Decision) error {
+func (l *Engine) Check(_ context.Context, req *ratelimit.Request, d *ratelimit.Decision) (err error) {
 	rs := l.rules.Load()
 	if err := req.Validate(rs); err != nil {
 		return err
@@ -70,6 +70,11 @@ func (l *Engine) Check(_ context.Context, req *ratelimit.Request, d *ratelimit.D
 	if err != nil || done {
 		return err
 	}
+	defer func() {
+		if err != nil {
+			l.ids.Abandon(req, fp) // nothing remembered: a retry decides afresh
+		}
+	}()
 	n := len(req.Descriptors)
 	d.Statuses = slices.Grow(d.Statuses[:0], n)[:n]
 

@@ -182,6 +182,10 @@ var (
 	// request_id.
 	ErrRequestIDConflict = errors.New("request id already used by a different request")
 	errRequestIDConflict = &FieldError{"request_id", ErrRequestIDConflict}
+	// ErrRequestIDInFlight: the same request with the same id is still
+	// being decided after MaxIDWait (HTTP 409): retry it.
+	ErrRequestIDInFlight = errors.New("a request with this id is still being decided; retry")
+	errRequestIDInFlight = &FieldError{"request_id", ErrRequestIDInFlight}
 )
 
 // FieldError names the request field that is wrong, for API answers.

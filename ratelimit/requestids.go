@@ -95,21 +95,50 @@ func (c *RequestIDs) fingerprint(req *Request) uint64 {
 // Replay looks req up when it carries a request id. It returns the
 // request's fingerprint for [RequestIDs.Remember], and either fills d with
 // the remembered answer (done), or refuses a different request under the
-// same id (a *[FieldError] wrapping [ErrRequestIDConflict]).
+// same id (a *[FieldError] wrapping [ErrRequestIDConflict]). Otherwise the
+// id is claimed: the caller decides and Remembers, or Abandons on an
+// error. The same request arriving meanwhile waits for that answer (up to
+// [MaxIDWait], then it is refused: [ErrRequestIDInFlight]), so concurrent
+// retries are decided once.
 func (c *RequestIDs) Replay(req *Request, now int64, d *Decision) (fp uint64, done bool, err error) {
 	if c == nil || req.RequestID == "" {
 		return 0, false, nil
 	}
 	fp = c.fingerprint(req)
-	a, found, conflict := c.cache.Get(scope(req), req.RequestID, fp, now)
-	switch {
-	case conflict:
-		return fp, false, errRequestIDConflict
-	case found:
-		d.Code = a.code
-		d.Statuses = append(d.Statuses[:0], a.statuses...)
+	var timeout <-chan time.Time
+	for {
+		a, found, conflict, wait := c.cache.Claim(scope(req), req.RequestID, fp, now)
+		switch {
+		case conflict:
+			return fp, false, errRequestIDConflict
+		case found:
+			d.Code = a.code
+			d.Statuses = append(d.Statuses[:0], a.statuses...)
+			return fp, true, nil
+		case wait == nil:
+			return fp, false, nil // claimed: ours to decide
+		}
+		if timeout == nil {
+			timeout = time.After(MaxIDWait)
+		}
+		select {
+		case <-wait: // decided (ask again: its answer) or given up (ask again: ours to claim)
+		case <-timeout:
+			return fp, false, errRequestIDInFlight
+		}
 	}
-	return fp, found, nil
+}
+
+// MaxIDWait bounds how long a request waits for the answer of the same
+// request (same id) being decided.
+const MaxIDWait = 5 * time.Second
+
+// Abandon gives up the claim Replay made for req (its fingerprint fp):
+// the decision failed, nothing is remembered.
+func (c *RequestIDs) Abandon(req *Request, fp uint64) {
+	if c != nil && req.RequestID != "" {
+		c.cache.Abandon(scope(req), req.RequestID, fp)
+	}
 }
 
 // Remember stores d as the answer to req (fp from Replay); a no-op

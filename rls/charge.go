@@ -127,7 +127,7 @@ func (s *Server) Charge(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	if err := s.c.Check(ctx, &w.req, &w.d); err != nil {
 		var fe *ratelimit.FieldError
 		switch {
-		case errors.As(err, &fe) && errors.Is(err, ratelimit.ErrRequestIDConflict):
+		case errors.As(err, &fe) && (errors.Is(err, ratelimit.ErrRequestIDConflict) || errors.Is(err, ratelimit.ErrRequestIDInFlight)):
 			return nil, status.Error(codes.FailedPrecondition, fmt.Sprintf("%s: %v", RequestIDMetadata, fe.Err))
 		case errors.As(err, &fe) && fe.Field == "request_id":
 			return nil, status.Error(codes.InvalidArgument, RequestIDMetadata+": "+fe.Err.Error())

@@ -185,7 +185,7 @@ func (s *Server) decide(ctx context.Context, w *work, rs *config.RuleSet) (known
 		var fe *ratelimit.FieldError
 		if errors.As(err, &fe) {
 			s.Stats.Invalid.Add(1)
-			if errors.Is(err, ratelimit.ErrRequestIDConflict) {
+			if errors.Is(err, ratelimit.ErrRequestIDConflict) || errors.Is(err, ratelimit.ErrRequestIDInFlight) {
 				return false, status.Error(codes.FailedPrecondition, fe.Error())
 			}
 			return false, status.Error(codes.InvalidArgument, fe.Error())

@@ -53,7 +53,7 @@ func ChargeHandler(c ratelimit.Checker, maxBody int64, log *logx.Limited, opts .
 			switch {
 			case errors.As(err, &fe):
 				code := http.StatusBadRequest
-				if errors.Is(err, ratelimit.ErrRequestIDConflict) {
+				if errors.Is(err, ratelimit.ErrRequestIDConflict) || errors.Is(err, ratelimit.ErrRequestIDInFlight) {
 					code = http.StatusConflict
 				}
 				writeError(w, code, fe.Field, fe.Error())

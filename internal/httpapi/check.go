@@ -69,7 +69,7 @@ func CheckHandler(c ratelimit.Checker, maxBody int64, log *logx.Limited, obs rat
 			var fe *ratelimit.FieldError
 			if errors.As(err, &fe) {
 				code := http.StatusBadRequest
-				if errors.Is(err, ratelimit.ErrRequestIDConflict) {
+				if errors.Is(err, ratelimit.ErrRequestIDConflict) || errors.Is(err, ratelimit.ErrRequestIDInFlight) {
 					code = http.StatusConflict
 				}
 				writeError(w, code, fe.Field, fe.Error())
