@@ -444,6 +444,14 @@ func (c *Checker) denyFromMemory(s *slot, lk *look, now, cost int64) {
 	e := s.e
 	s.allowed = false
 	s.retryAfter = time.Duration(max(e.overUntil, e.roomUntil) - now)
+	if b, ok := e.ctr.(*bucketCounter); ok {
+		// a bucket's room is trusted for one token's time (roomUntil): no
+		// wait; the wait is its view's, which the store's answers raised
+		s.retryAfter = time.Duration(max(e.overUntil-now, 0))
+		if d := b.Peek(s.rule, now, cost); !d.Allowed && d.RetryAfter > s.retryAfter {
+			s.retryAfter = d.RetryAfter
+		}
+	}
 	s.never = cost > s.rule.Capacity()
 	s.remaining, s.resetAfter = e.ctr.state(c, e, now, 0)
 	if s.rule.Algorithm == config.AlgEnvoy {

@@ -271,3 +271,52 @@ func TestConcurrentChargesOneID(t *testing.T) {
 		})
 	}
 }
+
+// TestBucketRetryCountsDown: a bucket's refusals say how long until the
+// next token, counting down as time passes, and a request made then is
+// admitted: with one limit, with several, and after a late charge. (The
+// probe saw 3 s, then 5.7 s 300 ms later: the retry of a refusal from
+// memory was the one-token trust window of the store's last answer.)
+func TestBucketRetryCountsDown(t *testing.T) {
+	cases := map[string]string{
+		"one limit": "domain: api\ndescriptors:\n  - key: k\n    algorithm: token_bucket\n    rate_limit: {unit: minute, requests_per_unit: 10}\n",
+		"several":   "domain: api\ndescriptors:\n  - key: k\n    algorithm: token_bucket\n    limits:\n      - {unit: second, requests_per_unit: 50}\n      - {unit: minute, requests_per_unit: 10}\n",
+	}
+	for name, rules := range cases {
+		for _, charged := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/charged=%v", name, charged), func(t *testing.T) {
+				rg := newRigRules(t, Config{InstanceName: "a"}, rules)
+				if charged {
+					var d ratelimit.Decision
+					if err := rg.c.Check(context.Background(), charge(12, "", "k", "v"), &d); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var last time.Duration
+				var lastAt int64
+				refusals := 0
+				for range 40 {
+					d := rg.check(t, 1, "k", "v")
+					now := rg.clk.ns.Load()
+					if d.Code == ratelimit.OK {
+						if refusals > 0 && now-lastAt < int64(last) {
+							t.Fatalf("admitted %v after a refusal that said %v", time.Duration(now-lastAt), last)
+						}
+						last, refusals = 0, 0
+					} else {
+						retry := d.Statuses[0].RetryAfter
+						if refusals > 0 {
+							want := last - time.Duration(now-lastAt)
+							if retry < want-time.Millisecond || retry > want+time.Millisecond {
+								t.Fatalf("refusal %d says %v, the one %v before said %v", refusals, retry, time.Duration(now-lastAt), last)
+							}
+						}
+						last, lastAt = retry, now
+						refusals++
+					}
+					rg.clk.ns.Add(int64(300 * time.Millisecond))
+				}
+			})
+		}
+	}
+}
