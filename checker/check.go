@@ -111,6 +111,7 @@ type pass struct {
 	sync   bool  // a descriptor needs a store call
 	code   ratelimit.Code
 	done   bool // answered already (a replayed request id)
+	late   bool // a late charge: no admission, so no status is over soft or elastic
 }
 
 func (c *Checker) check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision, slotBuf []slot, locks []int,
@@ -280,6 +281,9 @@ func (c *Checker) report(p *pass, orig, req *ratelimit.Request, d *ratelimit.Dec
 			continue
 		}
 		c.status(&d.Statuses[i], &p.slots[i], p.denied, p.now)
+		if p.late {
+			d.Statuses[i].OverSoft, d.Statuses[i].Elastic = false, false
+		}
 		if p.extras > 0 {
 			c.mergeExtras(&d.Statuses[i], p, i)
 		}

@@ -59,6 +59,7 @@ func (c *Checker) late(ctx context.Context, p *pass, req *ratelimit.Request) err
 		}
 	}
 	c.lock(p.locks)
+	counted := false
 	for i := range p.slots {
 		s := &p.slots[i]
 		s.allowed = true
@@ -71,7 +72,7 @@ func (c *Checker) late(ctx context.Context, p *pass, req *ratelimit.Request) err
 		sh := &c.shards[s.sh]
 		e := c.entryFor(sh, s, req, p.now, false)
 		cost := s.cost
-		s.charged = true
+		s.charged, counted = true, counted || cost > 0
 		switch s.rule.Mode {
 		case config.ModeSync:
 			a := &s.w.SyncAnswer
@@ -92,8 +93,10 @@ func (c *Checker) late(ctx context.Context, p *pass, req *ratelimit.Request) err
 	}
 	c.unlock(p.locks)
 	c.releaseWork(p.slots)
-	c.Stats.Late.Add(1)
-	p.code = ratelimit.OK
+	if counted { // as the analytics count it: a charge that counted something
+		c.Stats.Late.Add(1)
+	}
+	p.code, p.late = ratelimit.OK, true
 	return nil
 }
 

@@ -28,6 +28,7 @@ var lateCases = []struct{ name, ext string }{
 	{"fixed_window local", "algorithm: fixed_window\n    mode: local"},
 	{"token_bucket local", "algorithm: token_bucket\n    mode: local"},
 	{"elastic", "algorithm: fixed_window\n    throttle: {type: elastic, pool: spare, max_multiplier: 2}"},
+	{"soft", "algorithm: fixed_window\n    throttle: {type: soft, overage_percent: 50}"},
 }
 
 func lateRules(ext string) string {
@@ -64,6 +65,9 @@ func TestLateChargeEveryAlgorithmAndMode(t *testing.T) {
 				}
 				if d.Code != ratelimit.OK || d.Statuses[0].Code != ratelimit.OK || d.Statuses[0].Remaining != 0 {
 					t.Fatalf("charge answered %s remaining %d; want allow with nothing remaining", codes(d), d.Statuses[0].Remaining)
+				}
+				if st := d.Statuses[0]; st.OverSoft || st.Elastic {
+					t.Fatalf("a charge is no admission: %+v", st)
 				}
 			}
 			if d := rg.check(t, 1, "k", "v"); d.Code != ratelimit.OverLimit {
@@ -126,8 +130,8 @@ func TestLateChargeUnderTheLimit(t *testing.T) {
 			if d := rg.check(t, 1, "k", "v"); d.Code != ratelimit.OK {
 				t.Fatalf("the last hit refused: %s", codes(d))
 			}
-			// past the limit: refused, or borrowed from the pool (elastic)
-			if d := rg.check(t, 1, "k", "v"); d.Code != ratelimit.OverLimit && !d.Statuses[0].Elastic {
+			// past the limit: refused, borrowed from the pool (elastic) or within the overage (soft)
+			if d := rg.check(t, 1, "k", "v"); d.Code != ratelimit.OverLimit && !d.Statuses[0].Elastic && !d.Statuses[0].OverSoft {
 				t.Fatalf("past the limit: %s", codes(d))
 			}
 		})

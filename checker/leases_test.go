@@ -47,6 +47,7 @@ func TestConcurrencyLeases(t *testing.T) {
 	if second.Code != ratelimit.OK || second.Statuses[0].Lease == "" || second.Statuses[0].Lease == first.Statuses[0].Lease {
 		t.Fatalf("second (on b): %s %+v", codes(second), second.Statuses[0])
 	}
+	rg.clk.ns.Add(int64(time.Millisecond)) // later leases expire later: second's is the oldest
 	third := check(rg.c, req(1, "tenant", "acme"))
 	if third.Code != ratelimit.OverLimit || third.Statuses[0].Lease != "" || third.Statuses[0].RetryAfter <= 0 {
 		t.Fatalf("third of 2 in flight: %s %+v", codes(third), third.Statuses[0])

@@ -115,7 +115,11 @@ func (h *HTTP) post(ctx context.Context, path string, in any) (Response, error) 
 	}
 	switch {
 	case hresp.StatusCode == http.StatusBadRequest, hresp.StatusCode == http.StatusConflict:
-		return Response{}, fmt.Errorf("%w: %s: %s", ErrInvalidArgument, out.Field, out.Error)
+		msg := out.Error
+		if out.Field != "" && !strings.HasPrefix(msg, out.Field+":") { // the service's messages name their field already
+			msg = out.Field + ": " + msg
+		}
+		return Response{}, fmt.Errorf("%w: %s", ErrInvalidArgument, msg)
 	case hresp.StatusCode == http.StatusServiceUnavailable:
 		return Response{}, fmt.Errorf("%w: %s", ErrUnavailable, out.Error)
 	case hresp.StatusCode != http.StatusOK:

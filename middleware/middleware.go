@@ -276,7 +276,13 @@ func isReleaser(c ratelimit.Checker) bool {
 // the request's descriptors.
 func (l *Limiter) chargeAfter(ctx context.Context, cl *call, status int, h http.Header) {
 	cost := l.opts.ChargeAfter(status, h)
-	if cost <= 0 {
+	switch {
+	case cost < 0: // a bug in the caller's function: no cost is negative
+		l.ChargeFailures.Add(1)
+		l.log.Warn("ChargeAfter returned a negative cost: nothing charged", "domain", l.opts.Domain, "cost", cost,
+			"charge_failures_total", l.ChargeFailures.Load())
+		return
+	case cost == 0:
 		return
 	}
 	cl.req.Charge, cl.req.Hits, cl.req.RequestID = true, cost, ""

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,6 +167,12 @@ func TestStreamDoneChargeMarker(t *testing.T) {
 			}
 			if _, err := ask(1, ChargeMarker, "after"); status.Code(err) != codes.InvalidArgument {
 				t.Fatalf("a marker alone: %v", err)
+			}
+			// a marker on some descriptors only: a charge and a decision are separate calls
+			_, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "llm", HitsAddend: 1,
+				Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("tenant", "acme", ChargeMarker, "after"), desc("tenant", "b")}})
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "descriptors[1].entries") {
+				t.Fatalf("a marker on one descriptor of two: %v", err)
 			}
 		})
 	}

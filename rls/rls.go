@@ -298,13 +298,17 @@ func (w *work) start(domain string, hitsAddend uint32) {
 // hits_addend when set) and appends it to w.req.
 func (w *work) add(i int, es []config.Entry, lim *ratelimitv3.RateLimitDescriptor_RateLimitOverride, hits *uint64,
 	negative bool, o *overrides, rs *config.RuleSet, known bool, b *config.LimitsConfig) error {
-	if n := len(es); n > 0 && es[n-1].Key == ChargeMarker {
-		// Envoy's stream-done call for a velvetrope charge: the marker is
-		// no entry of the counter, it makes the whole request a charge
-		if n == 1 {
-			return fieldf(index("descriptors", i, "entries"), "%s alone: nothing to charge", ChargeMarker)
-		}
-		es, w.req.Charge = es[:n-1], true
+	marked := len(es) > 0 && es[len(es)-1].Key == ChargeMarker
+	switch {
+	case marked && len(es) == 1:
+		return fieldf(index("descriptors", i, "entries"), "%s alone: nothing to charge", ChargeMarker)
+	case i == 0:
+		w.req.Charge = marked // Envoy's stream-done call for a velvetrope charge
+	case marked != w.req.Charge:
+		return fieldf(index("descriptors", i, "entries"), "%s on some descriptors only: a charge and a decision are separate calls", ChargeMarker)
+	}
+	if marked { // the marker is no entry of the counter
+		es = es[:len(es)-1]
 	}
 	switch {
 	case len(es) == 0:

@@ -41,11 +41,19 @@ func ChargeHandler(c ratelimit.Checker, maxBody int64, log *logx.Limited, opts .
 			writeError(w, se.Status, se.Field, se.Error())
 			return
 		}
-		if in.Hits == nil {
-			writeError(w, http.StatusBadRequest, "hits", "hits: required: the cost to charge (0 counts nothing)")
-			return
+		hits := in.Hits
+		if hits == nil {
+			every := len(in.Descriptors) > 0
+			for _, d := range in.Descriptors {
+				every = every && d.Hits != nil
+			}
+			if !every {
+				writeError(w, http.StatusBadRequest, "hits", "hits: required: the cost to charge (0 counts nothing), unless every descriptor has its own")
+				return
+			}
+			hits = new(int64)
 		}
-		req := toRequest(&httpjson.CheckRequest{Domain: in.Domain, Descriptors: in.Descriptors, Hits: in.Hits, RequestID: in.RequestID})
+		req := toRequest(&httpjson.CheckRequest{Domain: in.Domain, Descriptors: in.Descriptors, Hits: hits, RequestID: in.RequestID})
 		req.Charge, req.NoDefer = true, true
 		var d ratelimit.Decision
 		if err := c.Check(r.Context(), &req, &d); err != nil {

@@ -70,6 +70,11 @@ func TestChargeContract(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || got.Decision != "deny" {
 		t.Fatalf("the check after the charge: %s", rec.Body)
 	}
+	// every descriptor with hits of its own: no request hits needed
+	rec = postTo(charge, "/v1/charge", `{"domain":"api","descriptors":[{"entries":[{"key":"user_id","value":"ada"}],"hits":4}]}`)
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || rec.Code != 200 || got.Statuses[0].Remaining != 96 {
+		t.Fatalf("per-descriptor hits: %d %s", rec.Code, rec.Body)
+	}
 }
 
 // TestChargeBadRequests: each bad charge names its field.
