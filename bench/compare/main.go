@@ -50,12 +50,14 @@ type options struct {
 	scenarios        []string
 	runs             int
 	steady           bool
-	profiles         string // a CPU profile of each velvetrope process per row, here
+	overNames        []string // overshoot: the cases run (async, sync, shards, gubernator)
+	overConns        []int64  // overshoot: connections per server
+	profiles         string   // a CPU profile of each velvetrope process per row, here
 }
 
 func parse() (options, error) {
 	var o options
-	var keys, conns, systems, scenarios string
+	var keys, conns, systems, scenarios, overNames, overConns string
 	flag.StringVar(&o.bin, "bin", "bin", "directory of velvetrope, service_cmd (envoy ratelimit) and gubernator")
 	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "markdown file whose comparison section is rewritten")
 	flag.StringVar(&o.chart, "chart", "docs/bench-compare.png", "PNG chart to write")
@@ -71,6 +73,8 @@ func parse() (options, error) {
 	flag.StringVar(&scenarios, "scenarios", "throughput,overshoot", "throughput (every system at each key spread and connection count), overshoot (admitted against the limit across 3 instances)")
 	flag.IntVar(&o.runs, "runs", 5, "overshoot: runs per case")
 	flag.BoolVar(&o.steady, "steady", true, "overshoot: also 2 minutes of steady demand at 2 × L a minute")
+	flag.StringVar(&overNames, "over-cases", strings.Join(overNames_, ","), "overshoot: the cases to run")
+	flag.StringVar(&overConns, "over-conns", "1,24", "overshoot: connections per server (the 24 callers' load over 1, or over one each)")
 	flag.StringVar(&o.profiles, "profiles", "", "write a CPU profile of each velvetrope process (checker, aggregator) over each row's measured time into this directory")
 	flag.StringVar(&o.logsDir, "logs", "", "keep the servers' logs in this directory (default: a temporary one, removed)")
 	flag.Parse()
@@ -86,6 +90,15 @@ func parse() (options, error) {
 			return o, fmt.Errorf("--scenarios: unknown %q (have throughput, overshoot)", s)
 		}
 		o.scenarios = append(o.scenarios, s)
+	}
+	for _, s := range strings.Split(overNames, ",") {
+		if !contains(overNames_, s) {
+			return o, fmt.Errorf("--over-cases: unknown %q (have %s)", s, strings.Join(overNames_, ", "))
+		}
+		o.overNames = append(o.overNames, s)
+	}
+	if o.overConns, err = ints(overConns); err != nil {
+		return o, fmt.Errorf("--over-conns: %w", err)
 	}
 	if o.runs < 1 {
 		return o, fmt.Errorf("--runs: at least 1")

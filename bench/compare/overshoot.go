@@ -17,7 +17,8 @@ import (
 )
 
 // The overshoot scenario: one key, a per-minute limit L, 24 callers spread
-// round-robin over 3 servers, 3 s at full speed, admitted against L —
+// round-robin over 3 servers (on 1 connection per server, and on a
+// connection each: --over-conns), 3 s at full speed, admitted against L —
 // velvetrope in both near_limit modes (and a hot key with shards: 4) on 3
 // checkers and an aggregator, gubernator GLOBAL on 3 nodes; each case
 // several times (median and range). Then a steady demand of 2 × L per
@@ -28,6 +29,7 @@ import (
 type overCase struct {
 	Name   string  `json:"name"`
 	Limit  int64   `json:"limit"`
+	Conns  int64   `json:"conns"`    // connections per server the 24 callers share
 	Runs   []int64 `json:"admitted"` // admitted per run
 	Median int64   `json:"median"`
 	// StoreCalls counts the checkers' store charges during the runs (for
@@ -47,6 +49,9 @@ type overReport struct {
 }
 
 var overLimits = []int64{1000, 10000}
+
+// overNames_ are the overshoot's cases, in table order.
+var overNames_ = []string{"async", "sync", "shards", "gubernator"}
 
 // overRules are the checkers' rules: one descriptor key per case and limit.
 func overRules() string {
@@ -207,10 +212,11 @@ func minuteSafe(d time.Duration) {
 	}
 }
 
-// overRun is one 3 s run at a fresh key.
-func overRun(addrs []string, proto loadgen.Protocol, key string, limit int64) (loadgen.Result, error) {
+// overRun is one 3 s run at a fresh key, its 24 callers over conns
+// connections per server (8 callers a server: 8 and more is one each).
+func overRun(addrs []string, proto loadgen.Protocol, key string, limit, conns int64) (loadgen.Result, error) {
 	minuteSafe(3 * time.Second)
-	cfg := loadgen.Config{Targets: addrs, Protocol: proto, Callers: 24, Conns: 1, Duration: 3 * time.Second, Warmup: -1,
+	cfg := loadgen.Config{Targets: addrs, Protocol: proto, Callers: 24, Conns: int(conns), Duration: 3 * time.Second, Warmup: -1,
 		Keys: 1, KeyPrefix: "r" + strconv.FormatInt(time.Now().UnixNano(), 36), Domain: "over", DescriptorKey: key}
 	if proto == loadgen.Gubernator {
 		cfg.Limit, cfg.LimitEvery, cfg.Global = limit, time.Minute, true
@@ -226,22 +232,27 @@ func overshoot(o options, dir string) (overReport, error) {
 		return rep, err
 	}
 	for _, name := range []string{"async", "sync", "shards"} {
-		for _, l := range overLimits {
-			c := overCase{Name: name, Limit: l}
-			before := fl.storeCalls()
-			for i := range o.runs {
-				res, err := overRun(fl.addrs, loadgen.Envoy, fmt.Sprintf("%s_%d", name, l), l)
-				if err != nil {
-					fl.stop()
-					return rep, fmt.Errorf("velvetrope %s L=%d run %d: %w", name, l, i, err)
+		if !contains(o.overNames, name) {
+			continue
+		}
+		for _, conns := range o.overConns {
+			for _, l := range overLimits {
+				c := overCase{Name: name, Limit: l, Conns: conns}
+				before := fl.storeCalls()
+				for i := range o.runs {
+					res, err := overRun(fl.addrs, loadgen.Envoy, fmt.Sprintf("%s_%d", name, l), l, conns)
+					if err != nil {
+						fl.stop()
+						return rep, fmt.Errorf("velvetrope %s L=%d conns %d run %d: %w", name, l, conns, i, err)
+					}
+					c.Runs, c.Requests = append(c.Runs, int64(res.Admitted)), c.Requests+res.Requests
+					fmt.Fprintf(os.Stderr, "overshoot: velvetrope %-6s L=%-6d conns %-2d run %d: admitted %d of %d requests (%+.1f %%)\n",
+						name, l, conns, i, res.Admitted, res.Requests, 100*float64(int64(res.Admitted)-l)/float64(l))
 				}
-				c.Runs, c.Requests = append(c.Runs, int64(res.Admitted)), c.Requests+res.Requests
-				fmt.Fprintf(os.Stderr, "overshoot: velvetrope %-6s L=%-6d run %d: admitted %d of %d requests (%+.1f %%)\n",
-					name, l, i, res.Admitted, res.Requests, 100*float64(int64(res.Admitted)-l)/float64(l))
+				c.StoreCalls = fl.storeCalls() - before
+				c.Median = median(c.Runs)
+				rep.Cases = append(rep.Cases, c)
 			}
-			c.StoreCalls = fl.storeCalls() - before
-			c.Median = median(c.Runs)
-			rep.Cases = append(rep.Cases, c)
 		}
 	}
 	if o.steady {
@@ -264,24 +275,30 @@ func overshoot(o options, dir string) (overReport, error) {
 		fmt.Fprintf(os.Stderr, "overshoot: steady 2×L/min over 3 checkers, L=1000: windows admitted %v\n", rep.Steady)
 	}
 	fl.stop()
+	if !contains(o.overNames, "gubernator") {
+		rep.Took = time.Since(rep.Started)
+		return rep, nil
+	}
 	gf, err := launchGubernators(o, dir)
 	if err != nil {
 		return rep, err
 	}
 	defer gf.stop()
-	for _, l := range overLimits {
-		c := overCase{Name: "gubernator", Limit: l}
-		for i := range o.runs {
-			res, err := overRun(gf.addrs, loadgen.Gubernator, fmt.Sprintf("over_%d", l), l)
-			if err != nil {
-				return rep, fmt.Errorf("gubernator L=%d run %d: %w", l, i, err)
+	for _, conns := range o.overConns {
+		for _, l := range overLimits {
+			c := overCase{Name: "gubernator", Limit: l, Conns: conns}
+			for i := range o.runs {
+				res, err := overRun(gf.addrs, loadgen.Gubernator, fmt.Sprintf("over_%d", l), l, conns)
+				if err != nil {
+					return rep, fmt.Errorf("gubernator L=%d conns %d run %d: %w", l, conns, i, err)
+				}
+				c.Runs, c.Requests = append(c.Runs, int64(res.Admitted)), c.Requests+res.Requests
+				fmt.Fprintf(os.Stderr, "overshoot: gubernator GLOBAL L=%-6d conns %-2d run %d: admitted %d of %d requests (%+.1f %%)\n",
+					l, conns, i, res.Admitted, res.Requests, 100*float64(int64(res.Admitted)-l)/float64(l))
 			}
-			c.Runs, c.Requests = append(c.Runs, int64(res.Admitted)), c.Requests+res.Requests
-			fmt.Fprintf(os.Stderr, "overshoot: gubernator GLOBAL L=%-6d run %d: admitted %d of %d requests (%+.1f %%)\n",
-				l, i, res.Admitted, res.Requests, 100*float64(int64(res.Admitted)-l)/float64(l))
+			c.Median = median(c.Runs)
+			rep.Cases = append(rep.Cases, c)
 		}
-		c.Median = median(c.Runs)
-		rep.Cases = append(rep.Cases, c)
 	}
 	rep.Took = time.Since(rep.Started)
 	return rep, nil
@@ -308,9 +325,9 @@ var overLabels = map[string]string{
 	"gubernator": "gubernator GLOBAL (3 nodes)",
 }
 
-func (r *overReport) find(name string, l int64) *overCase {
+func (r *overReport) find(name string, l, conns int64) *overCase {
 	for i := range r.Cases {
-		if r.Cases[i].Name == name && r.Cases[i].Limit == l {
+		if r.Cases[i].Name == name && r.Cases[i].Limit == l && r.Cases[i].Conns == conns {
 			return &r.Cases[i]
 		}
 	}
@@ -321,7 +338,7 @@ func (r *overReport) find(name string, l int64) *overCase {
 func (r *overReport) markdown() string {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%s\n## Overshoot across instances\n\nMeasured %s, commit `%s`, by `make bench-compare` (%s): one key with a "+
-		"per-minute limit L, 24 callers spread round-robin over 3 servers, 3 s at full speed, %d runs per cell (each at a fresh key, "+
+		"per-minute limit L, 24 callers spread round-robin over 3 servers (on one connection per server, or a connection each), 3 s at full speed, %d runs per cell (each at a fresh key, "+
 		"inside one minute); velvetrope on 3 checkers and an aggregator with the real Kafka and Redis, gubernator GLOBAL on 3 nodes. "+
 		"Each cell: admitted against L, the median of the runs and their range (every run in brackets). Everything shares the 2 cores.\n\n",
 		overBegin, r.Started.UTC().Format("2006-01-02"), r.Commit, r.Took.Round(time.Second), r.Runs)
@@ -335,26 +352,42 @@ func (r *overReport) markdown() string {
 	}
 	b.WriteString("\n")
 	pct := func(v, l int64) string { return fmt.Sprintf("%+.1f %%", 100*float64(v-l)/float64(l)) }
-	for _, name := range []string{"async", "sync", "shards", "gubernator"} {
-		fmt.Fprintf(&b, "| %s |", overLabels[name])
-		for _, l := range overLimits {
-			c := r.find(name, l)
-			if c == nil {
-				b.WriteString(" — |")
+	var conns []int64
+	for _, c := range r.Cases {
+		if !slices.Contains(conns, c.Conns) {
+			conns = append(conns, c.Conns)
+		}
+	}
+	slices.Sort(conns)
+	for _, name := range overNames_ {
+		for _, cn := range conns {
+			if r.find(name, overLimits[0], cn) == nil && r.find(name, overLimits[1], cn) == nil {
 				continue
 			}
-			lo, hi := slices.Min(c.Runs), slices.Max(c.Runs)
-			var all []string
-			for _, v := range c.Runs {
-				all = append(all, thousands(v))
+			label := overLabels[name] + ", 1 connection per server"
+			if cn > 1 {
+				label = overLabels[name] + ", a connection per caller"
 			}
-			fmt.Fprintf(&b, " median %s (%s), %s to %s [%s]", thousands(c.Median), pct(c.Median, l), pct(lo, l), pct(hi, l), strings.Join(all, ", "))
-			if name != "gubernator" {
-				fmt.Fprintf(&b, "; %.0f store calls", c.StoreCalls)
+			fmt.Fprintf(&b, "| %s |", label)
+			for _, l := range overLimits {
+				c := r.find(name, l, cn)
+				if c == nil {
+					b.WriteString(" — |")
+					continue
+				}
+				lo, hi := slices.Min(c.Runs), slices.Max(c.Runs)
+				var all []string
+				for _, v := range c.Runs {
+					all = append(all, thousands(v))
+				}
+				fmt.Fprintf(&b, " median %s (%s), %s to %s [%s]", thousands(c.Median), pct(c.Median, l), pct(lo, l), pct(hi, l), strings.Join(all, ", "))
+				if name != "gubernator" {
+					fmt.Fprintf(&b, "; %.0f store calls", c.StoreCalls)
+				}
+				b.WriteString(" |")
 			}
-			b.WriteString(" |")
+			b.WriteString("\n")
 		}
-		b.WriteString("\n")
 	}
 	if len(r.Steady) > 0 {
 		fmt.Fprintf(&b, "\nSteady demand of 2 × L per minute (L = 1,000, `near_limit: async`), evenly over the 3 checkers, for 2 minutes from a "+

@@ -90,11 +90,14 @@ func must(b []byte, err error) []byte {
 
 func TestOvershootSection(t *testing.T) {
 	r := overReport{Started: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC), Commit: "abc", Runs: 3, Steady: []int64{990, 1000},
-		Cases: []overCase{{Name: "async", Limit: 1000, Runs: []int64{1050, 1010, 1100}, Median: 1050},
-			{Name: "gubernator", Limit: 1000, Runs: []int64{2600, 2700, 2800}, Median: 2700}}}
+		Cases: []overCase{{Name: "async", Limit: 1000, Conns: 1, Runs: []int64{1050, 1010, 1100}, Median: 1050},
+			{Name: "async", Limit: 10000, Conns: 24, Runs: []int64{9700, 9600, 9900}, Median: 9700},
+			{Name: "gubernator", Limit: 1000, Conns: 1, Runs: []int64{2600, 2700, 2800}, Median: 2700}}}
 	md := r.markdown()
-	for _, want := range []string{"median 1,050 (+5.0 %), +1.0 % to +10.0 % [1,050, 1,010, 1,100]; 0 store calls",
-		"median 2,700 (+170.0 %)", "990 and 1,000", "| velvetrope `near_limit: sync` (default) | — | — |"} {
+	for _, want := range []string{
+		"| velvetrope `near_limit: async`, 1 connection per server | median 1,050 (+5.0 %), +1.0 % to +10.0 % [1,050, 1,010, 1,100]; 0 store calls | — |",
+		"| velvetrope `near_limit: async`, a connection per caller | — | median 9,700 (-3.0 %)",
+		"| gubernator GLOBAL (3 nodes), 1 connection per server | median 2,700 (+170.0 %)", "990 and 1,000"} {
 		if !strings.Contains(md, want) {
 			t.Fatalf("missing %q in:\n%s", want, md)
 		}
