@@ -52,6 +52,7 @@ type options struct {
 	steady           bool
 	overNames        []string // overshoot: the cases run (async, sync, shards, gubernator)
 	overConns        []int64  // overshoot: connections per server
+	overDemand       float64  // overshoot: the runs' demand in multiples of L over their 3 s (0: full speed)
 	profiles         string   // a CPU profile of each velvetrope process per row, here
 }
 
@@ -74,6 +75,7 @@ func parse() (options, error) {
 	flag.IntVar(&o.runs, "runs", 5, "overshoot: runs per case")
 	flag.BoolVar(&o.steady, "steady", true, "overshoot: also 2 minutes of steady demand at 2 × L a minute")
 	flag.StringVar(&overNames, "over-cases", strings.Join(overNames_, ","), "overshoot: the cases to run")
+	flag.Float64Var(&o.overDemand, "over-demand", 0, "overshoot: each run's demand, in multiples of L over its 3 s (0: the callers' full speed)")
 	flag.StringVar(&overConns, "over-conns", "1,24", "overshoot: connections per server (the 24 callers' load over 1, or over one each)")
 	flag.StringVar(&o.profiles, "profiles", "", "write a CPU profile of each velvetrope process (checker, aggregator) over each row's measured time into this directory")
 	flag.StringVar(&o.logsDir, "logs", "", "keep the servers' logs in this directory (default: a temporary one, removed)")

@@ -214,10 +214,11 @@ func minuteSafe(d time.Duration) {
 
 // overRun is one 3 s run at a fresh key, its 24 callers over conns
 // connections per server (8 callers a server: 8 and more is one each).
-func overRun(addrs []string, proto loadgen.Protocol, key string, limit, conns int64) (loadgen.Result, error) {
+func overRun(addrs []string, proto loadgen.Protocol, key string, limit, conns int64, demand float64) (loadgen.Result, error) {
 	minuteSafe(3 * time.Second)
 	cfg := loadgen.Config{Targets: addrs, Protocol: proto, Callers: 24, Conns: int(conns), Duration: 3 * time.Second, Warmup: -1,
-		Keys: 1, KeyPrefix: "r" + strconv.FormatInt(time.Now().UnixNano(), 36), Domain: "over", DescriptorKey: key}
+		Keys: 1, KeyPrefix: "r" + strconv.FormatInt(time.Now().UnixNano(), 36), Domain: "over", DescriptorKey: key,
+		Rate: demand * float64(limit) / 3}
 	if proto == loadgen.Gubernator {
 		cfg.Limit, cfg.LimitEvery, cfg.Global = limit, time.Minute, true
 	}
@@ -240,7 +241,7 @@ func overshoot(o options, dir string) (overReport, error) {
 				c := overCase{Name: name, Limit: l, Conns: conns}
 				before := fl.storeCalls()
 				for i := range o.runs {
-					res, err := overRun(fl.addrs, loadgen.Envoy, fmt.Sprintf("%s_%d", name, l), l, conns)
+					res, err := overRun(fl.addrs, loadgen.Envoy, fmt.Sprintf("%s_%d", name, l), l, conns, o.overDemand)
 					if err != nil {
 						fl.stop()
 						return rep, fmt.Errorf("velvetrope %s L=%d conns %d run %d: %w", name, l, conns, i, err)
@@ -288,7 +289,7 @@ func overshoot(o options, dir string) (overReport, error) {
 		for _, l := range overLimits {
 			c := overCase{Name: "gubernator", Limit: l, Conns: conns}
 			for i := range o.runs {
-				res, err := overRun(gf.addrs, loadgen.Gubernator, fmt.Sprintf("over_%d", l), l, conns)
+				res, err := overRun(gf.addrs, loadgen.Gubernator, fmt.Sprintf("over_%d", l), l, conns, o.overDemand)
 				if err != nil {
 					return rep, fmt.Errorf("gubernator L=%d conns %d run %d: %w", l, conns, i, err)
 				}
