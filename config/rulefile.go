@@ -265,7 +265,7 @@ func (p *parser) file(n *yaml.Node) *File {
 
 var descriptorFields = []string{"key", "value", "rate_limit", "shadow_mode", "detailed_metric", "hash_values",
 	"share_threshold", "value_to_metric", "descriptors", "algorithm", "burst", "throttle", "on_exceed", "mode", "near_limit",
-	"failure", "shards", "defer", "plans", "limits", "concurrency"}
+	"failure", "shards", "defer", "plans", "limits", "concurrency", "rlqs"}
 
 func (p *parser) descriptors(n *yaml.Node, where string) []*Descriptor {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
@@ -348,6 +348,8 @@ func (p *parser) descriptor(n *yaml.Node) *Descriptor {
 			d.Limits = p.limits(v)
 		case "concurrency":
 			d.Concurrency = p.concurrencySpec(v)
+		case "rlqs":
+			d.RLQS = p.rlqsSpec(v)
 		}
 	})
 	if !ok {

@@ -172,6 +172,9 @@ type Descriptor struct {
 	// of requests in flight, counted by leases; RateLimit is then derived
 	// from it (concurrency.go).
 	Concurrency *ConcurrencySpec
+	// RLQS (velvetrope extension, top-level descriptors only) maps Envoy's
+	// rate limit quota buckets to this descriptor (rlqs.go).
+	RLQS *RLQSSpec
 
 	Pos Position
 }

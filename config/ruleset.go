@@ -223,6 +223,8 @@ type RuleSet struct {
 	few   []domainNode
 	rules []*Rule
 	byID  map[string]*Rule
+	// rlqs holds, per domain, how RLQS buckets become entries (rlqs.go)
+	rlqs map[string][]rlqsMapping
 	files []string
 	// hashedKeys holds, per domain, the keys some descriptor marks
 	// hash_values (see HashedKeys).
@@ -310,6 +312,13 @@ func Compile(files []*File) (*RuleSet, error) {
 		}
 		n := len(rs.rules)
 		rs.build(root, f.Domain, nil, nil, nil, f.Descriptors, &errs)
+		checkRLQS(f, &errs)
+		if m := rlqsMappings(f); len(m) > 0 {
+			if rs.rlqs == nil {
+				rs.rlqs = map[string][]rlqsMapping{}
+			}
+			rs.rlqs[f.Domain] = m
+		}
 		for _, r := range rs.rules[n:] { // elastic rules: their pool, by name
 			if r.Throttle.Type != ThrottleElastic {
 				continue
