@@ -139,6 +139,9 @@ func (c *Checker) check(ctx context.Context, req *ratelimit.Request, d *ratelimi
 	c.lock(p.locks)
 	c.decideAll(&p, req)
 	c.settle(&p, req)
+	if req.View != nil {
+		c.fillView(&p, req.View)
+	}
 	c.unlock(p.locks)
 	if p.sync {
 		c.releaseWork(p.slots)
@@ -495,6 +498,9 @@ func (c *Checker) decideLocal(s *slot, now, cost int64) {
 // decision not yet counted counts as answered. held: the locks were kept
 // since the decisions (a bucket's state computed then is current).
 func (c *Checker) commit(slots []slot, req *ratelimit.Request, denied, deferred, held bool, now int64) {
+	if req.View != nil {
+		return // a quota server's look at a counter: no decision of anyone's, and no hit
+	}
 	for i := range slots {
 		s := &slots[i]
 		cost := s.cost

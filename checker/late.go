@@ -8,6 +8,7 @@ import (
 	"github.com/velvetrope/velvetrope/counters"
 	"github.com/velvetrope/velvetrope/internal/estimate"
 	"github.com/velvetrope/velvetrope/internal/rates"
+	"github.com/velvetrope/velvetrope/internal/tally"
 	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
@@ -77,15 +78,15 @@ func (c *Checker) late(ctx context.Context, p *pass, req *ratelimit.Request) err
 		case config.ModeSync:
 			a := &s.w.SyncAnswer
 			s.remaining, s.resetAfter = a.Remaining, a.ResetAfter
-			e.pendApplied.Late(p.now, cost) // the store holds it: analytics only
+			tallyLate(&e.pendApplied, req, p.now, cost) // the store holds it: analytics only
 		case config.ModeLocal:
 			s.need = needLocal
 			ld, _ := c.local.ForceAt(s.key, s.rule.Limiter, p.now, cost, "")
 			s.remaining, s.resetAfter = ld.Remaining, max(ld.ResetAfter, 0)
-			e.pendApplied.Late(p.now, cost)
+			tallyLate(&e.pendApplied, req, p.now, cost)
 		default:
 			s.need = needMemory
-			e.pend.Late(p.now, cost)
+			tallyLate(&e.pend, req, p.now, cost)
 			c.countHits(e, p.now, e.ctr.force(e, p.now, cost)) // what the store must add: a bucket's debt is bounded
 			s.remaining, s.resetAfter = e.ctr.state(c, e, p.now, 0)
 		}
@@ -93,11 +94,39 @@ func (c *Checker) late(ctx context.Context, p *pass, req *ratelimit.Request) err
 	}
 	c.unlock(p.locks)
 	c.releaseWork(p.slots)
-	if counted { // as the analytics count it: a charge that counted something
+	if counted && !req.Report { // as the analytics count it: a charge that counted something (a report is decisions)
 		c.Stats.Late.Add(1)
 	}
 	p.code, p.late = ratelimit.OK, true
 	return nil
+}
+
+// fillView fills v with what s, a probe's first descriptor, knows of its
+// counter (Request.View; requires the locks).
+func (c *Checker) fillView(p *pass, v *ratelimit.QuotaView) {
+	*v = ratelimit.QuotaView{}
+	if p.n == 0 {
+		return
+	}
+	s := &p.slots[0]
+	if s.rule == nil || s.rule.Unlimited || s.need == needNone || s.e == nil {
+		return
+	}
+	var st ratelimit.Status
+	c.status(&st, s, p.denied, p.now)
+	e := s.e
+	*v = ratelimit.QuotaView{Known: true, Remaining: st.Remaining, ResetAfter: st.ResetAfter, Window: !s.rule.Algorithm.Bucket(),
+		Fleet: c.fleet(e), Own: e.Own, Others: e.Others, InFlight: e.InFlight(c.cfg.PipelineLag)}
+}
+
+// tallyLate counts a late charge for the analytics: as late, or as a quota
+// report's decisions (Request.Report).
+func tallyLate(p *tally.Pending, req *ratelimit.Request, now, cost int64) {
+	if req.Report {
+		p.Report(now, cost, req.Denied)
+		return
+	}
+	p.Late(now, cost)
 }
 
 // force takes a late charge's hits whole: a window's count has no bound

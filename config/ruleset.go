@@ -224,7 +224,7 @@ type RuleSet struct {
 	rules []*Rule
 	byID  map[string]*Rule
 	// rlqs holds, per domain, how RLQS buckets become entries (rlqs.go)
-	rlqs map[string][]rlqsMapping
+	rlqs  map[string][]rlqsMapping
 	files []string
 	// hashedKeys holds, per domain, the keys some descriptor marks
 	// hash_values (see HashedKeys).

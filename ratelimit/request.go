@@ -81,11 +81,36 @@ type Request struct {
 	// charge with a RequestID and no descriptors charges the descriptors
 	// of the check this engine decided under that id within its TTL.
 	Charge bool
+	// Report makes a Charge a quota report (Envoy's RLQS): Hits are the
+	// requests the client admitted itself, counted as admitted decisions
+	// (not as late charges), and Denied those it refused, counted as
+	// refusals that charged nothing.
+	Report bool
+	Denied int64
+	// View, set on a probe (Hits 0) of one descriptor, is filled with what
+	// the engine knows of its counter, for cutting quota assignments.
+	View *QuotaView
 	// ReleaseLeases makes the request give back one lease of each of its
 	// concurrency descriptors (Envoy's is_negative_hits, which names no
 	// lease): the counter's oldest. Other rules take nothing; nothing is
 	// refused. A lease's own id releases exactly it (LeaseReleaser).
 	ReleaseLeases bool
+}
+
+// QuotaView is what an engine knows of one counter (Request.View): what
+// remains of it now in the whole fleet (as this engine sees it), when it
+// is fresh again, and how it is being spent: the live engines sharing it,
+// this one's and the others' hits per second (0: not learned yet) and the
+// others' hits predicted on their way to the store.
+type QuotaView struct {
+	Remaining  int64
+	ResetAfter time.Duration
+	// Window: the counter is forgotten at ResetAfter (window algorithms);
+	// otherwise it refills at the rule's limit per window (buckets).
+	Window             bool
+	Fleet, Own, Others int64
+	InFlight           int64
+	Known              bool // the engine found the counter (a rule matched)
 }
 
 // LeaseReleaser releases the lease a concurrency rule's status gave
@@ -225,6 +250,10 @@ func (r *Request) ValidateBounds(known bool, b *config.LimitsConfig) error {
 		return &FieldError{"hits", ErrNegativeHits}
 	case r.Hits > MaxHits:
 		return &FieldError{"hits", fmt.Errorf("%w: above %d", ErrBadRequest, int64(MaxHits))}
+	case r.Denied < 0 || r.Denied > MaxHits:
+		return &FieldError{"denied", fmt.Errorf("%w: must be within 0..%d, got %d", ErrBadRequest, int64(MaxHits), r.Denied)}
+	case (r.Report || r.Denied != 0) && !r.Charge:
+		return &FieldError{"denied", fmt.Errorf("%w: a quota report is a charge", ErrBadRequest)}
 	case len(r.RequestID) > b.MaxRequestIDBytes:
 		return &FieldError{"request_id", fmt.Errorf("%w: longer than %d bytes", ErrBadRequest, b.MaxRequestIDBytes)}
 	}

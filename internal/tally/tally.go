@@ -90,6 +90,32 @@ func (p *Pending) Tally(now, cost int64, allowed bool, why Refusal, charged bool
 	}
 }
 
+// Report adds a quota report's decisions (Envoy's RLQS): allowed requests
+// the client admitted (a hit each) and denied ones it refused, each one
+// decision. Counted is the caller's.
+func (p *Pending) Report(now, allowed, denied int64) {
+	if allowed <= 0 && denied <= 0 {
+		return
+	}
+	p.add(now)
+	p.AllowedCount = satAdd32(p.AllowedCount, allowed)
+	p.AllowedCost += uint64(max(allowed, 0))
+	p.DeniedCount = satAdd32(p.DeniedCount, denied)
+	p.DeniedCost += uint64(max(denied, 0))
+}
+
+// satAdd32 adds n to a uint32 count, saturating (a report may carry more
+// requests than one emission's count holds).
+func satAdd32(c uint32, n int64) uint32 {
+	if n <= 0 {
+		return c
+	}
+	if n >= int64(^uint32(0)-c) {
+		return ^uint32(0)
+	}
+	return c + uint32(n)
+}
+
 // Late adds a cost charged after the response: no decision, only hits
 // counted whatever the counter held (a zero cost is nothing). Counted is
 // the caller's, as for Tally.

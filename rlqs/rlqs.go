@@ -1,0 +1,518 @@
+// Package rlqs serves Envoy's rate limit quota service (RLQS,
+// envoy.service.rate_limit_quota.v3.RateLimitQuotaService): the proxy
+// decides each request itself from a quota assignment per bucket, reports
+// its usage every interval, and this server charges the reports to the
+// bucket's counters (a quota report is consumption, as the checker's own
+// deltas are) and answers each stream's buckets with assignments: slices
+// of what remains of the fleet's budget.
+//
+// A bucket is a descriptor of its domain (config: `rlqs: {bucket_keys}`),
+// decided by the engine as any descriptor is. An assignment is cut from
+// what the engine knows of the counter: what remains in the whole fleet,
+// less what the other checkers are predicted to have on its way to the
+// store, this checker's share of it (rates.Cut: half an equal split among
+// the live checkers, half by their rates), and of that, each of this
+// checker's streams' share (half equal, half by their reported demand).
+// docs/design.md ("RLQS") says what bound that gives.
+package rlqs
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/velvetrope/velvetrope/config"
+	"github.com/velvetrope/velvetrope/internal/logx"
+	"github.com/velvetrope/velvetrope/internal/rates"
+	"github.com/velvetrope/velvetrope/ratelimit"
+)
+
+// Checker is the engine the server charges reports to and cuts
+// assignments from (*checker.Checker).
+type Checker interface {
+	Check(ctx context.Context, req *ratelimit.Request, d *ratelimit.Decision) error
+	Rules() *config.RuleSet
+}
+
+// Options tune the server.
+type Options struct {
+	// MinAssignmentTTL is the shortest assignment_time_to_live sent; an
+	// assignment lives at least two of the stream's reporting intervals
+	// (as its reports' time_elapsed show). Default 2 s.
+	MinAssignmentTTL time.Duration
+	// IdleAfter abandons a stream's bucket whose reports held no request
+	// for this long (AbandonAction: the proxy forgets it until its next
+	// request). Default 10 min.
+	IdleAfter time.Duration
+	// Bounds bound the bucket ids (keys, values and their number: a
+	// descriptor's). Zero fields: config.DefaultLimits.
+	Bounds config.LimitsConfig
+	Logger *slog.Logger
+	// Now is the server's clock (time.Now by default; tests move it).
+	Now func() time.Time
+}
+
+// Bounds of one stream's messages.
+const (
+	MaxUsagesPerReport  = 1000 // bucket usages one report may carry
+	MaxBucketsPerStream = 10000
+	allowAllTTL         = 10 * time.Minute // a bucket no limit applies to
+)
+
+// Server implements rlqsv3.RateLimitQuotaServiceServer over a Checker.
+type Server struct {
+	rlqsv3.UnimplementedRateLimitQuotaServiceServer
+	c    Checker
+	opts Options
+	log  *logx.Limited
+
+	mu      sync.Mutex
+	buckets map[string]*bucket // by domain and bucket id (bucketKey)
+	nextID  atomic.Uint64
+
+	// Stats count the service's work, for metrics.
+	Stats Stats
+}
+
+// Stats are the server's counters.
+type Stats struct {
+	Streams                                 atomic.Int64 // open
+	Reports, Assignments, Abandons, Refused atomic.Uint64
+	// Unreported counts the hits charged for streams lost mid-window:
+	// the rest of their last assignment, counted as spent.
+	Unreported atomic.Uint64
+}
+
+// New returns a server over c.
+func New(c Checker, opts Options) *Server {
+	if opts.MinAssignmentTTL <= 0 {
+		opts.MinAssignmentTTL = 2 * time.Second
+	}
+	if opts.IdleAfter <= 0 {
+		opts.IdleAfter = 10 * time.Minute
+	}
+	opts.Bounds = opts.Bounds.WithDefaults()
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Server{c: c, opts: opts, log: logx.New(opts.Logger, 10*time.Second), buckets: map[string]*bucket{}}
+}
+
+// Register serves s on g.
+func (s *Server) Register(g grpc.ServiceRegistrar) { rlqsv3.RegisterRateLimitQuotaServiceServer(g, s) }
+
+// Buckets is the number of buckets some stream subscribes to.
+func (s *Server) Buckets() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.buckets)
+}
+
+// bucket is one bucket of one domain, and the streams of this server that
+// report it.
+type bucket struct {
+	key     string
+	domain  string
+	id      *rlqsv3.BucketId
+	entries []config.Entry
+	subs    map[*stream]*sub
+}
+
+// sub is one stream's subscription to a bucket.
+type sub struct {
+	demand     float64       // requests a second it reported (allowed and denied), smoothed
+	interval   time.Duration // its reporting interval, as time_elapsed says
+	active     time.Time     // its last report of a request
+	granted    int64         // tokens of the assignment in force (window rules)
+	windowEnd  time.Time     // the window the grant is of
+	usedSince  int64         // allowed reported since the grant
+	assignment *typev3.RateLimitStrategy
+}
+
+// stream is one StreamRateLimitQuotas call.
+type stream struct {
+	id     uint64
+	domain string
+	out    chan *rlqsv3.RateLimitQuotaResponse
+	subs   map[string]*bucket
+}
+
+// StreamRateLimitQuotas implements the service: reports in, assignments
+// out, until the proxy closes the stream.
+func (s *Server) StreamRateLimitQuotas(srv rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	ctx := srv.Context()
+	st := &stream{id: s.nextID.Add(1), out: make(chan *rlqsv3.RateLimitQuotaResponse, 64), subs: map[string]*bucket{}}
+	s.Stats.Streams.Add(1)
+	sendErr := make(chan error, 1)
+	done := make(chan struct{})
+	go func() { // the one sender of this stream
+		for {
+			select {
+			case m := <-st.out:
+				if err := srv.Send(m); err != nil {
+					sendErr <- err
+					return
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(done)
+		s.Stats.Streams.Add(-1)
+		s.lost(context.WithoutCancel(ctx), st)
+	}()
+	for {
+		msg, err := srv.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case err := <-sendErr:
+			return err
+		default:
+		}
+		if err := s.report(ctx, st, msg); err != nil {
+			s.Stats.Refused.Add(1)
+			return err
+		}
+	}
+}
+
+// report takes one usage report of st: each bucket's usage charged, its
+// assignments cut again and sent.
+func (s *Server) report(ctx context.Context, st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) error {
+	s.Stats.Reports.Add(1)
+	switch d := msg.GetDomain(); {
+	case st.domain == "" && d == "":
+		return status.Error(codes.InvalidArgument, "domain: the stream's first report must name its domain")
+	case st.domain == "":
+		if _, ok := s.c.Rules().Lookup(d); !ok {
+			return status.Errorf(codes.InvalidArgument, "domain: %q has no rules here (known: %s)", d, strings.Join(s.c.Rules().Domains(), ", "))
+		}
+		st.domain = d
+	case d != "" && d != st.domain:
+		return status.Errorf(codes.InvalidArgument, "domain: a stream has one domain (%q), this report names %q: open another stream", st.domain, d)
+	}
+	usages := msg.GetBucketQuotaUsages()
+	if len(usages) > MaxUsagesPerReport {
+		return status.Errorf(codes.InvalidArgument, "bucket_quota_usages: more than %d in one report (got %d)", MaxUsagesPerReport, len(usages))
+	}
+	for i, u := range usages {
+		if err := s.usage(ctx, st, i, u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// usage takes one bucket's usage of a report.
+func (s *Server) usage(ctx context.Context, st *stream, i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) error {
+	field := fmt.Sprintf("bucket_quota_usages[%d]", i)
+	b := u.GetBucketId().GetBucket()
+	if len(b) == 0 {
+		return status.Errorf(codes.InvalidArgument, "%s.bucket_id: must name at least one key", field)
+	}
+	if len(b) > s.opts.Bounds.MaxEntries {
+		return status.Errorf(codes.InvalidArgument, "%s.bucket_id: more than %d keys", field, s.opts.Bounds.MaxEntries)
+	}
+	allowed, denied := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
+	if allowed > ratelimit.MaxHits || denied > ratelimit.MaxHits {
+		return status.Errorf(codes.InvalidArgument, "%s: num_requests_allowed and num_requests_denied must be at most %d", field, int64(ratelimit.MaxHits))
+	}
+	elapsed := u.GetTimeElapsed().AsDuration()
+	if u.GetTimeElapsed() != nil && (elapsed < 0 || elapsed > 24*time.Hour) {
+		return status.Errorf(codes.InvalidArgument, "%s.time_elapsed: want 0 to 24h, got %v", field, elapsed)
+	}
+	key := bucketKey(st.domain, b)
+	entries, mapErr := s.c.Rules().BucketEntries(st.domain, b)
+	if mapErr == nil {
+		if err := ratelimit.CheckEntries(&s.opts.Bounds, 0, entries); err != nil {
+			return status.Errorf(codes.InvalidArgument, "%s.bucket_id: %v", field, err)
+		}
+	}
+	now := s.opts.Now()
+	if mapErr != nil || !s.subscribe(st, key, u.GetBucketId(), entries, now) {
+		// no rule reads this bucket (or too many buckets): nothing to
+		// count; the proxy is told to let it through, as Envoy's rate
+		// limit service answers a descriptor without a rule
+		if mapErr != nil {
+			s.log.Warn("RLQS bucket maps to no rule: allowed", "domain", st.domain, "bucket", key, "error", mapErr)
+		}
+		s.send(st, allowAll(u.GetBucketId()))
+		return nil
+	}
+	if allowed > 0 || denied > 0 {
+		req := ratelimit.Request{Domain: st.domain, Descriptors: []ratelimit.Descriptor{{Entries: entries}},
+			Hits: int64(allowed), Denied: int64(denied), Charge: true, Report: true}
+		var d ratelimit.Decision
+		if err := s.c.Check(ctx, &req, &d); err != nil {
+			s.log.Warn("RLQS report not counted", "domain", st.domain, "bucket", key, "error", err)
+		}
+	}
+	s.cut(ctx, st, key, int64(allowed), int64(allowed+denied), elapsed, now)
+	return nil
+}
+
+// subscribe makes st report bucket key; false when st has too many.
+func (s *Server) subscribe(st *stream, key string, id *rlqsv3.BucketId, entries []config.Entry, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := st.subs[key]; ok {
+		return true
+	}
+	if len(st.subs) >= MaxBucketsPerStream {
+		return false
+	}
+	bk := s.buckets[key]
+	if bk == nil {
+		bk = &bucket{key: key, domain: st.domain, id: id, entries: entries, subs: map[*stream]*sub{}}
+		s.buckets[key] = bk
+	}
+	bk.subs[st] = &sub{active: now}
+	st.subs[key] = bk
+	return true
+}
+
+// cut charges nothing: it asks the engine what remains of the bucket's
+// counter and sends the bucket's streams their shares: st always (it
+// just reported), the others when a stream joined (their share shrank).
+func (s *Server) cut(ctx context.Context, st *stream, key string, allowed, requests int64, elapsed time.Duration, now time.Time) {
+	s.mu.Lock()
+	bk := s.buckets[key]
+	if bk == nil {
+		s.mu.Unlock()
+		return
+	}
+	me := bk.subs[st]
+	joined := me.assignment == nil
+	if elapsed > 0 {
+		me.interval = elapsed
+		rate := float64(requests) / elapsed.Seconds()
+		if me.demand == 0 {
+			me.demand = rate
+		} else {
+			me.demand = (me.demand + rate) / 2
+		}
+	}
+	if requests > 0 {
+		me.active = now
+	}
+	me.usedSince += allowed
+	if now.Sub(me.active) > s.opts.IdleAfter {
+		delete(bk.subs, st)
+		delete(st.subs, key)
+		if len(bk.subs) == 0 {
+			delete(s.buckets, key)
+		}
+		s.mu.Unlock()
+		s.Stats.Abandons.Add(1)
+		s.send(st, &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{{
+			BucketId: bk.id, BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
+				AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}}})
+		return
+	}
+	domain, entries := bk.domain, bk.entries
+	s.mu.Unlock()
+
+	var v ratelimit.QuotaView
+	probe := ratelimit.Request{Domain: domain, Descriptors: []ratelimit.Descriptor{{Entries: entries}}, View: &v}
+	var d ratelimit.Decision
+	if err := s.c.Check(ctx, &probe, &d); err != nil {
+		s.log.Warn("RLQS assignment not cut", "domain", domain, "bucket", key, "error", err)
+		return
+	}
+	limit := int64(0)
+	if len(d.Statuses) > 0 && d.Statuses[0].Rule != nil && !d.Statuses[0].Rule.Unlimited {
+		limit = d.Statuses[0].Limit
+	}
+
+	s.mu.Lock()
+	bk = s.buckets[key]
+	if bk == nil || bk.subs[st] == nil {
+		s.mu.Unlock()
+		return
+	}
+	type out struct {
+		to *stream
+		m  *rlqsv3.RateLimitQuotaResponse
+	}
+	var sends []out
+	streams := make([]*stream, 0, len(bk.subs))
+	var total float64
+	for o, sb := range bk.subs {
+		streams = append(streams, o)
+		total += sb.demand
+	}
+	slices.SortFunc(streams, func(a, b *stream) int { return cmp.Compare(a.id, b.id) })
+	avail := max(0, v.Remaining-v.InFlight)
+	mine := rates.Cut(avail, max(v.Fleet, 1), v.Own, v.Own+v.Others)
+	next := rates.Cut(limit, max(v.Fleet, 1), v.Own, v.Own+v.Others) // the next window's
+	for _, o := range streams {
+		sb := bk.subs[o]
+		if o != st && !joined {
+			continue // its own next report re-cuts it
+		}
+		frac := 1 / float64(len(streams))
+		if total > 0 {
+			frac = frac/2 + sb.demand/(2*total)
+		}
+		var strategy *typev3.RateLimitStrategy
+		switch {
+		case !v.Known:
+			strategy = blanket(typev3.RateLimitStrategy_ALLOW_ALL)
+		case v.Window:
+			share := int64(frac * float64(mine))
+			sb.granted, sb.usedSince, sb.windowEnd = share, 0, now.Add(v.ResetAfter)
+			strategy = windowStrategy(share, int64(frac*float64(next)), v.ResetAfter)
+		default:
+			share := int64(frac * float64(mine))
+			sb.granted, sb.usedSince, sb.windowEnd = share, 0, time.Time{}
+			strategy = bucketStrategy(share, frac, limit, d.Statuses[0].Rule.Window)
+		}
+		sb.assignment = strategy
+		ttl := max(s.opts.MinAssignmentTTL, 2*sb.interval)
+		if !v.Known {
+			ttl = allowAllTTL
+		}
+		sends = append(sends, out{o, assign(bk.id, strategy, ttl)})
+	}
+	s.mu.Unlock()
+	for _, x := range sends {
+		s.Stats.Assignments.Add(1)
+		s.send(x.to, x.m)
+	}
+}
+
+// lost ends st: each bucket's assignment, as far as the stream did not
+// report it spent, is charged as spent while its window lasts (the proxy
+// may go on admitting from it: Envoy's reuse_last_assignment), so that
+// no other stream is given that budget again.
+func (s *Server) lost(ctx context.Context, st *stream) {
+	s.mu.Lock()
+	type charge struct {
+		domain  string
+		entries []config.Entry
+		hits    int64
+	}
+	var charges []charge
+	now := s.opts.Now()
+	for key, bk := range st.subs {
+		if sb := bk.subs[st]; sb != nil && sb.granted > sb.usedSince && now.Before(sb.windowEnd) {
+			charges = append(charges, charge{bk.domain, bk.entries, sb.granted - sb.usedSince})
+		}
+		delete(bk.subs, st)
+		if len(bk.subs) == 0 {
+			delete(s.buckets, key)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range charges {
+		req := ratelimit.Request{Domain: c.domain, Descriptors: []ratelimit.Descriptor{{Entries: c.entries}}, Hits: c.hits, Charge: true}
+		var d ratelimit.Decision
+		if err := s.c.Check(ctx, &req, &d); err != nil {
+			s.log.Warn("RLQS: a lost stream's assignment not counted", "domain", c.domain, "error", err)
+			continue
+		}
+		s.Stats.Unreported.Add(uint64(c.hits))
+	}
+}
+
+// send queues m for st; a stream that does not read its answers loses
+// them (its next report is answered again) rather than hold the others.
+func (s *Server) send(st *stream, m *rlqsv3.RateLimitQuotaResponse) {
+	select {
+	case st.out <- m:
+	default:
+		s.log.Warn("RLQS stream not reading its assignments: one dropped", "stream", st.id)
+	}
+}
+
+// bucketKey names a bucket of domain: its keys and values, sorted, each
+// escaped (config.AppendEscaped) so that no two buckets share a name.
+func bucketKey(domain string, b map[string]string) string {
+	keys := make([]string, 0, len(b))
+	for k := range b {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	buf := config.AppendEscaped(nil, domain)
+	for _, k := range keys {
+		buf = append(buf, '|')
+		buf = config.AppendEscaped(buf, k)
+		buf = append(buf, '=')
+		buf = config.AppendEscaped(buf, b[k])
+	}
+	return string(buf)
+}
+
+func blanket(r typev3.RateLimitStrategy_BlanketRule) *typev3.RateLimitStrategy {
+	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: r}}
+}
+
+// maxTokens bounds a token bucket's tokens (Envoy's fields are uint32).
+const maxTokens = 1<<32 - 1
+
+// windowStrategy is a window rule's assignment: share tokens now, and the
+// next window's share when this one ends (fill_interval: the time left,
+// which differs at every cut, so the proxy starts each new assignment
+// full). No share: DENY_ALL until the next cut.
+func windowStrategy(share, next int64, left time.Duration) *typev3.RateLimitStrategy {
+	if share <= 0 {
+		return blanket(typev3.RateLimitStrategy_DENY_ALL)
+	}
+	left = max(left.Round(time.Millisecond), time.Millisecond)
+	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+		MaxTokens: uint32(min(share, maxTokens)), TokensPerFill: wrapperspb.UInt32(uint32(min(max(next, 1), maxTokens))),
+		FillInterval: durationpb.New(left)}}}
+}
+
+// bucketStrategy is a bucket rule's assignment: share tokens now, refilled
+// at the stream's part (frac) of the rule's rate (limit per window).
+func bucketStrategy(share int64, frac float64, limit int64, window time.Duration) *typev3.RateLimitStrategy {
+	rate := frac * float64(limit) / window.Seconds() // tokens a second
+	if share <= 0 && rate <= 0 {
+		return blanket(typev3.RateLimitStrategy_DENY_ALL)
+	}
+	per := max(int64(rate+0.5), 1)
+	interval := time.Duration(float64(per) / max(rate, 1e-9) * float64(time.Second))
+	interval = min(max(interval.Round(time.Millisecond), time.Millisecond), 24*time.Hour)
+	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+		MaxTokens: uint32(min(max(share, 1), maxTokens)), TokensPerFill: wrapperspb.UInt32(uint32(min(per, maxTokens))),
+		FillInterval: durationpb.New(interval)}}}
+}
+
+func assign(id *rlqsv3.BucketId, strategy *typev3.RateLimitStrategy, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse {
+	return &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{{
+		BucketId: id,
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+				AssignmentTimeToLive: durationpb.New(ttl), RateLimitStrategy: strategy}}}}}
+}
+
+func allowAll(id *rlqsv3.BucketId) *rlqsv3.RateLimitQuotaResponse {
+	return assign(id, blanket(typev3.RateLimitStrategy_ALLOW_ALL), allowAllTTL)
+}
