@@ -516,3 +516,22 @@ func assign(id *rlqsv3.BucketId, strategy *typev3.RateLimitStrategy, ttl time.Du
 func allowAll(id *rlqsv3.BucketId) *rlqsv3.RateLimitQuotaResponse {
 	return assign(id, blanket(typev3.RateLimitStrategy_ALLOW_ALL), allowAllTTL)
 }
+
+// MetricsRegistry is where RegisterMetrics puts the server's metrics (the
+// binary's Prometheus registry); each is read when scraped.
+type MetricsRegistry interface {
+	Counter(name, help string, value func() float64)
+	Gauge(name, help string, value func() float64)
+}
+
+// RegisterMetrics exposes the server's work as velvetrope_rlqs_* metrics.
+func (s *Server) RegisterMetrics(reg MetricsRegistry) {
+	reg.Gauge("velvetrope_rlqs_streams", "Open rate limit quota (RLQS) streams.", func() float64 { return float64(s.Stats.Streams.Load()) })
+	reg.Gauge("velvetrope_rlqs_buckets", "RLQS buckets some open stream reports.", func() float64 { return float64(s.Buckets()) })
+	reg.Counter("velvetrope_rlqs_reports_total", "RLQS usage reports taken.", func() float64 { return float64(s.Stats.Reports.Load()) })
+	reg.Counter("velvetrope_rlqs_assignments_total", "RLQS quota assignments sent.", func() float64 { return float64(s.Stats.Assignments.Load()) })
+	reg.Counter("velvetrope_rlqs_abandoned_total", "RLQS buckets abandoned after rlqs idle time.", func() float64 { return float64(s.Stats.Abandons.Load()) })
+	reg.Counter("velvetrope_rlqs_refused_total", "RLQS streams ended for a malformed report (InvalidArgument).", func() float64 { return float64(s.Stats.Refused.Load()) })
+	reg.Counter("velvetrope_rlqs_unreported_hits_total", "Hits charged for RLQS streams lost mid-window: the rest of their last assignment, counted spent.",
+		func() float64 { return float64(s.Stats.Unreported.Load()) })
+}

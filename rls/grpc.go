@@ -45,10 +45,14 @@ func NewGRPCServer(s *Server, opts ...grpc.ServerOption) (*grpc.Server, *health.
 	return g, h
 }
 
-// healthWatch is the health service's server stream: it lives as long as
-// its client wants (client-side health checking holds one per
-// connection), so no deadline is put on it.
-const healthWatch = "/grpc.health.v1.Health/Watch"
+// healthWatch is the health service's server stream, and quotaStream the
+// rate limit quota service's (package rlqs): they live as long as their
+// clients want (client-side health checking holds one per connection, a
+// proxy one per worker), so no deadline is put on them.
+const (
+	healthWatch = "/grpc.health.v1.Health/Watch"
+	quotaStream = "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas"
+)
 
 // callDeadline is the tap handle that gives a call a deadline at most d
 // away: one d away when its client set none, or set one further (an
@@ -63,7 +67,7 @@ const healthWatch = "/grpc.health.v1.Health/Watch"
 // only looks at the context.
 func callDeadline(d time.Duration) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d || info.FullMethodName == healthWatch {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d || info.FullMethodName == healthWatch || info.FullMethodName == quotaStream {
 			return ctx, nil
 		}
 		ctx, cancel := context.WithTimeout(ctx, d)

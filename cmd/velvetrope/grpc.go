@@ -18,6 +18,7 @@ import (
 	"github.com/velvetrope/velvetrope/internal/httpapi"
 	"github.com/velvetrope/velvetrope/internal/metrics"
 	"github.com/velvetrope/velvetrope/internal/tlsconf"
+	"github.com/velvetrope/velvetrope/rlqs"
 	"github.com/velvetrope/velvetrope/rls"
 )
 
@@ -71,6 +72,9 @@ func newRLS(in rlsIn) (*rls.Server, *grpcListener, error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
 	gl.srv, _ = rls.NewGRPCServer(s, opts...)
+	quota := rlqs.New(in.Checker, rlqs.Options{Bounds: app.Limits, Logger: logger}) // Envoy's rate limit quota service, on the same port
+	quota.Register(gl.srv)
+	quota.RegisterMetrics(in.Metrics)
 	if app.GRPC.Reflection {
 		// grpcurl and grpcui need nothing else installed; the service is
 		// Envoy's public API, so this publishes no more than its name
