@@ -143,10 +143,12 @@ type sub struct {
 	interval   time.Duration // its reporting interval, as time_elapsed says
 	active     time.Time     // its last report of a request
 	granted    int64         // tokens of the assignment in force (window rules)
-	windowEnd  time.Time     // the window the grant is of
 	usedSince  int64         // allowed reported since the grant
 	assignment *typev3.RateLimitStrategy
 }
+
+// outstanding is what the stream's grant holds unspent, as reported.
+func (sb *sub) outstanding() int64 { return max(0, sb.granted-sb.usedSince) }
 
 // stream is one StreamRateLimitQuotas call.
 type stream struct {
@@ -367,10 +369,21 @@ func (s *Server) cut(ctx context.Context, st *stream, key string, allowed, reque
 		streams = append(streams, o)
 		total += sb.demand
 	}
-	slices.SortFunc(streams, func(a, b *stream) int { return cmp.Compare(a.id, b.id) })
+	// the streams holding the most unspent first: what a shrinking grant
+	// gives back is there for the others' (a joining stream's) at once
+	slices.SortFunc(streams, func(a, b *stream) int {
+		return cmp.Or(cmp.Compare(bk.subs[b].outstanding(), bk.subs[a].outstanding()), cmp.Compare(a.id, b.id))
+	})
 	avail := max(0, v.Remaining-v.InFlight)
-	mine := rates.Cut(avail, max(v.Fleet, 1), v.Own, v.Own+v.Others)
-	next := rates.Cut(limit, max(v.Fleet, 1), v.Own, v.Own+v.Others) // the next window's
+	mine := rates.Cut(avail, max(v.Fleet, 1), v.Own, v.Own+v.Others) // this checker's share of what remains
+	var held int64                                                    // what this checker's streams hold unspent
+	for _, sb := range bk.subs {
+		held += sb.outstanding()
+	}
+	window := time.Duration(0)
+	if len(d.Statuses) > 0 && d.Statuses[0].Rule != nil {
+		window = d.Statuses[0].Rule.Window
+	}
 	for _, o := range streams {
 		sb := bk.subs[o]
 		if o != st && !joined {
@@ -385,13 +398,22 @@ func (s *Server) cut(ctx context.Context, st *stream, key string, allowed, reque
 		case !v.Known:
 			strategy = blanket(typev3.RateLimitStrategy_ALLOW_ALL)
 		case v.Window:
-			share := int64(frac * float64(mine))
-			sb.granted, sb.usedSince, sb.windowEnd = share, 0, now.Add(v.ResetAfter)
-			strategy = windowStrategy(share, int64(frac*float64(next)), v.ResetAfter)
+			// its fair part of this checker's share, but never what the
+			// other streams hold unspent: the grants outstanding never add
+			// up to more than the share
+			cur := sb.outstanding()
+			want := min(int64(frac*float64(mine)), max(0, mine-(held-cur)))
+			if want == cur && sb.assignment != nil {
+				strategy = sb.assignment // the same: the proxy keeps its bucket, the TTL is extended
+				break
+			}
+			strategy = windowStrategy(want, window, sb.assignment)
+			sb.granted, sb.usedSince = want, 0
+			held += want - cur
 		default:
 			share := int64(frac * float64(mine))
-			sb.granted, sb.usedSince, sb.windowEnd = share, 0, time.Time{}
-			strategy = bucketStrategy(share, frac, limit, d.Statuses[0].Rule.Window)
+			sb.granted, sb.usedSince = share, 0
+			strategy = bucketStrategy(share, frac, limit, window)
 		}
 		sb.assignment = strategy
 		ttl := max(s.opts.MinAssignmentTTL, 2*sb.interval)
@@ -407,10 +429,10 @@ func (s *Server) cut(ctx context.Context, st *stream, key string, allowed, reque
 	}
 }
 
-// lost ends st: each bucket's assignment, as far as the stream did not
-// report it spent, is charged as spent while its window lasts (the proxy
-// may go on admitting from it: Envoy's reuse_last_assignment), so that
-// no other stream is given that budget again.
+// lost ends st: each bucket's grant, as far as the stream did not report
+// it spent, is charged as spent (the proxy may go on admitting from it:
+// Envoy's reuse_last_assignment), so that no other stream is given that
+// budget again.
 func (s *Server) lost(ctx context.Context, st *stream) {
 	s.mu.Lock()
 	type charge struct {
@@ -419,10 +441,9 @@ func (s *Server) lost(ctx context.Context, st *stream) {
 		hits    int64
 	}
 	var charges []charge
-	now := s.opts.Now()
 	for key, bk := range st.subs {
-		if sb := bk.subs[st]; sb != nil && sb.granted > sb.usedSince && now.Before(sb.windowEnd) {
-			charges = append(charges, charge{bk.domain, bk.entries, sb.granted - sb.usedSince})
+		if sb := bk.subs[st]; sb != nil && sb.outstanding() > 0 {
+			charges = append(charges, charge{bk.domain, bk.entries, sb.outstanding()})
 		}
 		delete(bk.subs, st)
 		if len(bk.subs) == 0 {
@@ -476,18 +497,22 @@ func blanket(r typev3.RateLimitStrategy_BlanketRule) *typev3.RateLimitStrategy {
 // maxTokens bounds a token bucket's tokens (Envoy's fields are uint32).
 const maxTokens = 1<<32 - 1
 
-// windowStrategy is a window rule's assignment: share tokens now, and the
-// next window's share when this one ends (fill_interval: the time left,
-// which differs at every cut, so the proxy starts each new assignment
-// full). No share: DENY_ALL until the next cut.
-func windowStrategy(share, next int64, left time.Duration) *typev3.RateLimitStrategy {
+// windowStrategy is a window rule's assignment: a grant of share tokens,
+// refilled by one token a window (Envoy's buckets must refill: the least
+// there is). A proxy starts a strategy unlike its current one full, so a
+// grant equal to the last one's tokens is made unlike it by a millisecond
+// of fill_interval (prev: the assignment it replaces). No tokens:
+// DENY_ALL until the next cut.
+func windowStrategy(share int64, window time.Duration, prev *typev3.RateLimitStrategy) *typev3.RateLimitStrategy {
 	if share <= 0 {
 		return blanket(typev3.RateLimitStrategy_DENY_ALL)
 	}
-	left = max(left.Round(time.Millisecond), time.Millisecond)
+	fill := max(window, time.Second)
+	if tb := prev.GetTokenBucket(); tb != nil && int64(tb.GetMaxTokens()) == min(share, maxTokens) && tb.GetFillInterval().AsDuration() == fill {
+		fill += time.Millisecond
+	}
 	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-		MaxTokens: uint32(min(share, maxTokens)), TokensPerFill: wrapperspb.UInt32(uint32(min(max(next, 1), maxTokens))),
-		FillInterval: durationpb.New(left)}}}
+		MaxTokens: uint32(min(share, maxTokens)), TokensPerFill: wrapperspb.UInt32(1), FillInterval: durationpb.New(fill)}}}
 }
 
 // bucketStrategy is a bucket rule's assignment: share tokens now, refilled

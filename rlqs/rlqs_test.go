@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/velvetrope/velvetrope/checker"
@@ -155,25 +156,39 @@ func tokens(t *testing.T, a *rlqsv3.RateLimitQuotaResponse_BucketAction) int64 {
 	return -2
 }
 
-// TestAssignmentsFollowTheBudget: one proxy's bucket is assigned what
-// remains of its rule (100 an hour), reports are charged, and the budget
-// spent is refused: its next assignment is DENY_ALL, and the checker's
-// own decisions see the spending.
+// TestAssignmentsFollowTheBudget: one proxy's bucket is granted what
+// remains of its rule (100 an hour); reports are charged, and a grant
+// whose tokens the proxy still holds is extended as it is (the proxy
+// keeps its bucket); the budget spent elsewhere shrinks it; the checker's
+// own decisions see the reports.
 func TestAssignmentsFollowTheBudget(t *testing.T) {
 	r := newRig(t, Options{})
 	p := r.open(t)
 	id := bucketID("name", "api", "tenant", "acme")
 	p.report("envoy", id, 0, 0)
-	if n := tokens(t, p.next()); n != 100 {
+	first := p.next()
+	if n := tokens(t, first); n != 100 {
 		t.Fatalf("first assignment: %d tokens, want 100", n)
 	}
 	p.report("", id, 60, 3)
-	if n := tokens(t, p.next()); n != 40 {
-		t.Fatalf("after 60 admitted: %d tokens, want 40", n)
+	if a := p.next(); !proto.Equal(a.GetQuotaAssignmentAction().GetRateLimitStrategy(), first.GetQuotaAssignmentAction().GetRateLimitStrategy()) {
+		t.Fatalf("after 60 of 100 admitted the proxy holds the 40 left: want the same strategy, got %v", a)
 	}
-	p.report("", id, 40, 10)
-	if n := tokens(t, p.next()); n != -1 {
-		t.Fatalf("after the budget: %d, want DENY_ALL", n)
+	// 30 admitted by the checker itself: the proxy's 40 are more than remains
+	for range 30 {
+		var d ratelimit.Decision
+		req := &ratelimit.Request{Domain: "envoy", Hits: 1, Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{{Key: "name", Value: "api"}, {Key: "tenant", Value: "acme"}}}}}
+		if err := r.chk.Check(context.Background(), req, &d); err != nil || d.Code != ratelimit.OK {
+			t.Fatalf("a direct decision: %v %v", d.Code, err)
+		}
+	}
+	p.report("", id, 0, 0)
+	if n := tokens(t, p.next()); n != 10 {
+		t.Fatalf("after 30 spent elsewhere: %d tokens, want 10", n)
+	}
+	p.report("", id, 10, 10)
+	if n := tokens(t, p.next()); n != 10 {
+		t.Fatalf("spent: the same grant extended (no tokens left to it), got %d", n)
 	}
 	var d ratelimit.Decision
 	req := &ratelimit.Request{Domain: "envoy", Hits: 1, Descriptors: []ratelimit.Descriptor{{Entries: []config.Entry{{Key: "name", Value: "api"}, {Key: "tenant", Value: "acme"}}}}}
@@ -226,8 +241,8 @@ func TestALostStreamKeepsItsAssignmentCounted(t *testing.T) {
 	a.report("envoy", id, 0, 0)
 	tokens(t, a.next())
 	a.report("", id, 10, 0)
-	if n := tokens(t, a.next()); n != 90 {
-		t.Fatalf("after 10: %d", n)
+	if n := tokens(t, a.next()); n != 100 {
+		t.Fatalf("after 10: %d, want the same grant (90 left to it)", n)
 	}
 	a.cancel()
 	deadline := time.Now().Add(5 * time.Second)
