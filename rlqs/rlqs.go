@@ -376,7 +376,7 @@ func (s *Server) cut(ctx context.Context, st *stream, key string, allowed, reque
 	})
 	avail := max(0, v.Remaining-v.InFlight)
 	mine := rates.Cut(avail, max(v.Fleet, 1), v.Own, v.Own+v.Others) // this checker's share of what remains
-	var held int64                                                    // what this checker's streams hold unspent
+	var held int64                                                   // what this checker's streams hold unspent
 	for _, sb := range bk.subs {
 		held += sb.outstanding()
 	}
