@@ -144,6 +144,10 @@ type sub struct {
 	active     time.Time     // its last report of a request
 	granted    int64         // tokens of the assignment in force (window rules)
 	usedSince  int64         // allowed reported since the grant
+	// tail: a changed assignment was sent; the stream's next report is the
+	// old one's tail (Envoy reports a bucket at once when its assignment
+	// changes), spent before the grant, not from it
+	tail bool
 	assignment *typev3.RateLimitStrategy
 }
 
@@ -323,7 +327,11 @@ func (s *Server) cut(ctx context.Context, st *stream, key string, allowed, reque
 	if requests > 0 {
 		me.active = now
 	}
-	me.usedSince += allowed
+	if me.tail {
+		me.tail = false // charged all the same, but not from the grant in force
+	} else {
+		me.usedSince += allowed
+	}
 	if now.Sub(me.active) > s.opts.IdleAfter {
 		delete(bk.subs, st)
 		delete(st.subs, key)
@@ -408,7 +416,7 @@ func (s *Server) cut(ctx context.Context, st *stream, key string, allowed, reque
 				break
 			}
 			strategy = windowStrategy(want, window, sb.assignment)
-			sb.granted, sb.usedSince = want, 0
+			sb.granted, sb.usedSince, sb.tail = want, 0, true
 			held += want - cur
 		default:
 			share := int64(frac * float64(mine))

@@ -90,9 +90,10 @@ func newRig(t *testing.T, opts Options) *rig {
 }
 
 type proxy struct {
-	t      *testing.T
-	stream grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]
-	cancel context.CancelFunc
+	t       *testing.T
+	stream  grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]
+	cancel  context.CancelFunc
+	current map[string]*typev3.RateLimitStrategy // by bucket, the assignment in force
 }
 
 func (r *rig) open(t *testing.T) *proxy {
@@ -102,7 +103,7 @@ func (r *rig) open(t *testing.T) *proxy {
 		t.Fatal(err)
 	}
 	t.Cleanup(cancel)
-	return &proxy{t: t, stream: s, cancel: cancel}
+	return &proxy{t: t, stream: s, cancel: cancel, current: map[string]*typev3.RateLimitStrategy{}}
 }
 
 func bucketID(kv ...string) *rlqsv3.BucketId {
@@ -122,8 +123,29 @@ func (p *proxy) report(domain string, id *rlqsv3.BucketId, allowed, denied uint6
 	}
 }
 
-// next is the next action the server sends.
+// next is the next action the server sends. As Envoy does, a changed
+// assignment is answered at once with a report of the old one's usage
+// (none here), whose answer must leave the new one as it is.
 func (p *proxy) next() *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	p.t.Helper()
+	a := p.recv()
+	qa := a.GetQuotaAssignmentAction()
+	if qa == nil {
+		return a
+	}
+	k := bucketKey("", a.GetBucketId().GetBucket())
+	if proto.Equal(qa.GetRateLimitStrategy(), p.current[k]) {
+		return a
+	}
+	p.current[k] = qa.GetRateLimitStrategy()
+	p.report("", a.GetBucketId(), 0, 0)
+	if again := p.recv(); !proto.Equal(again.GetQuotaAssignmentAction().GetRateLimitStrategy(), p.current[k]) {
+		p.t.Fatalf("the report after a new assignment changed it again: %v, then %v", a, again)
+	}
+	return a
+}
+
+func (p *proxy) recv() *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	p.t.Helper()
 	m, err := p.stream.Recv()
 	if err != nil {
