@@ -139,15 +139,15 @@ type bucket struct {
 
 // sub is one stream's subscription to a bucket.
 type sub struct {
-	demand     float64       // requests a second it reported (allowed and denied), smoothed
-	interval   time.Duration // its reporting interval, as time_elapsed says
-	active     time.Time     // its last report of a request
-	granted    int64         // tokens of the assignment in force (window rules)
-	usedSince  int64         // allowed reported since the grant
+	demand    float64       // requests a second it reported (allowed and denied), smoothed
+	interval  time.Duration // its reporting interval, as time_elapsed says
+	active    time.Time     // its last report of a request
+	granted   int64         // tokens of the assignment in force (window rules)
+	usedSince int64         // allowed reported since the grant
 	// tail: a changed assignment was sent; the stream's next report is the
 	// old one's tail (Envoy reports a bucket at once when its assignment
 	// changes), spent before the grant, not from it
-	tail bool
+	tail       bool
 	assignment *typev3.RateLimitStrategy
 }
 

@@ -53,6 +53,7 @@ type options struct {
 	overNames        []string // overshoot: the cases run (async, sync, shards, gubernator)
 	overConns        []int64  // overshoot: connections per server
 	overDemand       float64  // overshoot: the runs' demand in multiples of L over their 3 s (0: full speed)
+	rlqsRuns         int      // rlqs: runs (a minute each) per limit
 	profiles         string   // a CPU profile of each velvetrope process per row, here
 }
 
@@ -71,7 +72,8 @@ func parse() (options, error) {
 	flag.StringVar(&conns, "conns", "4,64", "connection counts")
 	flag.StringVar(&systems, "systems", strings.Join(allSystems, ","), "systems to run")
 	flag.StringVar(&o.machine, "machine", "", "machine description for the table (default: cores and memory read here)")
-	flag.StringVar(&scenarios, "scenarios", "throughput,overshoot", "throughput (every system at each key spread and connection count), overshoot (admitted against the limit across 3 instances)")
+	flag.StringVar(&scenarios, "scenarios", "throughput,overshoot,rlqs", "throughput (every system at each key spread and connection count), overshoot (admitted against the limit across 3 instances), rlqs (RLQS clients' admissions against the limit across 3 checkers)")
+	flag.IntVar(&o.rlqsRuns, "rlqs-runs", 2, "rlqs: runs per limit (a minute's window each)")
 	flag.IntVar(&o.runs, "runs", 5, "overshoot: runs per case")
 	flag.BoolVar(&o.steady, "steady", true, "overshoot: also 2 minutes of steady demand at 2 × L a minute")
 	flag.StringVar(&overNames, "over-cases", strings.Join(overNames_, ","), "overshoot: the cases to run")
@@ -88,8 +90,8 @@ func parse() (options, error) {
 		return o, fmt.Errorf("--conns: %w", err)
 	}
 	for _, s := range strings.Split(scenarios, ",") {
-		if s != "throughput" && s != "overshoot" {
-			return o, fmt.Errorf("--scenarios: unknown %q (have throughput, overshoot)", s)
+		if s != "throughput" && s != "overshoot" && s != "rlqs" {
+			return o, fmt.Errorf("--scenarios: unknown %q (have throughput, overshoot, rlqs)", s)
 		}
 		o.scenarios = append(o.scenarios, s)
 	}
@@ -212,7 +214,19 @@ func run() error {
 		if err := writeJSON(filepath.Join(filepath.Dir(o.out), "bench-overshoot.json"), rep); err != nil {
 			return err
 		}
-		return writeOvershoot(o.out, rep)
+		if err := writeOvershoot(o.out, rep); err != nil {
+			return err
+		}
+	}
+	if contains(o.scenarios, "rlqs") {
+		rep, err := rlqsAccuracy(o, dir)
+		if err != nil {
+			return err
+		}
+		if err := writeJSON(filepath.Join(filepath.Dir(o.out), "bench-rlqs.json"), rep); err != nil {
+			return err
+		}
+		return writeRLQS(o.out, rep)
 	}
 	return nil
 }

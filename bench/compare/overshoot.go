@@ -92,6 +92,10 @@ func launchVelvetropeFleet(o options, dir string) (*overFleet, error) {
 	if err := os.WriteFile(rulesPath, []byte(overRules()), 0o644); err != nil {
 		return nil, err
 	}
+	quotaPath := filepath.Join(dir, "quota-rules.yaml") // the RLQS scenario's
+	if err := os.WriteFile(quotaPath, []byte(rlqsRules()), 0o644); err != nil {
+		return nil, err
+	}
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	cfgPath := filepath.Join(dir, "over-config.yaml")
 	cfg := fmt.Sprintf("kafka:\n  topic: velvetrope.over.%s\naggregator:\n  group: velvetrope-over-%s\n", run, run)
@@ -111,7 +115,7 @@ func launchVelvetropeFleet(o options, dir string) (*overFleet, error) {
 	for i := range 3 {
 		g, h := freeAddr(), freeAddr()
 		name := fmt.Sprintf("over-checker-%d", i)
-		c, err := start(dir, name, bin, []string{"checker", "--config", cfgPath, "--rules", rulesPath, "--grpc", g, "--http", h},
+		c, err := start(dir, name, bin, []string{"checker", "--config", cfgPath, "--rules", rulesPath + "," + quotaPath, "--grpc", g, "--http", h},
 			append(env, "VELVETROPE_INSTANCE_ID="+name, "VELVETROPE_STATE_DIR="+filepath.Join(dir, name+"-state")))
 		if err != nil {
 			f.stop()
