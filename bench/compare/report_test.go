@@ -114,3 +114,26 @@ func TestOvershootSection(t *testing.T) {
 		t.Fatalf("rewritten:\n%s", s)
 	}
 }
+
+func TestRLQSSection(t *testing.T) {
+	r := rlqsReport{Started: time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC), Commit: "abc",
+		Cases: []rlqsCase{{Limit: 1000, Runs: []int64{1022, 1010}, Asked: []int64{1965, 1990}, Median: 1022, Clients: 6},
+			{Limit: 10000, Runs: []int64{10182}, Asked: []int64{19704}, Median: 10182, Clients: 6}}}
+	md := r.markdown()
+	for _, want := range []string{"| velvetrope RLQS, 6 clients over 3 checkers | median 1,022 (+2.2 %), +1.0 % to +2.2 % [1,022 of 1,965 asked; 1,010 of 1,990 asked] |",
+		"median 10,182 (+1.8 %)", "between 0.9 × L and 1.05 × L"} {
+		if !strings.Contains(md, want) {
+			t.Fatalf("missing %q in:\n%s", want, md)
+		}
+	}
+	p := filepath.Join(t.TempDir(), "b.md")
+	os.WriteFile(p, []byte("# B\n"), 0o644)
+	for range 2 {
+		if err := writeRLQS(p, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := string(must(os.ReadFile(p))); strings.Count(s, rlqsBegin) != 1 || !strings.HasPrefix(s, "# B") {
+		t.Fatalf("written twice:\n%s", s)
+	}
+}
