@@ -230,7 +230,7 @@ func (c *Checker) answerCharge(s *slot, now int64) {
 	l := e.ctr.absorbCharge(c, e, now, &s.w.Charge, &s.w.Answer, cost, s.charged, s.allowed)
 	if l.rolled {
 		// analytics only: its hits are the earlier window's, in the store
-		if s.charged {
+		if s.charged && !s.quiet {
 			p := &e.pendApplied
 			p.Tally(now, cost, s.allowed, refusalOf(s, false), true)
 			if s.allowed {

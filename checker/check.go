@@ -123,6 +123,11 @@ func (c *Checker) check(ctx context.Context, req *ratelimit.Request, d *ratelimi
 		return p.done && err == nil, err
 	}
 	p.slots, p.locks = slots, locks
+	if req.View != nil {
+		for i := range p.slots {
+			p.slots[i].quiet = true
+		}
+	}
 	if req.Charge || req.ReleaseLeases {
 		if req.Charge {
 			err = c.late(ctx, &p, req)
@@ -635,6 +640,7 @@ type slot struct {
 	need  need
 	role  role
 	extra bool // a further limit of descriptor idx (config.Rule.Extra)
+	quiet bool // a quota server's look (Request.View): no decision of anyone's, not in the analytics
 	// compact: decided on a compact record, with no entry (compact.go)
 	compact bool
 	call    storeCall

@@ -193,6 +193,9 @@ func (c *Checker) delta(e *entry, p *tally.Pending, applied bool, ownAfter int64
 // count records consumption decided in memory in the counter and the
 // pending delta (requires the lock); an Envoy refusal counts as decided.
 func (c *Checker) count(s *slot, now, cost int64, allowed bool) {
+	if s.quiet {
+		return
+	}
 	e := s.e
 	e.pend.Tally(now, cost, allowed, refusalOf(s, false), true)
 	c.countHits(e, now, cost)
@@ -216,6 +219,9 @@ func (c *Checker) countHits(e *entry, now, cost int64) {
 
 // countApplied records a charge the store applied in the pending delta.
 func (c *Checker) countApplied(s *slot, now, cost int64, allowed bool) {
+	if s.quiet {
+		return
+	}
 	e := s.e
 	e.Observe(now, cost)
 	p := &e.pendApplied
@@ -226,6 +232,9 @@ func (c *Checker) countApplied(s *slot, now, cost int64, allowed bool) {
 // countRefused records a refusal that charged nothing, as its caller was
 // answered (refusalOf); a pool that had room neither lent nor refused.
 func (c *Checker) countRefused(s *slot, e *entry, now, cost int64, deferred bool) {
+	if s.quiet {
+		return
+	}
 	if s.role == rolePool && s.allowed {
 		return
 	}
@@ -235,6 +244,9 @@ func (c *Checker) countRefused(s *slot, e *entry, now, cost int64, deferred bool
 // countAnalytics records a decision the counters already hold (`mode:
 // sync`: the store's; `mode: local`: the limiter's), for the analytics.
 func (c *Checker) countAnalytics(s *slot, now, cost int64, allowed, deferred bool) {
+	if s.quiet {
+		return
+	}
 	p := &s.e.pendApplied
 	p.Tally(now, cost, allowed, refusalOf(s, deferred), false)
 	if allowed {

@@ -324,3 +324,48 @@ func TestBucketRetryCountsDown(t *testing.T) {
 		}
 	}
 }
+
+// TestViewIsNoDecision: a quota server's look at a counter (Request.View)
+// tells what remains and how the fleet spends it, and is no decision in
+// the analytics, near the limit too (a store charge of nothing); a quota
+// report's requests are decisions, not late charges.
+func TestViewIsNoDecision(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range lateCases {
+		t.Run(c.name, func(t *testing.T) {
+			rg := newRigRules(t, Config{InstanceName: "a"}, lateRules(c.ext))
+			rep := charge(4, "", "k", "v")
+			rep.Report, rep.Denied = true, 2
+			var d ratelimit.Decision
+			if err := rg.c.Check(ctx, rep, &d); err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				var v ratelimit.QuotaView
+				probe := req(0, "k", "v")
+				probe.View = &v
+				if err := rg.c.Check(ctx, probe, &d); err != nil {
+					t.Fatal(err)
+				}
+				if bucket := strings.Contains(c.ext, "bucket") || strings.Contains(c.ext, "gcra"); v.Window == bucket {
+					t.Fatalf("view %+v: a window is %v", v, !bucket)
+				}
+				if !v.Known || v.Remaining != 6 || v.Fleet != 1 {
+					t.Fatalf("view %+v, want 6 remaining of a fleet of 1", v)
+				}
+			}
+			if err := rg.c.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var allowed, denied, late uint64
+			for _, dl := range rg.prod.all {
+				if m := dl.GetMinute(); m != nil {
+					allowed, denied, late = max(allowed, m.AllowedCount), max(denied, m.DeniedCount), max(late, m.LateCount)
+				}
+			}
+			if allowed != 4 || denied != 2 || late != 0 {
+				t.Fatalf("analytics: %d allowed, %d denied, %d late; want the report's 4 and 2, and nothing of the looks", allowed, denied, late)
+			}
+		})
+	}
+}

@@ -91,8 +91,17 @@ func Dial(addr string, opts Options) (*Client, error) {
 	return c, nil
 }
 
-// Close ends the stream (as a proxy that stops).
+// Close reports what is left to report and ends the stream (as a proxy
+// that stops).
 func (c *Client) Close() error {
+	c.report(time.Now(), "")
+	c.sendMu.Lock()
+	_ = c.stream.CloseSend()
+	c.sendMu.Unlock()
+	select { // the server answers the last report, then sees the end
+	case <-c.done:
+	case <-time.After(time.Second):
+	}
 	c.cancel()
 	<-c.done
 	return c.conn.Close()

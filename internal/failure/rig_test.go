@@ -61,6 +61,7 @@ const limit = 100000000
 // proc is one velvetrope process.
 type proc struct {
 	name, kind, addr string
+	grpc             string // its gRPC address, when it has one
 	args, env        []string
 	log              string
 	cmd              *exec.Cmd
@@ -215,6 +216,7 @@ type rigOptions struct {
 	checkerConfig     string // YAML flow entries added to the checkers' `checker:` block
 	extraConfig       string // whole YAML lines added to every process's configuration
 	checkers          int    // 0: two
+	grpc              bool   // the checkers listen on gRPC too (proc.grpc)
 }
 
 // runRoom is how long a test of the suite may read its counters after the
@@ -273,6 +275,10 @@ checker: {topic_partitions: 4%s}
 	for i := range n {
 		c := newProc(fmt.Sprintf("c%d", i), "checker")
 		c.args = append(c.args, "--rules", rulesPath)
+		if o.grpc {
+			c.grpc = freeAddr(t)
+			c.env = append(c.env, "VELVETROPE_GRPC_ADDR="+c.grpc) // the last of a variable wins
+		}
 		c.start(t)
 		r.checkers = append(r.checkers, c)
 	}
