@@ -302,8 +302,8 @@ func (c *Checker) prepareExact(s *slot, req *ratelimit.Request, cost, now int64)
 		// commands' windows are this clock's (before it, the scripts' TIME)
 		s.w.SyncReq.Clock = now
 	}
-	s.w.Charge.ChargeDenied = s.rule.Algorithm == config.AlgEnvoy // Envoy semantics: every call counts
-	if req.RequestID != "" {
+	s.w.Charge.ChargeDenied = s.rule.Algorithm == config.AlgEnvoy         // Envoy semantics: every call counts
+	if req.RequestID != "" && s.rule.Algorithm != config.AlgConcurrency { // a lease is no answer to replay: it may be gone
 		s.w.SyncReq.RequestID, s.w.SyncReq.IdempotencyTTL = req.RequestID, c.cfg.IdempotencyTTL
 	}
 	if s.rule.Algorithm == config.AlgConcurrency && cost > 0 {

@@ -299,7 +299,13 @@ func (c *Checker) report(p *pass, orig, req *ratelimit.Request, d *ratelimit.Dec
 			d.Statuses[i].Code = ratelimit.Deferred
 		}
 	}
-	c.ids.Remember(orig, p.fp, p.now, d)
+	if holdsLease(d) {
+		// a retry must not be told it holds a lease that expired or was
+		// released meanwhile: it acquires again (the first lease expires)
+		c.ids.Abandon(orig, p.fp)
+	} else {
+		c.ids.Remember(orig, p.fp, p.now, d)
+	}
 	if c.dirtyN.Load() >= int64(c.cfg.FlushThreshold) {
 		select {
 		case c.flushNow <- struct{}{}:

@@ -39,7 +39,7 @@ func (c *Checker) ReleaseLease(ctx context.Context, lease string) (released bool
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.StoreTimeout)
 	defer cancel()
 	released, err = ls.ReleaseLease(ctx, q, lease)
-	if err == nil {
+	if released {
 		c.Stats.LeasesReleased.Add(1)
 	}
 	return released, err
@@ -58,20 +58,33 @@ func (c *Checker) releaseLeases(ctx context.Context, p *pass, req *ratelimit.Req
 	for i := range p.slots {
 		s := &p.slots[i]
 		s.allowed, s.need = true, needNone
-		// one lease per descriptor, whatever its hits (an acquire takes one);
-		// a repeated descriptor's slot releases one more
-		if s.rule == nil || s.rule.Algorithm != config.AlgConcurrency || s.role != roleRule && s.role != roleDefer {
+		// one lease per counter, whatever its hits and however many of the
+		// request's descriptors name it: what an acquire takes
+		if s.dupOf >= 0 || s.rule == nil || s.rule.Algorithm != config.AlgConcurrency || s.role != roleRule && s.role != roleDefer {
 			continue
 		}
 		key := string(config.AppendCounterKey(nil, s.rule, s.entriesOf(req)))
 		q := &counters.SyncRequest{Key: key, Rule: s.rule.ID, Algorithm: config.AlgConcurrency}
-		if _, err := ls.ReleaseLease(ctx, q, ""); err != nil {
+		released, err := ls.ReleaseLease(ctx, q, "")
+		if err != nil {
 			return fmt.Errorf("checker: release of rule %s: %w", s.rule.ID, err)
 		}
-		c.Stats.LeasesReleased.Add(1)
+		if released {
+			c.Stats.LeasesReleased.Add(1)
+		}
 	}
 	p.code = ratelimit.OK
 	return nil
+}
+
+// holdsLease says a status of d holds a lease.
+func holdsLease(d *ratelimit.Decision) bool {
+	for i := range d.Statuses {
+		if d.Statuses[i].Lease != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // InFlight is the leases held in the whole fleet per concurrency rule of

@@ -72,6 +72,9 @@ func checkRLQS(f *File, errs *ErrorList) {
 				case d.Value != "":
 					*errs = append(*errs, posError(d.Pos, fmt.Sprintf("descriptor %q: rlqs needs a key-only descriptor (the bucket gives the value)", d.Key)))
 				}
+				if missing := unreachable(d, s.BucketKeys); missing != "" {
+					*errs = append(*errs, posError(d.Pos, fmt.Sprintf("descriptor %q: rlqs.bucket_keys: no descriptor %q under it: such buckets could never match a rule", d.Key, missing)))
+				}
 				if hasConcurrency([]*Descriptor{d}) {
 					*errs = append(*errs, posError(d.Pos, fmt.Sprintf("descriptor %q: a concurrency rule cannot serve RLQS buckets (a quota report carries no leases)", d.Key)))
 				}
@@ -93,6 +96,27 @@ func checkRLQS(f *File, errs *ErrorList) {
 		}
 		seen[set] = d.Key
 	}
+}
+
+// unreachable is the first bucket key after d's own that the tree under d
+// has no descriptor of, in order ("" when every one is there).
+func unreachable(d *Descriptor, keys []string) string {
+	level := []*Descriptor{d}
+	for _, k := range keys[1:] {
+		var next []*Descriptor
+		for _, n := range level {
+			for _, c := range n.Descriptors {
+				if c.Key == k {
+					next = append(next, c)
+				}
+			}
+		}
+		if len(next) == 0 {
+			return k
+		}
+		level = next
+	}
+	return ""
 }
 
 func hasConcurrency(ds []*Descriptor) bool {

@@ -49,6 +49,7 @@ descriptors:
 		{"nested", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rlqs: {bucket_keys: [b]}\n        rate_limit: {unit: second, requests_per_unit: 1}\n", "top-level"},
 		{"twice", "domain: d\ndescriptors:\n  - key: a\n    rlqs: {bucket_keys: [a, a]}\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "twice"},
 		{"empty", "domain: d\ndescriptors:\n  - key: a\n    rlqs: {bucket_keys: []}\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "at least one"},
+		{"no such child", "domain: d\ndescriptors:\n  - key: a\n    rlqs: {bucket_keys: [a, b]}\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "could never match"},
 		{"concurrency", "domain: d\ndescriptors:\n  - key: a\n    rlqs: {bucket_keys: [a]}\n    concurrency: {max_in_flight: 2}\n", "no leases"},
 		{"same keys", "domain: d\ndescriptors:\n  - key: a\n    rlqs: {bucket_keys: [a, b]}\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: b\n    rlqs: {bucket_keys: [b, a]}\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "map to one"},
 	} {

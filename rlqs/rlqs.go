@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -137,47 +138,74 @@ type bucket struct {
 	subs    map[*stream]*sub
 }
 
-// sub is one stream's subscription to a bucket.
+// sub is one stream's subscription to a bucket, and what the server knows
+// of the stream's grant: granted less reported is what it holds unspent.
+// A grant the proxy receives replaces its bucket whole: what the old one
+// held may have been spent unreported, so a grant sent to a stream that
+// did not just report moves the old one's rest into unconfirmed, counted
+// held until the stream's next report tells (Envoy does not report when
+// an assignment changes: reports come on its timer).
 type sub struct {
-	demand    float64       // requests a second it reported (allowed and denied), smoothed
-	interval  time.Duration // its reporting interval, as time_elapsed says
-	active    time.Time     // its last report of a request
-	granted   int64         // tokens of the assignment in force (window rules)
-	usedSince int64         // allowed reported since the grant
-	// tail: a changed assignment was sent; the stream's next report is the
-	// old one's tail (Envoy reports a bucket at once when its assignment
-	// changes), spent before the grant, not from it
-	tail       bool
-	assignment *typev3.RateLimitStrategy
+	demand      float64       // requests a second it reported (allowed and denied), smoothed
+	interval    time.Duration // its reporting interval, as time_elapsed says
+	active      time.Time     // its last report of a request
+	reports     int
+	granted     int64 // tokens of the grant in force
+	usedSince   int64 // allowed reported since the grant
+	unconfirmed int64 // an older grant's rest, maybe spent, not reported yet
+	assignment  *typev3.RateLimitStrategy
+	gen         uint64 // the grant's generation; delivered: the last one sent to the proxy
+	delivered   uint64
+	prevLeft    int64 // what the grant before held, while the latest is not delivered
 }
 
-// outstanding is what the stream's grant holds unspent, as reported.
-func (sb *sub) outstanding() int64 { return max(0, sb.granted-sb.usedSince) }
+// left is what the stream's grant holds unspent, as reported.
+func (sb *sub) left() int64 { return max(0, sb.granted-sb.usedSince) }
+
+// held is the most the stream may still spend: its grant's rest and an
+// older grant's unconfirmed rest.
+func (sb *sub) held() int64 { return sb.left() + sb.unconfirmed }
 
 // stream is one StreamRateLimitQuotas call.
 type stream struct {
 	id     uint64
 	domain string
-	out    chan *rlqsv3.RateLimitQuotaResponse
+	out    chan outMsg
 	subs   map[string]*bucket
+}
+
+// outMsg is a message for a stream, and the grants it delivers.
+type outMsg struct {
+	m      *rlqsv3.RateLimitQuotaResponse
+	grants []grantMark
+}
+
+type grantMark struct {
+	sb  *sub
+	gen uint64
 }
 
 // StreamRateLimitQuotas implements the service: reports in, assignments
 // out, until the proxy closes the stream.
 func (s *Server) StreamRateLimitQuotas(srv rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	ctx := srv.Context()
-	st := &stream{id: s.nextID.Add(1), out: make(chan *rlqsv3.RateLimitQuotaResponse, 64), subs: map[string]*bucket{}}
+	st := &stream{id: s.nextID.Add(1), out: make(chan outMsg, 64), subs: map[string]*bucket{}}
 	s.Stats.Streams.Add(1)
 	sendErr := make(chan error, 1)
 	done := make(chan struct{})
 	go func() { // the one sender of this stream
 		for {
 			select {
-			case m := <-st.out:
-				if err := srv.Send(m); err != nil {
+			case o := <-st.out:
+				if err := srv.Send(o.m); err != nil {
 					sendErr <- err
 					return
 				}
+				s.mu.Lock()
+				for _, g := range o.grants {
+					g.sb.delivered = max(g.sb.delivered, g.gen)
+				}
+				s.mu.Unlock()
 			case <-done:
 				return
 			}
@@ -208,90 +236,132 @@ func (s *Server) StreamRateLimitQuotas(srv rlqsv3.RateLimitQuotaService_StreamRa
 	}
 }
 
-// report takes one usage report of st: each bucket's usage charged, its
-// assignments cut again and sent.
+// report takes one usage report of st: checked whole first (a bad one is
+// refused with nothing charged), then each bucket's usage charged and its
+// grants cut again; the answers go in one message per stream.
 func (s *Server) report(ctx context.Context, st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) error {
 	s.Stats.Reports.Add(1)
+	domain := st.domain
 	switch d := msg.GetDomain(); {
-	case st.domain == "" && d == "":
+	case domain == "" && d == "":
 		return status.Error(codes.InvalidArgument, "domain: the stream's first report must name its domain")
-	case st.domain == "":
+	case domain == "":
 		if _, ok := s.c.Rules().Lookup(d); !ok {
 			return status.Errorf(codes.InvalidArgument, "domain: %q has no rules here (known: %s)", d, strings.Join(s.c.Rules().Domains(), ", "))
 		}
-		st.domain = d
-	case d != "" && d != st.domain:
-		return status.Errorf(codes.InvalidArgument, "domain: a stream has one domain (%q), this report names %q: open another stream", st.domain, d)
+		domain = d
+	case d != "" && d != domain:
+		return status.Errorf(codes.InvalidArgument, "domain: a stream has one domain (%q), this report names %q: open another stream", domain, d)
 	}
 	usages := msg.GetBucketQuotaUsages()
 	if len(usages) > MaxUsagesPerReport {
 		return status.Errorf(codes.InvalidArgument, "bucket_quota_usages: more than %d in one report (got %d)", MaxUsagesPerReport, len(usages))
 	}
 	for i, u := range usages {
-		if err := s.usage(ctx, st, i, u); err != nil {
+		if err := s.check(u, fmt.Sprintf("bucket_quota_usages[%d]", i)); err != nil {
 			return err
+		}
+	}
+	st.domain = domain
+	outs := map[*stream]*outMsg{}
+	for _, u := range usages {
+		s.usage(ctx, st, u, outs)
+	}
+	for to, o := range outs {
+		s.Stats.Assignments.Add(uint64(len(o.m.BucketAction)))
+		s.send(to, *o)
+	}
+	return nil
+}
+
+// check refuses a bucket usage the server cannot take, naming its field.
+func (s *Server) check(u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, field string) error {
+	b := u.GetBucketId().GetBucket()
+	switch {
+	case len(b) == 0:
+		return status.Errorf(codes.InvalidArgument, "%s.bucket_id: must name at least one key", field)
+	case len(b) > s.opts.Bounds.MaxEntries:
+		return status.Errorf(codes.InvalidArgument, "%s.bucket_id: more than %d keys", field, s.opts.Bounds.MaxEntries)
+	case u.GetNumRequestsAllowed() > ratelimit.MaxHits || u.GetNumRequestsDenied() > ratelimit.MaxHits:
+		return status.Errorf(codes.InvalidArgument, "%s: num_requests_allowed and num_requests_denied must be at most %d", field, int64(ratelimit.MaxHits))
+	}
+	es := make([]config.Entry, 0, len(b))
+	for k, v := range b {
+		if k == "" {
+			return status.Errorf(codes.InvalidArgument, "%s.bucket_id: a key must not be empty", field)
+		}
+		es = append(es, config.Entry{Key: k, Value: v})
+	}
+	if err := ratelimit.CheckEntries(&s.opts.Bounds, 0, es); err != nil {
+		return status.Errorf(codes.InvalidArgument, "%s.bucket_id: %v", field, err)
+	}
+	if e := u.GetTimeElapsed(); e != nil {
+		if err := e.CheckValid(); err != nil || e.AsDuration() < 0 || e.AsDuration() > 24*time.Hour {
+			return status.Errorf(codes.InvalidArgument, "%s.time_elapsed: want a valid duration from 0 to 24h, got %v", field, e)
 		}
 	}
 	return nil
 }
 
-// usage takes one bucket's usage of a report.
-func (s *Server) usage(ctx context.Context, st *stream, i int, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) error {
-	field := fmt.Sprintf("bucket_quota_usages[%d]", i)
+// usage takes one bucket's usage of a report (checked): charged, then the
+// bucket's grants cut again into outs.
+func (s *Server) usage(ctx context.Context, st *stream, u *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, outs map[*stream]*outMsg) {
 	b := u.GetBucketId().GetBucket()
-	if len(b) == 0 {
-		return status.Errorf(codes.InvalidArgument, "%s.bucket_id: must name at least one key", field)
-	}
-	if len(b) > s.opts.Bounds.MaxEntries {
-		return status.Errorf(codes.InvalidArgument, "%s.bucket_id: more than %d keys", field, s.opts.Bounds.MaxEntries)
-	}
-	allowed, denied := u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()
-	if allowed > ratelimit.MaxHits || denied > ratelimit.MaxHits {
-		return status.Errorf(codes.InvalidArgument, "%s: num_requests_allowed and num_requests_denied must be at most %d", field, int64(ratelimit.MaxHits))
-	}
-	elapsed := u.GetTimeElapsed().AsDuration()
-	if u.GetTimeElapsed() != nil && (elapsed < 0 || elapsed > 24*time.Hour) {
-		return status.Errorf(codes.InvalidArgument, "%s.time_elapsed: want 0 to 24h, got %v", field, elapsed)
-	}
+	allowed, denied := int64(u.GetNumRequestsAllowed()), int64(u.GetNumRequestsDenied())
 	key := bucketKey(st.domain, b)
 	entries, mapErr := s.c.Rules().BucketEntries(st.domain, b)
-	if mapErr == nil {
-		if err := ratelimit.CheckEntries(&s.opts.Bounds, 0, entries); err != nil {
-			return status.Errorf(codes.InvalidArgument, "%s.bucket_id: %v", field, err)
-		}
-	}
-	now := s.opts.Now()
-	if mapErr != nil || !s.subscribe(st, key, u.GetBucketId(), entries, now) {
-		// no rule reads this bucket (or too many buckets): nothing to
-		// count; the proxy is told to let it through, as Envoy's rate
-		// limit service answers a descriptor without a rule
-		if mapErr != nil {
-			s.log.Warn("RLQS bucket maps to no rule: allowed", "domain", st.domain, "bucket", key, "error", mapErr)
-		}
-		s.send(st, allowAll(u.GetBucketId()))
-		return nil
-	}
-	if allowed > 0 || denied > 0 {
+	if mapErr == nil && (allowed > 0 || denied > 0) { // charged, whatever becomes of the subscription
 		req := ratelimit.Request{Domain: st.domain, Descriptors: []ratelimit.Descriptor{{Entries: entries}},
-			Hits: int64(allowed), Denied: int64(denied), Charge: true, Report: true}
+			Hits: allowed, Denied: denied, Charge: true, Report: true}
 		var d ratelimit.Decision
 		if err := s.c.Check(ctx, &req, &d); err != nil {
 			s.log.Warn("RLQS report not counted", "domain", st.domain, "bucket", key, "error", err)
 		}
 	}
-	s.cut(ctx, st, key, int64(allowed), int64(allowed+denied), elapsed, now)
-	return nil
+	now := s.opts.Now()
+	joined, ok := false, false
+	if mapErr == nil {
+		joined, ok = s.subscribe(st, key, u.GetBucketId(), entries, now)
+	}
+	if !ok {
+		// no rule reads this bucket, or the stream has too many: the proxy
+		// is told to let it through, as Envoy's rate limit service answers
+		// a descriptor without a rule
+		if mapErr != nil {
+			s.log.Warn("RLQS bucket maps to no rule: allowed", "domain", st.domain, "bucket", key, "error", mapErr)
+		} else {
+			s.log.Warn("RLQS stream holds the most buckets: this one allowed, its reports charged", "domain", st.domain,
+				"bucket", key, "buckets", MaxBucketsPerStream)
+		}
+		add(outs, st, allowAll(u.GetBucketId()), nil, 0)
+		return
+	}
+	s.cut(ctx, st, key, allowed, allowed+denied, u.GetTimeElapsed().AsDuration(), now, joined, outs)
 }
 
-// subscribe makes st report bucket key; false when st has too many.
-func (s *Server) subscribe(st *stream, key string, id *rlqsv3.BucketId, entries []config.Entry, now time.Time) bool {
+// add puts a bucket action for to into outs.
+func add(outs map[*stream]*outMsg, to *stream, m *rlqsv3.RateLimitQuotaResponse, sb *sub, gen uint64) {
+	o := outs[to]
+	if o == nil {
+		o = &outMsg{m: &rlqsv3.RateLimitQuotaResponse{}}
+		outs[to] = o
+	}
+	o.m.BucketAction = append(o.m.BucketAction, m.BucketAction...)
+	if sb != nil {
+		o.grants = append(o.grants, grantMark{sb, gen})
+	}
+}
+
+// subscribe makes st report bucket key (joined: it had not); false when
+// st has too many.
+func (s *Server) subscribe(st *stream, key string, id *rlqsv3.BucketId, entries []config.Entry, now time.Time) (joined, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := st.subs[key]; ok {
-		return true
+		return false, true
 	}
 	if len(st.subs) >= MaxBucketsPerStream {
-		return false
+		return false, false
 	}
 	bk := s.buckets[key]
 	if bk == nil {
@@ -300,21 +370,22 @@ func (s *Server) subscribe(st *stream, key string, id *rlqsv3.BucketId, entries 
 	}
 	bk.subs[st] = &sub{active: now}
 	st.subs[key] = bk
-	return true
+	return true, true
 }
 
-// cut charges nothing: it asks the engine what remains of the bucket's
-// counter and sends the bucket's streams their shares: st always (it
-// just reported), the others when a stream joined (their share shrank).
-func (s *Server) cut(ctx context.Context, st *stream, key string, allowed, requests int64, elapsed time.Duration, now time.Time) {
+// cut asks the engine what remains of the bucket's counter and cuts the
+// bucket's grants into outs: st's (it just reported), and when it joined,
+// the others' (their share shrank).
+func (s *Server) cut(ctx context.Context, st *stream, key string, allowed, requests int64, elapsed time.Duration, now time.Time,
+	joined bool, outs map[*stream]*outMsg) {
 	s.mu.Lock()
 	bk := s.buckets[key]
-	if bk == nil {
+	if bk == nil || bk.subs[st] == nil {
 		s.mu.Unlock()
 		return
 	}
 	me := bk.subs[st]
-	joined := me.assignment == nil
+	me.reports++
 	if elapsed > 0 {
 		me.interval = elapsed
 		rate := float64(requests) / elapsed.Seconds()
@@ -327,11 +398,15 @@ func (s *Server) cut(ctx context.Context, st *stream, key string, allowed, reque
 	if requests > 0 {
 		me.active = now
 	}
-	if me.tail {
-		me.tail = false // charged all the same, but not from the grant in force
-	} else {
-		me.usedSince += allowed
+	// the report tells what the stream spent: an older grant's
+	// unconfirmed rest first (once the latest grant is delivered, the
+	// report covers all the old one spent), then the grant in force
+	tail := min(allowed, me.unconfirmed)
+	me.unconfirmed -= tail
+	if me.delivered >= me.gen {
+		me.unconfirmed = 0
 	}
+	me.usedSince += allowed - tail
 	if now.Sub(me.active) > s.opts.IdleAfter {
 		delete(bk.subs, st)
 		delete(st.subs, key)
@@ -340,9 +415,9 @@ func (s *Server) cut(ctx context.Context, st *stream, key string, allowed, reque
 		}
 		s.mu.Unlock()
 		s.Stats.Abandons.Add(1)
-		s.send(st, &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{{
+		add(outs, st, &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{{
 			BucketId: bk.id, BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
-				AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}}})
+				AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}}}, nil, 0)
 		return
 	}
 	domain, entries := bk.domain, bk.entries
@@ -355,92 +430,77 @@ func (s *Server) cut(ctx context.Context, st *stream, key string, allowed, reque
 		s.log.Warn("RLQS assignment not cut", "domain", domain, "bucket", key, "error", err)
 		return
 	}
-	limit := int64(0)
+	limit, window := int64(0), time.Duration(0)
 	if len(d.Statuses) > 0 && d.Statuses[0].Rule != nil && !d.Statuses[0].Rule.Unlimited {
-		limit = d.Statuses[0].Limit
+		limit, window = d.Statuses[0].Limit, d.Statuses[0].Rule.Window
 	}
 
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	bk = s.buckets[key]
 	if bk == nil || bk.subs[st] == nil {
-		s.mu.Unlock()
 		return
 	}
-	type out struct {
-		to *stream
-		m  *rlqsv3.RateLimitQuotaResponse
-	}
-	var sends []out
 	streams := make([]*stream, 0, len(bk.subs))
 	var total float64
 	for o, sb := range bk.subs {
 		streams = append(streams, o)
 		total += sb.demand
 	}
-	// the streams holding the most unspent first: what a shrinking grant
-	// gives back is there for the others' (a joining stream's) at once
+	// the streams holding the most first: what a shrinking grant leaves
+	// is there for the others at once
 	slices.SortFunc(streams, func(a, b *stream) int {
-		return cmp.Or(cmp.Compare(bk.subs[b].outstanding(), bk.subs[a].outstanding()), cmp.Compare(a.id, b.id))
+		return cmp.Or(cmp.Compare(bk.subs[b].held(), bk.subs[a].held()), cmp.Compare(a.id, b.id))
 	})
-	avail := max(0, v.Remaining-v.InFlight)
-	mine := rates.Cut(avail, max(v.Fleet, 1), v.Own, v.Own+v.Others) // this checker's share of what remains
-	var held int64                                                   // what this checker's streams hold unspent
+	mine := rates.Cut(max(0, v.Remaining-v.InFlight), max(v.Fleet, 1), v.Own, v.Own+v.Others) // this checker's share of what remains
+	var held int64
 	for _, sb := range bk.subs {
-		held += sb.outstanding()
-	}
-	window := time.Duration(0)
-	if len(d.Statuses) > 0 && d.Statuses[0].Rule != nil {
-		window = d.Statuses[0].Rule.Window
+		held += sb.held()
 	}
 	for _, o := range streams {
-		sb := bk.subs[o]
 		if o != st && !joined {
 			continue // its own next report re-cuts it
 		}
-		frac := 1 / float64(len(streams))
-		if total > 0 {
-			frac = frac/2 + sb.demand/(2*total)
-		}
-		var strategy *typev3.RateLimitStrategy
-		switch {
-		case !v.Known:
-			strategy = blanket(typev3.RateLimitStrategy_ALLOW_ALL)
-		case v.Window:
-			// its fair part of this checker's share, but never what the
-			// other streams hold unspent: the grants outstanding never add
-			// up to more than the share
-			cur := sb.outstanding()
-			want := min(int64(frac*float64(mine)), max(0, mine-(held-cur)))
-			if want == cur && sb.assignment != nil {
-				strategy = sb.assignment // the same: the proxy keeps its bucket, the TTL is extended
-				break
-			}
-			strategy = windowStrategy(want, window, sb.assignment)
-			sb.granted, sb.usedSince, sb.tail = want, 0, true
-			held += want - cur
-		default:
-			share := int64(frac * float64(mine))
-			sb.granted, sb.usedSince = share, 0
-			strategy = bucketStrategy(share, frac, limit, window)
-		}
-		sb.assignment = strategy
+		sb := bk.subs[o]
 		ttl := max(s.opts.MinAssignmentTTL, 2*sb.interval)
 		if !v.Known {
-			ttl = allowAllTTL
+			add(outs, o, assign(bk.id, blanket(typev3.RateLimitStrategy_ALLOW_ALL), allowAllTTL), nil, 0)
+			continue
 		}
-		sends = append(sends, out{o, assign(bk.id, strategy, ttl)})
-	}
-	s.mu.Unlock()
-	for _, x := range sends {
-		s.Stats.Assignments.Add(1)
-		s.send(x.to, x.m)
+		frac := 1 / float64(len(streams))
+		if total > 0 && sb.reports >= 2 { // a new stream's demand is not known yet: an equal part
+			frac = frac/2 + sb.demand/(2*total)
+		}
+		fair := int64(frac * float64(mine))
+		if o == st && sb.assignment != nil && min(fair, max(0, mine-(held-sb.held())-sb.unconfirmed)) == sb.left() {
+			// it holds its part already: the same assignment, its time to live extended
+			add(outs, o, assign(bk.id, sb.assignment, ttl), nil, 0)
+			continue
+		}
+		// a new grant replaces the proxy's bucket when it arrives: what the
+		// old one holds may be spent before, unreported
+		sb.unconfirmed += sb.left()
+		sb.usedSince = sb.granted
+		want := min(fair, max(0, mine-(held-sb.held())-sb.unconfirmed))
+		var strategy *typev3.RateLimitStrategy
+		if v.Window {
+			strategy = windowStrategy(want, window, sb.assignment)
+		} else {
+			strategy = bucketStrategy(want, frac, limit, window, sb.assignment)
+		}
+		before := sb.held()
+		sb.prevLeft = sb.left()
+		sb.granted, sb.usedSince, sb.assignment = want, 0, strategy
+		sb.gen++
+		held += sb.held() - before
+		add(outs, o, assign(bk.id, strategy, ttl), sb, sb.gen)
 	}
 }
 
-// lost ends st: each bucket's grant, as far as the stream did not report
-// it spent, is charged as spent (the proxy may go on admitting from it:
-// Envoy's reuse_last_assignment), so that no other stream is given that
-// budget again.
+// lost ends st: what each bucket's grant may still spend (the proxy may go
+// on admitting from it: Envoy's reuse_last_assignment) is charged as
+// spent, so that no other stream is given that budget again: the latest
+// grant's rest if it reached the proxy, else the one before's.
 func (s *Server) lost(ctx context.Context, st *stream) {
 	s.mu.Lock()
 	type charge struct {
@@ -450,8 +510,14 @@ func (s *Server) lost(ctx context.Context, st *stream) {
 	}
 	var charges []charge
 	for key, bk := range st.subs {
-		if sb := bk.subs[st]; sb != nil && sb.outstanding() > 0 {
-			charges = append(charges, charge{bk.domain, bk.entries, sb.outstanding()})
+		if sb := bk.subs[st]; sb != nil {
+			hits := sb.unconfirmed + sb.left()
+			if sb.delivered < sb.gen {
+				hits = sb.unconfirmed + sb.prevLeft
+			}
+			if hits > 0 {
+				charges = append(charges, charge{bk.domain, bk.entries, hits})
+			}
 		}
 		delete(bk.subs, st)
 		if len(bk.subs) == 0 {
@@ -463,20 +529,20 @@ func (s *Server) lost(ctx context.Context, st *stream) {
 		req := ratelimit.Request{Domain: c.domain, Descriptors: []ratelimit.Descriptor{{Entries: c.entries}}, Hits: c.hits, Charge: true}
 		var d ratelimit.Decision
 		if err := s.c.Check(ctx, &req, &d); err != nil {
-			s.log.Warn("RLQS: a lost stream's assignment not counted", "domain", c.domain, "error", err)
+			s.log.Warn("RLQS: a lost stream's grant not counted", "domain", c.domain, "error", err)
 			continue
 		}
 		s.Stats.Unreported.Add(uint64(c.hits))
 	}
 }
 
-// send queues m for st; a stream that does not read its answers loses
+// send queues o for st; a stream that does not read its answers loses
 // them (its next report is answered again) rather than hold the others.
-func (s *Server) send(st *stream, m *rlqsv3.RateLimitQuotaResponse) {
+func (s *Server) send(st *stream, o outMsg) {
 	select {
-	case st.out <- m:
+	case st.out <- o:
 	default:
-		s.log.Warn("RLQS stream not reading its assignments: one dropped", "stream", st.id)
+		s.log.Warn("RLQS stream not reading its assignments: one message dropped", "stream", st.id)
 	}
 }
 
@@ -507,35 +573,44 @@ const maxTokens = 1<<32 - 1
 
 // windowStrategy is a window rule's assignment: a grant of share tokens,
 // refilled by one token a window (Envoy's buckets must refill: the least
-// there is). A proxy starts a strategy unlike its current one full, so a
-// grant equal to the last one's tokens is made unlike it by a millisecond
-// of fill_interval (prev: the assignment it replaces). No tokens:
-// DENY_ALL until the next cut.
+// there is), in whole seconds (Envoy divides by the seconds). A proxy
+// starts a strategy unlike its current one full, so a grant equal to the
+// last one's tokens is made unlike it by a second of fill_interval (prev:
+// the assignment it replaces). No tokens: DENY_ALL until the next cut.
 func windowStrategy(share int64, window time.Duration, prev *typev3.RateLimitStrategy) *typev3.RateLimitStrategy {
 	if share <= 0 {
 		return blanket(typev3.RateLimitStrategy_DENY_ALL)
 	}
-	fill := max(window, time.Second)
+	fill := max(window.Truncate(time.Second), time.Second)
 	if tb := prev.GetTokenBucket(); tb != nil && int64(tb.GetMaxTokens()) == min(share, maxTokens) && tb.GetFillInterval().AsDuration() == fill {
-		fill += time.Millisecond
+		fill += time.Second
 	}
-	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-		MaxTokens: uint32(min(share, maxTokens)), TokensPerFill: wrapperspb.UInt32(1), FillInterval: durationpb.New(fill)}}}
+	return tokenBucket(share, 1, fill)
 }
 
-// bucketStrategy is a bucket rule's assignment: share tokens now, refilled
-// at the stream's part (frac) of the rule's rate (limit per window).
-func bucketStrategy(share int64, frac float64, limit int64, window time.Duration) *typev3.RateLimitStrategy {
+// bucketStrategy is a bucket rule's assignment: a grant of share tokens,
+// refilled at no more than the stream's part (frac) of the rule's rate
+// (limit per window), over whole seconds. No tokens: DENY_ALL until the
+// next cut (the rule's own refill is the others' meanwhile).
+func bucketStrategy(share int64, frac float64, limit int64, window time.Duration, prev *typev3.RateLimitStrategy) *typev3.RateLimitStrategy {
 	rate := frac * float64(limit) / window.Seconds() // tokens a second
-	if share <= 0 && rate <= 0 {
+	if share <= 0 || rate <= 0 {
 		return blanket(typev3.RateLimitStrategy_DENY_ALL)
 	}
-	per := max(int64(rate+0.5), 1)
-	interval := time.Duration(float64(per) / max(rate, 1e-9) * float64(time.Second))
-	interval = min(max(interval.Round(time.Millisecond), time.Millisecond), 24*time.Hour)
+	secs := max(int64(math.Ceil(1/rate)), 1)
+	per := max(int64(rate*float64(secs)), 1) // never faster than the share
+	fill := time.Duration(min(secs, 86400)) * time.Second
+	if tb := prev.GetTokenBucket(); tb != nil && int64(tb.GetMaxTokens()) == min(share, maxTokens) &&
+		int64(tb.GetTokensPerFill().GetValue()) == per && tb.GetFillInterval().AsDuration() == fill {
+		fill += time.Second // a new grant must start full
+	}
+	return tokenBucket(share, per, fill)
+}
+
+func tokenBucket(tokens, per int64, fill time.Duration) *typev3.RateLimitStrategy {
 	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-		MaxTokens: uint32(min(max(share, 1), maxTokens)), TokensPerFill: wrapperspb.UInt32(uint32(min(per, maxTokens))),
-		FillInterval: durationpb.New(interval)}}}
+		MaxTokens: uint32(min(tokens, maxTokens)), TokensPerFill: wrapperspb.UInt32(uint32(min(per, maxTokens))),
+		FillInterval: durationpb.New(fill)}}}
 }
 
 func assign(id *rlqsv3.BucketId, strategy *typev3.RateLimitStrategy, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse {

@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -123,26 +124,11 @@ func (p *proxy) report(domain string, id *rlqsv3.BucketId, allowed, denied uint6
 	}
 }
 
-// next is the next action the server sends. As Envoy does, a changed
-// assignment is answered at once with a report of the old one's usage
-// (none here), whose answer must leave the new one as it is.
+// next is the next action the server sends (Envoy reports on its timer
+// only, not when an assignment changes).
 func (p *proxy) next() *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	p.t.Helper()
-	a := p.recv()
-	qa := a.GetQuotaAssignmentAction()
-	if qa == nil {
-		return a
-	}
-	k := bucketKey("", a.GetBucketId().GetBucket())
-	if proto.Equal(qa.GetRateLimitStrategy(), p.current[k]) {
-		return a
-	}
-	p.current[k] = qa.GetRateLimitStrategy()
-	p.report("", a.GetBucketId(), 0, 0)
-	if again := p.recv(); !proto.Equal(again.GetQuotaAssignmentAction().GetRateLimitStrategy(), p.current[k]) {
-		p.t.Fatalf("the report after a new assignment changed it again: %v, then %v", a, again)
-	}
-	return a
+	return p.recv()
 }
 
 func (p *proxy) recv() *rlqsv3.RateLimitQuotaResponse_BucketAction {
@@ -205,8 +191,12 @@ func TestAssignmentsFollowTheBudget(t *testing.T) {
 		}
 	}
 	p.report("", id, 0, 0)
+	if n := tokens(t, p.next()); n != -1 {
+		t.Fatalf("after 30 spent elsewhere: %d, want DENY_ALL until the proxy says what its old grant spent", n)
+	}
+	p.report("", id, 0, 0)
 	if n := tokens(t, p.next()); n != 10 {
-		t.Fatalf("after 30 spent elsewhere: %d tokens, want 10", n)
+		t.Fatalf("then: %d tokens, want the 10 left", n)
 	}
 	p.report("", id, 10, 10)
 	if n := tokens(t, p.next()); n != 10 {
@@ -232,7 +222,10 @@ func TestAssignmentsFollowTheBudget(t *testing.T) {
 }
 
 // TestAJoiningStreamShrinksTheOthers: when a second proxy reports the
-// bucket, the first is sent its smaller share at once, without reporting.
+// bucket, the first is sent a new grant at once, without reporting; as
+// the new grant replaces its bucket, what the old one held may have been
+// spent unreported, so nobody is granted it until the first proxy's next
+// report says: then the two share the budget.
 func TestAJoiningStreamShrinksTheOthers(t *testing.T) {
 	r := newRig(t, Options{})
 	a, b := r.open(t), r.open(t)
@@ -242,14 +235,25 @@ func TestAJoiningStreamShrinksTheOthers(t *testing.T) {
 		t.Fatalf("alone: %d", n)
 	}
 	b.report("envoy", id, 0, 0)
-	nb, na := tokens(t, b.next()), tokens(t, a.next())
-	if na != 50 || nb != 50 {
-		t.Fatalf("two proxies: %d and %d, want 50 each", na, nb)
+	if nb, na := tokens(t, b.next()), tokens(t, a.next()); na != -1 || nb != -1 {
+		t.Fatalf("a joins: %d and %d, want DENY_ALL for both while a's 100 are unconfirmed", na, nb)
 	}
-	// demand moves the shares: a reports 40 requests a second, b none
+	a.report("", id, 20, 0) // a had spent 20 of its 100
+	if n := tokens(t, a.next()); n != 60 {
+		t.Fatalf("a's part of the 80 left (by its demand): %d, want 60", n)
+	}
+	b.report("", id, 0, 0)
+	if n := tokens(t, b.next()); n != 20 {
+		t.Fatalf("b's part: %d, want the 20 a does not hold", n)
+	}
+	// demand moves the parts: a reports 40 requests, b none
 	a.report("", id, 30, 10)
-	if n := tokens(t, a.next()); n <= 35 {
-		t.Fatalf("the busy proxy's share of 70: %d", n)
+	b.report("", id, 0, 0)
+	if n := tokens(t, a.next()); n < 10 {
+		t.Fatalf("the busy proxy's grant: %d", n)
+	}
+	if n := tokens(t, b.next()); n > 40 {
+		t.Fatalf("the idle proxy's grant grew: %d", n)
 	}
 }
 
@@ -319,6 +323,8 @@ func TestBadStreams(t *testing.T) {
 		{"empty bucket", []*rlqsv3.RateLimitQuotaUsageReports{{Domain: "envoy", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{BucketId: bucketID()}}}}, "bucket_id"},
 		{"too many keys", []*rlqsv3.RateLimitQuotaUsageReports{{Domain: "envoy", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{BucketId: huge}}}}, "more than 8 keys"},
 		{"huge counts", []*rlqsv3.RateLimitQuotaUsageReports{{Domain: "envoy", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{BucketId: id, NumRequestsAllowed: 1 << 40}}}}, "at most"},
+		{"an empty key", []*rlqsv3.RateLimitQuotaUsageReports{{Domain: "envoy", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{BucketId: bucketID("", "x")}}}}, "key must not be empty"},
+		{"invalid duration", []*rlqsv3.RateLimitQuotaUsageReports{{Domain: "envoy", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{BucketId: id, TimeElapsed: &durationpb.Duration{Nanos: 2e9}}}}}, "time_elapsed"},
 		{"negative elapsed", []*rlqsv3.RateLimitQuotaUsageReports{{Domain: "envoy", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{BucketId: id, TimeElapsed: durationpb.New(-time.Second)}}}}, "time_elapsed"},
 	}
 	for _, c := range cases {
@@ -335,5 +341,65 @@ func TestBadStreams(t *testing.T) {
 				t.Fatalf("%v, want InvalidArgument with %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestUnreportedSpendingIsNeverGrantedAgain (found by a probe): a proxy
+// that spent its whole grant without reporting when another joins cannot
+// be given a fresh grant on top of it: the joiner waits for its report,
+// and the two never admit more than the budget. On a bucket rule too.
+func TestUnreportedSpendingIsNeverGrantedAgain(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		id    *rlqsv3.BucketId
+		limit int64
+	}{{"window", bucketID("name", "api", "tenant", "greedy"), 100}, {"bucket", bucketID("api", "greedy"), 60}} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t, Options{})
+			a, b := r.open(t), r.open(t)
+			a.report("envoy", c.id, 0, 0)
+			if n := tokens(t, a.next()); n != c.limit {
+				t.Fatalf("alone: %d", n)
+			}
+			// a spends all of it, unreported; b joins
+			b.report("envoy", c.id, 0, 0)
+			granted := int64(0)
+			for _, n := range []int64{tokens(t, b.next()), tokens(t, a.next())} {
+				granted += max(n, 0)
+			}
+			if granted != 0 {
+				t.Fatalf("granted %d while a's %d may be spent", granted, c.limit)
+			}
+			a.report("", c.id, uint64(c.limit), 0)
+			b.report("", c.id, 0, 0)
+			if na, nb := tokens(t, a.next()), tokens(t, b.next()); na != -1 || nb != -1 {
+				t.Fatalf("after a's report of %d: %d and %d, want DENY_ALL for both", c.limit, na, nb)
+			}
+		})
+	}
+}
+
+// TestOneAnswerPerReport: a report of many buckets is answered in one
+// message, every bucket's action in it (a 64-message queue dropped most
+// of a 1,000-bucket report's answers).
+func TestOneAnswerPerReport(t *testing.T) {
+	r := newRig(t, Options{})
+	p := r.open(t)
+	msg := &rlqsv3.RateLimitQuotaUsageReports{Domain: "envoy"}
+	for i := range MaxUsagesPerReport {
+		msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId: bucketID("name", "api", "tenant", fmt.Sprint(i)), TimeElapsed: durationpb.New(time.Second)})
+	}
+	for range 3 {
+		if err := p.stream.Send(msg); err != nil {
+			t.Fatal(err)
+		}
+		m, err := p.stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.BucketAction) != MaxUsagesPerReport {
+			t.Fatalf("%d actions for %d buckets", len(m.BucketAction), MaxUsagesPerReport)
+		}
 	}
 }

@@ -94,14 +94,14 @@ func newDevBanner(app *config.App, getenv func(string) (string, bool)) devBanner
 
 func printBanner(w io.Writer, httpAddr, grpcAddr string, b devBanner) {
 	shown, grpcShown := reachable(httpAddr), reachable(grpcAddr)
-	fmt.Fprintf(w, "velvetrope dev: in-memory backends\n  HTTP  http://%s  (POST /v1/check, POST /v1/charge, POST /json, /v1/deferred/{ticket}, /v1/rules, /v1/keys, /v1/controls, /v1/pools, /v1/analytics/..., /metrics, /healthz, /readyz)\n", shown)
+	fmt.Fprintf(w, "velvetrope dev: in-memory backends\n  HTTP  http://%s  (POST /v1/check, POST /v1/charge, POST /v1/release, GET /v1/leases, POST /json, /v1/deferred/{ticket}, /v1/rules, /v1/keys, /v1/controls, /v1/pools, /v1/analytics/..., /metrics, /healthz, /readyz)\n", shown)
 	fmt.Fprintf(w, "  dashboard  http://%s/\n", shown)
 	if grpcAddr != "" {
 		refl := "server reflection on"
 		if !b.reflection {
 			refl = "server reflection off: grpc.reflection"
 		}
-		fmt.Fprintf(w, "  gRPC  %s  (envoy.service.ratelimit.v3.RateLimitService, velvetrope.v1.Charges; %s)\n", grpcShown, refl)
+		fmt.Fprintf(w, "  gRPC  %s  (envoy.service.ratelimit.v3.RateLimitService, velvetrope.v1.Charges, RLQS; %s)\n", grpcShown, refl)
 	}
 	if b.generated {
 		fmt.Fprintf(w, "  admin token  %s  (generated for this run: set admin.token or VELVETROPE_ADMIN_TOKEN to choose one)\n", b.bearer)

@@ -165,9 +165,9 @@ func (u *Minute) Add(p *Pending) *eventsv1.MinuteUsage {
 	if m := max(t/1e9/60*60, u.minute); m != u.minute {
 		*u = Minute{stream: u.stream, minute: m}
 	}
-	u.allowedCount += p.AllowedCount
+	u.allowedCount = satAdd32(u.allowedCount, int64(p.AllowedCount)) // a quota report may carry billions
 	u.allowedCost += p.AllowedCost
-	u.deniedCount += p.DeniedCount
+	u.deniedCount = satAdd32(u.deniedCount, int64(p.DeniedCount))
 	u.deniedCost += p.DeniedCost
 	u.deferred += p.Deferred
 	u.shadowDenied += p.ShadowDenied
