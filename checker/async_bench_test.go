@@ -232,3 +232,25 @@ func BenchmarkKeyTableBytes(b *testing.B) {
 		runtime.KeepAlive(c)
 	}
 }
+
+// BenchmarkLateCharge is a cost after the response on a far key (the
+// async counter counts it in memory; nothing calls out): to compare with
+// BenchmarkCheckAsync, the decision it follows.
+func BenchmarkLateCharge(b *testing.B) {
+	c := benchChecker(b, 1<<20)
+	r := req(1, "user_id", "priya")
+	warm(b, c, r)
+	ch := req(1, "user_id", "priya")
+	ch.Charge = true
+	var d ratelimit.Decision
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := c.Check(context.Background(), ch, &d); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if c.Stats.SyncCharges.Load() > 3 {
+		b.Fatalf("a charge made %d store calls", c.Stats.SyncCharges.Load())
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"github.com/velvetrope/velvetrope/internal/estimate"
 	"github.com/velvetrope/velvetrope/internal/rates"
 	"github.com/velvetrope/velvetrope/internal/tally"
-	"github.com/velvetrope/velvetrope/limiter"
 	"github.com/velvetrope/velvetrope/ratelimit"
 )
 
@@ -140,8 +139,7 @@ func (w *windowCounter) force(_ *entry, _, cost int64) int64 { return cost }
 func (b *bucketCounter) force(e *entry, now, cost int64) int64 {
 	g := estimate.GCRA(e.rule)
 	before := max(g.TAT(&b.State), now)
-	var d limiter.Decision
-	_ = limiter.Force(g, &b.State, now, cost, &d)
+	g.Force(&b.State, now, cost)
 	moved := g.TAT(&b.State) - before
 	if moved <= 0 {
 		return 0

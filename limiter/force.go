@@ -120,6 +120,14 @@ func (b LeakyBucket) force(s *State, now, cost int64) {
 	bucketForce(s, b.Capacity, b.Leak, now, cost)
 }
 
+// Force is [Force] of g without its answer, and without an interface value
+// (the async checker's buckets: no allocation).
+func (g GCRA) Force(s *State, now, cost int64) {
+	if cost > 0 {
+		g.force(s, now, cost)
+	}
+}
+
 // force moves the TAT ahead by cost × T, past the burst if need be; it
 // stays within a hundred bursts, and within maxSpan, of now.
 func (g GCRA) force(s *State, now, cost int64) {
