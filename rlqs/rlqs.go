@@ -156,7 +156,6 @@ type sub struct {
 	assignment  *typev3.RateLimitStrategy
 	gen         uint64 // the grant's generation; delivered: the last one sent to the proxy
 	delivered   uint64
-	prevLeft    int64 // what the grant before held, while the latest is not delivered
 }
 
 // left is what the stream's grant holds unspent, as reported.
@@ -489,7 +488,6 @@ func (s *Server) cut(ctx context.Context, st *stream, key string, allowed, reque
 			strategy = bucketStrategy(want, frac, limit, window, sb.assignment)
 		}
 		before := sb.held()
-		sb.prevLeft = sb.left()
 		sb.granted, sb.usedSince, sb.assignment = want, 0, strategy
 		sb.gen++
 		held += sb.held() - before
@@ -499,8 +497,9 @@ func (s *Server) cut(ctx context.Context, st *stream, key string, allowed, reque
 
 // lost ends st: what each bucket's grant may still spend (the proxy may go
 // on admitting from it: Envoy's reuse_last_assignment) is charged as
-// spent, so that no other stream is given that budget again: the latest
-// grant's rest if it reached the proxy, else the one before's.
+// spent, so that no other stream is given that budget again: an older
+// grant's unconfirmed rest, and the latest grant's if it reached the
+// proxy.
 func (s *Server) lost(ctx context.Context, st *stream) {
 	s.mu.Lock()
 	type charge struct {
@@ -511,9 +510,9 @@ func (s *Server) lost(ctx context.Context, st *stream) {
 	var charges []charge
 	for key, bk := range st.subs {
 		if sb := bk.subs[st]; sb != nil {
-			hits := sb.unconfirmed + sb.left()
-			if sb.delivered < sb.gen {
-				hits = sb.unconfirmed + sb.prevLeft
+			hits := sb.unconfirmed
+			if sb.delivered >= sb.gen {
+				hits += sb.left()
 			}
 			if hits > 0 {
 				charges = append(charges, charge{bk.domain, bk.entries, hits})
