@@ -21,14 +21,7 @@ import (
 // generated ValidateAll of go-control-plane): no field misspelt, no value
 // Envoy would refuse. (No Envoy runs here to load it whole.)
 func TestEnvoyRLQSFilterConfig(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join(repoRoot, "docs", "envoy.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bs, err := parseBlocks("docs/envoy.md", string(src))
-	if err != nil {
-		t.Fatal(err)
-	}
+	bs := envoyBlocks(t)
 	found := false
 	for _, b := range bs {
 		if b.lang != "yaml" || !strings.Contains(b.text(), "envoy.filters.http.rate_limit_quota") {
@@ -81,14 +74,7 @@ func TestEnvoyRLQSFilterConfig(t *testing.T) {
 // after the response decode as Envoy's RateLimit actions and pass their
 // validation rules.
 func TestEnvoyStreamDoneConfig(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join(repoRoot, "docs", "envoy.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bs, err := parseBlocks("docs/envoy.md", string(src))
-	if err != nil {
-		t.Fatal(err)
-	}
+	bs := envoyBlocks(t)
 	n := 0
 	for _, b := range bs {
 		if b.lang != "yaml" || !strings.Contains(b.text(), "apply_on_stream_done") {
@@ -115,4 +101,18 @@ func TestEnvoyStreamDoneConfig(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("checked %d rate limits, want envoy.md's 2", n)
 	}
+}
+
+// envoyBlocks are docs/envoy.md's blocks.
+func envoyBlocks(t *testing.T) []block {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join(repoRoot, "docs", "envoy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, err := parseBlocks("docs/envoy.md", string(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bs
 }

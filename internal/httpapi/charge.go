@@ -18,6 +18,23 @@ func chargeSchema(b config.LimitsConfig) *strictjson.Schema {
 		strictjson.Bound{Path: "request_id", Max: b.WithDefaults().MaxRequestIDBytes, What: "bytes"})...)
 }
 
+// readPost reads a POST's body into in, strictly and within schema and
+// maxBody; false: it answered the error (405 for another method, the
+// decoder's 400 or 413 naming the field).
+func readPost(w http.ResponseWriter, r *http.Request, schema *strictjson.Schema, maxBody int64, in any) bool {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, "", "method "+r.Method+" not allowed; use POST")
+		return false
+	}
+	if err := schema.Read(w, r, maxBody, in); err != nil {
+		se := err.(*strictjson.Error)
+		writeError(w, se.Status, se.Field, se.Error())
+		return false
+	}
+	return true
+}
+
 // ChargeHandler serves POST /v1/charge over c: a cost known after the
 // response, counted whatever the counters hold and never refused (the
 // answer's decision is always allow; each status says what remains). A
@@ -30,15 +47,8 @@ func ChargeHandler(c ratelimit.Checker, maxBody int64, log *logx.Limited, opts .
 	}
 	schema := chargeSchema(o.bounds)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			writeError(w, http.StatusMethodNotAllowed, "", "method "+r.Method+" not allowed; use POST")
-			return
-		}
 		var in httpjson.ChargeRequest
-		if err := schema.Read(w, r, maxBody, &in); err != nil {
-			se := err.(*strictjson.Error)
-			writeError(w, se.Status, se.Field, se.Error())
+		if !readPost(w, r, schema, maxBody, &in) {
 			return
 		}
 		hits := in.Hits

@@ -32,15 +32,8 @@ var releaseSchema = strictjson.MustFor[httpjson.ReleaseRequest](
 // idempotent).
 func ReleaseHandler(r ratelimit.LeaseReleaser, maxBody int64, log *logx.Limited) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			writeError(w, http.StatusMethodNotAllowed, "", "method "+req.Method+" not allowed; use POST")
-			return
-		}
 		var in httpjson.ReleaseRequest
-		if err := releaseSchema.Read(w, req, maxBody, &in); err != nil {
-			se := err.(*strictjson.Error)
-			writeError(w, se.Status, se.Field, se.Error())
+		if !readPost(w, req, releaseSchema, maxBody, &in) {
 			return
 		}
 		if len(in.Leases) == 0 {
