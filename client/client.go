@@ -52,6 +52,9 @@ type Status struct {
 	Name       string // the rule's name, when it has one (gRPC only)
 	Remaining  uint64
 	ResetAfter time.Duration
+	// Lease is the lease a concurrency rule's admission holds (HTTP only:
+	// Envoy's API carries none): give it back with HTTP.Release.
+	Lease string
 }
 
 // Response is a decision.

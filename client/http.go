@@ -42,6 +42,12 @@ type answer struct {
 // which the API's integers cannot carry, are refused so without a call,
 // as the service refuses them.
 func (h *HTTP) Check(ctx context.Context, req Request) (Response, error) {
+	for i, d := range req.Descriptors {
+		if d.Release { // not a field of the HTTP API: a check would acquire a lease instead
+			return Response{}, fmt.Errorf("%w: descriptors[%d]: Release is gRPC only (Envoy's is_negative_hits); over HTTP, Release the lease ids",
+				ErrInvalidArgument, i)
+		}
+	}
 	hits := int64(max(req.Hits, 1))
 	in := httpjson.CheckRequest{Domain: req.Domain, Hits: &hits, RequestID: req.RequestID}
 	var err error
@@ -66,6 +72,48 @@ func (h *HTTP) Charge(ctx context.Context, req Request) (Response, error) {
 		return Response{}, err
 	}
 	return h.post(ctx, "/v1/charge", in)
+}
+
+// Release gives back the leases concurrency rules gave (a Status's Lease),
+// on whatever checker decided them (POST /v1/release): released says, per
+// lease, whether it was held (false: released already, or expired). At
+// most 100 leases a call; text that is not a lease id wraps
+// ErrInvalidArgument, a store that does not answer ErrUnavailable.
+func (h *HTTP) Release(ctx context.Context, leases ...string) (released []bool, err error) {
+	body, err := json.Marshal(httpjson.ReleaseRequest{Leases: leases})
+	if err != nil {
+		return nil, fmt.Errorf("client: encoding the request: %w", err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, h.base+"/v1/release", bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hresp, err := h.hc.Do(hreq)
+	if err != nil {
+		return nil, fmt.Errorf("client: POST /v1/release: %w", err)
+	}
+	defer hresp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(hresp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("client: reading the answer: %w", err)
+	}
+	var out struct {
+		httpjson.ReleaseResponse
+		httpjson.ErrorResponse
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, fmt.Errorf("client: POST /v1/release answered %d with undecodable JSON: %w", hresp.StatusCode, err)
+	}
+	switch hresp.StatusCode {
+	case http.StatusOK:
+		return out.Released, nil
+	case http.StatusBadRequest:
+		return nil, fmt.Errorf("%w: %s", ErrInvalidArgument, out.Error)
+	case http.StatusServiceUnavailable:
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, out.Error)
+	}
+	return nil, fmt.Errorf("client: POST /v1/release answered %d: %s", hresp.StatusCode, out.Error)
 }
 
 // toJSON is ds as the API's descriptors; hits above math.MaxInt64, which
@@ -129,7 +177,7 @@ func (h *HTTP) post(ctx context.Context, path string, in any) (Response, error) 
 	for i, s := range out.Statuses {
 		resp.Statuses[i] = Status{OverLimit: s.Decision == "deny", Unlimited: s.Unlimited,
 			Limited: s.Rule != "" && !s.Unlimited, Limit: uint64(s.Limit), Unit: s.Unit, Remaining: uint64(s.Remaining),
-			ResetAfter: time.Duration(s.ResetAfterMS) * time.Millisecond}
+			ResetAfter: time.Duration(s.ResetAfterMS) * time.Millisecond, Lease: s.Lease}
 		if !resp.Statuses[i].Limited {
 			resp.Statuses[i].Limit, resp.Statuses[i].Remaining = 0, 0
 		}
