@@ -21,7 +21,7 @@ const leaseRule = `  - key: job_tenant
 `
 
 // envLeaseHolder makes this test binary the client that holds leases
-// (TestLeaseHolder) instead of running the suite.
+// (holdLeases, from TestMain) instead of running the suite.
 const envLeaseHolder = "VELVETROPE_TEST_LEASE_HOLDER"
 
 // checkLease asks addr for a job_tenant=acme admission: its decision and
@@ -41,14 +41,10 @@ func checkLease(addr string) (decision, lease string, err error) {
 	return out.Decision, out.Statuses[0].Lease, nil
 }
 
-// TestLeaseHolder is the client process of TestLeasesOfAKilledClient: it
-// takes every place of job_tenant=acme on one checker, says so, and holds
-// them until it is killed. Without its variable it does nothing.
-func TestLeaseHolder(t *testing.T) {
-	addr := os.Getenv(envLeaseHolder)
-	if addr == "" {
-		t.Skip("the client process of TestLeasesOfAKilledClient")
-	}
+// holdLeases is the client process of TestLeasesOfAKilledClient: it
+// takes every place of job_tenant=acme on the checker at addr, says so,
+// and holds them until it is killed.
+func holdLeases(addr string) {
 	held := 0
 	for held < 4 {
 		d, lease, err := checkLease(addr)
@@ -71,7 +67,7 @@ func TestLeaseHolder(t *testing.T) {
 func TestLeasesOfAKilledClient(t *testing.T) {
 	r := newRig(t, rigOptions{extraRules: leaseRule})
 	a, b := r.checkers[0], r.checkers[1]
-	holder := exec.Command(os.Args[0], "-test.run", "^TestLeaseHolder$", "-test.count=1")
+	holder := exec.Command(os.Args[0])
 	holder.Env = append(os.Environ(), envLeaseHolder+"="+a.addr)
 	out, err := holder.StdoutPipe()
 	if err != nil {
